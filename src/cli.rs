@@ -1,0 +1,117 @@
+//! Command-line interface: flags, and how they resolve against a checkpoint's defaults.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::model::GenerationConfig;
+use crate::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "unmask",
+    version,
+    about = "Watch a block-diffusion language model (SDAR) decode, step by step, live.",
+    long_about = "Watch a block-diffusion language model (SDAR) decode, step by step, live.\n\n\
+        With no subcommand, opens the live TUI on the embedded tiny model (or --model DIR).\n\
+        Every denoising step is an event: which positions it committed, with what confidence,\n\
+        and what the model would pick for the positions still masked."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Decode headless and write the step events as JSON Lines (stdout or --out FILE).
+    Trace {
+        #[command(flatten)]
+        decode: DecodeArgs,
+        /// Write the trace here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// Flags shared by everything that decodes. Unset ones fall back to the checkpoint's
+/// generation_config.json, then to unmask's defaults.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DecodeArgs {
+    /// Checkpoint folder (Hugging Face layout: config.json, *.safetensors, tokenizer.json).
+    /// Default: the tiny SDAR model embedded in the binary.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub model: Option<PathBuf>,
+    /// Prompt text.
+    #[arg(long, value_name = "TEXT", global = true)]
+    pub prompt: Option<String>,
+    /// Positions per block.
+    #[arg(long, value_name = "N", global = true)]
+    pub block_length: Option<usize>,
+    /// Denoising steps per block.
+    #[arg(long, value_name = "N", global = true)]
+    pub steps: Option<usize>,
+    /// Unmasking strategy.
+    #[arg(long, value_enum, global = true)]
+    pub strategy: Option<Strategy>,
+    /// Where SDAR and lmdeploy disagree (tokens per step, dynamic's use of steps).
+    #[arg(long, value_enum, global = true)]
+    pub schedule: Option<Schedule>,
+    /// Confidence threshold of low_confidence_dynamic.
+    #[arg(long, value_name = "F", global = true)]
+    pub threshold: Option<f32>,
+    /// Cumulative-entropy bound of entropy_bounded.
+    #[arg(long, value_name = "F", global = true)]
+    pub eb_threshold: Option<f32>,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, value_name = "F", global = true)]
+    pub temperature: Option<f32>,
+    /// Keep the k most likely tokens (0: off).
+    #[arg(long, value_name = "N", global = true)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens with this much probability (1: off).
+    #[arg(long, value_name = "F", global = true)]
+    pub top_p: Option<f32>,
+    /// Seed of the sampler's random stream.
+    #[arg(long, value_name = "N", global = true)]
+    pub seed: Option<u64>,
+    /// Tokens to generate at most.
+    #[arg(long, value_name = "N", global = true)]
+    pub max_new_tokens: Option<usize>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, value_name = "DEV", default_value = "cpu", global = true)]
+    pub device: String,
+}
+
+impl DecodeArgs {
+    /// Flags over checkpoint defaults over unmask defaults; validated.
+    pub fn settings(&self, gen: &GenerationConfig) -> Result<DecodeSettings> {
+        let d = DecodeSettings::default();
+        let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
+            (Some(s), _) => s,
+            (None, Some(name)) => <Strategy as clap::ValueEnum>::from_str(name, false)
+                .map_err(|_| anyhow::anyhow!("generation_config.json: field `remasking_strategy`: unknown strategy {name:?}"))?,
+            (None, None) => d.strategy,
+        };
+        let s = DecodeSettings {
+            strategy,
+            schedule: self.schedule.unwrap_or(d.schedule),
+            threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
+            eb_threshold: self.eb_threshold.unwrap_or(d.eb_threshold),
+            block_length: self.block_length.or(gen.block_length).unwrap_or(d.block_length),
+            steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
+            sampling: Sampling {
+                temperature: self.temperature.or(gen.temperature).unwrap_or(d.sampling.temperature),
+                top_k: self.top_k.or(gen.top_k).unwrap_or(d.sampling.top_k),
+                top_p: self.top_p.or(gen.top_p).unwrap_or(d.sampling.top_p),
+                seed: self.seed.unwrap_or(d.sampling.seed),
+            },
+            max_new_tokens: self.max_new_tokens.unwrap_or(d.max_new_tokens),
+        };
+        s.validate().context("invalid settings")?;
+        Ok(s)
+    }
+}

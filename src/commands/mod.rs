@@ -1,0 +1,3 @@
+//! One module per subcommand; each takes parsed flags and does its whole job.
+
+pub mod trace;

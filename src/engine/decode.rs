@@ -1,0 +1,254 @@
+//! The block-diffusion decode loop of docs/decoding.md, over any [`Denoiser`]. It emits every
+//! event through a sink that must not block; it only ever waits on the control channel, and only
+//! while the user has paused it.
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{Control, Denoiser, Detok};
+use crate::events::{
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent,
+    TRACE_VERSION,
+};
+use crate::sampler::strategy::{Cell, StepRule};
+use crate::sampler::{PosSample, Uniforms};
+use crate::settings::DecodeSettings;
+
+/// What stays fixed for one decode.
+pub struct Request {
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    pub settings: DecodeSettings,
+    pub mask_id: u32,
+    pub eos_ids: Vec<u32>,
+    pub model: ModelInfo,
+    pub device: String,
+}
+
+/// The outcome of control messages that arrive mid-decode.
+enum Interrupt {
+    None,
+    Cancel,
+}
+
+struct Loop<'a> {
+    denoiser: &'a mut dyn Denoiser,
+    detok: &'a dyn Detok,
+    sink: &'a mut dyn FnMut(Event),
+    control: Option<&'a Receiver<Control>>,
+    started: Instant,
+    forwards: usize,
+    steps: usize,
+    /// Settings of the block being decoded; `pending` takes over at the next block.
+    settings: DecodeSettings,
+    pending: Option<DecodeSettings>,
+    paused: bool,
+}
+
+/// Runs one decode to its end and returns the finish event (also sent to `sink`).
+/// Settings must be validated by the caller.
+pub fn decode(
+    denoiser: &mut dyn Denoiser,
+    detok: &dyn Detok,
+    req: &Request,
+    sink: &mut dyn FnMut(Event),
+    control: Option<&Receiver<Control>>,
+) -> FinishEvent {
+    let mut lp = Loop {
+        denoiser,
+        detok,
+        sink,
+        control,
+        started: Instant::now(),
+        forwards: 0,
+        steps: 0,
+        settings: req.settings.clone(),
+        pending: None,
+        paused: false,
+    };
+    let mut output = Vec::new();
+    let mut blocks = 0;
+    let result = lp.run(req, &mut output, &mut blocks);
+    let (reason, error) = match result {
+        Ok(r) => (r, None),
+        Err(e) => (FinishReason::Error, Some(format!("{e:#}"))),
+    };
+    let fin = FinishEvent {
+        reason,
+        text: detok.decode(&output),
+        output_ids: output,
+        forwards: lp.forwards,
+        blocks,
+        steps: lp.steps,
+        elapsed_ms: lp.ms(),
+        error,
+    };
+    (lp.sink)(Event::Finish(fin.clone()));
+    fin
+}
+
+impl Loop<'_> {
+    fn ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    fn run(&mut self, req: &Request, output: &mut Vec<u32>, blocks: &mut usize) -> Result<FinishReason> {
+        let b = self.settings.block_length;
+        let p = req.prompt_ids.len();
+        let n = self.settings.max_new_tokens;
+        let first_block = p / b;
+        let end_blocks = (p + n).div_ceil(b);
+        (self.sink)(Event::Header(Header {
+            version: TRACE_VERSION,
+            model: req.model.clone(),
+            settings: self.settings.clone(),
+            mask_token_id: req.mask_id,
+            eos_ids: req.eos_ids.clone(),
+            prompt: req.prompt.clone(),
+            prompt_ids: req.prompt_ids.clone(),
+            prompt_pieces: req.prompt_ids.iter().map(|&t| self.detok.piece(t)).collect(),
+            first_block,
+            max_len: p + n,
+            device: req.device.clone(),
+        }));
+        self.denoiser.reset(end_blocks * b)?;
+        if first_block > 0 {
+            self.denoiser.prefill(&req.prompt_ids[..first_block * b], b)?;
+            self.forwards += 1;
+        }
+        let mut uniforms = Uniforms::new(self.settings.sampling.seed);
+        for block in first_block..end_blocks {
+            let start = block * b;
+            let mut cells: Vec<u32> = (start..start + b)
+                .map(|pos| if pos < p { req.prompt_ids[pos] } else { req.mask_id })
+                .collect();
+            if let Interrupt::Cancel = self.block(req, block, &mut cells, &mut uniforms)? {
+                return Ok(FinishReason::Cancelled);
+            }
+            *blocks += 1;
+            let generated: Vec<u32> = (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
+            let eos_at = generated.iter().position(|t| req.eos_ids.contains(t));
+            match eos_at {
+                Some(i) => {
+                    output.extend_from_slice(&generated[..=i]);
+                    return Ok(FinishReason::Eos);
+                }
+                None => output.extend_from_slice(&generated),
+            }
+        }
+        Ok(FinishReason::Length)
+    }
+
+    /// Denoises one block to the end, commits it and emits its events.
+    fn block(&mut self, req: &Request, block: usize, cells: &mut [u32], uniforms: &mut Uniforms) -> Result<Interrupt> {
+        let b = cells.len();
+        let start = block * b;
+        let mut changed = None;
+        if let Some(mut s) = self.pending.take() {
+            // The layout of blocks and the length are fixed for a decode; only a restart changes them.
+            s.block_length = self.settings.block_length;
+            s.max_new_tokens = self.settings.max_new_tokens;
+            if s != self.settings {
+                self.settings = s.clone();
+                changed = Some(s);
+            }
+        }
+        let rule = StepRule {
+            strategy: self.settings.strategy,
+            schedule: self.settings.schedule,
+            threshold: self.settings.threshold,
+            eb_threshold: self.settings.eb_threshold,
+            block_length: b,
+            steps: self.settings.steps,
+        };
+        let sampling = self.settings.sampling;
+        let mut masked: Vec<bool> = cells.iter().map(|&t| t == req.mask_id).collect();
+        // A prompt token that happens to be the mask id is still prompt.
+        for (i, m) in masked.iter_mut().enumerate() {
+            if start + i < req.prompt_ids.len() {
+                *m = false;
+            }
+        }
+        let masked_at_start = masked.iter().filter(|&&m| m).count();
+        let mut step = 0;
+        while masked.iter().any(|&m| m) {
+            if let Interrupt::Cancel = self.poll_control()? {
+                return Ok(Interrupt::Cancel);
+            }
+            let u = uniforms.draw(b, &sampling);
+            let samples = self.denoiser.denoise(cells, b, &sampling, &u)?;
+            self.forwards += 1;
+            let view: Vec<Cell> = samples
+                .iter()
+                .zip(&masked)
+                .map(|(s, &m)| Cell { masked: m, conf: s.conf, entropy: s.entropy })
+                .collect();
+            let picked = rule.select(&view, step, masked_at_start);
+            let committed = picked
+                .iter()
+                .map(|&i| {
+                    cells[i] = samples[i].token;
+                    masked[i] = false;
+                    self.committed(start + i, &samples[i])
+                })
+                .collect();
+            let candidates = (0..b)
+                .filter(|&i| masked[i])
+                .map(|i| self.candidate(start + i, &samples[i]))
+                .collect();
+            self.steps += 1;
+            let ev = StepEvent {
+                block,
+                step,
+                forward: self.forwards,
+                committed,
+                masked: candidates,
+                t_ms: self.ms(),
+                settings: if step == 0 { changed.take() } else { None },
+            };
+            (self.sink)(Event::Step(ev));
+            step += 1;
+        }
+        self.denoiser.commit(cells, b)?;
+        self.forwards += 1;
+        let ev = BlockEvent { block, start, tokens: cells.to_vec(), steps: step, forward: self.forwards, t_ms: self.ms() };
+        (self.sink)(Event::Block(ev));
+        Ok(Interrupt::None)
+    }
+
+    fn committed(&self, pos: usize, s: &PosSample) -> Committed {
+        Committed { pos, token: s.token, text: self.detok.piece(s.token), conf: s.conf, entropy: s.entropy }
+    }
+
+    fn candidate(&self, pos: usize, s: &PosSample) -> Candidate {
+        Candidate { pos, token: s.token, text: self.detok.piece(s.token), conf: s.conf }
+    }
+
+    /// Applies queued control messages; while paused, waits for the next one.
+    fn poll_control(&mut self) -> Result<Interrupt> {
+        let Some(rx) = self.control else { return Ok(Interrupt::None) };
+        loop {
+            let msg = if self.paused {
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => return Ok(Interrupt::Cancel),
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(m) => m,
+                    Err(TryRecvError::Empty) => return Ok(Interrupt::None),
+                    // Nobody can resume or stop us any more: finish the decode.
+                    Err(TryRecvError::Disconnected) => return Ok(Interrupt::None),
+                }
+            };
+            match msg {
+                Control::Pause => self.paused = true,
+                Control::Resume => self.paused = false,
+                Control::Settings(s) => self.pending = Some(s),
+                Control::Cancel => return Ok(Interrupt::Cancel),
+            }
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! unmask: watch a block-diffusion language model decode, step by step.
+//!
+//! Data flows one way: model -> engine loop -> events -> store -> view.
+
+pub mod cli;
+pub mod commands;
+pub mod embedded;
+pub mod engine;
+pub mod events;
+pub mod model;
+pub mod sampler;
+pub mod session;
+pub mod settings;
+pub mod tokenizer;
+pub mod trace;

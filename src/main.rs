@@ -1,0 +1,20 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use unmask::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
+        None => unmask::commands::trace::run(&cli.decode, None),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the chain of contexts, outermost first.
+            eprintln!("unmask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! `config.json` of a Hugging Face Qwen3 / SDAR checkpoint.
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl OneOrMany {
+    pub fn to_vec(&self) -> Vec<u32> {
+        match self {
+            OneOrMany::One(x) => vec![*x],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ModelConfig {
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_theta")]
+    pub rope_theta: f64,
+    #[serde(default = "default_max_pos")]
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub block_size: Option<usize>,
+    #[serde(default)]
+    pub mask_token_id: Option<u32>,
+    #[serde(default)]
+    pub eos_token_id: Option<OneOrMany>,
+    #[serde(default)]
+    pub torch_dtype: Option<String>,
+    #[serde(default)]
+    pub attention_bias: bool,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_theta() -> f64 {
+    1_000_000.0
+}
+fn default_max_pos() -> usize {
+    32768
+}
+
+/// Model types whose weights and forward pass are Qwen3's.
+const SUPPORTED: [&str; 2] = ["sdar", "qwen3"];
+
+impl ModelConfig {
+    /// Parses and checks `config.json`; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let cfg: ModelConfig =
+            serde_json::from_str(text).with_context(|| format!("{origin}: invalid config"))?;
+        cfg.check().with_context(|| format!("{origin}: invalid config"))?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<()> {
+        if !SUPPORTED.contains(&self.model_type.as_str()) {
+            bail!(
+                "field `model_type` is {:?}; supported: {}",
+                self.model_type,
+                SUPPORTED.join(", ")
+            );
+        }
+        if self.attention_bias {
+            bail!("field `attention_bias` is true; SDAR/Qwen3 checkpoints have no biases");
+        }
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.kv_heads()),
+            ("head_dim", self.head_dim()),
+        ];
+        for (field, v) in positive {
+            if v == 0 {
+                bail!("field `{field}` must be positive");
+            }
+        }
+        if self.num_attention_heads % self.kv_heads() != 0 {
+            bail!(
+                "field `num_attention_heads` ({}) is not a multiple of `num_key_value_heads` ({})",
+                self.num_attention_heads,
+                self.kv_heads()
+            );
+        }
+        if self.head_dim() % 2 != 0 {
+            bail!("field `head_dim` ({}) must be even for RoPE", self.head_dim());
+        }
+        if let Some(m) = self.mask_token_id {
+            if m as usize >= self.vocab_size {
+                bail!("field `mask_token_id` ({m}) is outside the vocabulary ({})", self.vocab_size);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Parameter count implied by the shapes (what the weights must add up to).
+    pub fn num_params(&self) -> usize {
+        let (h, d) = (self.hidden_size, self.head_dim());
+        let q = self.num_attention_heads * d;
+        let kv = self.kv_heads() * d;
+        let attn = h * q + 2 * h * kv + q * h + 2 * d;
+        let mlp = 3 * h * self.intermediate_size;
+        let layer = attn + mlp + 2 * h;
+        let embed = self.vocab_size * h;
+        let head = if self.tie_word_embeddings { 0 } else { embed };
+        embed + head + self.num_hidden_layers * layer + h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"{"model_type":"sdar","vocab_size":10,"hidden_size":8,
+        "intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,
+        "num_key_value_heads":1,"head_dim":4}"#;
+
+    #[test]
+    fn parses_minimal_config_with_defaults() {
+        let c = ModelConfig::parse(MIN, "config.json").unwrap();
+        assert_eq!((c.kv_heads(), c.head_dim(), c.rope_theta), (1, 4, 1e6));
+        assert!(!c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn eos_may_be_one_or_many() {
+        let one = MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":3");
+        let many = MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":[3,4]");
+        let a = ModelConfig::parse(&one, "c").unwrap();
+        let b = ModelConfig::parse(&many, "c").unwrap();
+        assert_eq!(a.eos_token_id.unwrap().to_vec(), vec![3]);
+        assert_eq!(b.eos_token_id.unwrap().to_vec(), vec![3, 4]);
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", ModelConfig::parse(text, "m/config.json").unwrap_err())
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let e = err(&MIN.replace("\"vocab_size\":10,", ""));
+        assert!(e.starts_with("m/config.json: invalid config: missing field `vocab_size`"), "{e}");
+        let e = err(&MIN.replace("sdar", "llama"));
+        assert!(e.contains("`model_type` is \"llama\""), "{e}");
+        let e = err(&MIN.replace("\"num_key_value_heads\":1", "\"num_key_value_heads\":3"));
+        assert!(e.contains("`num_attention_heads` (2) is not a multiple"), "{e}");
+        let e = err(&MIN.replace("\"hidden_size\":8", "\"hidden_size\":\"8\""));
+        assert!(e.contains("invalid type"), "{e}");
+        let e = err("{ not json");
+        assert!(e.contains("m/config.json: invalid config: key must be a string at line 1"), "{e}");
+    }
+}

@@ -1,0 +1,252 @@
+//! Loading an SDAR / Qwen3 checkpoint (Hugging Face layout) from a folder or from the bytes
+//! embedded in the binary, through one code path.
+
+pub mod config;
+pub mod qwen3;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::{DType, Device};
+use serde::Deserialize;
+
+use crate::events::ModelInfo;
+use crate::tokenizer::Tok;
+pub use config::ModelConfig;
+use config::OneOrMany;
+pub use qwen3::{KvCache, Qwen3};
+use weights::Weights;
+
+/// A checkpoint compiled into the binary: file name -> bytes.
+pub struct Embedded {
+    pub name: &'static str,
+    pub files: &'static [(&'static str, &'static [u8])],
+}
+
+pub enum Source {
+    Dir(PathBuf),
+    Embedded(&'static Embedded),
+}
+
+impl Source {
+    pub fn label(&self) -> String {
+        match self {
+            Source::Dir(p) => p.display().to_string(),
+            Source::Embedded(e) => format!("embedded:{}", e.name),
+        }
+    }
+
+    /// How errors name a file of this checkpoint.
+    fn file_label(&self, name: &str) -> String {
+        match self {
+            Source::Dir(p) => p.join(name).display().to_string(),
+            Source::Embedded(e) => format!("embedded:{}/{name}", e.name),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if let Source::Dir(p) = self {
+            if !p.exists() {
+                bail!("model folder {}: does not exist", p.display());
+            }
+            if !p.is_dir() {
+                bail!("model folder {}: is not a folder", p.display());
+            }
+        }
+        Ok(())
+    }
+
+    fn bytes(&self, name: &str) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
+        match self {
+            Source::Dir(p) => {
+                let path = p.join(name);
+                if !path.exists() {
+                    return Ok(None);
+                }
+                let b = std::fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+                Ok(Some(b.into()))
+            }
+            Source::Embedded(e) => Ok(e.files.iter().find(|f| f.0 == name).map(|f| f.1.into())),
+        }
+    }
+
+    fn text(&self, name: &str) -> Result<Option<String>> {
+        let Some(b) = self.bytes(name)? else { return Ok(None) };
+        let label = self.file_label(name);
+        String::from_utf8(b.into_owned())
+            .map(Some)
+            .map_err(|e| anyhow!("{label}: not UTF-8 (byte {})", e.utf8_error().valid_up_to()))
+    }
+
+    fn required_text(&self, name: &str) -> Result<String> {
+        self.text(name)?.ok_or_else(|| anyhow!("{}: missing", self.file_label(name)))
+    }
+
+    fn weights(&self) -> Result<Weights> {
+        match self {
+            Source::Embedded(e) => {
+                let bytes = e.files.iter().find(|f| f.0 == "model.safetensors").map(|f| f.1);
+                let bytes = bytes.ok_or_else(|| anyhow!("{}: missing", self.file_label("model.safetensors")))?;
+                Weights::from_static(&self.file_label("model.safetensors"), bytes)
+            }
+            Source::Dir(dir) => Weights::open_files(&weight_files(dir)?),
+        }
+    }
+}
+
+/// The safetensors files of a folder: the shards an index names, or the single file.
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        #[derive(Deserialize)]
+        struct Index {
+            weight_map: std::collections::BTreeMap<String, String>,
+        }
+        let label = index.display().to_string();
+        let text = std::fs::read_to_string(&index).with_context(|| format!("{label}: cannot read"))?;
+        let idx: Index = serde_json::from_str(&text).with_context(|| format!("{label}: invalid index"))?;
+        let mut files: Vec<&String> = idx.weight_map.values().collect();
+        files.sort();
+        files.dedup();
+        if files.is_empty() {
+            bail!("{label}: field `weight_map` is empty");
+        }
+        return Ok(files.into_iter().map(|f| dir.join(f)).collect());
+    }
+    let single = dir.join("model.safetensors");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    bail!("model folder {}: no model.safetensors or model.safetensors.index.json", dir.display())
+}
+
+/// Defaults a checkpoint may suggest in generation_config.json. Flags override them.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct GenerationConfig {
+    #[serde(default)]
+    pub eos_token_id: Option<OneOrMany>,
+    #[serde(default)]
+    pub block_length: Option<usize>,
+    #[serde(default)]
+    pub denoising_steps: Option<usize>,
+    #[serde(default)]
+    pub threshold: Option<f32>,
+    #[serde(default)]
+    pub remasking_strategy: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub default_prompt: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct TokenizerConfig {
+    #[serde(default)]
+    mask_token: Option<serde_json::Value>,
+}
+
+impl TokenizerConfig {
+    /// `mask_token` is a string or an AddedToken object with `content`.
+    fn mask_text(&self) -> Option<String> {
+        match self.mask_token.as_ref()? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            v => v.get("content")?.as_str().map(str::to_string),
+        }
+    }
+}
+
+pub struct Checkpoint {
+    pub config: ModelConfig,
+    pub generation: GenerationConfig,
+    pub tokenizer: Tok,
+    pub eos_ids: Vec<u32>,
+    pub model: Qwen3,
+    pub info: ModelInfo,
+}
+
+impl Checkpoint {
+    pub fn load(source: &Source, device: &Device, dtype: DType) -> Result<Self> {
+        source.check()?;
+        let config = ModelConfig::parse(&source.required_text("config.json")?, &source.file_label("config.json"))?;
+        let generation = match source.text("generation_config.json")? {
+            None => GenerationConfig::default(),
+            Some(t) => serde_json::from_str(&t)
+                .with_context(|| format!("{}: invalid generation config", source.file_label("generation_config.json")))?,
+        };
+        let tok_config: TokenizerConfig = match source.text("tokenizer_config.json")? {
+            None => TokenizerConfig::default(),
+            Some(t) => serde_json::from_str(&t)
+                .with_context(|| format!("{}: invalid tokenizer config", source.file_label("tokenizer_config.json")))?,
+        };
+        let tok_label = source.file_label("tokenizer.json");
+        let tok_bytes = source.bytes("tokenizer.json")?.ok_or_else(|| anyhow!("{tok_label}: missing"))?;
+        let mask_text = tok_config.mask_text();
+        let tokenizer = Tok::from_bytes(&tok_bytes, &tok_label, config.mask_token_id, mask_text.as_deref())?;
+        if tokenizer.mask_id() as usize >= config.vocab_size {
+            bail!(
+                "{tok_label}: mask token id {} is outside the model's vocabulary ({})",
+                tokenizer.mask_id(),
+                config.vocab_size
+            );
+        }
+        let eos_ids = eos_ids(&config, &generation, &tokenizer);
+        let weights = source.weights()?;
+        let model = Qwen3::load(&config, &weights, dtype, device)?;
+        let info = ModelInfo {
+            source: source.label(),
+            model_type: config.model_type.clone(),
+            vocab_size: config.vocab_size,
+            hidden_size: config.hidden_size,
+            num_layers: config.num_hidden_layers,
+            num_params: config.num_params(),
+            dtype: weights.stored_dtype(),
+        };
+        Ok(Checkpoint { config, generation, tokenizer, eos_ids, model, info })
+    }
+}
+
+fn eos_ids(config: &ModelConfig, generation: &GenerationConfig, tok: &Tok) -> Vec<u32> {
+    if let Some(e) = generation.eos_token_id.as_ref().or(config.eos_token_id.as_ref()) {
+        return e.to_vec();
+    }
+    ["<|endoftext|>", "<|im_end|>"].iter().filter_map(|s| tok.token_to_id(s)).collect()
+}
+
+/// The device a `--device` string names: `cpu`, `cuda` or `cuda:N`.
+pub fn parse_device(spec: &str) -> Result<Device> {
+    match spec {
+        "cpu" => Ok(Device::Cpu),
+        s if s == "cuda" || s.starts_with("cuda:") => {
+            let n: usize = match s.strip_prefix("cuda:") {
+                None => 0,
+                Some(n) => n.parse().map_err(|_| anyhow!("--device {s}: expected cuda:N with N a GPU index"))?,
+            };
+            cuda_device(n)
+        }
+        other => bail!("--device {other}: expected cpu, cuda or cuda:N"),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device(n: usize) -> Result<Device> {
+    Device::new_cuda(n).with_context(|| format!("--device cuda:{n}: cannot open the GPU"))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device(n: usize) -> Result<Device> {
+    bail!("--device cuda:{n}: this binary was built without CUDA; rebuild with `--features cuda`")
+}
+
+/// The compute dtype for a device: f32 on the CPU, bf16 on a GPU.
+pub fn compute_dtype(device: &Device) -> DType {
+    if device.is_cpu() {
+        DType::F32
+    } else {
+        DType::BF16
+    }
+}

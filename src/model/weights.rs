@@ -1,0 +1,122 @@
+//! Tensors by name from one or more safetensors files, memory-mapped or embedded, with errors
+//! that name the file and the tensor.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::safetensors::Load;
+use candle_core::{DType, Device, Tensor};
+use safetensors::SafeTensors;
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Static(&'static [u8]),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Static(s) => s,
+        }
+    }
+}
+
+struct Shard {
+    /// How errors name this file.
+    label: String,
+    bytes: Bytes,
+}
+
+pub struct Weights {
+    shards: Vec<Shard>,
+    /// Tensor name -> index into `shards`.
+    index: HashMap<String, usize>,
+}
+
+impl Weights {
+    pub fn open_files(paths: &[impl AsRef<Path>]) -> Result<Self> {
+        let mut shards = Vec::new();
+        for p in paths {
+            let p = p.as_ref();
+            let file = std::fs::File::open(p).with_context(|| format!("{}: cannot open", p.display()))?;
+            // SAFETY: the checkpoint is treated as read-only input for the life of the process;
+            // like every mmap-based loader we assume nobody truncates it meanwhile.
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .with_context(|| format!("{}: cannot map", p.display()))?;
+            shards.push(Shard { label: p.display().to_string(), bytes: Bytes::Mapped(map) });
+        }
+        Self::index(shards)
+    }
+
+    pub fn from_static(label: &str, bytes: &'static [u8]) -> Result<Self> {
+        Self::index(vec![Shard { label: label.to_string(), bytes: Bytes::Static(bytes) }])
+    }
+
+    fn index(shards: Vec<Shard>) -> Result<Self> {
+        let mut index = HashMap::new();
+        for (i, shard) in shards.iter().enumerate() {
+            let st = parse(shard)?;
+            for name in st.names() {
+                if let Some(prev) = index.insert(name.to_string(), i) {
+                    bail!(
+                        "{}: tensor `{name}` also appears in {}",
+                        shard.label,
+                        shards[prev].label
+                    );
+                }
+            }
+        }
+        Ok(Weights { shards, index })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// Loads `name`, checks its shape, converts it to `dtype` on `device`.
+    pub fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| anyhow!("{}: missing tensor `{name}`", self.describe()))?;
+        let shard = &self.shards[i];
+        let view = parse(shard)?.tensor(name).map_err(|e| anyhow!("{}: tensor `{name}`: {e}", shard.label))?;
+        if view.shape() != shape {
+            bail!(
+                "{}: tensor `{name}` has shape {:?}, expected {:?}",
+                shard.label,
+                view.shape(),
+                shape
+            );
+        }
+        let t = view
+            .load(&Device::Cpu)
+            .map_err(|e| anyhow!("{}: tensor `{name}`: {e}", shard.label))?;
+        // Convert on the host, then move: the device sees only the dtype it computes in.
+        Ok(t.to_dtype(dtype)?.to_device(device)?)
+    }
+
+    /// The stored dtype of the first tensor (what the checkpoint "is").
+    pub fn stored_dtype(&self) -> String {
+        self.shards
+            .first()
+            .and_then(|s| parse(s).ok().map(|st| st.tensors().first().map(|t| format!("{:?}", t.1.dtype()))))
+            .flatten()
+            .unwrap_or_default()
+            .to_lowercase()
+    }
+
+    fn describe(&self) -> String {
+        match self.shards.as_slice() {
+            [one] => one.label.clone(),
+            many => format!("{} (and {} more shards)", many[0].label, many.len() - 1),
+        }
+    }
+}
+
+fn parse(shard: &Shard) -> Result<SafeTensors<'_>> {
+    SafeTensors::deserialize(shard.bytes.as_slice())
+        .map_err(|e| anyhow!("{}: not a valid safetensors file: {e}", shard.label))
+}

@@ -1,0 +1,224 @@
+//! Per-position sampling (token, confidence, entropy) and the unmasking strategies.
+//! Pure functions of numbers: no model, no I/O. docs/decoding.md is the specification.
+
+pub mod strategy;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::settings::Sampling;
+
+/// What the sampler made of one position's logits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PosSample {
+    pub token: u32,
+    /// Probability of `token` under the distribution it was drawn from.
+    pub conf: f32,
+    /// Entropy (nats) of that distribution.
+    pub entropy: f32,
+}
+
+/// The seeded stream of uniforms, one per sampled position. Greedy decoding draws none, so a
+/// greedy trace does not depend on the seed.
+pub struct Uniforms(ChaCha8Rng);
+
+impl Uniforms {
+    pub fn new(seed: u64) -> Self {
+        Uniforms(ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// One uniform in [0, 1) per position, or none when greedy.
+    pub fn draw(&mut self, n: usize, sampling: &Sampling) -> Vec<f32> {
+        if sampling.is_greedy() {
+            return vec![0.0; n];
+        }
+        (0..n).map(|_| self.0.random::<f32>()).collect()
+    }
+}
+
+/// Samples one position. `u` is this position's uniform (ignored when greedy).
+pub fn sample(logits: &[f32], sampling: &Sampling, u: f32) -> PosSample {
+    if sampling.is_greedy() {
+        return greedy(logits);
+    }
+    let inv_t = 1.0 / sampling.temperature;
+    let kept = filtered(logits, inv_t, sampling.top_k, sampling.top_p);
+    draw(&kept, u)
+}
+
+fn greedy(logits: &[f32]) -> PosSample {
+    let (mut best, mut max) = (0usize, f32::NEG_INFINITY);
+    for (i, &z) in logits.iter().enumerate() {
+        // Strictly greater: the lowest id wins a tie.
+        if z > max {
+            max = z;
+            best = i;
+        }
+    }
+    let (log_z, mean_shifted) = log_partition(logits.iter().copied(), max);
+    PosSample {
+        token: best as u32,
+        conf: (-log_z).exp(),
+        entropy: log_z - mean_shifted,
+    }
+}
+
+/// For logits `z` with maximum `m`: (ln Σ e^(z-m), Σ p (z-m)). The entropy is their difference,
+/// and the probability of the maximum is e^-(first).
+fn log_partition(zs: impl Iterator<Item = f32> + Clone, m: f32) -> (f32, f32) {
+    let mut sum = 0f64;
+    let mut weighted = 0f64;
+    for z in zs {
+        let d = (z - m) as f64;
+        let e = d.exp();
+        sum += e;
+        weighted += e * d;
+    }
+    (sum.ln() as f32, (weighted / sum) as f32)
+}
+
+/// Token ids with their filtered, renormalised probabilities, most probable first (ties by id).
+fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Vec<(u32, f32)> {
+    let mut order: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &z)| (i as u32, z * inv_t))
+        .collect();
+    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if top_k > 0 && top_k < order.len() {
+        order.select_nth_unstable_by(top_k - 1, by_logit);
+        order.truncate(top_k);
+    }
+    order.sort_unstable_by(by_logit);
+    let m = order[0].1;
+    let mut probs: Vec<(u32, f32)> = order.iter().map(|&(i, z)| (i, (z - m).exp())).collect();
+    let total: f32 = probs.iter().map(|p| p.1).sum();
+    if top_p < 1.0 {
+        let mut cum = 0.0;
+        let mut keep = probs.len();
+        for (n, p) in probs.iter().enumerate() {
+            cum += p.1 / total;
+            if cum >= top_p {
+                keep = n + 1;
+                break;
+            }
+        }
+        probs.truncate(keep);
+    }
+    let total: f32 = probs.iter().map(|p| p.1).sum();
+    for p in &mut probs {
+        p.1 /= total;
+    }
+    probs
+}
+
+/// Inverse-CDF draw over `kept` (most probable first), so the same uniform gives the same token
+/// on every backend.
+fn draw(kept: &[(u32, f32)], u: f32) -> PosSample {
+    let entropy: f32 = kept
+        .iter()
+        .filter(|p| p.1 > 0.0)
+        .map(|p| -p.1 * p.1.ln())
+        .sum();
+    let mut cum = 0.0;
+    let mut chosen = kept[kept.len() - 1];
+    for &p in kept {
+        cum += p.1;
+        if u < cum {
+            chosen = p;
+            break;
+        }
+    }
+    PosSample { token: chosen.0, conf: chosen.1, entropy }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn softmax(z: &[f32]) -> Vec<f32> {
+        let m = z.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = z.iter().map(|x| (x - m).exp()).collect();
+        let s: f32 = e.iter().sum();
+        e.iter().map(|x| x / s).collect()
+    }
+
+    fn entropy(p: &[f32]) -> f32 {
+        p.iter().filter(|&&x| x > 0.0).map(|x| -x * x.ln()).sum()
+    }
+
+    #[test]
+    fn greedy_takes_argmax_with_unfiltered_probability() {
+        let z = [0.5, 2.0, -1.0, 1.0];
+        let s = sample(&z, &Sampling::default(), 0.0);
+        let p = softmax(&z);
+        assert_eq!(s.token, 1);
+        assert!((s.conf - p[1]).abs() < 1e-6);
+        assert!((s.entropy - entropy(&p)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn greedy_tie_goes_to_lowest_id() {
+        let s = sample(&[1.0, 3.0, 3.0], &Sampling::default(), 0.0);
+        assert_eq!(s.token, 1);
+    }
+
+    #[test]
+    fn temperature_draw_follows_inverse_cdf() {
+        // probabilities after softmax: ln(1), ln(2), ln(3), ln(4) -> 0.1 0.2 0.3 0.4
+        let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
+        let sm = Sampling { temperature: 1.0, ..Sampling::default() };
+        // sorted: id3 0.4, id2 0.3, id1 0.2, id0 0.1
+        assert_eq!(sample(&z, &sm, 0.0).token, 3);
+        assert_eq!(sample(&z, &sm, 0.39).token, 3);
+        assert_eq!(sample(&z, &sm, 0.41).token, 2);
+        assert_eq!(sample(&z, &sm, 0.71).token, 1);
+        let last = sample(&z, &sm, 0.95);
+        assert_eq!(last.token, 0);
+        assert!((last.conf - 0.1).abs() < 1e-6);
+        assert!((last.entropy - entropy(&[0.1, 0.2, 0.3, 0.4])).abs() < 1e-5);
+    }
+
+    #[test]
+    fn top_k_renormalises_over_the_k_best() {
+        let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
+        let sm = Sampling { temperature: 1.0, top_k: 2, ..Sampling::default() };
+        let s = sample(&z, &sm, 0.99);
+        assert_eq!(s.token, 2);
+        assert!((s.conf - 3.0 / 7.0).abs() < 1e-6);
+        assert!((s.entropy - entropy(&[4. / 7., 3. / 7.])).abs() < 1e-5);
+    }
+
+    #[test]
+    fn top_p_keeps_smallest_prefix_reaching_mass() {
+        let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
+        // 0.4 < 0.6 <= 0.7: keeps ids 3 and 2.
+        let sm = Sampling { temperature: 1.0, top_p: 0.6, ..Sampling::default() };
+        assert_eq!(sample(&z, &sm, 0.999).token, 2);
+        // a tiny p still keeps one token, with probability 1.
+        let one = Sampling { temperature: 1.0, top_p: 1e-6, ..Sampling::default() };
+        let s = sample(&z, &one, 0.999);
+        assert_eq!((s.token, s.conf, s.entropy), (3, 1.0, 0.0));
+    }
+
+    #[test]
+    fn low_temperature_sharpens() {
+        let z = [0.0, 1.0];
+        let hot = sample(&z, &Sampling { temperature: 2.0, ..Sampling::default() }, 0.0);
+        let cold = sample(&z, &Sampling { temperature: 0.25, ..Sampling::default() }, 0.0);
+        assert_eq!((hot.token, cold.token), (1, 1));
+        assert!(cold.conf > hot.conf);
+    }
+
+    #[test]
+    fn uniforms_are_reproducible_and_skipped_when_greedy() {
+        let sm = Sampling { temperature: 1.0, seed: 7, ..Sampling::default() };
+        let a = Uniforms::new(7).draw(5, &sm);
+        let b = Uniforms::new(7).draw(5, &sm);
+        let c = Uniforms::new(8).draw(5, &sm);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert!(a.iter().all(|u| (0.0..1.0).contains(u)));
+        assert_eq!(Uniforms::new(7).draw(3, &Sampling::default()), vec![0.0; 3]);
+    }
+}

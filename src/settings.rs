@@ -1,0 +1,217 @@
+//! Decode settings: the knobs a user turns, validated once so the engine can trust them.
+
+use serde::{Deserialize, Serialize};
+
+/// Which masked positions a denoising step commits. docs/decoding.md defines each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Strategy {
+    Sequential,
+    LowConfidenceStatic,
+    LowConfidenceDynamic,
+    EntropyBounded,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Sequential,
+        Strategy::LowConfidenceStatic,
+        Strategy::LowConfidenceDynamic,
+        Strategy::EntropyBounded,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Sequential => "sequential",
+            Strategy::LowConfidenceStatic => "low_confidence_static",
+            Strategy::LowConfidenceDynamic => "low_confidence_dynamic",
+            Strategy::EntropyBounded => "entropy_bounded",
+        }
+    }
+
+    /// The next strategy in `ALL`, wrapping; the TUI's `m` key.
+    pub fn next(self) -> Strategy {
+        let i = Strategy::ALL.iter().position(|&s| s == self).unwrap_or(0);
+        Strategy::ALL[(i + 1) % Strategy::ALL.len()]
+    }
+}
+
+/// How many positions a fixed-schedule step commits, and whether dynamic honours the schedule.
+/// SDAR's generate.py and lmdeploy differ here; both are offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Schedule {
+    /// `masked / steps` per step, the first `masked % steps` steps one more.
+    Sdar,
+    /// `max(1, block_length / steps)` per step; dynamic ignores steps.
+    Lmdeploy,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeSettings {
+    pub strategy: Strategy,
+    pub schedule: Schedule,
+    pub threshold: f32,
+    pub eb_threshold: f32,
+    pub block_length: usize,
+    pub steps: usize,
+    pub sampling: Sampling,
+    pub max_new_tokens: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// 0 is greedy.
+    pub temperature: f32,
+    /// 0 disables top-k.
+    pub top_k: usize,
+    /// 1 disables top-p.
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Sampling {
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+    }
+}
+
+impl Default for DecodeSettings {
+    fn default() -> Self {
+        DecodeSettings {
+            strategy: Strategy::LowConfidenceDynamic,
+            schedule: Schedule::Sdar,
+            threshold: 0.85,
+            eb_threshold: 0.35,
+            block_length: 4,
+            steps: 4,
+            sampling: Sampling::default(),
+            max_new_tokens: 256,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SettingsError {
+    #[error("--block-length must be at least 1 (got {0})")]
+    BlockLength(usize),
+    #[error("--steps must be at least 1 (got {0})")]
+    Steps(usize),
+    #[error("--threshold must be within [0, 1] (got {0})")]
+    Threshold(f32),
+    #[error("--eb-threshold must be a finite number >= 0 (got {0})")]
+    EbThreshold(f32),
+    #[error("--temperature must be a finite number >= 0 (got {0})")]
+    Temperature(f32),
+    #[error("--top-p must be within (0, 1] (got {0})")]
+    TopP(f32),
+    #[error("--max-new-tokens must be at least 1 (got {0})")]
+    MaxNewTokens(usize),
+}
+
+impl DecodeSettings {
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let s = &self.sampling;
+        if self.block_length == 0 {
+            return Err(SettingsError::BlockLength(self.block_length));
+        }
+        if self.steps == 0 {
+            return Err(SettingsError::Steps(self.steps));
+        }
+        if !(0.0..=1.0).contains(&self.threshold) {
+            return Err(SettingsError::Threshold(self.threshold));
+        }
+        if !self.eb_threshold.is_finite() || self.eb_threshold < 0.0 {
+            return Err(SettingsError::EbThreshold(self.eb_threshold));
+        }
+        if !s.temperature.is_finite() || s.temperature < 0.0 {
+            return Err(SettingsError::Temperature(s.temperature));
+        }
+        if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+            return Err(SettingsError::TopP(s.top_p));
+        }
+        if self.max_new_tokens == 0 {
+            return Err(SettingsError::MaxNewTokens(self.max_new_tokens));
+        }
+        Ok(())
+    }
+
+    /// A one-line summary for status bars and table headers.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} B={} S={}",
+            self.strategy.name(),
+            self.block_length,
+            self.steps
+        );
+        match self.strategy {
+            Strategy::LowConfidenceDynamic => s += &format!(" thr={:.2}", self.threshold),
+            Strategy::EntropyBounded => s += &format!(" eb={:.2}", self.eb_threshold),
+            _ => {}
+        }
+        if self.schedule == Schedule::Lmdeploy {
+            s += " lmdeploy";
+        }
+        if self.sampling.is_greedy() {
+            s += " greedy";
+        } else {
+            s += &format!(" T={}", self.sampling.temperature);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(DecodeSettings::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn rejects_each_bad_field() {
+        let base = DecodeSettings::default();
+        let cases: Vec<(DecodeSettings, SettingsError)> = vec![
+            (DecodeSettings { block_length: 0, ..base.clone() }, SettingsError::BlockLength(0)),
+            (DecodeSettings { steps: 0, ..base.clone() }, SettingsError::Steps(0)),
+            (DecodeSettings { threshold: 1.5, ..base.clone() }, SettingsError::Threshold(1.5)),
+            (DecodeSettings { max_new_tokens: 0, ..base.clone() }, SettingsError::MaxNewTokens(0)),
+            (
+                DecodeSettings { sampling: Sampling { top_p: 0.0, ..base.sampling }, ..base.clone() },
+                SettingsError::TopP(0.0),
+            ),
+            (
+                DecodeSettings {
+                    sampling: Sampling { temperature: -1.0, ..base.sampling },
+                    ..base.clone()
+                },
+                SettingsError::Temperature(-1.0),
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(s.validate(), Err(want));
+        }
+    }
+
+    #[test]
+    fn strategy_cycle_visits_all() {
+        let mut s = Strategy::Sequential;
+        let mut seen = vec![];
+        for _ in 0..4 {
+            seen.push(s);
+            s = s.next();
+        }
+        assert_eq!(seen, Strategy::ALL.to_vec());
+        assert_eq!(s, Strategy::Sequential);
+    }
+}

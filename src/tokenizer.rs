@@ -1,0 +1,89 @@
+//! The checkpoint's tokenizer, with the mask token SDAR decodes from.
+
+use anyhow::{anyhow, bail, Result};
+use tokenizers::{AddedToken, Tokenizer};
+
+/// Spellings of the mask token seen in SDAR releases (`<|MASK|>` in one file, `<MASK>` in another).
+pub const MASK_SPELLINGS: [&str; 2] = ["<|MASK|>", "<MASK>"];
+
+pub struct Tok {
+    inner: Tokenizer,
+    mask_id: u32,
+    /// Whether `<|MASK|>` was missing from tokenizer.json and had to be added.
+    pub mask_added: bool,
+}
+
+impl Tok {
+    /// Loads tokenizer.json bytes. `config_mask` is `mask_token_id` from config.json, if any;
+    /// `config_mask_text` is `mask_token` from tokenizer_config.json, if any.
+    pub fn from_bytes(
+        bytes: &[u8],
+        origin: &str,
+        config_mask: Option<u32>,
+        config_mask_text: Option<&str>,
+    ) -> Result<Self> {
+        let mut inner =
+            Tokenizer::from_bytes(bytes).map_err(|e| anyhow!("{origin}: invalid tokenizer: {e}"))?;
+        let known = config_mask_text
+            .into_iter()
+            .chain(MASK_SPELLINGS)
+            .find_map(|s| inner.token_to_id(s));
+        let (mask_id, mask_added) = match (known, config_mask) {
+            (Some(id), Some(want)) if id != want => bail!(
+                "{origin}: mask token has id {id}, but config.json says mask_token_id {want}"
+            ),
+            (Some(id), _) => (id, false),
+            (None, want) => (add_mask(&mut inner, origin, want)?, true),
+        };
+        Ok(Tok { inner, mask_id, mask_added })
+    }
+
+    pub fn mask_id(&self) -> u32 {
+        self.mask_id
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(|e| anyhow!("cannot tokenize prompt: {e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of a whole output, special tokens dropped.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, true).unwrap_or_default()
+    }
+
+    /// The visible piece of one token: what a cell shows. Special tokens keep their spelling.
+    pub fn piece(&self, id: u32) -> String {
+        match self.inner.decode(&[id], false) {
+            Ok(s) if !s.is_empty() => s,
+            _ => self.inner.id_to_token(id).unwrap_or_else(|| format!("<{id}>")),
+        }
+    }
+
+    pub fn token_to_id(&self, s: &str) -> Option<u32> {
+        self.inner.token_to_id(s)
+    }
+}
+
+/// SDAR adds `<|MASK|>` on top of Qwen3's vocabulary; a tokenizer.json without it gets it here,
+/// but only where that lands on the id config.json expects.
+fn add_mask(inner: &mut Tokenizer, origin: &str, want: Option<u32>) -> Result<u32> {
+    let Some(want) = want else {
+        bail!("{origin}: no mask token (`<|MASK|>` or `<MASK>`) and config.json has no `mask_token_id`");
+    };
+    let next = inner.get_vocab_size(true) as u32;
+    if next != want {
+        bail!(
+            "{origin}: no mask token; adding `<|MASK|>` would give id {next}, \
+             but config.json says mask_token_id {want}"
+        );
+    }
+    inner
+        .add_special_tokens(vec![AddedToken::from(MASK_SPELLINGS[0], true)])
+        .map_err(|e| anyhow!("{origin}: cannot add the mask token: {e}"))?;
+    Ok(want)
+}
