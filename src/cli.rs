@@ -35,6 +35,13 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Open the TUI on a recorded trace (from `unmask trace`); no model needed. A truncated or
+    /// corrupt trace replays up to its last good event.
+    Replay {
+        /// The trace, JSON Lines.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 /// Flags shared by everything that decodes. Unset ones fall back to the checkpoint's

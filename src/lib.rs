@@ -13,3 +13,7 @@ pub mod session;
 pub mod settings;
 pub mod tokenizer;
 pub mod trace;
+pub mod store;
+pub mod synth;
+pub mod terminal;
+pub mod ui;

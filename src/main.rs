@@ -7,7 +7,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
-        None => unmask::commands::trace::run(&cli.decode, None),
+        Some(Command::Replay { file }) => unmask::commands::replay::run(file),
+        None => unmask::commands::tui::run(&cli.decode),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

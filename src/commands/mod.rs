@@ -1,3 +1,5 @@
 //! One module per subcommand; each takes parsed flags and does its whole job.
 
+pub mod replay;
 pub mod trace;
+pub mod tui;

@@ -1,0 +1,15 @@
+//! `unmask replay FILE`: the TUI over a recorded trace, no model needed.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::trace;
+use crate::ui::App;
+
+pub fn run(path: &Path) -> Result<()> {
+    super::tui::require_terminal()?;
+    let t = trace::read_file(path)?;
+    let mut app = App::replay(t.events, path.display().to_string(), t.stopped);
+    super::tui::serve(&mut app, None, &mut |_| {})
+}

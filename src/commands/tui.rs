@@ -1,0 +1,73 @@
+//! `unmask` with no subcommand: the live TUI over a decode running on this machine.
+
+use std::io::IsTerminal;
+
+use anyhow::{bail, Result};
+
+use crate::cli::DecodeArgs;
+use crate::engine::{Control, EngineThread, Request};
+use crate::session::Session;
+use crate::settings::DecodeSettings;
+use crate::ui::{self, App, EngineCmd};
+
+/// The TUI needs a terminal; a pipe or a file gets a pointer to `unmask trace` instead of
+/// escape codes.
+pub fn require_terminal() -> Result<()> {
+    if !std::io::stdout().is_terminal() {
+        bail!("stdout is not a terminal; the TUI needs one (use `unmask trace` to write the step events to a file or pipe)");
+    }
+    Ok(())
+}
+
+pub fn run(args: &DecodeArgs) -> Result<()> {
+    require_terminal()?;
+    let session = Session::open(args)?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let engine = EngineThread::spawn(Box::new(session.denoiser), Box::new(session.tokenizer), move |ev| {
+        // The UI may be gone (quitting); the engine must not care.
+        let _ = tx.send(ev);
+    });
+    let base = session.request;
+    engine.submit(with_settings(&base, base.settings.clone()));
+    let mut steer = |cmd: EngineCmd| match cmd {
+        EngineCmd::Pause => engine.send(Control::Pause),
+        EngineCmd::Resume => engine.send(Control::Resume),
+        EngineCmd::Settings(s) => engine.send(Control::Settings(s)),
+        EngineCmd::Restart(s) => {
+            engine.send(Control::Cancel);
+            engine.submit(with_settings(&base, s));
+        }
+    };
+    let mut app = App::live();
+    serve(&mut app, Some(rx), &mut steer)
+    // `engine` drops after the screen is restored: it cancels the decode and joins the thread.
+}
+
+/// The same request with other settings; block length and length stay (they shape the run).
+fn with_settings(base: &Request, mut s: DecodeSettings) -> Request {
+    s.block_length = base.settings.block_length;
+    s.max_new_tokens = base.settings.max_new_tokens;
+    Request {
+        prompt: base.prompt.clone(),
+        prompt_ids: base.prompt_ids.clone(),
+        settings: s,
+        mask_id: base.mask_id,
+        eos_ids: base.eos_ids.clone(),
+        model: base.model.clone(),
+        device: base.device.clone(),
+    }
+}
+
+/// Takes over the terminal, runs the UI loop, and gives the terminal back however it ends.
+pub fn serve(
+    app: &mut App,
+    events: Option<tokio::sync::mpsc::UnboundedReceiver<crate::events::Event>>,
+    steer: &mut dyn FnMut(EngineCmd),
+) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    let mut guard = crate::terminal::Guard::enter()?;
+    let input = crossterm::event::EventStream::new();
+    let result = rt.block_on(ui::run(&mut guard.terminal, app, events, input, steer));
+    drop(guard);
+    result
+}

@@ -1,0 +1,585 @@
+//! The append-only event store behind every view. It knows nothing of terminals.
+//!
+//! Events go in once; any past step can then be looked at again. A *step index* `k` numbers
+//! every denoising step of a run, over all blocks (0 is the first step of the first decode
+//! block). "The state at `k`" is the state right after step `k` was applied. Each cell keeps the
+//! step index that decoded it, so the state of a cell at `k` is one comparison, and drawing a
+//! window of a 10,000-token decode never replays events.
+//!
+//! A new header starts a new run (a restart); the old run is dropped.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::events::{BlockEvent, Event, FinishEvent, Header, StepEvent};
+use crate::settings::DecodeSettings;
+
+/// `CellRec::at` of a position nothing has decoded yet.
+const NOT_DECODED: u32 = u32::MAX;
+/// `CellRec::at` of a prompt position (decoded before any step).
+const PROMPT: u32 = u32::MAX - 1;
+
+#[derive(Clone, Copy, Debug)]
+struct CellRec {
+    token: u32,
+    /// Step index that decoded it, or `NOT_DECODED` / `PROMPT`.
+    at: u32,
+    conf: f32,
+    entropy: f32,
+}
+
+/// One recorded denoising step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRec {
+    pub block: usize,
+    /// 0-based within its block.
+    pub step: usize,
+    /// Running count of forward passes, this one included.
+    pub forward: usize,
+    pub t_ms: f64,
+    /// Positions this step committed.
+    pub committed: usize,
+    /// Positions committed by all steps up to and including this one.
+    pub tokens_total: usize,
+    /// Lowest position this step committed (the inspector's default cell).
+    pub first_commit: Option<usize>,
+    /// This step's candidates for still-masked cells, sorted by position, in `Run::cands`.
+    cands: Range<u32>,
+}
+
+/// One decode block that has at least one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockRec {
+    pub block: usize,
+    /// Step index of its first step.
+    pub first_step: usize,
+    /// Steps recorded so far.
+    pub steps: usize,
+    /// Set by the block event (commit pass done): forward count after it.
+    pub done_forward: Option<usize>,
+}
+
+/// The model's preferred token for a masked cell at one step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Cand {
+    pos: u32,
+    token: u32,
+    conf: f32,
+}
+
+/// What a cell looks like at some step index.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CellState {
+    Prompt { token: u32 },
+    Decoded(Decoded),
+    /// Still masked; `cand` is the model's current preference (None before its block's first step).
+    Masked { cand: Option<Candidate> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decoded {
+    pub token: u32,
+    /// Step index that decoded it.
+    pub at: usize,
+    /// Step within its block that decoded it.
+    pub step: usize,
+    pub conf: f32,
+    pub entropy: f32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub token: u32,
+    pub conf: f32,
+}
+
+/// One point of a cell's history: at step index `at` the model preferred `token`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrajPoint {
+    pub at: usize,
+    pub step: usize,
+    pub token: u32,
+    pub conf: f32,
+    /// This step committed it (the last point of a decoded cell).
+    pub committed: bool,
+}
+
+/// Everything recorded for one decode, from its header on.
+#[derive(Debug)]
+pub struct Run {
+    pub header: Header,
+    cells: Vec<CellRec>,
+    steps: Vec<StepRec>,
+    blocks: Vec<BlockRec>,
+    cands: Vec<Cand>,
+    /// Text of every token id seen (a token's piece never changes within a run).
+    pieces: HashMap<u32, Box<str>>,
+    /// `(block, settings)` in force from that block on; the first entry is the header's.
+    settings_log: Vec<(usize, DecodeSettings)>,
+    /// `(pos, step index)` of every EOS committed inside the output range.
+    eos: Vec<(usize, usize)>,
+    pub finish: Option<FinishEvent>,
+    /// Events that contradicted what came before and were dropped (a corrupt trace).
+    pub ignored: usize,
+}
+
+/// The store: the current run, and how many runs have started (restarts bump it).
+#[derive(Debug, Default)]
+pub struct Store {
+    run: Option<Run>,
+    generation: usize,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Store::default()
+    }
+
+    pub fn from_events(events: impl IntoIterator<Item = Event>) -> Self {
+        let mut s = Store::new();
+        for ev in events {
+            s.push(ev);
+        }
+        s
+    }
+
+    pub fn push(&mut self, ev: Event) {
+        match ev {
+            Event::Header(h) => {
+                self.run = Some(Run::new(h));
+                self.generation += 1;
+            }
+            Event::Step(s) => self.with_run(|r| r.push_step(s)),
+            Event::Block(b) => self.with_run(|r| r.push_block(b)),
+            Event::Finish(f) => self.with_run(|r| r.finish = Some(f)),
+        }
+    }
+
+    /// Events before any header have nothing to attach to and are dropped.
+    fn with_run(&mut self, f: impl FnOnce(&mut Run)) {
+        if let Some(r) = self.run.as_mut() {
+            f(r)
+        }
+    }
+
+    pub fn run(&self) -> Option<&Run> {
+        self.run.as_ref()
+    }
+
+    /// Bumped by every header: views reset their cursor when it changes.
+    pub fn generation(&self) -> usize {
+        self.generation
+    }
+
+    /// Heap bytes held by the store, for the memory-per-token figure in docs/perf.md.
+    pub fn heap_bytes(&self) -> usize {
+        self.run.as_ref().map_or(0, Run::heap_bytes)
+    }
+}
+
+impl Run {
+    fn new(header: Header) -> Self {
+        let mut pieces = HashMap::new();
+        let cells = header
+            .prompt_ids
+            .iter()
+            .zip(&header.prompt_pieces)
+            .map(|(&token, piece)| {
+                pieces.entry(token).or_insert_with(|| piece.as_str().into());
+                CellRec { token, at: PROMPT, conf: 1.0, entropy: 0.0 }
+            })
+            .collect();
+        let settings_log = vec![(header.first_block, header.settings.clone())];
+        Run {
+            header,
+            cells,
+            steps: Vec::new(),
+            blocks: Vec::new(),
+            cands: Vec::new(),
+            pieces,
+            settings_log,
+            eos: Vec::new(),
+            finish: None,
+            ignored: 0,
+        }
+    }
+
+    pub fn block_length(&self) -> usize {
+        self.header.settings.block_length.max(1)
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.header.prompt_ids.len()
+    }
+
+    /// Step index of the newest step, if any.
+    pub fn head(&self) -> Option<usize> {
+        self.steps.len().checked_sub(1)
+    }
+
+    pub fn steps(&self) -> &[StepRec] {
+        &self.steps
+    }
+
+    pub fn step(&self, k: usize) -> Option<&StepRec> {
+        self.steps.get(k)
+    }
+
+    pub fn blocks(&self) -> &[BlockRec] {
+        &self.blocks
+    }
+
+    /// The record of decode block `block`, if it has started.
+    pub fn block(&self, block: usize) -> Option<&BlockRec> {
+        let i = block.checked_sub(self.header.first_block)?;
+        self.blocks.get(i)
+    }
+
+    /// Step indices of `block` recorded so far.
+    pub fn block_steps(&self, block: usize) -> Range<usize> {
+        self.block(block).map_or(0..0, |b| b.first_step..b.first_step + b.steps)
+    }
+
+    /// Total number of blocks this decode can have (prompt blocks included).
+    pub fn max_blocks(&self) -> usize {
+        self.header.max_len.div_ceil(self.block_length()).max(self.header.first_block + 1)
+    }
+
+    /// The text piece of a token id, as the events spelled it.
+    pub fn piece(&self, token: u32) -> &str {
+        self.pieces.get(&token).map_or("", |p| p)
+    }
+
+    /// State of `pos` right after step `k` (`None`: before any step).
+    pub fn cell(&self, pos: usize, k: Option<usize>) -> CellState {
+        let Some(c) = self.cells.get(pos) else { return CellState::Masked { cand: None } };
+        match c.at {
+            PROMPT => CellState::Prompt { token: c.token },
+            at if at != NOT_DECODED && k.is_some_and(|k| at as usize <= k) => {
+                let at = at as usize;
+                CellState::Decoded(Decoded { token: c.token, at, step: self.steps[at].step, conf: c.conf, entropy: c.entropy })
+            }
+            _ => CellState::Masked { cand: k.and_then(|k| self.candidate(pos, k)) },
+        }
+    }
+
+    /// The model's preference for masked `pos` as of step `k`: from the newest step of its
+    /// block at or before `k`.
+    fn candidate(&self, pos: usize, k: usize) -> Option<Candidate> {
+        let block = pos / self.block_length();
+        let steps = self.block_steps(block);
+        if steps.start > k || steps.is_empty() {
+            return None;
+        }
+        let last = k.min(steps.end - 1);
+        self.cand_in_step(pos, last).map(|c| Candidate { token: c.token, conf: c.conf })
+    }
+
+    fn cand_in_step(&self, pos: usize, k: usize) -> Option<Cand> {
+        let r = &self.steps[k].cands;
+        let slice = &self.cands[r.start as usize..r.end as usize];
+        slice.binary_search_by_key(&(pos as u32), |c| c.pos).ok().map(|i| slice[i])
+    }
+
+    /// What the model preferred for `pos` at every step of its block up to `k`, while it was
+    /// still masked; the committing step comes last, marked.
+    pub fn trajectory(&self, pos: usize, k: usize) -> Vec<TrajPoint> {
+        let block = pos / self.block_length();
+        let decoded = match self.cell(pos, Some(k)) {
+            CellState::Decoded(d) => Some(d),
+            CellState::Prompt { .. } => return Vec::new(),
+            CellState::Masked { .. } => None,
+        };
+        let steps = self.block_steps(block);
+        let end = decoded.map_or(k + 1, |d| d.at).min(steps.end);
+        let mut out: Vec<TrajPoint> = (steps.start..end.max(steps.start))
+            .filter_map(|i| {
+                let c = self.cand_in_step(pos, i)?;
+                Some(TrajPoint { at: i, step: self.steps[i].step, token: c.token, conf: c.conf, committed: false })
+            })
+            .collect();
+        if let Some(d) = decoded {
+            out.push(TrajPoint { at: d.at, step: d.step, token: d.token, conf: d.conf, committed: true });
+        }
+        out
+    }
+
+    /// The block whose step `k` is (the block being decoded in the view).
+    pub fn active_block(&self, k: Option<usize>) -> usize {
+        k.and_then(|k| self.steps.get(k)).map_or(self.header.first_block, |s| s.block)
+    }
+
+    /// Position one past the last cell the view shows at `k`: the end of the active block.
+    pub fn shown_end(&self, k: Option<usize>) -> usize {
+        (self.active_block(k) + 1) * self.block_length()
+    }
+
+    /// Position one past the last output token at `k`: cells after it (beyond the length, or
+    /// after a decoded EOS) are decoded but dropped from the output.
+    pub fn output_end(&self, k: Option<usize>) -> usize {
+        let eos = k.and_then(|k| self.eos.iter().filter(|&&(_, at)| at <= k).map(|&(p, _)| p + 1).min());
+        eos.unwrap_or(usize::MAX).min(self.header.max_len)
+    }
+
+    /// Settings in force for `block`, and the block they took effect at.
+    pub fn settings_for(&self, block: usize) -> (&DecodeSettings, usize) {
+        let (from, s) = self.settings_log.iter().rev().find(|(b, _)| *b <= block).unwrap_or(&self.settings_log[0]);
+        (s, *from)
+    }
+
+    /// The settings of the newest block (what the engine runs with now).
+    pub fn latest_settings(&self) -> &DecodeSettings {
+        &self.settings_log.last().expect("the header's settings are always logged").1
+    }
+
+    /// How many distinct step colours this run needs: the most steps a block may take.
+    pub fn step_span(&self) -> usize {
+        let configured = self.settings_log.iter().map(|(_, s)| s.steps).max().unwrap_or(1);
+        let observed = self.blocks.iter().map(|b| b.steps).max().unwrap_or(1);
+        configured.min(self.block_length()).max(observed).max(1)
+    }
+
+    /// Forward passes before the first denoising step (the prompt prefill).
+    pub fn prefill_forwards(&self) -> usize {
+        self.steps.first().map_or(0, |s| s.forward.saturating_sub(1))
+    }
+
+    /// Forwards per finished block up to `k` (denoising passes plus the commit pass).
+    pub fn forwards_per_block(&self, k: usize) -> Option<f64> {
+        let active = self.active_block(Some(k));
+        let done: Vec<&BlockRec> =
+            self.blocks.iter().take_while(|b| b.block < active).filter(|b| b.done_forward.is_some()).collect();
+        let last = done.last()?.done_forward?;
+        Some((last - self.prefill_forwards()) as f64 / done.len() as f64)
+    }
+
+    fn push_step(&mut self, s: StepEvent) {
+        if !self.accept_step(&s) {
+            self.ignored += 1;
+            return;
+        }
+        let b = self.block_length();
+        let k = self.steps.len();
+        if self.block(s.block).is_none() {
+            self.blocks.push(BlockRec { block: s.block, first_step: k, steps: 0, done_forward: None });
+            self.grow_cells((s.block + 1) * b);
+        }
+        if let Some(new) = s.settings.clone() {
+            self.settings_log.push((s.block, new));
+        }
+        let span = s.block * b..(s.block + 1) * b;
+        let mut first_commit = None;
+        let mut committed = 0;
+        for c in &s.committed {
+            // Only a masked, generated cell of this block can be committed, and only once.
+            let fresh = span.contains(&c.pos) && c.pos >= self.prompt_len() && self.cells[c.pos].at == NOT_DECODED;
+            if !fresh {
+                continue;
+            }
+            self.cells[c.pos] = CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
+            self.pieces.entry(c.token).or_insert_with(|| c.text.as_str().into());
+            if self.header.eos_ids.contains(&c.token) && c.pos < self.header.max_len {
+                self.eos.push((c.pos, k));
+            }
+            first_commit = Some(first_commit.map_or(c.pos, |f: usize| f.min(c.pos)));
+            committed += 1;
+        }
+        let start = self.cands.len() as u32;
+        for c in s.masked.iter().filter(|c| span.contains(&c.pos)) {
+            self.cands.push(Cand { pos: c.pos as u32, token: c.token, conf: c.conf });
+            self.pieces.entry(c.token).or_insert_with(|| c.text.as_str().into());
+        }
+        // Sorted so that a cell's candidate is a binary search away.
+        self.cands[start as usize..].sort_by_key(|c| c.pos);
+        let tokens_total = self.steps.last().map_or(0, |p| p.tokens_total) + committed;
+        self.steps.push(StepRec {
+            block: s.block,
+            step: s.step,
+            forward: s.forward,
+            t_ms: s.t_ms,
+            committed,
+            tokens_total,
+            first_commit,
+            cands: start..self.cands.len() as u32,
+        });
+        self.blocks.last_mut().expect("pushed above").steps += 1;
+    }
+
+    /// A step belongs to the newest block or starts the next one; anything else (a block that
+    /// is finished, skipped blocks, a step after the finish) contradicts the recording.
+    fn accept_step(&self, s: &StepEvent) -> bool {
+        if self.finish.is_some() || s.block < self.header.first_block {
+            return false;
+        }
+        match self.blocks.last() {
+            None => s.block == self.header.first_block,
+            Some(last) if last.block == s.block => last.done_forward.is_none(),
+            Some(last) => s.block == last.block + 1 && last.done_forward.is_some(),
+        }
+    }
+
+    fn push_block(&mut self, b: BlockEvent) {
+        match self.blocks.last_mut() {
+            Some(last) if last.block == b.block && last.done_forward.is_none() => last.done_forward = Some(b.forward),
+            _ => self.ignored += 1,
+        }
+    }
+
+    fn grow_cells(&mut self, len: usize) {
+        let mask = self.header.mask_token_id;
+        if self.cells.len() < len {
+            self.cells.resize(len, CellRec { token: mask, at: NOT_DECODED, conf: 0.0, entropy: 0.0 });
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let pieces: usize = self.pieces.values().map(|p| p.len() + size_of::<(u32, Box<str>)>()).sum();
+        self.cells.capacity() * size_of::<CellRec>()
+            + self.steps.capacity() * size_of::<StepRec>()
+            + self.blocks.capacity() * size_of::<BlockRec>()
+            + self.cands.capacity() * size_of::<Cand>()
+            + self.eos.capacity() * size_of::<(usize, usize)>()
+            + pieces
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+
+    fn store() -> Store {
+        Store::from_events(synth::trace(&Synth::small()))
+    }
+
+    #[test]
+    fn cells_decode_at_their_step_and_not_before() {
+        let s = store();
+        let r = s.run().unwrap();
+        let first = r.header.first_block * r.block_length();
+        // Some cell of the first decode block is decoded at a step; before it, it is masked.
+        let pos = (first..first + r.block_length()).find(|&p| p >= r.prompt_len()).unwrap();
+        let CellState::Decoded(d) = r.cell(pos, r.head()) else { panic!("not decoded at the head") };
+        assert!(matches!(r.cell(pos, Some(d.at)), CellState::Decoded(_)));
+        if d.at > 0 {
+            assert!(matches!(r.cell(pos, Some(d.at - 1)), CellState::Masked { cand: Some(_) }));
+        }
+        assert!(matches!(r.cell(pos, None), CellState::Masked { cand: None }));
+        assert!(matches!(r.cell(0, None), CellState::Prompt { .. }));
+    }
+
+    #[test]
+    fn every_generated_position_is_decoded_once_at_the_head() {
+        let s = store();
+        let r = s.run().unwrap();
+        let end = r.shown_end(r.head());
+        let decoded = (r.prompt_len()..end).filter(|&p| matches!(r.cell(p, r.head()), CellState::Decoded(_))).count();
+        assert_eq!(decoded, end - r.prompt_len());
+        assert_eq!(r.steps().last().unwrap().tokens_total, decoded);
+    }
+
+    #[test]
+    fn trajectory_ends_with_the_commit() {
+        let s = store();
+        let r = s.run().unwrap();
+        let pos = r.shown_end(r.head()) - 1;
+        let t = r.trajectory(pos, r.head().unwrap());
+        let last = t.last().unwrap();
+        assert!(last.committed);
+        assert!(t[..t.len() - 1].iter().all(|p| !p.committed));
+        // Steps are increasing and all inside the cell's block.
+        assert!(t.windows(2).all(|w| w[0].at < w[1].at));
+        let block = pos / r.block_length();
+        assert!(t.iter().all(|p| r.step(p.at).unwrap().block == block));
+    }
+
+    #[test]
+    fn trajectory_of_a_masked_cell_stops_at_the_cursor() {
+        let s = store();
+        let r = s.run().unwrap();
+        let b = r.blocks()[1].clone();
+        let k = b.first_step; // first step of the second decode block
+        let pos = (b.block * r.block_length()..(b.block + 1) * r.block_length())
+            .find(|&p| matches!(r.cell(p, Some(k)), CellState::Masked { .. }))
+            .expect("a masked cell after the first step");
+        let t = r.trajectory(pos, k);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].at, k);
+        assert!(!t[0].committed);
+    }
+
+    #[test]
+    fn a_new_header_starts_a_new_run() {
+        let mut s = store();
+        assert_eq!(s.generation(), 1);
+        let mut events = synth::trace(&Synth::small());
+        s.push(events.remove(0));
+        assert_eq!(s.generation(), 2);
+        assert_eq!(s.run().unwrap().head(), None);
+        assert!(s.run().unwrap().finish.is_none());
+    }
+
+    #[test]
+    fn contradicting_events_are_ignored() {
+        let mut events = synth::trace(&Synth::small());
+        // Replay the first decode block's first step after the block is finished.
+        let dup = events.iter().find(|e| matches!(e, Event::Step(_))).unwrap().clone();
+        let at = events.iter().position(|e| matches!(e, Event::Block(_))).unwrap() + 1;
+        events.insert(at, dup);
+        let clean = Store::from_events(synth::trace(&Synth::small()));
+        let s = Store::from_events(events);
+        assert_eq!(s.run().unwrap().ignored, 1);
+        assert_eq!(s.run().unwrap().steps().len(), clean.run().unwrap().steps().len());
+    }
+
+    #[test]
+    fn events_before_a_header_are_dropped() {
+        let mut events = synth::trace(&Synth::small());
+        let header = events.remove(0);
+        let mut s = Store::from_events(events.clone());
+        assert!(s.run().is_none());
+        s.push(header);
+        assert_eq!(s.run().unwrap().head(), None);
+    }
+
+    #[test]
+    fn settings_changes_are_logged_by_block() {
+        let mut cfg = Synth::small();
+        cfg.change_at = Some((cfg_first_block(&cfg) + 2, 2));
+        let s = Store::from_events(synth::trace(&cfg));
+        let r = s.run().unwrap();
+        let (fb, ch) = (r.header.first_block, cfg.change_at.unwrap().0);
+        assert_eq!(r.settings_for(fb).1, fb);
+        assert_eq!(r.settings_for(ch).0.steps, 2);
+        assert_eq!(r.settings_for(ch + 1).1, ch);
+        assert_eq!(r.settings_for(ch - 1).0.steps, cfg.steps);
+        assert_eq!(r.block(ch).unwrap().steps, 2);
+    }
+
+    fn cfg_first_block(c: &Synth) -> usize {
+        c.prompt.len() / c.block_length
+    }
+
+    #[test]
+    fn eos_cuts_the_output() {
+        let mut cfg = Synth::small();
+        cfg.eos_at = Some(cfg.prompt.len() + 6);
+        let s = Store::from_events(synth::trace(&cfg));
+        let r = s.run().unwrap();
+        assert_eq!(r.output_end(r.head()), cfg.prompt.len() + 7);
+        assert_eq!(r.output_end(None), r.header.max_len);
+    }
+
+    #[test]
+    fn forwards_per_block_counts_commit_passes() {
+        let s = store();
+        let r = s.run().unwrap();
+        // At the first step of the third block, two blocks are done: each took its denoising
+        // passes and one commit pass.
+        let k = r.blocks()[2].first_step;
+        let want = (r.blocks()[0].steps + 1 + r.blocks()[1].steps + 1) as f64 / 2.0;
+        assert_eq!(r.forwards_per_block(k), Some(want));
+        assert_eq!(r.forwards_per_block(0), None);
+    }
+}

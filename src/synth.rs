@@ -1,0 +1,247 @@
+//! Synthetic traces: deterministic event sequences for the UI's tests, snapshots and benchmark.
+//!
+//! They follow the schema and the shape of a real decode (docs/decoding.md: SDAR schedule,
+//! most confident masked cells first, one commit pass per block) but need no model, and their
+//! timings are fixed so that rendered rates never change between runs. Their vocabulary holds
+//! the awkward tokens a view must draw correctly: newlines, tabs, control characters, wide and
+//! combining characters.
+
+use crate::events::{
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TRACE_VERSION,
+};
+use crate::settings::DecodeSettings;
+
+/// The vocabulary; a token id is an index. The mask and EOS ids follow it.
+pub const VOCAB: &[&str] = &[
+    "ROMEO", ":", "\n", "The", " cat", " sat", " on", " the", " mat", ".", " It", " was", " warm", ",", " and", " purr",
+    "ed", " softly", "\t", " dream", "ing", " of", " fish", " 日本", " cafe\u{301}", "\u{301}", " 🦀", "\u{7}", " —",
+    " \"", "\"", "  ",
+];
+/// What the decode finally says, position by position (cycling): readable prose with the
+/// awkward tokens mixed in.
+const STORY: &[u32] = &[
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 7, 4, 15, 16, 17, 13, 2, 18, 19, 20, 21, 22, 28, 29, 23, 24, 26, 30, 25, 27,
+    9, 2,
+];
+pub const MASK_ID: u32 = VOCAB.len() as u32;
+pub const EOS_ID: u32 = VOCAB.len() as u32 + 1;
+
+/// What to synthesise.
+#[derive(Clone, Debug)]
+pub struct Synth {
+    /// Prompt token ids (indices into `VOCAB`).
+    pub prompt: Vec<u32>,
+    pub block_length: usize,
+    pub steps: usize,
+    pub new_tokens: usize,
+    /// From this block on, use this many steps (a settings change mid-run).
+    pub change_at: Option<(usize, usize)>,
+    /// Put an EOS at this absolute position (the decode stops after its block).
+    pub eos_at: Option<usize>,
+    pub seed: u64,
+}
+
+impl Synth {
+    /// Six prompt tokens (the first decode block starts with a two-token prompt tail), blocks of
+    /// 4, 4 steps, 24 new tokens: seven decode blocks.
+    pub fn small() -> Self {
+        Synth { prompt: STORY[..6].to_vec(), block_length: 4, steps: 4, new_tokens: 24, change_at: None, eos_at: None, seed: 7 }
+    }
+
+    /// A long decode for the benchmark.
+    pub fn long(new_tokens: usize, block_length: usize, steps: usize) -> Self {
+        Synth { prompt: vec![0, 1, 2], block_length, steps, new_tokens, change_at: None, eos_at: None, seed: 11 }
+    }
+
+    fn settings(&self) -> DecodeSettings {
+        DecodeSettings { block_length: self.block_length, steps: self.steps, max_new_tokens: self.new_tokens, ..DecodeSettings::default() }
+    }
+}
+
+/// A small, fast, deterministic hash (splitmix64) to pick tokens and confidences.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn unit(seed: u64, a: usize, b: usize) -> f32 {
+    (mix(seed ^ mix(a as u64 ^ mix(b as u64))) >> 40) as f32 / (1u64 << 24) as f32
+}
+
+fn piece(id: u32) -> String {
+    match id {
+        MASK_ID => "<|MASK|>".into(),
+        EOS_ID => "<|endoftext|>".into(),
+        id => VOCAB[id as usize % VOCAB.len()].into(),
+    }
+}
+
+/// The token a position finally gets.
+fn final_token(cfg: &Synth, pos: usize) -> u32 {
+    if cfg.eos_at == Some(pos) {
+        return EOS_ID;
+    }
+    STORY[pos % STORY.len()]
+}
+
+fn header(cfg: &Synth) -> Header {
+    Header {
+        version: TRACE_VERSION,
+        model: ModelInfo {
+            source: "synthetic".into(),
+            model_type: "sdar".into(),
+            vocab_size: VOCAB.len() + 2,
+            hidden_size: 64,
+            num_layers: 2,
+            num_params: 131_712,
+            dtype: "f32".into(),
+        },
+        settings: cfg.settings(),
+        mask_token_id: MASK_ID,
+        eos_ids: vec![EOS_ID],
+        prompt: cfg.prompt.iter().map(|&t| piece(t)).collect(),
+        prompt_ids: cfg.prompt.clone(),
+        prompt_pieces: cfg.prompt.iter().map(|&t| piece(t)).collect(),
+        first_block: cfg.prompt.len() / cfg.block_length,
+        max_len: cfg.prompt.len() + cfg.new_tokens,
+        device: "cpu".into(),
+    }
+}
+
+/// Every event of a synthetic decode, header to finish.
+pub fn trace(cfg: &Synth) -> Vec<Event> {
+    let h = header(cfg);
+    let (b, p) = (cfg.block_length, cfg.prompt.len());
+    let end_blocks = h.max_len.div_ceil(b);
+    let mut events = vec![Event::Header(h.clone())];
+    let mut forward = usize::from(h.first_block > 0);
+    let (mut steps_total, mut blocks, mut output) = (0, 0, Vec::new());
+    let mut reason = FinishReason::Length;
+    let mut steps_now = cfg.steps;
+    for block in h.first_block..end_blocks {
+        let mut changed = None;
+        if let Some((at, s)) = cfg.change_at.filter(|&(at, _)| at == block) {
+            steps_now = s;
+            changed = Some(DecodeSettings { steps: s, ..cfg.settings() });
+            debug_assert!(at == block);
+        }
+        let taken = decode_block(cfg, block, steps_now, changed, &mut forward, &mut events);
+        steps_total += taken;
+        forward += 1;
+        let tokens: Vec<u32> = (block * b..(block + 1) * b).map(|q| if q < p { cfg.prompt[q] } else { final_token(cfg, q) }).collect();
+        events.push(Event::Block(BlockEvent { block, start: block * b, tokens: tokens.clone(), steps: taken, forward, t_ms: ms(forward) }));
+        blocks += 1;
+        let generated = (block * b).max(p)..((block + 1) * b).min(h.max_len);
+        let eos = generated.clone().find(|&q| final_token(cfg, q) == EOS_ID);
+        output.extend(generated.take_while(|&q| eos.is_none_or(|e| q <= e)).map(|q| final_token(cfg, q)));
+        if eos.is_some() {
+            reason = FinishReason::Eos;
+            break;
+        }
+    }
+    events.push(Event::Finish(FinishEvent {
+        reason,
+        text: output.iter().map(|&t| piece(t)).collect(),
+        output_ids: output,
+        forwards: forward,
+        blocks,
+        steps: steps_total,
+        elapsed_ms: ms(forward),
+        error: None,
+    }));
+    events
+}
+
+/// Fixed timings: 7.5 ms per forward pass.
+fn ms(forward: usize) -> f64 {
+    forward as f64 * 7.5
+}
+
+/// The denoising steps of one block; returns how many it took.
+fn decode_block(
+    cfg: &Synth,
+    block: usize,
+    steps: usize,
+    mut changed: Option<DecodeSettings>,
+    forward: &mut usize,
+    events: &mut Vec<Event>,
+) -> usize {
+    let (b, p) = (cfg.block_length, cfg.prompt.len());
+    let mut masked: Vec<usize> = (block * b..(block + 1) * b).filter(|&q| q >= p).collect();
+    let budget = steps.min(masked.len()).max(1);
+    let (base, extra) = (masked.len() / budget, masked.len() % budget);
+    for step in 0..budget {
+        *forward += 1;
+        let k = base + usize::from(step < extra);
+        // Most confident first, like low_confidence_static.
+        let conf = |q: usize| 0.15 + 0.85 * unit(cfg.seed, q, step);
+        masked.sort_by(|&x, &y| conf(y).total_cmp(&conf(x)).then(x.cmp(&y)));
+        let picked: Vec<usize> = masked.drain(..k.min(masked.len())).collect();
+        masked.sort_unstable();
+        let committed = picked
+            .iter()
+            .map(|&q| {
+                let token = final_token(cfg, q);
+                Committed { pos: q, token, text: piece(token), conf: conf(q), entropy: 2.0 * (1.0 - conf(q)) }
+            })
+            .collect();
+        let cands = masked
+            .iter()
+            .map(|&q| {
+                // Early guesses wander; the last guess before the commit is usually the final token.
+                let token = if unit(cfg.seed ^ 1, q, step) < 0.6 { final_token(cfg, q) } else { (mix(q as u64 + step as u64) % VOCAB.len() as u64) as u32 };
+                Candidate { pos: q, token, text: piece(token), conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step) }
+            })
+            .collect();
+        events.push(Event::Step(StepEvent {
+            block,
+            step,
+            forward: *forward,
+            committed,
+            masked: cands,
+            t_ms: ms(*forward),
+            settings: if step == 0 { changed.take() } else { None },
+        }));
+    }
+    budget
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_trace_has_the_expected_shape() {
+        let ev = trace(&Synth::small());
+        assert!(matches!(ev[0], Event::Header(_)));
+        assert!(matches!(ev.last(), Some(Event::Finish(f)) if f.output_ids.len() == 24 && f.blocks == 7));
+        let steps = ev.iter().filter(|e| matches!(e, Event::Step(_))).count();
+        // Block 1 has two masks (two steps); the six others four each.
+        assert_eq!(steps, 2 + 6 * 4);
+    }
+
+    #[test]
+    fn every_generated_position_is_committed_once() {
+        let ev = trace(&Synth::small());
+        let mut seen: Vec<usize> = ev
+            .iter()
+            .filter_map(|e| if let Event::Step(s) = e { Some(s.committed.iter().map(|c| c.pos)) } else { None })
+            .flatten()
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (6..32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn eos_stops_after_its_block() {
+        let mut cfg = Synth::small();
+        cfg.eos_at = Some(13);
+        let ev = trace(&cfg);
+        let Some(Event::Finish(f)) = ev.last() else { panic!() };
+        assert_eq!(f.reason, FinishReason::Eos);
+        assert_eq!(f.output_ids.len(), 13 - 6 + 1);
+        assert_eq!(*f.output_ids.last().unwrap(), EOS_ID);
+    }
+}

@@ -1,0 +1,85 @@
+//! The real terminal: raw mode, alternate screen and mouse capture on the way in, and all of it
+//! undone on every way out (normal return, error, panic). Ctrl-C arrives as a key in raw mode,
+//! so quitting by it goes through the same clean path as `q`.
+
+use std::io::{self, Stdout, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Once};
+use std::thread::{self, ThreadId};
+
+use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
+use crossterm::terminal::{disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen};
+use crossterm::{cursor, execute};
+use ratatui::backend::CrosstermBackend;
+use ratatui::Terminal;
+
+/// Whether the terminal is in TUI mode, so that restoring twice is harmless.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The thread that owns the screen; panics elsewhere must not tear the screen down under it.
+static UI_THREAD: Mutex<Option<ThreadId>> = Mutex::new(None);
+/// A panic message from another thread, printed once the screen is restored.
+static DEFERRED: Mutex<Option<String>> = Mutex::new(None);
+static HOOK: Once = Once::new();
+
+/// Puts the terminal back as it was. Safe to call any number of times, from anywhere.
+pub fn restore() {
+    if ACTIVE.swap(false, Ordering::SeqCst) {
+        let mut out = io::stdout();
+        let _ = execute!(out, DisableMouseCapture, LeaveAlternateScreen, cursor::Show);
+        let _ = disable_raw_mode();
+        let _ = out.flush();
+    }
+}
+
+/// Restores the terminal before a panic on the UI thread prints, so that the message lands on
+/// the normal screen. A panic on another thread (the engine) is kept and printed on exit.
+fn install_panic_hook() {
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let on_ui = *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) == Some(thread::current().id());
+            if on_ui || !ACTIVE.load(Ordering::SeqCst) {
+                restore();
+                previous(info);
+            } else {
+                let name = thread::current().name().unwrap_or("a thread").to_string();
+                *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{name} panicked: {info}"));
+            }
+        }));
+    });
+}
+
+/// The terminal in TUI mode; dropping it restores the terminal.
+pub struct Guard {
+    pub terminal: Terminal<CrosstermBackend<Stdout>>,
+}
+
+impl Guard {
+    pub fn enter() -> io::Result<Guard> {
+        install_panic_hook();
+        *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current().id());
+        enable_raw_mode()?;
+        ACTIVE.store(true, Ordering::SeqCst);
+        let mut out = io::stdout();
+        if let Err(e) = execute!(out, EnterAlternateScreen, EnableMouseCapture, cursor::Hide) {
+            restore();
+            return Err(e);
+        }
+        match Terminal::new(CrosstermBackend::new(out)) {
+            Ok(terminal) => Ok(Guard { terminal }),
+            Err(e) => {
+                restore();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        restore();
+        if let Some(msg) = DEFERRED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            eprintln!("unmask: {msg}");
+        }
+    }
+}

@@ -1,0 +1,617 @@
+//! The TUI's state and what every key and mouse action does to it. Pure: no terminal, no
+//! engine; actions meant for the engine come back as [`EngineCmd`]s for the caller to send.
+
+use std::time::{Duration, Instant};
+
+use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::{Position, Rect};
+
+use super::cursor::{Cursor, Mode};
+use super::layout::{self, Areas};
+use super::theme::{Theme, DARK};
+use super::{grid, text};
+use crate::events::Event;
+use crate::settings::{DecodeSettings, Strategy};
+use crate::store::{Run, Store};
+
+/// Where the events come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// A decode running in this process; the engine can be steered.
+    Live { engine_paused: bool, restarting: bool },
+    /// A recorded trace; `stopped` says where reading it stopped early, if it did.
+    Replay { path: String, stopped: Option<String> },
+}
+
+/// What the app asks of the engine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineCmd {
+    Pause,
+    Resume,
+    /// Use these settings from the next block on.
+    Settings(DecodeSettings),
+    /// Cancel the decode and start again with these settings.
+    Restart(DecodeSettings),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+}
+
+/// A one-line note in the footer, until the next key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    pub text: String,
+    pub level: Level,
+}
+
+pub struct App {
+    pub store: Store,
+    pub cursor: Cursor,
+    pub source: Source,
+    /// The cell the user picked for the inspector; `None` follows the newest commit.
+    pub selected: Option<usize>,
+    /// First grid line shown; `None` keeps the active block in view.
+    pub grid_top: Option<usize>,
+    /// First text line shown; `None` follows the decode.
+    pub text_top: Option<usize>,
+    pub help: bool,
+    /// Show each masked cell's current candidate instead of the mask glyph.
+    pub ghosts: bool,
+    /// Settings dialled in with `m`/`t`/`s` and sent to the engine, not yet seen in effect.
+    pub desired: Option<DecodeSettings>,
+    pub message: Option<Message>,
+    pub quit: bool,
+    /// The terminal's size at the last draw or resize (mouse hit tests need the layout).
+    pub size: Rect,
+    pub theme: &'static Theme,
+    generation: usize,
+    last_tick: Option<Instant>,
+}
+
+/// Everything a panel draws from: the run, the step shown and the focused cell.
+pub struct View<'a> {
+    pub app: &'a App,
+    pub run: &'a Run,
+    pub at: Option<usize>,
+    /// Selected cell, else the first cell committed by the step shown.
+    pub focus: Option<usize>,
+    pub theme: &'a Theme,
+}
+
+const THRESHOLD_STEP: f32 = 0.05;
+
+impl App {
+    fn new(store: Store, cursor: Cursor, source: Source) -> Self {
+        let generation = store.generation();
+        App {
+            store,
+            cursor,
+            source,
+            selected: None,
+            grid_top: None,
+            text_top: None,
+            help: false,
+            ghosts: false,
+            desired: None,
+            message: None,
+            quit: false,
+            size: Rect::new(0, 0, 120, 40),
+            theme: &DARK,
+            generation,
+            last_tick: None,
+        }
+    }
+
+    /// A live decode: follows the head as events arrive.
+    pub fn live() -> Self {
+        App::new(Store::new(), Cursor::default(), Source::Live { engine_paused: false, restarting: false })
+    }
+
+    /// A recorded trace, played from its first step.
+    pub fn replay(events: Vec<Event>, path: String, stopped: Option<String>) -> Self {
+        let level = Level::Warn;
+        let mut app = App::new(Store::from_events(events), Cursor::playing(), Source::Replay { path, stopped: stopped.clone() });
+        app.message = stopped.map(|s| Message { text: format!("trace stopped early: {s}"), level });
+        app
+    }
+
+    pub fn is_live(&self) -> bool {
+        matches!(self.source, Source::Live { .. })
+    }
+
+    pub fn engine_paused(&self) -> bool {
+        matches!(self.source, Source::Live { engine_paused: true, .. })
+    }
+
+    pub fn view(&self) -> Option<View<'_>> {
+        let run = self.store.run()?;
+        let at = self.cursor.at(run.head());
+        let focus = self.selected.or_else(|| at.and_then(|k| run.step(k)?.first_commit));
+        Some(View { app: self, run, at, focus, theme: self.theme })
+    }
+
+    pub fn areas(&self) -> Option<Areas> {
+        layout::areas(self.size)
+    }
+
+    /// Takes one event from the engine.
+    pub fn ingest(&mut self, ev: Event) {
+        self.store.push(ev);
+        if self.store.generation() != self.generation {
+            self.generation = self.store.generation();
+            self.on_new_run();
+        }
+    }
+
+    /// A restart (or the first header): the old positions mean nothing any more.
+    fn on_new_run(&mut self) {
+        self.cursor = Cursor::with_speed(self.cursor.speed);
+        self.selected = None;
+        self.grid_top = None;
+        self.text_top = None;
+        if let Source::Live { restarting, engine_paused } = &mut self.source {
+            *restarting = false;
+            *engine_paused = false;
+        }
+        self.desired = self.desired.take().filter(|d| self.store.run().is_some_and(|r| !same_knobs(d, r.latest_settings())));
+    }
+
+    /// Settings dialled in that the engine has not applied yet.
+    pub fn pending(&self) -> Option<&DecodeSettings> {
+        let run = self.store.run()?;
+        self.desired.as_ref().filter(|d| !same_knobs(d, run.latest_settings()))
+    }
+
+    pub fn on_input(&mut self, ev: TermEvent, now: Instant) -> Vec<EngineCmd> {
+        let cmds = match ev {
+            TermEvent::Key(k) if k.kind != KeyEventKind::Release => self.on_key(k),
+            TermEvent::Mouse(m) => {
+                self.on_mouse(m);
+                Vec::new()
+            }
+            TermEvent::Resize(w, h) => {
+                self.size = Rect::new(0, 0, w, h);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        self.sync_clock(now);
+        cmds
+    }
+
+    /// Playback measures time from when it (re)started, not from whenever it last ran.
+    pub fn sync_clock(&mut self, now: Instant) {
+        match (self.cursor.mode, self.last_tick) {
+            (Mode::Playing, None) => self.last_tick = Some(now),
+            (Mode::Playing, Some(_)) => {}
+            _ => self.last_tick = None,
+        }
+    }
+
+    /// Advances playback; true if the view changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        let Some(last) = self.last_tick else {
+            self.sync_clock(now);
+            return false;
+        };
+        let head = self.store.run().and_then(Run::head);
+        let changed = self.cursor.tick(now.saturating_duration_since(last), head);
+        self.last_tick = Some(now);
+        self.sync_clock(now);
+        changed
+    }
+
+    /// When playback next needs a tick, if it is playing.
+    pub fn next_tick(&self, now: Instant, at_least: Duration) -> Option<Instant> {
+        let wait = self.cursor.next_tick()?.max(at_least);
+        Some(self.last_tick.unwrap_or(now) + wait)
+    }
+
+    pub fn on_key(&mut self, k: KeyEvent) -> Vec<EngineCmd> {
+        self.message = None;
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if matches!(k.code, KeyCode::Char('q')) || (ctrl && matches!(k.code, KeyCode::Char('c'))) {
+            self.quit = true;
+            return Vec::new();
+        }
+        if self.help {
+            // Any key closes the help; it covers the screen, so acting on it would be unseen.
+            self.help = false;
+            return Vec::new();
+        }
+        let Some(run) = self.store.run() else {
+            self.help = k.code == KeyCode::Char('?');
+            return Vec::new();
+        };
+        match k.code {
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Char(' ') => self.cursor.toggle_pause(run),
+            KeyCode::Left | KeyCode::Char('h') => self.cursor.step_back(run),
+            KeyCode::Right | KeyCode::Char('l') => self.cursor.step_forward(run),
+            KeyCode::Char('[') => self.cursor.block_back(run),
+            KeyCode::Char(']') => self.cursor.block_forward(run),
+            KeyCode::Home => self.cursor.home(run),
+            KeyCode::End => self.go_live(),
+            KeyCode::Char('r') => self.cursor.replay(),
+            KeyCode::Char('+') | KeyCode::Char('=') => self.speed(true),
+            KeyCode::Char('-') | KeyCode::Char('_') => self.speed(false),
+            KeyCode::Char('c') => self.ghosts = !self.ghosts,
+            KeyCode::Up | KeyCode::Char('k') => self.select_by(-(run.block_length() as isize)),
+            KeyCode::Down | KeyCode::Char('j') => self.select_by(run.block_length() as isize),
+            KeyCode::Tab => self.select_by(1),
+            KeyCode::BackTab => self.select_by(-1),
+            KeyCode::Esc => {
+                self.selected = None;
+                self.grid_top = None;
+            }
+            KeyCode::PageUp => self.scroll_text(-1),
+            KeyCode::PageDown => self.scroll_text(1),
+            KeyCode::Char('p') => return self.toggle_engine(),
+            KeyCode::Char('m') => return self.adjust(|s| s.strategy = s.strategy.next()),
+            KeyCode::Char('t') => return self.adjust(|s| nudge_threshold(s, -THRESHOLD_STEP)),
+            KeyCode::Char('T') => return self.adjust(|s| nudge_threshold(s, THRESHOLD_STEP)),
+            KeyCode::Char('s') => return self.adjust(|s| s.steps = s.steps.saturating_sub(1).max(1)),
+            KeyCode::Char('S') => return self.adjust(|s| s.steps = (s.steps + 1).min(s.block_length)),
+            KeyCode::Char('R') => return self.restart(),
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// `End`: back to the live head, with every panel following again.
+    fn go_live(&mut self) {
+        self.cursor.end();
+        self.text_top = None;
+        self.grid_top = None;
+    }
+
+    fn speed(&mut self, up: bool) {
+        if up {
+            self.cursor.faster()
+        } else {
+            self.cursor.slower()
+        }
+        self.info(format!("playback speed {} steps/s", self.cursor.steps_per_second()));
+    }
+
+    fn info(&mut self, text: String) {
+        self.message = Some(Message { text, level: Level::Info });
+    }
+
+    fn warn(&mut self, text: String) {
+        self.message = Some(Message { text, level: Level::Warn });
+    }
+
+    fn no_engine(&mut self) -> Vec<EngineCmd> {
+        self.warn("replay: there is no engine to steer (settings keys work in a live run)".into());
+        Vec::new()
+    }
+
+    fn toggle_engine(&mut self) -> Vec<EngineCmd> {
+        if !self.is_live() {
+            return self.no_engine();
+        }
+        let finished = self.store.run().is_some_and(|r| r.finish.is_some());
+        let Source::Live { engine_paused, .. } = &mut self.source else { return Vec::new() };
+        if finished {
+            self.warn("the decode has finished: nothing to pause (R restarts)".into());
+            return Vec::new();
+        }
+        *engine_paused = !*engine_paused;
+        let cmd = if *engine_paused { EngineCmd::Pause } else { EngineCmd::Resume };
+        let note = if *engine_paused { "engine paused (p resumes)" } else { "engine resumed" };
+        self.info(note.into());
+        vec![cmd]
+    }
+
+    /// Changes one setting of the decode, from the next block on.
+    fn adjust(&mut self, change: impl FnOnce(&mut DecodeSettings)) -> Vec<EngineCmd> {
+        if !self.is_live() {
+            return self.no_engine();
+        }
+        let Some(run) = self.store.run() else { return Vec::new() };
+        let mut s = self.desired.clone().unwrap_or_else(|| run.latest_settings().clone());
+        change(&mut s);
+        if s.validate().is_err() {
+            return Vec::new();
+        }
+        let finished = run.finish.is_some();
+        let summary = knobs(&s);
+        self.desired = Some(s.clone());
+        if finished {
+            self.info(format!("{summary}: the decode has finished, R restarts with it"));
+            return Vec::new();
+        }
+        self.info(format!("{summary}: applies from the next block (R restarts now)"));
+        vec![EngineCmd::Settings(s)]
+    }
+
+    fn restart(&mut self) -> Vec<EngineCmd> {
+        if !self.is_live() {
+            return self.no_engine();
+        }
+        let Some(run) = self.store.run() else { return Vec::new() };
+        let s = self.desired.clone().unwrap_or_else(|| run.latest_settings().clone());
+        let Source::Live { restarting, .. } = &mut self.source else { return Vec::new() };
+        *restarting = true;
+        self.info(format!("restarting: {}", knobs(&s)));
+        vec![EngineCmd::Restart(s)]
+    }
+
+    /// Moves the selection by `delta` positions within what the grid shows, and scrolls the
+    /// grid just enough to keep it in view.
+    fn select_by(&mut self, delta: isize) {
+        let Some(v) = self.view() else { return };
+        let end = v.run.shown_end(v.at);
+        let from = v.focus.unwrap_or(v.run.prompt_len().min(end.saturating_sub(1)));
+        let to = from as isize + delta;
+        if to < 0 || to as usize >= end {
+            return;
+        }
+        self.selected = Some(to as usize);
+        self.reveal(to as usize);
+    }
+
+    fn reveal(&mut self, pos: usize) {
+        let (Some(v), Some(a)) = (self.view(), self.areas()) else { return };
+        self.grid_top = Some(grid::reveal(&v, a.grid, pos));
+    }
+
+    /// Scrolls the text view by pages (`dir` -1 up, 1 down); scrolling past the end follows.
+    fn scroll_text(&mut self, dir: isize) {
+        let (Some(v), Some(a)) = (self.view(), self.areas()) else { return };
+        let (top, total, height) = text::scroll_state(&v, a.text);
+        let page = height.saturating_sub(1).max(1) as isize;
+        let next = top as isize + dir * page;
+        self.text_top = if next as usize + height >= total && dir > 0 { None } else { Some(next.max(0) as usize) };
+    }
+
+    fn on_mouse(&mut self, m: MouseEvent) {
+        let Some(a) = self.areas() else { return };
+        let at = Position::new(m.column, m.row);
+        match m.kind {
+            MouseEventKind::Down(MouseButton::Left) => {
+                let hit = self.view().and_then(|v| {
+                    if a.grid.contains(at) {
+                        grid::hit(&v, a.grid, at)
+                    } else if a.text.contains(at) {
+                        text::hit(&v, a.text, at)
+                    } else {
+                        None
+                    }
+                });
+                if let Some(pos) = hit {
+                    self.selected = Some(pos);
+                }
+            }
+            MouseEventKind::ScrollUp | MouseEventKind::ScrollDown => {
+                let down = m.kind == MouseEventKind::ScrollDown;
+                if a.text.contains(at) {
+                    self.scroll_text_lines(if down { 3 } else { -3 });
+                } else if a.grid.contains(at) {
+                    self.scroll_grid(if down { 3 } else { -3 });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn scroll_text_lines(&mut self, n: isize) {
+        let (Some(v), Some(a)) = (self.view(), self.areas()) else { return };
+        let (top, total, height) = text::scroll_state(&v, a.text);
+        let next = (top as isize + n).max(0) as usize;
+        self.text_top = if next + height >= total { None } else { Some(next) };
+    }
+
+    fn scroll_grid(&mut self, n: isize) {
+        let (Some(v), Some(a)) = (self.view(), self.areas()) else { return };
+        let (top, total, height) = grid::scroll_state(&v, a.grid);
+        let next = (top as isize + n).max(0) as usize;
+        self.grid_top = if next + height >= total { None } else { Some(next) };
+    }
+}
+
+/// Whether two settings agree on everything a key can change.
+fn same_knobs(a: &DecodeSettings, b: &DecodeSettings) -> bool {
+    DecodeSettings { block_length: b.block_length, max_new_tokens: b.max_new_tokens, ..a.clone() } == *b
+}
+
+/// The threshold the strategy uses: entropy_bounded has its own.
+fn nudge_threshold(s: &mut DecodeSettings, by: f32) {
+    let round = |x: f32| (x * 100.0).round() / 100.0;
+    if s.strategy == Strategy::EntropyBounded {
+        s.eb_threshold = round((s.eb_threshold + by).max(0.0));
+    } else {
+        s.threshold = round((s.threshold + by).clamp(0.0, 1.0));
+    }
+}
+
+/// The knobs in one phrase, for messages.
+fn knobs(s: &DecodeSettings) -> String {
+    let thr = match s.strategy {
+        Strategy::EntropyBounded => format!(" eb {:.2}", s.eb_threshold),
+        Strategy::LowConfidenceDynamic => format!(" threshold {:.2}", s.threshold),
+        _ => String::new(),
+    };
+    format!("{}{thr}, {} steps", s.strategy.name(), s.steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+
+    fn key(c: char) -> TermEvent {
+        TermEvent::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE))
+    }
+
+    fn code(c: KeyCode) -> TermEvent {
+        TermEvent::Key(KeyEvent::new(c, KeyModifiers::NONE))
+    }
+
+    fn live_app() -> App {
+        let mut app = App::live();
+        let mut ev = synth::trace(&Synth::small());
+        ev.pop(); // no finish: the decode is still running
+        for e in ev {
+            app.ingest(e);
+        }
+        app
+    }
+
+    fn press(app: &mut App, ev: TermEvent) -> Vec<EngineCmd> {
+        app.on_input(ev, Instant::now())
+    }
+
+    #[test]
+    fn q_and_ctrl_c_quit() {
+        let mut app = live_app();
+        press(&mut app, key('q'));
+        assert!(app.quit);
+        let mut app = live_app();
+        press(&mut app, TermEvent::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)));
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn space_pauses_the_view_not_the_engine() {
+        let mut app = live_app();
+        assert!(press(&mut app, key(' ')).is_empty());
+        assert_eq!(app.cursor.mode, Mode::Paused);
+        assert!(!app.engine_paused());
+        assert_eq!(press(&mut app, key('p')), vec![EngineCmd::Pause]);
+        assert!(app.engine_paused());
+        assert_eq!(press(&mut app, key('p')), vec![EngineCmd::Resume]);
+    }
+
+    #[test]
+    fn strategy_change_goes_to_the_engine_and_is_pending_until_applied() {
+        let mut app = live_app();
+        let cmds = press(&mut app, key('m'));
+        let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!("{cmds:?}") };
+        assert_eq!(s.strategy, Strategy::EntropyBounded);
+        assert_eq!(app.pending().unwrap().strategy, Strategy::EntropyBounded);
+        assert!(app.message.as_ref().unwrap().text.contains("next block"));
+        // Keys accumulate on the pending settings.
+        let cmds = press(&mut app, key('S'));
+        let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!() };
+        assert_eq!((s.strategy, s.steps), (Strategy::EntropyBounded, 4), "steps are capped at the block length");
+        let cmds = press(&mut app, key('s'));
+        let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!() };
+        assert_eq!(s.steps, 3);
+    }
+
+    fn sent(cmds: Vec<EngineCmd>) -> DecodeSettings {
+        match cmds.as_slice() {
+            [EngineCmd::Settings(s)] => s.clone(),
+            other => panic!("expected one settings command, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn threshold_keys_move_the_strategy_s_threshold() {
+        let mut app = live_app();
+        let s = sent(press(&mut app, key('t')));
+        assert_eq!(s.threshold, 0.80);
+        press(&mut app, key('m')); // entropy_bounded: T moves eb_threshold instead
+        let s = sent(press(&mut app, key('T')));
+        assert_eq!((s.threshold, s.eb_threshold), (0.80, 0.40));
+    }
+
+    #[test]
+    fn settings_after_the_finish_wait_for_a_restart() {
+        let mut app = App::live();
+        for e in synth::trace(&Synth::small()) {
+            app.ingest(e);
+        }
+        assert!(press(&mut app, key('m')).is_empty());
+        assert!(app.message.as_ref().unwrap().text.contains("R restarts"));
+        let cmds = press(&mut app, key('R'));
+        assert!(matches!(cmds.as_slice(), [EngineCmd::Restart(s)] if s.strategy == Strategy::EntropyBounded));
+    }
+
+    #[test]
+    fn restart_sends_the_dialled_settings_and_a_new_header_resets_the_view() {
+        let mut app = live_app();
+        press(&mut app, key('m'));
+        press(&mut app, code(KeyCode::Left));
+        let cmds = press(&mut app, key('R'));
+        let [EngineCmd::Restart(s)] = cmds.as_slice() else { panic!() };
+        assert_eq!(s.strategy, Strategy::EntropyBounded);
+        assert!(matches!(app.source, Source::Live { restarting: true, .. }));
+        let mut cfg = Synth::small();
+        cfg.seed = 99;
+        app.ingest(synth::trace(&cfg).remove(0));
+        assert_eq!(app.cursor.mode, Mode::Live);
+        assert!(matches!(app.source, Source::Live { restarting: false, .. }));
+        assert_eq!(app.store.run().unwrap().head(), None);
+    }
+
+    #[test]
+    fn replay_refuses_engine_keys() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t.jsonl".into(), None);
+        for c in ['p', 'm', 't', 'S', 'R'] {
+            assert!(press(&mut app, key(c)).is_empty());
+            assert_eq!(app.message.as_ref().unwrap().level, Level::Warn);
+        }
+    }
+
+    #[test]
+    fn replay_of_a_truncated_trace_says_where_it_stopped() {
+        let app = App::replay(synth::trace(&Synth::small()), "t.jsonl".into(), Some("t.jsonl:9: invalid event".into()));
+        assert!(app.message.as_ref().unwrap().text.contains("t.jsonl:9"));
+    }
+
+    #[test]
+    fn selection_moves_by_cell_and_by_block_within_what_is_shown() {
+        let mut app = live_app();
+        press(&mut app, code(KeyCode::Home)); // first step: blocks 0 and 1 show (0..8)
+        app.selected = Some(5);
+        press(&mut app, code(KeyCode::Tab));
+        assert_eq!(app.selected, Some(6));
+        press(&mut app, code(KeyCode::BackTab));
+        press(&mut app, code(KeyCode::BackTab));
+        assert_eq!(app.selected, Some(4));
+        press(&mut app, key('j'));
+        assert_eq!(app.selected, Some(4), "nothing below the active block");
+        press(&mut app, key('k'));
+        assert_eq!(app.selected, Some(0));
+        press(&mut app, key('k'));
+        assert_eq!(app.selected, Some(0));
+        press(&mut app, code(KeyCode::Esc));
+        assert_eq!(app.selected, None);
+    }
+
+    #[test]
+    fn help_closes_on_any_key_without_acting() {
+        let mut app = live_app();
+        press(&mut app, key('?'));
+        assert!(app.help);
+        press(&mut app, key(' '));
+        assert!(!app.help);
+        assert_eq!(app.cursor.mode, Mode::Live);
+    }
+
+    #[test]
+    fn resize_updates_the_layout_size() {
+        let mut app = live_app();
+        press(&mut app, TermEvent::Resize(70, 22));
+        assert_eq!(app.size, Rect::new(0, 0, 70, 22));
+    }
+
+    #[test]
+    fn playback_advances_with_time() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        let t0 = Instant::now();
+        app.sync_clock(t0);
+        assert_eq!(app.view().unwrap().at, Some(0));
+        assert!(app.tick(t0 + Duration::from_millis(160)));
+        assert_eq!(app.view().unwrap().at, Some(3), "20 steps/s");
+        assert!(app.next_tick(t0, Duration::from_millis(16)).is_some());
+        press(&mut app, code(KeyCode::End));
+        assert_eq!(app.next_tick(t0, Duration::ZERO), None);
+    }
+}

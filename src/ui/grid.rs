@@ -1,0 +1,386 @@
+//! The block grid: one row per block, one cell per position. A decoded cell is filled with the
+//! hue of the step that decoded it, as bright as the model was confident; a masked cell shows
+//! the mask glyph; the block being decoded is marked `▶` and lit; prompt blocks sit above a
+//! rule, in grey. Only the rows in view are drawn, so a 10,000-token decode costs what a
+//! 100-token one does.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Position, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Widget};
+
+use super::app::View;
+use super::glyph::{self, Mode};
+use crate::store::CellState;
+
+/// Cells never get wider than this: beyond it the grid would only show more of long tokens.
+const MAX_CELL: u16 = 10;
+
+/// How a block's cells map onto columns and lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geom {
+    label_w: u16,
+    cell_w: u16,
+    gap: u16,
+    /// Cells per line; a block wider than the panel continues on the next line.
+    per_line: usize,
+    lines_per_block: usize,
+}
+
+fn geom(v: &View, width: u16) -> Geom {
+    let b = v.run.block_length();
+    let digits = (v.run.max_blocks().saturating_sub(1)).max(1).ilog10() as u16 + 1;
+    let label_w = digits + 3;
+    let avail = width.saturating_sub(label_w).max(1) as usize;
+    let per_cell = avail / b;
+    let (cell_w, gap) = match per_cell {
+        w if w >= 4 => ((w - 1).min(MAX_CELL as usize) as u16, 1),
+        w if w >= 1 => (w as u16, 0),
+        _ => (1, 0),
+    };
+    let per_line = (avail / (cell_w + gap) as usize).clamp(1, b);
+    Geom { label_w, cell_w, gap, per_line, lines_per_block: b.div_ceil(per_line) }
+}
+
+/// What one line of the grid holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Row {
+    Block { block: usize, sub: usize },
+    /// The rule between the prompt blocks and the decoded ones.
+    Rule,
+}
+
+/// The grid's lines: prompt blocks, a rule, then decode blocks up to the active one.
+struct Lines {
+    first_block: usize,
+    lpb: usize,
+    rule: usize,
+    shown_blocks: usize,
+}
+
+impl Lines {
+    fn new(v: &View, g: &Geom) -> Self {
+        let first_block = v.run.header.first_block;
+        Lines { first_block, lpb: g.lines_per_block, rule: usize::from(first_block > 0), shown_blocks: v.run.active_block(v.at) + 1 }
+    }
+
+    fn total(&self) -> usize {
+        self.shown_blocks * self.lpb + self.rule
+    }
+
+    fn line_of(&self, block: usize) -> usize {
+        if block < self.first_block {
+            block * self.lpb
+        } else {
+            block * self.lpb + self.rule
+        }
+    }
+
+    fn row(&self, line: usize) -> Option<Row> {
+        let prompt_lines = self.first_block * self.lpb;
+        if line >= self.total() {
+            return None;
+        }
+        if line < prompt_lines {
+            return Some(Row::Block { block: line / self.lpb, sub: line % self.lpb });
+        }
+        if self.rule == 1 && line == prompt_lines {
+            return Some(Row::Rule);
+        }
+        let l = line - self.rule;
+        Some(Row::Block { block: l / self.lpb, sub: l % self.lpb })
+    }
+}
+
+fn frame<'a>(v: &View) -> Block<'a> {
+    let t = v.theme;
+    Block::bordered()
+        .border_style(t.border())
+        .title(Line::from(vec![Span::styled(" Blocks ", t.title())]))
+        .title_bottom(legend(v))
+}
+
+/// Step hues and the confidence ramp, drawn into the bottom border.
+fn legend<'a>(v: &View) -> Line<'a> {
+    let t = v.theme;
+    let span = v.run.step_span();
+    let mut s = vec![Span::styled(" step ", t.dim())];
+    let shown: Vec<usize> = if span <= 8 { (0..span).collect() } else { (0..8).map(|i| i * (span - 1) / 7).collect() };
+    for step in shown {
+        s.push(Span::styled(format!("{step:^3}"), t.cell_style(step, span, 1.0)));
+    }
+    s.push(Span::styled("  conf ", t.dim()));
+    for conf in [0.1, 0.4, 0.7, 1.0] {
+        s.push(Span::styled("  ", t.cell_style(0, span, conf)));
+    }
+    s.push(Span::styled(format!("  {} masked ", glyph::MASK), t.dim()));
+    Line::from(s)
+}
+
+/// First line shown, total lines and lines that fit.
+pub fn scroll_state(v: &View, area: Rect) -> (usize, usize, usize) {
+    let inner = frame(v).inner(area);
+    let g = geom(v, inner.width);
+    let lines = Lines::new(v, &g);
+    let height = inner.height as usize;
+    let total = lines.total();
+    let max_top = total.saturating_sub(height);
+    let follow = (lines.line_of(v.run.active_block(v.at)) + lines.lpb).saturating_sub(height);
+    (v.app.grid_top.map_or(follow, |t| t.min(max_top)), total, height)
+}
+
+/// The first line to show so that `pos` is in view, moving as little as possible.
+pub fn reveal(v: &View, area: Rect, pos: usize) -> usize {
+    let inner = frame(v).inner(area);
+    let g = geom(v, inner.width);
+    let lines = Lines::new(v, &g);
+    let b = v.run.block_length();
+    let line = lines.line_of(pos / b) + (pos % b) / g.per_line;
+    let (top, _, height) = scroll_state(v, area);
+    if line < top {
+        line
+    } else if line >= top + height {
+        line + 1 - height
+    } else {
+        top
+    }
+}
+
+/// The position under a mouse click, if a shown cell is there.
+pub fn hit(v: &View, area: Rect, at: Position) -> Option<usize> {
+    let inner = frame(v).inner(area);
+    if !inner.contains(at) {
+        return None;
+    }
+    let g = geom(v, inner.width);
+    let lines = Lines::new(v, &g);
+    let (top, _, _) = scroll_state(v, area);
+    let Row::Block { block, sub } = lines.row(top + (at.y - inner.y) as usize)? else { return None };
+    let x = (at.x - inner.x).checked_sub(g.label_w)?;
+    let pitch = g.cell_w + g.gap;
+    if x % pitch >= g.cell_w {
+        return None;
+    }
+    let col = (x / pitch) as usize;
+    let b = v.run.block_length();
+    let pos = block * b + sub * g.per_line + col;
+    (col < g.per_line && pos < (block + 1) * b).then_some(pos)
+}
+
+pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
+    let block = frame(v);
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let g = geom(v, inner.width);
+    let lines = Lines::new(v, &g);
+    let (top, _, _) = scroll_state(v, area);
+    for y in 0..inner.height {
+        let Some(row) = lines.row(top + y as usize) else { break };
+        let line = Rect { y: inner.y + y, height: 1, ..inner };
+        match row {
+            Row::Rule => rule(v, line, buf),
+            Row::Block { block, sub } => block_line(v, &g, block, sub, line, buf),
+        }
+    }
+}
+
+fn rule(v: &View, area: Rect, buf: &mut Buffer) {
+    let label = " decode ";
+    let w = area.width as usize;
+    let left = 2.min(w);
+    let text = format!("{}{label}{}", "┄".repeat(left), "┄".repeat(w.saturating_sub(left + label.len())));
+    buf.set_stringn(area.x, area.y, text, w, v.theme.faint());
+}
+
+fn block_line(v: &View, g: &Geom, block: usize, sub: usize, area: Rect, buf: &mut Buffer) {
+    let t = v.theme;
+    let active = block == v.run.active_block(v.at) && v.at.is_some();
+    let prompt = block < v.run.header.first_block;
+    if active {
+        buf.set_style(area, Style::default().bg(t.active_row_bg));
+    }
+    if sub == 0 {
+        let marker = if active { '▶' } else { ' ' };
+        let style = if active { t.title() } else if prompt { t.faint() } else { t.dim() };
+        let label = format!("{marker}{block:>w$} ", w = (g.label_w - 3) as usize);
+        buf.set_stringn(area.x, area.y, label, g.label_w as usize, style);
+    }
+    let b = v.run.block_length();
+    let first = block * b + sub * g.per_line;
+    let last = ((block + 1) * b).min(first + g.per_line);
+    for (i, pos) in (first..last).enumerate() {
+        let x = area.x + g.label_w + i as u16 * (g.cell_w + g.gap);
+        if x + g.cell_w > area.right() {
+            break;
+        }
+        let (text, style) = cell(v, pos, active);
+        let (fitted, w) = fit_cell(&text, g.cell_w as usize);
+        let padded = format!("{fitted}{}", " ".repeat(g.cell_w as usize - w));
+        buf.set_stringn(x, area.y, padded, g.cell_w as usize, style);
+    }
+}
+
+/// A cell's text and style at the step shown.
+fn cell(v: &View, pos: usize, active: bool) -> (String, Style) {
+    let t = v.theme;
+    let span = v.run.step_span();
+    let (text, mut style) = match v.run.cell(pos, v.at) {
+        CellState::Prompt { token } => (glyph::escape(v.run.piece(token), Mode::Cell).into_owned(), t.prompt()),
+        CellState::Decoded(d) => {
+            let text = glyph::escape(v.run.piece(d.token), Mode::Cell).into_owned();
+            let style = if pos >= v.run.output_end(v.at) {
+                t.faint().add_modifier(Modifier::CROSSED_OUT)
+            } else {
+                let s = t.cell_style(d.step, span, d.conf);
+                if Some(d.at) == v.at {
+                    t.fresh(s)
+                } else {
+                    s
+                }
+            };
+            (text, style)
+        }
+        CellState::Masked { cand } => {
+            let fg = if active { t.mask_active_fg } else { t.mask_fg };
+            match cand.filter(|_| v.app.ghosts) {
+                // Still a mask: the glyph first, then what the model would pick now.
+                Some(c) => (
+                    format!("{}{}", glyph::MASK, glyph::escape(v.run.piece(c.token), Mode::Cell)),
+                    Style::default().fg(fg).add_modifier(Modifier::ITALIC),
+                ),
+                None => (glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)),
+            }
+        }
+    };
+    if v.focus == Some(pos) {
+        style = style.add_modifier(Modifier::REVERSED | Modifier::BOLD);
+    }
+    (text, style)
+}
+
+/// Narrow cells show the token's start (an ellipsis would eat most of it); wider ones cut
+/// with an ellipsis.
+fn fit_cell(text: &str, w: usize) -> (String, usize) {
+    if w > 3 || glyph::width(text) <= w {
+        let (s, sw) = glyph::fit(text, w);
+        return (s.into_owned(), sw);
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for (g, gw) in glyph::graphemes(text) {
+        if used + gw > w {
+            break;
+        }
+        out.push_str(g);
+        used += gw;
+    }
+    (out, used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+    use crate::ui::app::App;
+    use crate::ui::testing::{render_panel, snapshot_text};
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    fn app_at_head() -> App {
+        App::replay(synth::trace(&Synth::small()), "t".into(), None)
+    }
+
+    fn key(app: &mut App, c: KeyCode) {
+        app.on_key(KeyEvent::new(c, KeyModifiers::NONE));
+    }
+
+    #[test]
+    fn grid_at_the_head() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let buf = render_panel(&app, 64, 14, render);
+        insta::assert_snapshot!(snapshot_text(&buf));
+    }
+
+    #[test]
+    fn grid_mid_block_shows_masks_and_the_active_block() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::Home);
+        for _ in 0..4 {
+            key(&mut app, KeyCode::Right);
+        }
+        let buf = render_panel(&app, 64, 14, render);
+        insta::assert_snapshot!(snapshot_text(&buf));
+    }
+
+    #[test]
+    fn grid_with_candidates_shown() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::Home);
+        for _ in 0..3 {
+            key(&mut app, KeyCode::Right);
+        }
+        key(&mut app, KeyCode::Char('c'));
+        let buf = render_panel(&app, 64, 14, render);
+        insta::assert_snapshot!(snapshot_text(&buf));
+    }
+
+    #[test]
+    fn grid_narrow_cells_and_scrolled_to_the_active_block() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let buf = render_panel(&app, 24, 8, render);
+        insta::assert_snapshot!(snapshot_text(&buf));
+    }
+
+    #[test]
+    fn cells_are_coloured_by_their_step() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let buf = render_panel(&app, 64, 14, render);
+        let v = app.view().unwrap();
+        let g = geom(&v, 62);
+        // Line 5 is block 3 (border, prompt block 0, the rule, blocks 1, 2, 3): its four cells
+        // were decoded at the four different steps of the block, so four different hues.
+        let bg = |i: u16| buf[(1 + g.label_w + i * (g.cell_w + g.gap), 5)].bg;
+        let mut steps = vec![];
+        for (i, pos) in (12..16).enumerate() {
+            let CellState::Decoded(d) = v.run.cell(pos, v.at) else { panic!() };
+            steps.push((d.step, bg(i as u16)));
+        }
+        steps.sort_by_key(|s| s.0);
+        assert_eq!(steps.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        for (i, a) in steps.iter().enumerate() {
+            for b in &steps[i + 1..] {
+                assert_ne!(a.1, b.1, "steps {} and {} share a fill", a.0, b.0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_click_selects_the_cell_under_it() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let area = Rect::new(0, 0, 64, 14);
+        let v = app.view().unwrap();
+        let g = geom(&v, 62);
+        // Line 3 inside the border is block 2 (prompt block 0, the rule, block 1, block 2).
+        let y = 1 + 3;
+        let x = 1 + g.label_w + (g.cell_w + g.gap) + 1; // second cell
+        assert_eq!(hit(&v, area, Position::new(x, y)), Some(2 * 4 + 1));
+        assert_eq!(hit(&v, area, Position::new(1, y)), None, "the label is no cell");
+        assert_eq!(hit(&v, area, Position::new(x, 1 + 1)), None, "the rule is no cell");
+    }
+
+    #[test]
+    fn geometry_adapts_to_width_and_block_length() {
+        let app = app_at_head();
+        let v = app.view().unwrap();
+        let g = geom(&v, 62);
+        assert_eq!((g.cell_w, g.gap, g.lines_per_block), (MAX_CELL, 1, 1));
+        let g = geom(&v, 10);
+        assert_eq!((g.cell_w, g.gap, g.per_line, g.lines_per_block), (1, 0, 4, 1));
+        let g = geom(&v, 6);
+        assert_eq!((g.per_line, g.lines_per_block), (2, 2), "a block too wide wraps");
+    }
+}

@@ -1,0 +1,217 @@
+//! The inspector: everything known about one cell at the step shown, and its trajectory, the
+//! model's best candidate and its confidence at every step while the cell was still masked.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Widget};
+
+use super::app::View;
+use super::glyph::{self, Mode};
+use crate::store::{CellState, TrajPoint};
+
+/// A token as the inspector quotes it: spaces kept (the quotes show them), everything else
+/// that would not show made visible.
+fn quoted(text: &str) -> String {
+    let e = glyph::escape(text, Mode::Prose);
+    format!("\"{}\"", e.replace('\n', "↵"))
+}
+
+/// Code points that had to be drawn as stand-ins, so that the user can tell `␇` from a bell.
+fn hidden_codepoints(text: &str) -> Option<String> {
+    let odd: Vec<String> = text
+        .chars()
+        .filter(|&c| c.is_control() || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}'))
+        .take(6)
+        .map(|c| format!("U+{:04X}", c as u32))
+        .collect();
+    (!odd.is_empty()).then(|| odd.join(" "))
+}
+
+fn frame<'a>(v: &View) -> Block<'a> {
+    let t = v.theme;
+    let b = v.run.block_length();
+    let mut title = vec![Span::styled(" Inspector ", t.title())];
+    if let Some(pos) = v.focus {
+        title.push(Span::styled(format!("pos {pos} · block {} · cell {}/{b} ", pos / b, pos % b + 1), t.dim()));
+    }
+    let why = if v.app.selected.is_some() { " selected · Esc follows the newest commit " } else { " the newest commit · ↑↓ Tab or click selects " };
+    Block::bordered()
+        .border_style(t.border())
+        .title(Line::from(title))
+        .title_bottom(Line::from(Span::styled(why, t.faint())).right_aligned())
+}
+
+pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
+    let block = frame(v);
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let lines = match v.focus {
+        Some(pos) => cell_lines(v, pos, inner.width as usize, inner.height as usize),
+        None => vec![Line::from(Span::styled("no cell yet: ↑↓/j/k/Tab or a click selects one", v.theme.dim()))],
+    };
+    for (i, line) in lines.iter().take(inner.height as usize).enumerate() {
+        buf.set_line(inner.x, inner.y + i as u16, line, inner.width);
+    }
+}
+
+fn kv<'a>(v: &View, k: &'a str, val: String) -> [Span<'a>; 2] {
+    [Span::styled(k, v.theme.label()), Span::styled(val, v.theme.value())]
+}
+
+fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line<'a>> {
+    let t = v.theme;
+    let run = v.run;
+    let span = run.step_span();
+    let mut out = Vec::new();
+    let token_line = |token: u32, extra: Vec<Span<'a>>| {
+        let text = run.piece(token);
+        let mut l: Vec<Span> = kv(v, "token ", quoted(text)).into();
+        l.extend(kv(v, "  id ", token.to_string()));
+        l.extend(extra);
+        let mut lines = vec![Line::from(l)];
+        if let Some(cp) = hidden_codepoints(text) {
+            lines.push(Line::from(vec![Span::styled("      ", t.label()), Span::styled(cp, t.dim())]));
+        }
+        lines
+    };
+    match run.cell(pos, v.at) {
+        CellState::Prompt { token } => {
+            out.extend(token_line(token, vec![]));
+            out.push(Line::from(Span::styled("prompt: never masked, never decoded", t.dim())));
+            return out;
+        }
+        CellState::Decoded(d) => {
+            out.extend(token_line(d.token, vec![]));
+            let mut l: Vec<Span> = vec![Span::styled("decoded at ", t.label())];
+            l.push(Span::styled(format!(" step {} ", d.step), t.cell_style(d.step, span, 1.0)));
+            l.push(Span::styled(format!(" of block {} (#{})", pos / run.block_length(), d.at), t.dim()));
+            out.push(Line::from(l));
+            let mut l: Vec<Span> = kv(v, "conf ", format!("{:.3}", d.conf)).into();
+            l.extend(kv(v, "  entropy ", format!("{:.3} nats", d.entropy)));
+            out.push(Line::from(l));
+            if pos >= run.output_end(v.at) {
+                out.push(Line::from(Span::styled("dropped: after the EOS or beyond max_new_tokens", t.warn())));
+            }
+        }
+        CellState::Masked { cand: None } => {
+            out.push(Line::from(Span::styled(format!("{} masked: its block has not started at this step", glyph::MASK), t.dim())));
+            return out;
+        }
+        CellState::Masked { cand: Some(c) } => {
+            out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
+            let mut l: Vec<Span> = kv(v, "best  ", quoted(run.piece(c.token))).into();
+            l.extend(kv(v, "  conf ", format!("{:.3}", c.conf)));
+            out.push(Line::from(l));
+        }
+    }
+    let Some(k) = v.at else { return out };
+    let traj = run.trajectory(pos, k);
+    let room = height.saturating_sub(out.len() + 1);
+    out.push(Line::from(Span::styled("trajectory: best candidate per step while masked", t.faint())));
+    out.extend(trajectory(v, &traj, width, room));
+    out
+}
+
+/// One line per step, newest last; if they do not all fit, the oldest give way.
+fn trajectory<'a>(v: &View, traj: &[TrajPoint], width: usize, room: usize) -> Vec<Line<'a>> {
+    let t = v.theme;
+    let span = v.run.step_span();
+    // When they do not all fit, the newest win; a note says how many gave way if there is
+    // room for it and a point or two besides.
+    let room = room.max(1);
+    let skip = if traj.len() <= room { 0 } else if room >= 3 { traj.len() - room + 1 } else { traj.len() - room };
+    let noted = skip > 0 && room >= 3;
+    let text_w = 12;
+    let bar_w = width.saturating_sub(4 + 2 + text_w + 7).clamp(1, 24);
+    let final_token = traj.last().filter(|p| p.committed).map(|p| p.token);
+    let mut out = Vec::new();
+    if noted {
+        out.push(Line::from(Span::styled(format!("  … {skip} earlier"), t.faint())));
+    }
+    for p in traj.iter().skip(skip) {
+        let hue = t.step_color(p.step, span);
+        let q = quoted(v.run.piece(p.token));
+        let (text, tw) = glyph::fit(&q, text_w);
+        // Padded by display width: a wide character takes two columns.
+        let text = format!("{text}{}", " ".repeat(text_w - tw));
+        let text_style = if Some(p.token) == final_token { t.text() } else { t.dim() };
+        out.push(Line::from(vec![
+            Span::styled(format!("{:>3} ", p.step), Style::default().fg(hue)),
+            Span::styled(if p.committed { "✓ " } else { "  " }, Style::default().fg(hue)),
+            Span::styled(text, text_style),
+            Span::styled(format!(" {:.2} ", p.conf), t.dim()),
+            Span::styled(bar(p.conf, bar_w), Style::default().fg(hue)),
+        ]));
+    }
+    out
+}
+
+/// A horizontal bar of `conf * width` columns in eighths.
+fn bar(conf: f32, width: usize) -> String {
+    const EIGHTHS: [char; 8] = ['▏', '▎', '▍', '▌', '▋', '▊', '▉', '█'];
+    let eighths = (conf.clamp(0.0, 1.0) * (width * 8) as f32).round() as usize;
+    let mut s = "█".repeat(eighths / 8);
+    if eighths % 8 > 0 {
+        s.push(EIGHTHS[eighths % 8 - 1]);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+    use crate::ui::app::App;
+    use crate::ui::testing::{render_panel, snapshot_text};
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    fn app() -> App {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        app
+    }
+
+    #[test]
+    fn inspector_of_a_decoded_cell() {
+        let mut app = app();
+        app.selected = Some(13);
+        insta::assert_snapshot!(snapshot_text(&render_panel(&app, 56, 12, render)));
+    }
+
+    #[test]
+    fn inspector_of_a_masked_cell() {
+        let mut app = app();
+        app.on_key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE));
+        app.on_key(KeyEvent::new(KeyCode::Char(']'), KeyModifiers::NONE));
+        app.on_key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE));
+        let v = app.view().unwrap();
+        let masked = (8..12).find(|&p| matches!(v.run.cell(p, v.at), CellState::Masked { .. })).unwrap();
+        app.selected = Some(masked);
+        insta::assert_snapshot!(snapshot_text(&render_panel(&app, 56, 12, render)));
+    }
+
+    #[test]
+    fn inspector_of_a_prompt_cell_and_a_control_character() {
+        let mut app = app();
+        app.selected = Some(2);
+        let prompt = snapshot_text(&render_panel(&app, 56, 8, render));
+        assert!(prompt.contains("\" sat\"") && prompt.contains("prompt"), "{prompt}");
+        // The vocabulary's bell sits at some decoded position.
+        let id = synth::VOCAB.iter().position(|&t| t == "\u{7}").unwrap() as u32;
+        let v = app.view().unwrap();
+        let bell = (6..32).find(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.token == id)).unwrap();
+        app.selected = Some(bell);
+        let s = snapshot_text(&render_panel(&app, 56, 12, render));
+        assert!(s.contains("\"␇\"") && s.contains("U+0007"), "{s}");
+    }
+
+    #[test]
+    fn bars_scale_with_confidence() {
+        assert_eq!(bar(1.0, 4), "████");
+        assert_eq!(bar(0.5, 4), "██");
+        assert_eq!(bar(0.0, 4), "");
+        assert_eq!(bar(0.53, 4).chars().count(), 3);
+    }
+}

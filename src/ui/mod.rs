@@ -1,0 +1,306 @@
+//! The live TUI. The engine thread sends events over a channel; they go into the store; the
+//! screen is a function of (store, cursor, view state), drawn at most `FPS` times a second and
+//! only when something changed. Keys and mouse come from any `Stream` of crossterm events, and
+//! the loop is generic over ratatui's `Backend`, so tests drive it on a `TestBackend`.
+
+pub mod app;
+pub mod cursor;
+pub mod glyph;
+pub mod grid;
+pub mod help;
+pub mod inspector;
+pub mod layout;
+pub mod stats;
+pub mod status;
+pub mod text;
+pub mod theme;
+pub mod timeline;
+#[cfg(test)]
+mod testing;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::{Stream, StreamExt};
+use ratatui::backend::Backend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Alignment, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget};
+use ratatui::{Frame, Terminal};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+pub use app::{App, EngineCmd};
+
+use crate::events::Event;
+
+/// The frame cap: redraws never come closer together than this.
+pub const FPS: f64 = 60.0;
+
+/// Draws the whole screen for the app's current state.
+pub fn draw(f: &mut Frame, app: &App) {
+    let area = f.area();
+    render(app, area, f.buffer_mut());
+}
+
+/// The screen as a pure function of the app, into any buffer (the benchmark uses it directly).
+pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
+    match (layout::areas(area), app.view()) {
+        (None, _) => too_small(app, area, buf),
+        (Some(_), None) => centred(app, area, buf, "waiting for the engine's first event…".into()),
+        (Some(a), Some(v)) => {
+            status::title(&v, a.title, buf);
+            grid::render(&v, a.grid, buf);
+            text::render(&v, a.text, buf);
+            inspector::render(&v, a.inspector, buf);
+            stats::render(&v, a.stats, buf);
+            timeline::render(&v, a.timeline, buf);
+            status::footer(app, a.footer, buf);
+        }
+    }
+    if app.help {
+        help::render(app.theme, area, buf);
+    }
+}
+
+fn too_small(app: &App, area: Rect, buf: &mut Buffer) {
+    let msg = format!(
+        "terminal too small: {}×{}; unmask needs at least {}×{} (q quits)",
+        area.width,
+        area.height,
+        layout::MIN_WIDTH,
+        layout::MIN_HEIGHT
+    );
+    centred(app, area, buf, msg);
+}
+
+fn centred(app: &App, area: Rect, buf: &mut Buffer, msg: String) {
+    let y = area.y + area.height / 2;
+    let line = Line::from(Span::styled(msg, app.theme.warn()));
+    Paragraph::new(line)
+        .alignment(Alignment::Center)
+        .wrap(ratatui::widgets::Wrap { trim: true })
+        .render(Rect { y, height: area.height - area.height / 2, ..area }, buf);
+}
+
+/// Waits for the next engine event, or forever once there is no engine.
+async fn next_event(events: &mut Option<UnboundedReceiver<Event>>) -> Option<Event> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the TUI until the app quits or the input ends. `events` is `None` for a replay;
+/// `steer` takes what the app asks of the engine.
+pub async fn run<B, S>(
+    terminal: &mut Terminal<B>,
+    app: &mut App,
+    mut events: Option<UnboundedReceiver<Event>>,
+    mut input: S,
+    steer: &mut dyn FnMut(EngineCmd),
+) -> Result<()>
+where
+    B: Backend,
+    B::Error: Send + Sync + 'static,
+    S: Stream<Item = std::io::Result<crossterm::event::Event>> + Unpin,
+{
+    let frame = Duration::from_secs_f64(1.0 / FPS);
+    let mut last_draw: Option<Instant> = None;
+    let mut dirty = true;
+    app.sync_clock(Instant::now());
+    while !app.quit {
+        let now = Instant::now();
+        if dirty && last_draw.is_none_or(|t| now >= t + frame) {
+            let size = terminal.size()?;
+            app.size = Rect::new(0, 0, size.width, size.height);
+            terminal.draw(|f| draw(f, app))?;
+            (last_draw, dirty) = (Some(now), false);
+            continue;
+        }
+        let draw_at = dirty.then(|| last_draw.map_or(now, |t| t + frame));
+        let wake = [draw_at, app.next_tick(now, frame)].into_iter().flatten().min();
+        tokio::select! {
+            ev = next_event(&mut events) => match ev {
+                Some(ev) => {
+                    app.ingest(ev);
+                    // Take everything queued: one redraw shows the newest state.
+                    while let Some(ev) = events.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                        app.ingest(ev);
+                    }
+                    dirty = true;
+                }
+                None => events = None,
+            },
+            key = input.next() => match key {
+                Some(Ok(ev)) => {
+                    for cmd in app.on_input(ev, Instant::now()) {
+                        steer(cmd);
+                    }
+                    dirty = true;
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            _ = sleep_until(wake) => dirty |= app.tick(Instant::now()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+    use crate::ui::testing::snapshot_text;
+    use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyModifiers};
+    use futures::channel::mpsc::unbounded;
+    use ratatui::backend::TestBackend;
+
+    fn key(c: KeyCode) -> std::io::Result<TermEvent> {
+        Ok(TermEvent::Key(KeyEvent::new(c, KeyModifiers::NONE)))
+    }
+
+    fn screen(app: &App, w: u16, h: u16) -> String {
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|f| draw(f, app)).unwrap();
+        snapshot_text(term.backend().buffer())
+    }
+
+    fn finished_app() -> App {
+        let mut app = App::replay(synth::trace(&Synth::small()), "small.jsonl".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        app
+    }
+
+    #[test]
+    fn full_screen_wide() {
+        insta::assert_snapshot!(screen(&finished_app(), 120, 36));
+    }
+
+    #[test]
+    fn full_screen_narrow() {
+        insta::assert_snapshot!(screen(&finished_app(), 80, 30));
+    }
+
+    #[test]
+    fn too_small_says_so() {
+        let s = screen(&finished_app(), 50, 15);
+        assert!(s.contains("terminal too small: 50×15"), "{s}");
+        assert!(!s.contains("Blocks"));
+    }
+
+    #[test]
+    fn resize_redraws_for_the_new_size() {
+        let app = finished_app();
+        let mut term = Terminal::new(TestBackend::new(120, 36)).unwrap();
+        term.draw(|f| draw(f, &app)).unwrap();
+        term.backend_mut().resize(50, 15);
+        term.draw(|f| draw(f, &app)).unwrap();
+        assert!(snapshot_text(term.backend().buffer()).contains("too small"));
+        term.backend_mut().resize(80, 30);
+        term.draw(|f| draw(f, &app)).unwrap();
+        assert_eq!(snapshot_text(term.backend().buffer()), screen(&app, 80, 30));
+    }
+
+    #[test]
+    fn help_lists_keys_over_the_screen() {
+        let mut app = finished_app();
+        app.help = true;
+        let s = screen(&app, 120, 36);
+        assert!(s.contains("unmask · keys") && s.contains("pause / resume the view"), "{s}");
+    }
+
+    #[test]
+    fn waiting_before_the_first_event() {
+        let s = screen(&App::live(), 80, 24);
+        assert!(s.contains("waiting for the engine"), "{s}");
+    }
+
+    /// The live path and the replay path give the same screens for the same events.
+    #[test]
+    fn live_and_replay_draw_the_same_screens() {
+        let events = synth::trace(&Synth::small());
+        let mut live = App::live();
+        for e in events.clone() {
+            live.ingest(e);
+        }
+        let mut replay = App::replay(events, "x".into(), None);
+        replay.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let body = |s: String| s.lines().skip(1).collect::<Vec<_>>().join("\n");
+        assert_eq!(body(screen(&live, 120, 36)), body(screen(&replay, 120, 36)));
+        for a in [&mut live, &mut replay] {
+            a.on_key(KeyEvent::new(KeyCode::Char('['), KeyModifiers::NONE));
+            a.on_key(KeyEvent::new(KeyCode::Left, KeyModifiers::NONE));
+        }
+        assert_eq!(body(screen(&live, 120, 36)), body(screen(&replay, 120, 36)));
+    }
+
+    #[tokio::test]
+    async fn the_loop_ingests_events_obeys_keys_and_quits() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for e in synth::trace(&Synth::small()) {
+            tx.send(e).unwrap();
+        }
+        let (keys, input) = unbounded();
+        let mut term = Terminal::new(TestBackend::new(120, 36)).unwrap();
+        let mut app = App::live();
+        let mut sent = Vec::new();
+        let mut steer = |c: EngineCmd| sent.push(c);
+        let typing = async {
+            // Keys come after the events are in, as a person's would.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for k in [KeyCode::Char(' '), KeyCode::Left, KeyCode::Char('m'), KeyCode::Char('p'), KeyCode::Char('q')] {
+                keys.unbounded_send(key(k)).unwrap();
+            }
+        };
+        let looped = tokio::time::timeout(Duration::from_secs(10), run(&mut term, &mut app, Some(rx), input, &mut steer));
+        let (res, ()) = tokio::join!(looped, typing);
+        res.expect("the loop quits on q").unwrap();
+        assert!(app.quit);
+        assert_eq!(app.cursor.mode, cursor::Mode::Paused);
+        // The decode had finished: neither m nor p reach the engine.
+        assert!(sent.is_empty(), "{sent:?}");
+        let s = snapshot_text(term.backend().buffer());
+        assert!(s.contains("Blocks"), "{s}");
+    }
+
+    #[tokio::test]
+    async fn the_loop_ends_when_input_ends() {
+        let (_keys, input) = unbounded::<std::io::Result<TermEvent>>();
+        drop(_keys);
+        let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        let mut app = App::live();
+        tokio::time::timeout(Duration::from_secs(5), run(&mut term, &mut app, None, input, &mut |_| {}))
+            .await
+            .expect("ends")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_loop_plays_a_replay_forward_with_time() {
+        let (keys, input) = unbounded();
+        let mut term = Terminal::new(TestBackend::new(120, 36)).unwrap();
+        let mut app = App::replay(synth::trace(&Synth::small()), "x".into(), None);
+        // 1000 steps/s: the 26 steps play in well under a second.
+        for _ in 0..10 {
+            app.cursor.faster();
+        }
+        let mut steer = |_| {};
+        let task = run(&mut term, &mut app, None, input, &mut steer);
+        let quit_later = async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            keys.unbounded_send(key(KeyCode::Char('q'))).unwrap();
+        };
+        let (res, ()) = tokio::join!(task, quit_later);
+        res.unwrap();
+        assert_eq!(app.cursor.mode, cursor::Mode::Live, "playback reached the head");
+    }
+}

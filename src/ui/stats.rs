@@ -1,0 +1,196 @@
+//! Stats at the step shown: throughput (per forward, per block, per second), the settings in
+//! force for the block shown and since which block, settings waiting to apply, and a chart of
+//! tokens committed per step coloured by step.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Widget};
+
+use super::app::View;
+use crate::settings::{DecodeSettings, Schedule, Strategy};
+
+fn frame<'a>(v: &View) -> Block<'a> {
+    Block::bordered().border_style(v.theme.border()).title(Line::from(Span::styled(" Stats ", v.theme.title())))
+}
+
+pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
+    let block = frame(v);
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let w = inner.width as usize;
+    let mut lines = flow(rates(v), w);
+    lines.extend(flow(settings_groups(v), w));
+    if let Some(p) = v.app.pending() {
+        lines.extend(flow(pending_groups(v, p), w));
+    }
+    let chart_h = (inner.height as usize).saturating_sub(lines.len()).min(4);
+    for (i, line) in lines.iter().take(inner.height as usize).enumerate() {
+        buf.set_line(inner.x, inner.y + i as u16, line, inner.width);
+    }
+    if chart_h > 0 {
+        let top = inner.y + inner.height - chart_h as u16;
+        chart(v, Rect { y: top, height: chart_h as u16, ..inner }, buf);
+    }
+}
+
+/// Lays groups of spans (a label and its value) out left to right, starting a new line
+/// whenever the next group would not fit, so that a narrow panel wraps instead of cutting.
+fn flow<'a>(groups: Vec<Vec<Span<'a>>>, width: usize) -> Vec<Line<'a>> {
+    let mut lines: Vec<Vec<Span>> = vec![Vec::new()];
+    let mut used = 0;
+    for g in groups {
+        let gw: usize = g.iter().map(Span::width).sum();
+        if used > 0 && used + gw > width {
+            lines.push(Vec::new());
+            used = 0;
+        }
+        used += gw;
+        lines.last_mut().expect("never empty").extend(g);
+    }
+    lines.into_iter().map(Line::from).collect()
+}
+
+fn kv<'a>(v: &View, k: &str, val: String) -> Vec<Span<'a>> {
+    vec![Span::styled(format!("{k} "), v.theme.label()), Span::styled(val, v.theme.value()), Span::raw("   ")]
+}
+
+/// Throughput up to the step shown. Rates use the events' own clock, so a replay shows the
+/// figures of the recording.
+fn rates<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
+    let Some(s) = v.at.and_then(|k| v.run.step(k)) else {
+        return vec![vec![Span::styled("waiting for the first step…", v.theme.dim())]];
+    };
+    let secs = (s.t_ms / 1000.0).max(1e-9);
+    let per_block = v.at.and_then(|k| v.run.forwards_per_block(k)).map_or("–".into(), |f| format!("{f:.2}"));
+    vec![
+        kv(v, "tokens/forward", format!("{:.2}", s.tokens_total as f64 / s.forward.max(1) as f64)),
+        kv(v, "forwards/block", per_block),
+        kv(v, "tok/s", format!("{:.1}", s.tokens_total as f64 / secs)),
+        kv(v, "fwd/s", format!("{:.1}", s.forward as f64 / secs)),
+        kv(v, "elapsed", format!("{:.2} s", s.t_ms / 1000.0)),
+    ]
+}
+
+/// The settings of the block shown; "since block N" when a change took effect mid-run.
+fn settings_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
+    let block = v.run.active_block(v.at);
+    let (s, from) = v.run.settings_for(block);
+    let mut g = knobs(v, s);
+    if from > v.run.header.first_block {
+        g.push(vec![Span::styled(format!("since block {from}"), v.theme.warn())]);
+    }
+    g
+}
+
+fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
+    let mut g = vec![kv(v, "strategy", s.strategy.name().to_string())];
+    match s.strategy {
+        Strategy::EntropyBounded => g.push(kv(v, "eb", format!("{:.2}", s.eb_threshold))),
+        _ => g.push(kv(v, "threshold", format!("{:.2}", s.threshold))),
+    }
+    g.push(kv(v, "steps", s.steps.to_string()));
+    g.push(kv(v, "block", s.block_length.to_string()));
+    let t = &s.sampling;
+    let temp = if t.is_greedy() { "0 (greedy)".to_string() } else { format!("{}", t.temperature) };
+    g.push(kv(v, "temp", temp));
+    if t.top_k > 0 {
+        g.push(kv(v, "top-k", t.top_k.to_string()));
+    }
+    if t.top_p < 1.0 {
+        g.push(kv(v, "top-p", format!("{}", t.top_p)));
+    }
+    g.push(kv(v, "seed", t.seed.to_string()));
+    if s.schedule == Schedule::Lmdeploy {
+        g.push(kv(v, "schedule", "lmdeploy".into()));
+    }
+    g
+}
+
+fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
+    let finished = v.run.finish.is_some();
+    let when = if finished { "R restarts with it" } else { "from the next block · R restarts now" };
+    let thr = match p.strategy {
+        Strategy::EntropyBounded => format!("eb {:.2}", p.eb_threshold),
+        _ => format!("threshold {:.2}", p.threshold),
+    };
+    vec![
+        vec![
+            Span::styled("pending ", v.theme.warn()),
+            Span::styled(format!("{} {thr} steps {}   ", p.strategy.name(), p.steps), v.theme.value()),
+        ],
+        vec![Span::styled(when, v.theme.dim())],
+    ]
+}
+
+/// Tokens committed per step, newest step at the right, one column per step, each bar in the
+/// hue of its step.
+fn chart(v: &View, area: Rect, buf: &mut Buffer) {
+    const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let Some(k) = v.at else { return };
+    let label = "tokens/step ";
+    buf.set_stringn(area.x, area.bottom() - 1, label, area.width as usize, v.theme.label());
+    let x0 = area.x + label.len() as u16;
+    let cols = area.right().saturating_sub(x0) as usize;
+    let steps = &v.run.steps()[(k + 1).saturating_sub(cols)..=k];
+    let max = steps.iter().map(|s| s.committed).max().unwrap_or(1).max(1);
+    buf.set_stringn(area.x, area.y, format!("max {max:<w$}", w = label.len() - 4), label.len(), v.theme.faint());
+    let span = v.run.step_span();
+    let h = area.height as usize;
+    for (i, s) in steps.iter().enumerate() {
+        let style = Style::default().fg(v.theme.step_color(s.step, span));
+        let eighths = (s.committed * h * 8).div_ceil(max);
+        for row in 0..h {
+            let filled = eighths.saturating_sub(row * 8).min(8);
+            if filled == 0 {
+                break;
+            }
+            let y = area.bottom() - 1 - row as u16;
+            buf[(x0 + i as u16, y)].set_char(LEVELS[filled - 1]).set_style(style);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+    use crate::ui::app::App;
+    use crate::ui::testing::{render_panel, snapshot_text};
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    #[test]
+    fn stats_at_the_head() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        insta::assert_snapshot!(snapshot_text(&render_panel(&app, 110, 7, render)));
+    }
+
+    #[test]
+    fn stats_say_from_which_block_a_change_applied() {
+        let mut cfg = Synth::small();
+        cfg.change_at = Some((4, 2));
+        let mut app = App::replay(synth::trace(&cfg), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(s.contains("since block 4") && s.contains("steps 2"), "{s}");
+        // Before the change the original settings show, with no note.
+        app.on_key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(!s.contains("since block") && s.contains("steps 4"), "{s}");
+    }
+
+    #[test]
+    fn pending_settings_show_until_applied() {
+        let mut app = App::live();
+        let mut ev = synth::trace(&Synth::small());
+        ev.pop();
+        for e in ev {
+            app.ingest(e);
+        }
+        app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(s.contains("pending entropy_bounded"), "{s}");
+    }
+}

@@ -1,0 +1,126 @@
+//! The title bar (what is being watched, and the state of the decode) and the footer (the last
+//! message, or where a trace stopped, and the key hints).
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+
+use super::app::{App, Level, Source, View};
+use super::glyph::{self, Mode};
+use super::theme::Theme;
+use crate::events::FinishReason;
+
+/// `131712` → `131.7K`, `1_700_000_000` → `1.7B`.
+pub fn human(n: usize) -> String {
+    let n = n as f64;
+    match n {
+        n if n >= 1e9 => format!("{:.1}B", n / 1e9),
+        n if n >= 1e6 => format!("{:.1}M", n / 1e6),
+        n if n >= 1e3 => format!("{:.1}K", n / 1e3),
+        n => format!("{n}"),
+    }
+}
+
+fn brand<'a>(t: &Theme) -> Span<'a> {
+    Span::styled(" unmask ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD))
+}
+
+/// Draws `left` and `right` on one line, the right part winning when space runs out.
+fn split_line(area: Rect, buf: &mut Buffer, left: &Line, right: &Line) {
+    let rw = (right.width() as u16).min(area.width);
+    buf.set_line(area.x, area.y, left, area.width.saturating_sub(rw + 1));
+    buf.set_line(area.right() - rw, area.y, right, rw);
+}
+
+pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
+    let t = v.theme;
+    let h = &v.run.header;
+    let m = &h.model;
+    let right = Line::from(state(v));
+    let mut left = vec![
+        brand(t),
+        Span::styled(format!(" {} ", m.source), t.value()),
+        Span::styled(format!("{} · {} params · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device), t.dim()),
+        Span::styled("   prompt ", t.label()),
+    ];
+    // The prompt gets whatever the rest leaves.
+    let used: usize = left.iter().map(Span::width).sum::<usize>() + right.width() + 2;
+    let room = (area.width as usize).saturating_sub(used);
+    let prompt = format!("\"{}\"", glyph::escape(&h.prompt, Mode::Prose).replace('\n', "↵"));
+    let (prompt, _) = glyph::fit(&prompt, room.min(60));
+    if room < 8 {
+        left.pop();
+    } else {
+        left.push(Span::styled(prompt.into_owned(), Style::default().fg(t.prompt_fg)));
+    }
+    split_line(area, buf, &Line::from(left), &right);
+}
+
+/// What the decode is doing: decoding, paused, finished (and why), restarting.
+fn state<'a>(v: &View) -> Vec<Span<'a>> {
+    let t = v.theme;
+    let bold = |c| Style::default().fg(c).add_modifier(Modifier::BOLD);
+    let mut s = Vec::new();
+    match &v.app.source {
+        Source::Live { restarting: true, .. } => s.push(Span::styled("restarting… ", bold(t.warn))),
+        Source::Live { engine_paused: true, .. } if v.run.finish.is_none() => s.push(Span::styled("engine paused ", bold(t.warn))),
+        _ => {}
+    }
+    s.push(match &v.run.finish {
+        None if v.app.is_live() => Span::styled("decoding ", bold(t.accent)),
+        None => Span::styled("unfinished ", bold(t.warn)),
+        Some(f) => {
+            let (word, c) = match f.reason {
+                FinishReason::Eos => ("finished: eos", t.accent),
+                FinishReason::Length => ("finished: length", t.accent),
+                FinishReason::Cancelled => ("cancelled", t.warn),
+                FinishReason::Error => ("engine error", t.error),
+            };
+            Span::styled(format!("{word} "), bold(c))
+        }
+    });
+    match &v.app.source {
+        Source::Live { .. } => s.push(Span::styled("· live ", t.dim())),
+        Source::Replay { path, .. } => s.push(Span::styled(format!("· replay {path} "), t.dim())),
+    }
+    s
+}
+
+/// The hints every screen shows, shortest first to go when the line is narrow.
+const HINTS: &str = "? help  space pause  ←→ step  [] block  m strategy  R restart  q quit ";
+
+pub fn footer(app: &App, area: Rect, buf: &mut Buffer) {
+    let t = app.theme;
+    let note = app.message.as_ref().map(|m| (m.text.clone(), m.level)).or_else(|| stop_note(app));
+    let left = match note {
+        Some((text, Level::Warn)) => Line::from(Span::styled(format!(" ⚠ {text}"), t.warn())),
+        Some((text, Level::Info)) => Line::from(Span::styled(format!(" {text}"), t.text())),
+        None => Line::default(),
+    };
+    let room = area.width as usize - left.width().min(area.width as usize);
+    let (hints, _) = glyph::fit(HINTS, room.saturating_sub(1));
+    split_line(area, buf, &left, &Line::from(Span::styled(hints.into_owned(), t.faint())));
+}
+
+/// Why the decode ended badly, or where a trace stopped: worth keeping on screen.
+fn stop_note(app: &App) -> Option<(String, Level)> {
+    if let Source::Replay { stopped: Some(s), .. } = &app.source {
+        return Some((format!("trace stopped early: {s}"), Level::Warn));
+    }
+    let f = app.store.run()?.finish.as_ref()?;
+    let err = f.error.as_ref().filter(|_| f.reason == FinishReason::Error)?;
+    Some((format!("engine error: {err}"), Level::Warn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_counts() {
+        assert_eq!(human(131_712), "131.7K");
+        assert_eq!(human(1_700_000_000), "1.7B");
+        assert_eq!(human(12), "12");
+    }
+}
