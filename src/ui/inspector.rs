@@ -153,7 +153,7 @@ fn bar(conf: f32, width: usize) -> String {
     const EIGHTHS: [char; 8] = ['▏', '▎', '▍', '▌', '▋', '▊', '▉', '█'];
     let eighths = (conf.clamp(0.0, 1.0) * (width * 8) as f32).round() as usize;
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 > 0 {
+    if !eighths.is_multiple_of(8) {
         s.push(EIGHTHS[eighths % 8 - 1]);
     }
     s

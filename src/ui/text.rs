@@ -137,22 +137,26 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     }
 }
 
-/// The spans of one wrapped line, from `start` up to `end`.
-fn line_spans<'a>(segs: &'a [Seg], start: Mark, end: Mark) -> Vec<Span<'a>> {
-    let mut spans = Vec::new();
-    for si in start.seg..segs.len().min(end.seg + 1) {
-        let seg = &segs[si];
+/// The pieces of segment text that make one wrapped line, from `start` up to `end`.
+fn line_pieces<'s, 'a>(segs: &'s [Seg<'a>], start: Mark, end: Mark) -> impl Iterator<Item = (&'s Seg<'a>, &'s str)> {
+    let last = segs.len().min(end.seg + 1);
+    segs[start.seg.min(last)..last].iter().enumerate().filter_map(move |(i, seg)| {
+        let si = start.seg + i;
         let from = if si == start.seg { start.byte } else { 0 };
         let to = if si == end.seg { end.byte } else { seg.text.len() };
-        if from >= to {
-            continue;
-        }
-        let piece = &seg.text[from..to];
-        // set_line drops control characters: draw the newline's mark instead.
-        let piece: Cow<str> = if piece.contains('\n') { Cow::Owned(piece.replace('\n', "↵")) } else { Cow::Borrowed(piece) };
-        spans.push(Span::styled(piece, seg.style));
-    }
-    spans
+        (from < to).then(|| (seg, &seg.text[from..to]))
+    })
+}
+
+/// The spans of one wrapped line.
+fn line_spans<'s>(segs: &'s [Seg], start: Mark, end: Mark) -> Vec<Span<'s>> {
+    line_pieces(segs, start, end)
+        .map(|(seg, piece)| {
+            // set_line drops control characters: draw the newline's mark instead.
+            let piece: Cow<str> = if piece.contains('\n') { Cow::Owned(piece.replace('\n', "↵")) } else { Cow::Borrowed(piece) };
+            Span::styled(piece, seg.style)
+        })
+        .collect()
 }
 
 /// The position of the token under a click, if any.
@@ -169,11 +173,8 @@ pub fn hit(v: &View, area: Rect, at: Position) -> Option<usize> {
     let end = starts.get(line + 1).copied().unwrap_or(Mark { seg: segs.len(), byte: 0 });
     let target = (at.x - inner.x) as usize;
     let mut col = 0;
-    for si in start.seg..segs.len().min(end.seg + 1) {
-        let seg = &segs[si];
-        let from = if si == start.seg { start.byte } else { 0 };
-        let to = if si == end.seg { end.byte } else { seg.text.len() };
-        for (g, w) in glyph::graphemes(seg.text.get(from..to).unwrap_or("")) {
+    for (seg, piece) in line_pieces(&segs, start, end) {
+        for (g, w) in glyph::graphemes(piece) {
             col += if g == "\n" { 1 } else { w };
             if col > target {
                 return Some(seg.pos);

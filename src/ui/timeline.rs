@@ -74,7 +74,7 @@ fn bar(v: &View, area: Rect, buf: &mut Buffer) {
     if w < 2 {
         return;
     }
-    let col = |step: usize| if head == 0 { w - 1 } else { step * (w - 1) / head };
+    let col = |step: usize| (step * (w - 1)).checked_div(head).unwrap_or(w - 1);
     let at = col(k);
     let mut s = String::with_capacity(w * 3);
     for x in 0..w {
