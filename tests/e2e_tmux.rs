@@ -1,0 +1,267 @@
+//! End to end: the real binary in a detached tmux session of fixed size, driven by keys sent
+//! with `send-keys` and read back with `capture-pane`. Each test has its own tmux server
+//! (`-L`), so they run in parallel and never touch a user's tmux.
+//!
+//! Skipped, with the reason printed, only when tmux is not installed (CI installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_unmask");
+const MODEL: &str = "tests/fixtures/tiny-random";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn have_tmux() -> bool {
+    let ok = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
+    }
+    ok
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// One tmux server with one session running `args` (the binary's arguments). The shell
+/// prints the exit status after the binary ends and keeps the pane open for us to read it.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str, args: &[&str], size: (u16, u16)) -> Tmux {
+        let socket = format!("unmask-e2e-{name}-{}", std::process::id());
+        let cmd: Vec<String> = std::iter::once(BIN).chain(args.iter().copied()).map(quote).collect();
+        let shell = format!("{}; echo EXIT=$?; sleep 600", cmd.join(" "));
+        let t = Tmux { socket };
+        let (w, h) = (size.0.to_string(), size.1.to_string());
+        let dir = root().display().to_string();
+        t.tmux(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", &w, "-y", &h, "-c", &dir, &shell]);
+        t
+    }
+
+    fn tmux(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("running tmux");
+        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    /// Sends keys by tmux's names (`Space`, `Left`, `C-c`, or plain characters).
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            self.tmux(&["send-keys", "-t", "e2e", k]);
+        }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "e2e"]).stdout).into_owned()
+    }
+
+    fn alternate_on(&self) -> bool {
+        let out = self.tmux(&["display-message", "-p", "-t", "e2e", "#{alternate_on}"]);
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// Polls the screen until `ok` holds, or fails showing the last screen.
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < WAIT, "timed out waiting for {what}; the screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_text(&self, text: &str) -> String {
+        self.wait_for(&format!("{text:?}"), |s| s.contains(text))
+    }
+
+    /// Quits with `keys` and checks the binary exited 0 with the terminal restored.
+    fn quit_cleanly(&self, keys: &[&str]) {
+        self.keys(keys);
+        let s = self.wait_text("EXIT=");
+        assert!(s.contains("EXIT=0"), "non-zero exit:\n{s}");
+        assert!(!self.alternate_on(), "still in the alternate screen");
+        assert!(!s.contains("Blocks") && !s.contains("Timeline"), "TUI remnants on the normal screen:\n{s}");
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).output();
+    }
+}
+
+/// `overall N/M` from the timeline.
+fn overall(screen: &str) -> (usize, usize) {
+    let at = screen.find("overall ").unwrap_or_else(|| panic!("no `overall` on the timeline:\n{screen}")) + "overall ".len();
+    let field: String = screen[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
+    let (n, m) = field.split_once('/').expect("N/M");
+    (n.parse().unwrap(), m.parse().unwrap())
+}
+
+/// `forwards N/M` from the timeline.
+fn forwards(screen: &str) -> usize {
+    let at = screen.find("forwards ").unwrap_or_else(|| panic!("no `forwards` on the timeline:\n{screen}")) + "forwards ".len();
+    screen[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+}
+
+fn live_args(max_new: &str) -> Vec<&str> {
+    vec!["--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", max_new]
+}
+
+#[test]
+fn live_run_pause_step_strategy_restart_quit() {
+    if !have_tmux() {
+        return;
+    }
+    let t = Tmux::start("live", &live_args("64"), (120, 40));
+    let s = t.wait_text("finished: length");
+    for panel in ["Blocks", "Text", "Inspector", "Stats", "Timeline", "● LIVE", "strategy low_confidence_dynamic"] {
+        assert!(s.contains(panel), "missing {panel:?}:\n{s}");
+    }
+    let (n, m) = overall(&s);
+    assert_eq!(n, m, "live follows the head");
+
+    t.keys(&["Space"]);
+    t.wait_text("PAUSED");
+    t.keys(&["h"]);
+    let s = t.wait_for("one step back", |s| overall(s) == (m - 1, m));
+    assert!(s.contains("1 behind the head"), "{s}");
+
+    t.keys(&["m"]);
+    t.wait_text("pending entropy_bounded");
+    t.keys(&["R"]);
+    let s = t.wait_for("the restarted decode", |s| s.contains("strategy entropy_bounded") && s.contains("finished: length"));
+    assert!(s.contains("● LIVE"), "a restart follows the new run:\n{s}");
+
+    t.quit_cleanly(&["q"]);
+}
+
+#[test]
+fn engine_pause_stops_the_decode_and_ctrl_c_quits() {
+    if !have_tmux() {
+        return;
+    }
+    // Long enough to still be decoding while we look.
+    let t = Tmux::start("engine", &live_args("900"), (120, 40));
+    t.wait_for("a few steps", |s| s.contains("decoding") && s.contains("overall ") && overall(s).1 >= 3);
+    t.keys(&["p"]);
+    t.wait_text("engine paused");
+    // The engine stops before its next forward pass; give the one under way time to land.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = forwards(&t.screen());
+    std::thread::sleep(Duration::from_millis(1000));
+    let s = t.screen();
+    assert_eq!(forwards(&s), before, "the engine decoded while paused:\n{s}");
+    assert!(s.contains("decoding"), "{s}");
+    t.keys(&["p"]);
+    t.wait_for("the engine to go on", |s| forwards(s) > before);
+    t.quit_cleanly(&["C-c"]);
+}
+
+fn write_trace(dir: &Path) -> PathBuf {
+    let path = dir.join("t.jsonl");
+    let mut args = vec!["trace"];
+    args.extend(live_args("64"));
+    let out = Command::new(BIN).current_dir(root()).args(&args).arg("--out").arg(&path).output().unwrap();
+    assert!(out.status.success(), "unmask trace: {}", String::from_utf8_lossy(&out.stderr));
+    path
+}
+
+/// Everything but the lines that must differ: the title (live vs replay) and the rates
+/// (wall-clock timings of two different runs).
+fn comparable(screen: &str) -> String {
+    screen.lines().skip(1).filter(|l| !l.contains("tok/s")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn replay_of_a_trace_shows_the_live_screens() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path());
+    let live = Tmux::start("same-live", &live_args("64"), (120, 40));
+    let live_screen = live.wait_text("finished: length");
+    live.quit_cleanly(&["q"]);
+
+    let replay = Tmux::start("same-replay", &["replay", trace.to_str().unwrap()], (120, 40));
+    // A replay starts playing from the first step; End jumps to the head.
+    replay.wait_for("the replay", |s| s.contains("PLAYING") || s.contains("● LIVE"));
+    replay.keys(&["End"]);
+    let replay_screen = replay.wait_for("the head", |s| s.contains("● LIVE") && s.contains("finished: length"));
+    assert!(replay_screen.contains("replay "), "{replay_screen}");
+    assert_eq!(comparable(&live_screen), comparable(&replay_screen));
+
+    // Stepping works the same way on a replay.
+    replay.keys(&["["]);
+    replay.wait_text("PAUSED");
+    replay.quit_cleanly(&["q"]);
+}
+
+#[test]
+fn truncated_trace_replays_to_the_last_good_event() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(write_trace(dir.path())).unwrap();
+    let lines: Vec<&str> = full.lines().collect();
+    let keep = 20;
+    let steps = lines[..keep].iter().filter(|l| l.contains("\"event\":\"step\"")).count();
+    let cut = format!("{}\n{}", lines[..keep].join("\n"), &lines[keep][..lines[keep].len() / 2]);
+    let path = dir.path().join("cut.jsonl");
+    std::fs::write(&path, cut).unwrap();
+
+    let t = Tmux::start("cut", &["replay", path.to_str().unwrap()], (120, 40));
+    t.keys(&["End"]);
+    let s = t.wait_for("the last good step", |s| s.contains("● LIVE") && s.contains("overall "));
+    assert_eq!(overall(&s), (steps, steps), "{s}");
+    assert!(s.contains("trace stopped early") && s.contains(&format!("cut.jsonl:{}:", keep + 1)), "{s}");
+    assert!(s.contains("unfinished"), "{s}");
+    t.quit_cleanly(&["q"]);
+}
+
+#[test]
+fn a_small_terminal_says_so_and_a_resize_recovers() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path());
+    let t = Tmux::start("resize", &["replay", trace.to_str().unwrap()], (120, 40));
+    t.wait_text("Blocks");
+    t.tmux(&["resize-window", "-t", "e2e", "-x", "50", "-y", "15"]);
+    let s = t.wait_text("terminal too small");
+    assert!(!s.contains("Blocks"), "{s}");
+    t.tmux(&["resize-window", "-t", "e2e", "-x", "90", "-y", "30"]);
+    let s = t.wait_text("Blocks");
+    assert!(s.lines().all(|l| l.chars().count() <= 90), "{s}");
+    t.keys(&["?"]);
+    t.wait_text("unmask · keys");
+    t.keys(&["Escape"]);
+    t.wait_for("help to close", |s| !s.contains("unmask · keys"));
+    t.quit_cleanly(&["q"]);
+}
+
+#[test]
+fn without_a_terminal_it_says_so_in_one_line() {
+    for args in [live_args("8"), vec!["replay", "nowhere.jsonl"]] {
+        let out = Command::new(BIN).current_dir(root()).args(&args).output().unwrap();
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty(), "escape codes written to a pipe");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("not a terminal") && err.contains("unmask trace"), "{err}");
+    }
+}
