@@ -121,6 +121,8 @@ pub struct Run {
     pub finish: Option<FinishEvent>,
     /// Events that contradicted what came before and were dropped (a corrupt trace).
     pub ignored: usize,
+    /// The most steps a block of this run may take (see `step_span`).
+    step_span: usize,
 }
 
 /// The store: the current run, and how many runs have started (restarts bump it).
@@ -190,7 +192,7 @@ impl Run {
             })
             .collect();
         let settings_log = vec![(header.first_block, header.settings.clone())];
-        Run {
+        let mut run = Run {
             header,
             cells,
             steps: Vec::new(),
@@ -201,7 +203,10 @@ impl Run {
             eos: Vec::new(),
             finish: None,
             ignored: 0,
-        }
+            step_span: 1,
+        };
+        run.update_step_span();
+        run
     }
 
     pub fn block_length(&self) -> usize {
@@ -333,10 +338,15 @@ impl Run {
     }
 
     /// How many distinct step colours this run needs: the most steps a block may take.
+    /// Kept up to date as events arrive: every drawn cell asks.
     pub fn step_span(&self) -> usize {
+        self.step_span
+    }
+
+    fn update_step_span(&mut self) {
         let configured = self.settings_log.iter().map(|(_, s)| s.steps).max().unwrap_or(1);
-        let observed = self.blocks.iter().map(|b| b.steps).max().unwrap_or(1);
-        configured.min(self.block_length()).max(observed).max(1)
+        let observed = self.blocks.last().map_or(1, |b| b.steps);
+        self.step_span = self.step_span.max(configured.min(self.block_length())).max(observed).max(1);
     }
 
     /// Forward passes before the first denoising step (the prompt prefill).
@@ -346,11 +356,10 @@ impl Run {
 
     /// Forwards per finished block up to `k` (denoising passes plus the commit pass).
     pub fn forwards_per_block(&self, k: usize) -> Option<f64> {
-        let active = self.active_block(Some(k));
-        let done: Vec<&BlockRec> =
-            self.blocks.iter().take_while(|b| b.block < active).filter(|b| b.done_forward.is_some()).collect();
-        let last = done.last()?.done_forward?;
-        Some((last - self.prefill_forwards()) as f64 / done.len() as f64)
+        // Blocks are recorded in order and every block before the active one is done.
+        let done = self.active_block(Some(k)).checked_sub(self.header.first_block)?;
+        let last = self.blocks.get(done.checked_sub(1)?)?.done_forward?;
+        Some((last - self.prefill_forwards()) as f64 / done as f64)
     }
 
     fn push_step(&mut self, s: StepEvent) {
@@ -403,6 +412,7 @@ impl Run {
             cands: start..self.cands.len() as u32,
         });
         self.blocks.last_mut().expect("pushed above").steps += 1;
+        self.update_step_span();
     }
 
     /// A step belongs to the newest block or starts the next one; anything else (a block that

@@ -1,6 +1,7 @@
 //! The TUI's state and what every key and mouse action does to it. Pure: no terminal, no
 //! engine; actions meant for the engine come back as [`EngineCmd`]s for the caller to send.
 
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
@@ -67,6 +68,8 @@ pub struct App {
     /// The terminal's size at the last draw or resize (mouse hit tests need the layout).
     pub size: Rect,
     pub theme: &'static Theme,
+    /// The text view's line starts of settled blocks (see `text`); a memo, not state.
+    pub text_cache: RefCell<text::TextCache>,
     generation: usize,
     last_tick: Option<Instant>,
 }
@@ -100,6 +103,7 @@ impl App {
             quit: false,
             size: Rect::new(0, 0, 120, 40),
             theme: &DARK,
+            text_cache: RefCell::default(),
             generation,
             last_tick: None,
         }
