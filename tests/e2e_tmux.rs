@@ -36,9 +36,14 @@ struct Tmux {
 
 impl Tmux {
     fn start(name: &str, args: &[&str], size: (u16, u16)) -> Tmux {
+        Tmux::start_env(name, &[], args, size)
+    }
+
+    fn start_env(name: &str, env: &[(&str, &str)], args: &[&str], size: (u16, u16)) -> Tmux {
         let socket = format!("unmask-e2e-{name}-{}", std::process::id());
+        let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={}", quote(v))).collect();
         let cmd: Vec<String> = std::iter::once(BIN).chain(args.iter().copied()).map(quote).collect();
-        let shell = format!("{}; echo EXIT=$?; sleep 600", cmd.join(" "));
+        let shell = format!("{} {}; echo EXIT=$?; sleep 600", vars.join(" "), cmd.join(" "));
         let t = Tmux { socket };
         let (w, h) = (size.0.to_string(), size.1.to_string());
         let dir = root().display().to_string();
@@ -252,6 +257,22 @@ fn a_small_terminal_says_so_and_a_resize_recovers() {
     t.keys(&["Escape"]);
     t.wait_for("help to close", |s| !s.contains("unmask · keys"));
     t.quit_cleanly(&["q"]);
+}
+
+#[test]
+fn a_panic_restores_the_terminal_before_printing() {
+    if !have_tmux() {
+        return;
+    }
+    // The debug binary panics on the UI thread right after its first frame when asked to.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path());
+    let t = Tmux::start_env("panic", &[("UNMASK_E2E_PANIC", "1")], &["replay", trace.to_str().unwrap()], (120, 40));
+    let s = t.wait_text("EXIT=");
+    assert!(s.contains("EXIT=101"), "a panic exits 101:\n{s}");
+    assert!(s.contains("UNMASK_E2E_PANIC: a panic on the UI thread"), "the message shows on the normal screen:\n{s}");
+    assert!(!t.alternate_on(), "still in the alternate screen");
+    assert!(!s.contains("Timeline"), "{s}");
 }
 
 #[test]

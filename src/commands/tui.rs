@@ -66,6 +66,12 @@ pub fn serve(
 ) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     let mut guard = crate::terminal::Guard::enter()?;
+    // Debug builds only: lets the end-to-end test check that a panic restores the terminal.
+    #[cfg(debug_assertions)]
+    if std::env::var_os("UNMASK_E2E_PANIC").is_some() {
+        guard.terminal.draw(|f| ui::draw(f, app))?;
+        panic!("UNMASK_E2E_PANIC: a panic on the UI thread, as asked");
+    }
     let input = crossterm::event::EventStream::new();
     let result = rt.block_on(ui::run(&mut guard.terminal, app, events, input, steer));
     drop(guard);

@@ -163,6 +163,15 @@ impl App {
         self.desired = self.desired.take().filter(|d| self.store.run().is_some_and(|r| !same_knobs(d, r.latest_settings())));
     }
 
+    /// The engine's channel closed. After a finish that is expected; before one the engine
+    /// thread died, and the screen should say so rather than look stalled.
+    pub fn engine_gone(&mut self) {
+        let unfinished = self.store.run().is_none_or(|r| r.finish.is_none());
+        if self.is_live() && unfinished {
+            self.warn("the engine stopped without finishing the decode (see the message on exit)".into());
+        }
+    }
+
     /// Settings dialled in that the engine has not applied yet.
     pub fn pending(&self) -> Option<&DecodeSettings> {
         let run = self.store.run()?;

@@ -137,7 +137,10 @@ where
                     }
                     dirty = true;
                 }
-                None => events = None,
+                None => {
+                    events = None;
+                    app.engine_gone();
+                }
             },
             key = input.next() => match key {
                 Some(Ok(ev)) => {
