@@ -87,8 +87,9 @@ pub struct DecodeArgs {
 }
 
 impl DecodeArgs {
-    /// Flags over checkpoint defaults over unmask defaults; validated.
-    pub fn settings(&self, gen: &GenerationConfig) -> Result<DecodeSettings> {
+    /// Flags over checkpoint defaults (generation_config.json, then config.json's
+    /// `block_size`) over unmask defaults; validated.
+    pub fn settings(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
         let d = DecodeSettings::default();
         let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
             (Some(s), _) => s,
@@ -101,7 +102,7 @@ impl DecodeArgs {
             schedule: self.schedule.unwrap_or(d.schedule),
             threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
             eb_threshold: self.eb_threshold.unwrap_or(d.eb_threshold),
-            block_length: self.block_length.or(gen.block_length).unwrap_or(d.block_length),
+            block_length: self.block_length.or(gen.block_length).or(block_size).unwrap_or(d.block_length),
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
                 temperature: self.temperature.or(gen.temperature).unwrap_or(d.sampling.temperature),

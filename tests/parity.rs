@@ -155,7 +155,7 @@ fn run_case(case: &Case, ck: Checkpoint) -> Vec<Event> {
         model: ck.info.clone(),
         device: "cpu".into(),
     };
-    let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model));
+    let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
     let mut events = vec![];
     decode(denoiser.as_mut(), &ck.tokenizer, &req, &mut |e| events.push(e), None);
     events
