@@ -35,6 +35,19 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Per-token and per-step tables of a trace: which token was decoded at which step.
+    Export {
+        /// A trace written by `unmask trace`.
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value = "csv")]
+        format: ExportFormat,
+        /// Which table, for CSV (JSON holds all three).
+        #[arg(long, value_enum, default_value = "tokens")]
+        table: ExportTable,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Open the TUI on a recorded trace (from `unmask trace`); no model needed. A truncated or
     /// corrupt trace replays up to its last good event.
     Replay {
@@ -42,6 +55,23 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum ExportTable {
+    /// One row per generated token: position, block, step, token id, text, confidence.
+    Tokens,
+    /// One row per denoising step: tokens committed.
+    Steps,
+    /// The 1-based step within its block of every output token (lmdeploy/SGLang `step_map`).
+    StepMap,
 }
 
 /// Flags shared by everything that decodes. Unset ones fall back to the checkpoint's
@@ -94,8 +124,9 @@ pub struct DecodeArgs {
 }
 
 impl DecodeArgs {
-    /// Flags over checkpoint defaults over unmask defaults; validated.
-    pub fn settings(&self, gen: &GenerationConfig) -> Result<DecodeSettings> {
+    /// Flags over checkpoint defaults (generation_config.json, then config.json's
+    /// `block_size`) over unmask defaults; validated.
+    pub fn settings(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
         let d = DecodeSettings::default();
         let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
             (Some(s), _) => s,
@@ -108,7 +139,7 @@ impl DecodeArgs {
             schedule: self.schedule.unwrap_or(d.schedule),
             threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
             eb_threshold: self.eb_threshold.unwrap_or(d.eb_threshold),
-            block_length: self.block_length.or(gen.block_length).unwrap_or(d.block_length),
+            block_length: self.block_length.or(gen.block_length).or(block_size).unwrap_or(d.block_length),
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
                 temperature: self.temperature.or(gen.temperature).unwrap_or(d.sampling.temperature),

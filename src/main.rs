@@ -4,18 +4,44 @@ use clap::Parser;
 use unmask::cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return clap_exit(e),
+    };
     let result = match &cli.command {
         Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
+        Some(Command::Export { trace, format, table, out }) => {
+            unmask::commands::export::run(trace, *format, *table, out.as_deref())
+        }
         Some(Command::Replay { file }) => unmask::commands::replay::run(file),
         None => unmask::commands::tui::run(&cli.decode),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // One line: the chain of contexts, outermost first.
-            eprintln!("unmask: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&format!("{e:#}")),
+    }
+}
+
+/// Every error is one line on stderr: the chain of contexts, outermost first.
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("unmask: error: {msg}");
+    ExitCode::FAILURE
+}
+
+/// Help and version print as clap renders them; usage errors shrink to one line that keeps
+/// the list of accepted values.
+fn clap_exit(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+    let values = lines.find(|l| l.starts_with("[possible values:"));
+    match values {
+        Some(v) => fail(&format!("{first} {v} (see --help)")),
+        None => fail(&format!("{first} (see --help)")),
     }
 }

@@ -24,7 +24,7 @@ impl Session {
         };
         let device = parse_device(&args.device)?;
         let ckpt = Checkpoint::load(&source, &device, compute_dtype(&device))?;
-        let settings = args.settings(&ckpt.generation)?;
+        let settings = args.settings(&ckpt.generation, ckpt.config.block_size)?;
         let prompt = args
             .prompt
             .clone()
@@ -40,6 +40,7 @@ impl Session {
             model: ckpt.info.clone(),
             device: args.device.clone(),
         };
-        Ok(Session { denoiser: ModelDenoiser::new(ckpt.model), tokenizer: ckpt.tokenizer, request })
+        let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
+        Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
     }
 }

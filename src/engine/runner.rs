@@ -11,11 +11,13 @@ use crate::settings::Sampling;
 pub struct ModelDenoiser {
     model: Qwen3,
     cache: Option<KvCache>,
+    /// Never sampled: a committed position must hold a real token.
+    mask_id: u32,
 }
 
 impl ModelDenoiser {
-    pub fn new(model: Qwen3) -> Self {
-        ModelDenoiser { model, cache: None }
+    pub fn new(model: Qwen3, mask_id: u32) -> Self {
+        ModelDenoiser { model, cache: None, mask_id }
     }
 
     pub fn model(&self) -> &Qwen3 {
@@ -45,8 +47,18 @@ impl Denoiser for ModelDenoiser {
 
     fn denoise(&mut self, ids: &[u32], block: usize, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
         let hidden = self.pass(ids, block, false)?;
-        let logits = self.model.logits(&hidden)?.to_vec2::<f32>()?;
-        Ok(logits.iter().zip(uniforms).map(|(row, &u)| sample(row, sampling, u)).collect())
+        let mut logits = self.model.logits(&hidden)?.to_vec2::<f32>()?;
+        let mask = self.mask_id as usize;
+        Ok(logits
+            .iter_mut()
+            .zip(uniforms)
+            .map(|(row, &u)| {
+                if let Some(z) = row.get_mut(mask) {
+                    *z = f32::NEG_INFINITY;
+                }
+                sample(row, sampling, u)
+            })
+            .collect())
     }
 
     fn commit(&mut self, ids: &[u32], block: usize) -> Result<()> {

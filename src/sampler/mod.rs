@@ -68,7 +68,9 @@ fn greedy(logits: &[f32]) -> PosSample {
 fn log_partition(zs: impl Iterator<Item = f32> + Clone, m: f32) -> (f32, f32) {
     let mut sum = 0f64;
     let mut weighted = 0f64;
-    for z in zs {
+    // -inf logits (suppressed tokens) have probability 0 and add nothing; skipping them
+    // avoids 0 * -inf.
+    for z in zs.filter(|z| *z > f32::NEG_INFINITY) {
         let d = (z - m) as f64;
         let e = d.exp();
         sum += e;
@@ -91,7 +93,9 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Vec<(u32, f
     }
     order.sort_unstable_by(by_logit);
     let m = order[0].1;
-    let mut probs: Vec<(u32, f32)> = order.iter().map(|&(i, z)| (i, (z - m).exp())).collect();
+    // Zero-probability tokens (suppressed, or underflowed) can never be drawn.
+    let mut probs: Vec<(u32, f32)> =
+        order.iter().map(|&(i, z)| (i, (z - m).exp())).filter(|p| p.1 > 0.0).collect();
     let total: f32 = probs.iter().map(|p| p.1).sum();
     if top_p < 1.0 {
         let mut cum = 0.0;
@@ -155,6 +159,18 @@ mod tests {
         assert_eq!(s.token, 1);
         assert!((s.conf - p[1]).abs() < 1e-6);
         assert!((s.entropy - entropy(&p)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn suppressed_tokens_do_not_poison_confidence_or_entropy() {
+        let z = [0.5, f32::NEG_INFINITY, 2.0];
+        let s = sample(&z, &Sampling::default(), 0.0);
+        let p = softmax(&[0.5, 2.0]);
+        assert_eq!(s.token, 2);
+        assert!((s.conf - p[1]).abs() < 1e-6 && (s.entropy - entropy(&p)).abs() < 1e-5, "{s:?}");
+        let t = sample(&z, &Sampling { temperature: 1.0, ..Sampling::default() }, 0.999);
+        assert_eq!(t.token, 0, "a suppressed token is never drawn");
+        assert!(t.entropy.is_finite());
     }
 
     #[test]

@@ -1,0 +1,172 @@
+//! The `unmask` binary end to end (no terminal): traces and one-line errors for bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use unmask::events::Event;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn unmask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_unmask")).args(args).output().expect("running unmask")
+}
+
+fn trace(extra: &[&str]) -> Vec<Event> {
+    let model = fixture("tiny-random");
+    let mut args = vec!["trace", "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "24"];
+    args.extend_from_slice(extra);
+    let out = unmask(&args);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is one event"))
+        .collect()
+}
+
+fn steps(events: &[Event]) -> Vec<&unmask::events::StepEvent> {
+    events.iter().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None }).collect()
+}
+
+#[test]
+fn static_b4_s4_commits_exactly_one_token_per_step() {
+    let events = trace(&["--block-length", "4", "--steps", "4", "--strategy", "low_confidence_static"]);
+    assert!(matches!(events[0], Event::Header(_)));
+    assert!(matches!(events.last(), Some(Event::Finish(_))));
+    let steps = steps(&events);
+    assert!(steps.len() >= 24);
+    assert!(steps.iter().all(|s| s.committed.len() == 1));
+}
+
+#[test]
+fn sequential_commits_left_to_right() {
+    let events = trace(&["--strategy", "sequential"]);
+    let order: Vec<usize> = steps(&events).iter().flat_map(|s| s.committed.iter().map(|c| c.pos)).collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    assert_eq!(order, sorted);
+}
+
+#[test]
+fn the_step_map_reads_straight_from_the_trace() {
+    let events = trace(&["--strategy", "low_confidence_dynamic", "--threshold", "0.5"]);
+    let Event::Header(h) = &events[0] else { panic!() };
+    let Some(Event::Finish(f)) = events.last() else { panic!() };
+    let p = h.prompt_ids.len();
+    // position -> (block, step); every output token appears exactly once.
+    let mut map = std::collections::BTreeMap::new();
+    for s in steps(&events) {
+        for c in &s.committed {
+            assert!(map.insert(c.pos, (s.block, s.step, c.token)).is_none(), "position {} twice", c.pos);
+        }
+    }
+    for (i, &tok) in f.output_ids.iter().enumerate() {
+        let (block, _step, t) = map[&(p + i)];
+        assert_eq!(t, tok);
+        assert_eq!(block, (p + i) / 4);
+    }
+}
+
+#[test]
+fn out_file_holds_the_same_events_as_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    let model = fixture("tiny-random");
+    let args = ["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "8", "--out", path.to_str().unwrap()];
+    assert!(unmask(&args).status.success());
+    let file = unmask::trace::read_file(&path).unwrap();
+    assert!(file.stopped.is_none());
+    let stdout = unmask(&args[..5]);
+    let lines: Vec<Event> = String::from_utf8(stdout.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // Timings differ between runs; everything else must not.
+    let strip = |evs: &[Event]| -> Vec<String> {
+        evs.iter()
+            .map(|e| match e.clone() {
+                Event::Step(mut s) => { s.t_ms = 0.0; serde_json::to_string(&s).unwrap() }
+                Event::Block(mut b) => { b.t_ms = 0.0; serde_json::to_string(&b).unwrap() }
+                Event::Finish(mut f) => { f.elapsed_ms = 0.0; serde_json::to_string(&f).unwrap() }
+                Event::Header(h) => serde_json::to_string(&h).unwrap(),
+            })
+            .collect()
+    };
+    assert_eq!(strip(&file.events), strip(&lines));
+}
+
+/// Copies the tiny fixture so a test can break one file of it.
+fn broken_copy(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixture("tiny-random")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+/// Runs `unmask trace` on `dir` and returns its one-line error.
+fn error_for(dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["trace", "--model", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = unmask(&args);
+    assert!(!out.status.success(), "expected failure");
+    assert!(out.stdout.is_empty(), "no trace on failure");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("unmask: error: "), "{err}");
+    err
+}
+
+fn rewrite(path: &Path, f: impl FnOnce(String) -> String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, f(text)).unwrap();
+}
+
+#[test]
+fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
+    let missing = Path::new("/nonexistent/model");
+    assert!(error_for(missing, &[]).contains("model folder /nonexistent/model: does not exist"));
+
+    let d = broken_copy(|p| std::fs::remove_file(p.join("config.json")).unwrap());
+    assert!(error_for(d.path(), &[]).contains("config.json: missing"));
+
+    let d = broken_copy(|p| rewrite(&p.join("config.json"), |t| t.replace("\"hidden_size\": 64", "\"hidden_size\": \"x\"")));
+    let e = error_for(d.path(), &[]);
+    assert!(e.contains("config.json: invalid config: invalid type: string \"x\""), "{e}");
+
+    let d = broken_copy(|p| rewrite(&p.join("config.json"), |t| t.replace("\"intermediate_size\": 160", "\"intermediate_size\": 128")));
+    let e = error_for(d.path(), &[]);
+    assert!(e.contains("model.safetensors: tensor `model.layers.0.mlp.gate_proj.weight` has shape [160, 64], expected [128, 64]"), "{e}");
+
+    let d = broken_copy(|p| std::fs::remove_file(p.join("tokenizer.json")).unwrap());
+    assert!(error_for(d.path(), &[]).contains("tokenizer.json: missing"));
+
+    let d = broken_copy(|p| std::fs::write(p.join("tokenizer.json"), "{\"version\": ").unwrap());
+    assert!(error_for(d.path(), &[]).contains("tokenizer.json: invalid tokenizer"));
+
+    let d = broken_copy(|p| {
+        let f = p.join("model.safetensors");
+        let bytes = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    });
+    let e = error_for(d.path(), &[]);
+    assert!(e.contains("model.safetensors: not a valid safetensors file"), "{e}");
+
+    let d = broken_copy(|p| std::fs::remove_file(p.join("model.safetensors")).unwrap());
+    assert!(error_for(d.path(), &[]).contains("no model.safetensors or model.safetensors.index.json"));
+}
+
+#[test]
+fn bad_flags_give_one_line_errors() {
+    let model = fixture("tiny-random");
+    let e = error_for(&model, &["--block-length", "0"]);
+    assert!(e.contains("--block-length must be at least 1 (got 0)"), "{e}");
+    let e = error_for(&model, &["--strategy", "fastest"]);
+    assert!(e.contains("invalid value 'fastest' for '--strategy"), "{e}");
+    assert!(e.contains("low_confidence_dynamic"), "lists the strategies: {e}");
+    let e = error_for(&model, &["--top-p", "0"]);
+    assert!(e.contains("--top-p must be within (0, 1]"), "{e}");
+    let e = error_for(&model, &["--device", "tpu"]);
+    assert!(e.contains("--device tpu: expected cpu, cuda or cuda:N"), "{e}");
+}
