@@ -114,8 +114,11 @@ fn overall(screen: &str) -> (usize, usize) {
     (n.parse().unwrap(), m.parse().unwrap())
 }
 
-/// `forwards N/M` from the timeline.
+/// `forwards N/M` from the timeline (0 before the first step).
 fn forwards(screen: &str) -> usize {
+    if screen.contains("no step yet") {
+        return 0;
+    }
     let at = screen.find("forwards ").unwrap_or_else(|| panic!("no `forwards` on the timeline:\n{screen}")) + "forwards ".len();
     screen[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
 }
@@ -157,9 +160,11 @@ fn engine_pause_stops_the_decode_and_ctrl_c_quits() {
     if !have_tmux() {
         return;
     }
-    // Long enough to still be decoding while we look.
-    let t = Tmux::start("engine", &live_args("900"), (120, 40));
-    t.wait_for("a few steps", |s| s.contains("decoding") && s.contains("overall ") && overall(s).1 >= 3);
+    // A long decode (one token per block: two forwards a token), paused at once: the key
+    // waits in the terminal's input until the UI reads it, a moment after the engine starts.
+    let mut args = live_args("1000");
+    args.extend(["--block-length", "1", "--steps", "1"]);
+    let t = Tmux::start("engine", &args, (120, 40));
     t.keys(&["p"]);
     t.wait_text("engine paused");
     // The engine stops before its next forward pass; give the one under way time to land.
@@ -170,7 +175,7 @@ fn engine_pause_stops_the_decode_and_ctrl_c_quits() {
     assert_eq!(forwards(&s), before, "the engine decoded while paused:\n{s}");
     assert!(s.contains("decoding"), "{s}");
     t.keys(&["p"]);
-    t.wait_for("the engine to go on", |s| forwards(s) > before);
+    t.wait_for("the engine to go on", |s| forwards(s) > before || s.contains("finished: length"));
     t.quit_cleanly(&["C-c"]);
 }
 

@@ -141,26 +141,32 @@ impl App {
         layout::areas(self.size)
     }
 
-    /// Takes one event from the engine.
-    pub fn ingest(&mut self, ev: Event) {
+    /// Takes one event from the engine; returns what the engine must be told because of it.
+    pub fn ingest(&mut self, ev: Event) -> Vec<EngineCmd> {
         self.store.push(ev);
-        if self.store.generation() != self.generation {
-            self.generation = self.store.generation();
-            self.on_new_run();
+        if self.store.generation() == self.generation {
+            return Vec::new();
         }
+        self.generation = self.store.generation();
+        self.on_new_run()
     }
 
     /// A restart (or the first header): the old positions mean nothing any more.
-    fn on_new_run(&mut self) {
+    fn on_new_run(&mut self) -> Vec<EngineCmd> {
         self.cursor = Cursor::with_speed(self.cursor.speed);
         self.selected = None;
         self.grid_top = None;
         self.text_top = None;
-        if let Source::Live { restarting, engine_paused } = &mut self.source {
-            *restarting = false;
-            *engine_paused = false;
-        }
         self.desired = self.desired.take().filter(|d| self.store.run().is_some_and(|r| !same_knobs(d, r.latest_settings())));
+        let Source::Live { restarting, engine_paused } = &mut self.source else { return Vec::new() };
+        *restarting = false;
+        // A new decode starts unpaused and drops controls sent before it began: a pause the
+        // user asked for in the meantime must be said again.
+        if *engine_paused {
+            vec![EngineCmd::Pause]
+        } else {
+            Vec::new()
+        }
     }
 
     /// The engine's channel closed. After a finish that is expected; before one the engine
@@ -235,12 +241,17 @@ impl App {
             self.help = false;
             return Vec::new();
         }
-        let Some(run) = self.store.run() else {
-            self.help = k.code == KeyCode::Char('?');
-            return Vec::new();
-        };
+        // Keys that need no recorded run: they work from the first frame on.
         match k.code {
-            KeyCode::Char('?') => self.help = true,
+            KeyCode::Char('?') => {
+                self.help = true;
+                return Vec::new();
+            }
+            KeyCode::Char('p') => return self.toggle_engine(),
+            _ => {}
+        }
+        let Some(run) = self.store.run() else { return Vec::new() };
+        match k.code {
             KeyCode::Char(' ') => self.cursor.toggle_pause(run),
             KeyCode::Left | KeyCode::Char('h') => self.cursor.step_back(run),
             KeyCode::Right | KeyCode::Char('l') => self.cursor.step_forward(run),
@@ -262,7 +273,6 @@ impl App {
             }
             KeyCode::PageUp => self.scroll_text(-1),
             KeyCode::PageDown => self.scroll_text(1),
-            KeyCode::Char('p') => return self.toggle_engine(),
             KeyCode::Char('m') => return self.adjust(|s| s.strategy = s.strategy.next()),
             KeyCode::Char('t') => return self.adjust(|s| nudge_threshold(s, -THRESHOLD_STEP)),
             KeyCode::Char('T') => return self.adjust(|s| nudge_threshold(s, THRESHOLD_STEP)),
@@ -348,8 +358,10 @@ impl App {
         }
         let Some(run) = self.store.run() else { return Vec::new() };
         let s = self.desired.clone().unwrap_or_else(|| run.latest_settings().clone());
-        let Source::Live { restarting, .. } = &mut self.source else { return Vec::new() };
+        let Source::Live { restarting, engine_paused } = &mut self.source else { return Vec::new() };
         *restarting = true;
+        // The new decode runs unpaused.
+        *engine_paused = false;
         self.info(format!("restarting: {}", knobs(&s)));
         vec![EngineCmd::Restart(s)]
     }
@@ -596,6 +608,26 @@ mod tests {
         assert_eq!(app.selected, Some(0));
         press(&mut app, code(KeyCode::Esc));
         assert_eq!(app.selected, None);
+    }
+
+    #[test]
+    fn the_engine_can_be_paused_before_its_first_event() {
+        let mut app = App::live();
+        assert_eq!(press(&mut app, key('p')), vec![EngineCmd::Pause]);
+        assert!(app.engine_paused());
+        // The engine may have dropped that pause when its decode began: the header re-asks.
+        assert_eq!(app.ingest(synth::trace(&Synth::small()).remove(0)), vec![EngineCmd::Pause]);
+        assert!(app.engine_paused());
+        assert!(app.ingest(synth::trace(&Synth::small()).remove(1)).is_empty());
+    }
+
+    #[test]
+    fn a_restart_runs_unpaused() {
+        let mut app = live_app();
+        press(&mut app, key('p'));
+        press(&mut app, key('R'));
+        assert!(!app.engine_paused());
+        assert!(app.ingest(synth::trace(&Synth::small()).remove(0)).is_empty());
     }
 
     #[test]

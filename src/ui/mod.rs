@@ -130,11 +130,12 @@ where
         tokio::select! {
             ev = next_event(&mut events) => match ev {
                 Some(ev) => {
-                    app.ingest(ev);
+                    let mut cmds = app.ingest(ev);
                     // Take everything queued: one redraw shows the newest state.
                     while let Some(ev) = events.as_mut().and_then(|rx| rx.try_recv().ok()) {
-                        app.ingest(ev);
+                        cmds.extend(app.ingest(ev));
                     }
+                    cmds.into_iter().for_each(&mut *steer);
                     dirty = true;
                 }
                 None => {
