@@ -39,6 +39,15 @@ fn frames(c: &mut Criterion) {
                 ui::render(black_box(&a), area, &mut buf);
             })
         });
+        // After a resize (or a restart) the text view re-wraps the whole decode once.
+        g.bench_function(format!("render_B{block}_S{steps}_160x48_cold_text_cache"), |b| {
+            let mut buf = Buffer::empty(area);
+            b.iter(|| {
+                *a.text_cache.borrow_mut() = Default::default();
+                buf.reset();
+                ui::render(black_box(&a), area, &mut buf);
+            })
+        });
         // The whole draw as the loop does it: render, diff against the last frame, flush.
         // Stepping back and forth makes every frame differ from the one before.
         g.bench_function(format!("draw_B{block}_S{steps}_160x48_stepping"), |b| {
