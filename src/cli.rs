@@ -131,7 +131,7 @@ impl DecodeArgs {
             strategy,
             schedule: self.schedule.unwrap_or(d.schedule),
             threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
-            eb_threshold: self.eb_threshold.unwrap_or(d.eb_threshold),
+            eb_threshold: self.eb_threshold.or(gen.eb_threshold).unwrap_or(d.eb_threshold),
             block_length: self.block_length.or(gen.block_length).or(block_size).unwrap_or(d.block_length),
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
@@ -140,7 +140,7 @@ impl DecodeArgs {
                 top_p: self.top_p.or(gen.top_p).unwrap_or(d.sampling.top_p),
                 seed: self.seed.unwrap_or(d.sampling.seed),
             },
-            max_new_tokens: self.max_new_tokens.unwrap_or(d.max_new_tokens),
+            max_new_tokens: self.max_new_tokens.or(gen.max_new_tokens).unwrap_or(d.max_new_tokens),
         };
         s.validate().context("invalid settings")?;
         Ok(s)
