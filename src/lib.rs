@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: model -> engine loop -> events -> store -> view.
 
+pub mod cast;
 pub mod cli;
 pub mod commands;
 pub mod embedded;
