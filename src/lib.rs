@@ -4,6 +4,7 @@
 
 pub mod cast;
 pub mod cli;
+pub mod compare;
 pub mod commands;
 pub mod embedded;
 pub mod engine;

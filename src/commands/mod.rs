@@ -1,4 +1,5 @@
 //! One module per subcommand; each takes parsed flags and does its whole job.
 
+pub mod compare;
 pub mod export;
 pub mod trace;
