@@ -1,5 +1,6 @@
 //! One module per subcommand; each takes parsed flags and does its whole job.
 
+pub mod compare;
 pub mod export;
 pub mod replay;
 pub mod trace;
