@@ -133,7 +133,7 @@ fn live_run_pause_step_strategy_restart_quit() {
         return;
     }
     let t = Tmux::start("live", &live_args("64"), (120, 40));
-    let s = t.wait_text("finished: length");
+    let s = t.wait_text("finished: ");
     for panel in ["Blocks", "Text", "Inspector", "Stats", "Timeline", "● LIVE", "strategy low_confidence_dynamic"] {
         assert!(s.contains(panel), "missing {panel:?}:\n{s}");
     }
@@ -149,7 +149,7 @@ fn live_run_pause_step_strategy_restart_quit() {
     t.keys(&["m"]);
     t.wait_text("pending entropy_bounded");
     t.keys(&["R"]);
-    let s = t.wait_for("the restarted decode", |s| s.contains("strategy entropy_bounded") && s.contains("finished: length"));
+    let s = t.wait_for("the restarted decode", |s| s.contains("strategy entropy_bounded") && s.contains("finished: "));
     assert!(s.contains("● LIVE"), "a restart follows the new run:\n{s}");
 
     t.quit_cleanly(&["q"]);
@@ -175,7 +175,7 @@ fn engine_pause_stops_the_decode_and_ctrl_c_quits() {
     assert_eq!(forwards(&s), before, "the engine decoded while paused:\n{s}");
     assert!(s.contains("decoding"), "{s}");
     t.keys(&["p"]);
-    t.wait_for("the engine to go on", |s| forwards(s) > before || s.contains("finished: length"));
+    t.wait_for("the engine to go on", |s| forwards(s) > before || s.contains("finished: "));
     t.quit_cleanly(&["C-c"]);
 }
 
@@ -202,14 +202,14 @@ fn replay_of_a_trace_shows_the_live_screens() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write_trace(dir.path());
     let live = Tmux::start("same-live", &live_args("64"), (120, 40));
-    let live_screen = live.wait_text("finished: length");
+    let live_screen = live.wait_text("finished: ");
     live.quit_cleanly(&["q"]);
 
     let replay = Tmux::start("same-replay", &["replay", trace.to_str().unwrap()], (120, 40));
     // A replay starts playing from the first step; End jumps to the head.
     replay.wait_for("the replay", |s| s.contains("PLAYING") || s.contains("● LIVE"));
     replay.keys(&["End"]);
-    let replay_screen = replay.wait_for("the head", |s| s.contains("● LIVE") && s.contains("finished: length"));
+    let replay_screen = replay.wait_for("the head", |s| s.contains("● LIVE") && s.contains("finished: "));
     assert!(replay_screen.contains("replay "), "{replay_screen}");
     assert_eq!(comparable(&live_screen), comparable(&replay_screen));
 
