@@ -74,29 +74,30 @@ impl Qwen3 {
         let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
         let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
+        let getl = |name: &str, shape: &[usize]| -> Result<Tensor> { Ok(w.get(name, shape, dtype, device)?.t()?.contiguous()?) };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
             layers.push(Layer {
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q_proj: get(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
-                k_proj: get(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
-                v_proj: get(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
-                o_proj: get(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
+                q_proj: getl(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
+                k_proj: getl(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
+                v_proj: getl(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
+                o_proj: getl(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
                 q_norm: get(&format!("{p}.self_attn.q_norm.weight"), &[d])?,
                 k_norm: get(&format!("{p}.self_attn.k_norm.weight"), &[d])?,
                 post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_proj: get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                up_proj: get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-                down_proj: get(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
+                gate_proj: getl(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                up_proj: getl(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                down_proj: getl(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
             });
         }
         let embed = get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must.
         let lm_head = if cfg.tie_word_embeddings && !w.contains("lm_head.weight") {
-            embed.clone()
+            embed.t()?.contiguous()?
         } else {
-            get("lm_head.weight", &[cfg.vocab_size, h])?
+            getl("lm_head.weight", &[cfg.vocab_size, h])?
         };
         Ok(Qwen3 {
             embed,
@@ -237,7 +238,7 @@ impl Qwen3 {
 }
 
 fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    x.matmul(&w.t()?)
+    x.matmul(w)
 }
 
 fn mlp(layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
