@@ -2,6 +2,7 @@
 //! the rest of the program only through events out and [`Control`] messages in.
 
 mod decode;
+pub mod fixed;
 mod runner;
 
 use std::sync::mpsc;
@@ -10,7 +11,7 @@ use std::thread::JoinHandle;
 use anyhow::Result;
 
 pub use decode::{decode, Request};
-pub use runner::ModelDenoiser;
+pub use runner::{ModelDenoiser, RunOptions, RunStatus};
 
 use crate::events::Event;
 use crate::sampler::PosSample;

@@ -7,20 +7,33 @@ use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
 use super::config::ModelConfig;
-use super::weights::Weights;
+use super::weights::WeightSource;
 
 struct Layer {
     input_norm: Tensor,
-    q_proj: Tensor,
-    k_proj: Tensor,
-    v_proj: Tensor,
+    /// q, k and v projections stacked: one matmul, `[heads*d + 2*kv_heads*d, hidden]`.
+    qkv_proj: Tensor,
     o_proj: Tensor,
     q_norm: Tensor,
     k_norm: Tensor,
     post_norm: Tensor,
-    gate_proj: Tensor,
-    up_proj: Tensor,
+    /// gate and up projections stacked: one matmul, `[2*intermediate, hidden]`.
+    gate_up_proj: Tensor,
     down_proj: Tensor,
+}
+
+/// The device-side inputs of one forward pass. [`Qwen3::forward`] builds them from host ids;
+/// a caller that replays a captured CUDA graph keeps them in fixed buffers and rewrites them.
+pub struct PassInput {
+    /// Token ids `[T]` u32.
+    pub ids: Tensor,
+    /// Absolute position of each id `[T]` u32: RoPE angle and the cache slot its K/V go to.
+    pub positions: Tensor,
+    /// Cache slots `[0, keys)` the queries attend over (at least every committed one and the
+    /// pass's own).
+    pub keys: usize,
+    /// Additive `[T, keys]` mask (0 or -inf) in the model's dtype; `None`: every key visible.
+    pub mask: Option<Tensor>,
 }
 
 pub struct Qwen3 {
@@ -32,6 +45,10 @@ pub struct Qwen3 {
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    intermediate: usize,
+    vocab: usize,
+    /// lm_head is the embedding matrix.
+    tied: bool,
     eps: f32,
     max_positions: usize,
     dtype: DType,
@@ -67,37 +84,68 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.len = 0;
     }
+
+    /// Commits the `t` positions after the prefix, whose K/V a pass over [`PassInput`]s has
+    /// already written (see [`Qwen3::forward_input`]).
+    pub fn advance(&mut self, t: usize) -> Result<()> {
+        if self.len + t > self.capacity {
+            bail!("KV cache overflow: {} + {t} positions > capacity {}", self.len, self.capacity);
+        }
+        self.len += t;
+        Ok(())
+    }
+}
+
+impl PassInput {
+    /// Host-side contents of a pass of `t` positions at `start` that attends over the whole
+    /// cache (`keys == capacity`): its positions and its `[t, capacity]` mask, which hides the
+    /// slots not written yet (`>= start + t`) and later blocks. Its shape depends only on `t`
+    /// and `capacity`, so one captured graph serves every block of a decode.
+    pub fn window(start: usize, t: usize, block: usize, capacity: usize) -> (Vec<u32>, Vec<f32>) {
+        let positions = (start..start + t).map(|p| p as u32).collect();
+        let mask = block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
+        (positions, mask)
+    }
 }
 
 impl Qwen3 {
-    pub fn load(cfg: &ModelConfig, w: &Weights, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn load(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device) -> Result<Self> {
         let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
         let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
+            let qkv_proj = Tensor::cat(
+                &[
+                    get(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
+                    get(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
+                    get(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
+                ],
+                0,
+            )?;
+            let gate_up_proj = Tensor::cat(
+                &[
+                    get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                    get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                ],
+                0,
+            )?;
             layers.push(Layer {
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q_proj: get(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
-                k_proj: get(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
-                v_proj: get(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
+                qkv_proj,
                 o_proj: get(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
                 q_norm: get(&format!("{p}.self_attn.q_norm.weight"), &[d])?,
                 k_norm: get(&format!("{p}.self_attn.k_norm.weight"), &[d])?,
                 post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_proj: get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                up_proj: get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                gate_up_proj,
                 down_proj: get(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
             });
         }
         let embed = get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must.
-        let lm_head = if cfg.tie_word_embeddings && !w.contains("lm_head.weight") {
-            embed.clone()
-        } else {
-            get("lm_head.weight", &[cfg.vocab_size, h])?
-        };
+        let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
+        let lm_head = if tied { embed.clone() } else { get("lm_head.weight", &[cfg.vocab_size, h])? };
         Ok(Qwen3 {
             embed,
             layers,
@@ -107,6 +155,9 @@ impl Qwen3 {
             heads: cfg.num_attention_heads,
             kv_heads: cfg.kv_heads(),
             head_dim: d,
+            intermediate: i,
+            vocab: cfg.vocab_size,
+            tied,
             eps: cfg.rms_norm_eps as f32,
             max_positions: cfg.max_position_embeddings,
             dtype,
@@ -120,6 +171,30 @@ impl Qwen3 {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    /// Bytes of every weight (embedding and lm_head included; tied ones once).
+    pub fn weight_bytes(&self) -> usize {
+        let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        let mut n = size(&self.embed) + size(&self.norm);
+        if !self.tied {
+            n += size(&self.lm_head);
+        }
+        for l in &self.layers {
+            n += [&l.input_norm, &l.qkv_proj, &l.o_proj, &l.q_norm, &l.k_norm, &l.post_norm, &l.gate_up_proj, &l.down_proj]
+                .into_iter()
+                .map(size)
+                .sum::<usize>();
+        }
+        n
     }
 
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
@@ -152,27 +227,61 @@ impl Qwen3 {
         if start + t > cache.capacity {
             bail!("KV cache overflow: {} + {t} positions > capacity {}", start, cache.capacity);
         }
-        let ids = Tensor::from_slice(ids, t, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?;
-        let mask = self.block_causal_mask(start, t, block)?;
-        let cos = cache.cos.narrow(0, start, t)?;
-        let sin = cache.sin.narrow(0, start, t)?;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.input_norm, self.eps)?;
-            let attn = self.attention(layer, &h, &cos, &sin, cache, l, mask.as_ref())?;
-            x = (x + attn)?;
-            let h = rms_norm(&x, &layer.post_norm, self.eps)?;
-            x = (x + mlp(layer, &h)?)?;
-        }
+        let positions: Vec<u32> = (start..start + t).map(|p| p as u32).collect();
+        let keys = start + t;
+        let mask = match block_causal_mask(start, t, block, keys) {
+            None => None,
+            Some(m) => Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?),
+        };
+        let input = PassInput {
+            ids: Tensor::from_slice(ids, t, &self.device)?,
+            positions: Tensor::from_vec(positions, t, &self.device)?,
+            keys,
+            mask,
+        };
+        let hidden = self.forward_input(&input, cache)?;
         if store {
             cache.len += t;
+        }
+        Ok(hidden)
+    }
+
+    /// The forward pass over device-side inputs. Writes the pass's K/V into the cache slots
+    /// `input.positions` and leaves `cache.len` alone: the caller commits by advancing it.
+    /// Launches the same kernels with the same arguments whatever the tensors hold, so a CUDA
+    /// graph captured once can replay it.
+    pub fn forward_input(&self, input: &PassInput, cache: &KvCache) -> Result<Tensor> {
+        let t = input.ids.dim(0)?;
+        if input.keys > cache.capacity {
+            bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
+        }
+        let mut x = self.embed.index_select(&input.ids, 0)?;
+        let cos = cache.cos.index_select(&input.positions, 0)?;
+        let sin = cache.sin.index_select(&input.positions, 0)?;
+        // Cache slot of every element of a `[kv_heads, T, d]` K/V block, for the in-place scatter.
+        let slots = input
+            .positions
+            .reshape((1, t, 1))?
+            .broadcast_as((self.kv_heads, t, self.head_dim))?
+            .contiguous()?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(&x, &layer.input_norm, self.eps)?;
+            let attn = self.attention(layer, &h, &cos, &sin, cache, l, &slots, input)?;
+            x = (x + attn)?;
+            let h = rms_norm(&x, &layer.post_norm, self.eps)?;
+            x = (x + self.mlp(layer, &h)?)?;
         }
         Ok(rms_norm(&x, &self.norm, self.eps)?)
     }
 
     /// Logits `[T, vocab]` in f32 for hidden states from [`Qwen3::forward`].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(linear(hidden, &self.lm_head)?.to_dtype(DType::F32)?)
+        Ok(self.logits_raw(hidden)?.to_dtype(DType::F32)?)
+    }
+
+    /// Logits `[T, vocab]` in the compute dtype (what the device sampler reads).
+    pub fn logits_raw(&self, hidden: &Tensor) -> Result<Tensor> {
+        Ok(linear(hidden, &self.lm_head)?)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -182,68 +291,73 @@ impl Qwen3 {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        cache: &mut KvCache,
+        cache: &KvCache,
         l: usize,
-        mask: Option<&Tensor>,
+        slots: &Tensor,
+        input: &PassInput,
     ) -> Result<Tensor> {
-        let (t, d, kvh) = (x.dim(0)?, self.head_dim, self.kv_heads);
-        let group = self.heads / kvh;
-        // [T, heads*d] -> per-head RMSNorm -> [1, heads, T, d] -> RoPE.
-        let q = linear(x, &layer.q_proj)?.reshape((t, self.heads, d))?;
-        let q = rms_norm(&q, &layer.q_norm, self.eps)?.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
-        let q = rope(&q, cos, sin)?;
-        let k = linear(x, &layer.k_proj)?.reshape((t, kvh, d))?;
-        let k = rms_norm(&k, &layer.k_norm, self.eps)?.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
+        let (t, d, kvh, heads) = (x.dim(0)?, self.head_dim, self.kv_heads, self.heads);
+        let group = heads / kvh;
+        // One matmul for q, k, v: [T, (heads + 2 kvh) * d] viewed as [T, heads + 2 kvh, d].
+        let qkv = linear(x, &layer.qkv_proj)?.reshape((t, heads + 2 * kvh, d))?;
+        // Each part to [n, T, d] (one copy), per-head RMSNorm, RoPE.
+        let part = |from: usize, n: usize| qkv.narrow(1, from, n)?.transpose(0, 1)?.contiguous();
+        let q = rms_norm(&part(0, heads)?, &layer.q_norm, self.eps)?.unsqueeze(0)?;
+        let q = rope(&q, cos, sin)?.squeeze(0)?;
+        let k = rms_norm(&part(heads, kvh)?, &layer.k_norm, self.eps)?.unsqueeze(0)?;
         let k = rope(&k, cos, sin)?.squeeze(0)?;
-        let v = linear(x, &layer.v_proj)?.reshape((t, kvh, d))?.transpose(0, 1)?.contiguous()?;
-        // Write this pass's K/V after the committed prefix; only `store` advances past them.
-        cache.k[l].slice_set(&k, 1, cache.len)?;
-        cache.v[l].slice_set(&v, 1, cache.len)?;
-        let keys = cache.len + t;
+        let v = part(heads + kvh, kvh)?;
+        // This pass's K/V go to their slots in place; only the caller's commit makes them part
+        // of the prefix.
+        cache.k[l].scatter_set(slots, &k, 1)?;
+        cache.v[l].scatter_set(slots, &v, 1)?;
+        let keys = input.keys;
         let k_all = cache.k[l].narrow(1, 0, keys)?;
         let v_all = cache.v[l].narrow(1, 0, keys)?;
         // GQA without copying K/V: the `group` query heads sharing a KV head become extra rows.
         let q = q.reshape((kvh, group * t, d))?;
         let scale = 1.0 / (d as f64).sqrt();
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(mask) = mask {
+        if let Some(mask) = &input.mask {
             scores = scores.reshape((kvh, group, t, keys))?.broadcast_add(mask)?.reshape((kvh, group * t, keys))?;
         }
         let probs = softmax_last_dim(&scores)?;
         let out = probs.matmul(&v_all)?; // [kvh, group*t, d]
-        let out = out.reshape((self.heads, t, d))?.transpose(0, 1)?.reshape((t, self.heads * d))?;
+        let out = out.reshape((heads, t, d))?.transpose(0, 1)?.reshape((t, heads * d))?;
         Ok(linear(&out, &layer.o_proj)?)
     }
 
-    /// `[T, start+T]` additive mask, or `None` when every key is visible to every query (the
-    /// new positions lie in one block, the common denoising case).
-    fn block_causal_mask(&self, start: usize, t: usize, block: usize) -> Result<Option<Tensor>> {
-        let last_block = (start + t - 1) / block;
-        if start / block == last_block {
-            return Ok(None);
-        }
-        let keys = start + t;
-        let mut m = vec![0f32; t * keys];
-        for i in 0..t {
-            let qb = (start + i) / block;
-            for j in 0..keys {
-                if j / block > qb {
-                    m[i * keys + j] = f32::NEG_INFINITY;
-                }
+    fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
+        let gate_up = linear(x, &layer.gate_up_proj)?;
+        let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
+        let up = gate_up.narrow(1, self.intermediate, self.intermediate)?;
+        linear(&(gate * up)?, &layer.down_proj)
+    }
+}
+
+/// Row-major `[T, keys]` additive mask for `T` queries at `start..start+T` over cache slots
+/// `0..keys`: a query sees every slot of its own and earlier blocks that the pass has written
+/// (`< start + T`). `None` when nothing is masked (one block, `keys == start + T`).
+pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> Option<Vec<f32>> {
+    let end = start + t;
+    let last_block = (end - 1) / block;
+    if start / block == last_block && keys <= end {
+        return None;
+    }
+    let mut m = vec![0f32; t * keys];
+    for i in 0..t {
+        let qb = (start + i) / block;
+        for j in 0..keys {
+            if j >= end || j / block > qb {
+                m[i * keys + j] = f32::NEG_INFINITY;
             }
         }
-        Ok(Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?))
     }
+    Some(m)
 }
 
 fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     x.matmul(&w.t()?)
-}
-
-fn mlp(layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
-    let gate = candle_nn::ops::silu(&linear(x, &layer.gate_proj)?)?;
-    let up = linear(x, &layer.up_proj)?;
-    linear(&(gate * up)?, &layer.down_proj)
 }
 
 /// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way
