@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use anyhow::Result;
 
-pub use decode::{decode, Request};
+pub use decode::{decode, decode_with_events, Request};
 pub use runner::{ModelDenoiser, RunOptions, RunStatus};
 
 use crate::events::Event;
