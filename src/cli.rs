@@ -35,6 +35,36 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Per-token and per-step tables of a trace: which token was decoded at which step.
+    Export {
+        /// A trace written by `unmask trace`.
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value = "csv")]
+        format: ExportFormat,
+        /// Which table, for CSV (JSON holds all three).
+        #[arg(long, value_enum, default_value = "tokens")]
+        table: ExportTable,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum ExportTable {
+    /// One row per generated token: position, block, step, token id, text, confidence.
+    Tokens,
+    /// One row per denoising step: tokens committed.
+    Steps,
+    /// The 1-based step within its block of every output token (lmdeploy/SGLang `step_map`).
+    StepMap,
 }
 
 /// Flags shared by everything that decodes. Unset ones fall back to the checkpoint's

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod embedded;
 pub mod engine;
 pub mod events;
+pub mod export;
 pub mod model;
 pub mod sampler;
 pub mod session;

@@ -10,6 +10,9 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
+        Some(Command::Export { trace, format, table, out }) => {
+            unmask::commands::export::run(trace, *format, *table, out.as_deref())
+        }
         None => unmask::commands::trace::run(&cli.decode, None),
     };
     match result {

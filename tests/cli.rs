@@ -78,7 +78,7 @@ fn out_file_holds_the_same_events_as_stdout() {
     assert!(unmask(&args).status.success());
     let file = unmask::trace::read_file(&path).unwrap();
     assert!(file.stopped.is_none());
-    let stdout = unmask(&args[..6]);
+    let stdout = unmask(&args[..5]);
     let lines: Vec<Event> = String::from_utf8(stdout.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     // Timings differ between runs; everything else must not.
     let strip = |evs: &[Event]| -> Vec<String> {

@@ -28,12 +28,12 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from train import add_block_noise, bd_training_mask, block_causal_mask, load_exported  # noqa: E402
+from train import bd_training_mask, block_causal_mask, load_exported  # noqa: E402
 
 PROMPTS = [
-    "Romeo.\n",
-    "Shall I compare thee to a summer's day?\n",
-    "First Citizen.\nBefore we proceed any further, hear me speak.\n\nAll.\n",
+    "OTHELLO.\n",  # 3 tokens: the first decode block holds the prompt tail
+    "Shall I compare thee to a summer's day?\n",  # 12 tokens: whole blocks, no tail
+    "FIRST CITIZEN.\nBefore we proceed any further, hear me speak.\n\nALL.\n",  # 19 tokens
 ]
 RATIOS = [0.15, 0.5, 0.85, 1.0]
 
@@ -182,7 +182,8 @@ def decode(model, c, prompt_ids, B, S, N, strategy, threshold=0.85, temperature=
             out = out[: j + 1]
             break
     return {"output_ids": out, "stop_reason": stop, "denoising_passes": passes,
-            "engine_forwards": passes + len(blocks), "blocks": blocks, "steps": steps}
+            # as the engine counts: 1 prefill (if the prompt fills a block) + passes + 1 commit per block
+            "engine_forwards": (1 if first > 0 else 0) + passes + len(blocks), "blocks": blocks, "steps": steps}
 
 
 def text_stats(ids):

@@ -17,7 +17,6 @@ Outputs (in --work):
 """
 import argparse
 import hashlib
-import io
 import json
 import os
 import re

@@ -68,11 +68,16 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = "0" ] || echo "== evaluate.py failed (rc=$rc); the model is exported anyway" | tee -a "$LOG"
 for f in eval.json samples.json; do
-  [ -f "$EXPORT_DIR/$f" ] && cp "$EXPORT_DIR/$f" "$OUT/$f"
+  if [ -f "$EXPORT_DIR/$f" ]; then cp "$EXPORT_DIR/$f" "$OUT/$f"; fi
 done
 if [ -f "$EXPORT_DIR/train_summary.json" ]; then
   echo "== train_summary.json (not returned as a file):" | tee -a "$LOG"
   "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('history',None); print(json.dumps(d))" \
     "$EXPORT_DIR/train_summary.json" 2>&1 | tee -a "$LOG" || true
+fi
+# ---- transformers parity on the trained weights (informative; only if time is left)
+if [ $(( $(date +%s) - T0 )) -lt 500 ]; then
+  timeout 45 "$PY" "$R/check_hf.py" --model "$EXPORT_DIR" --data "$R/work" 2>&1 \
+    | grep -v "Loading weights" | tee -a "$LOG" || echo "== check_hf.py skipped/failed" | tee -a "$LOG"
 fi
 echo "== done in $(( $(date +%s) - T0 ))s; \$OUT holds: $(ls "$OUT" | tr '\n' ' ')" | tee -a "$LOG"

@@ -30,7 +30,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import time
 
 import numpy as np
@@ -511,7 +510,6 @@ def main():
     t0 = time.time()
     last_eval = t0
     tok_since, t_since = 0, t0
-    loss_acc, acc_acc, n_acc = 0.0, 0.0, 0
     log(f"setup took {t0 - t_start:.1f}s; training for {args.minutes} min"
         + (f" or {max_steps} steps" if max_steps else ""))
 

@@ -1,3 +1,4 @@
 //! One module per subcommand; each takes parsed flags and does its whole job.
 
+pub mod export;
 pub mod trace;

@@ -1,0 +1,30 @@
+//! `unmask export`: a trace's per-token table, per-step table and step map, as CSV or JSON.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::cli::{ExportFormat, ExportTable};
+use crate::export::{step_map_csv, steps_csv, tables, tokens_csv};
+
+pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&Path>) -> Result<()> {
+    let read = crate::trace::read_file(trace)?;
+    if let Some(why) = &read.stopped {
+        // The good part is still exported; say where the trace ended.
+        eprintln!("unmask: warning: {why}; exporting the events before it");
+    }
+    let t = tables(&read.events);
+    let text = match (format, table) {
+        (ExportFormat::Json, _) => serde_json::to_string_pretty(&t)? + "\n",
+        (ExportFormat::Csv, ExportTable::Tokens) => tokens_csv(&t),
+        (ExportFormat::Csv, ExportTable::Steps) => steps_csv(&t),
+        (ExportFormat::Csv, ExportTable::StepMap) => step_map_csv(&t),
+    };
+    match out {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("{}: cannot write", p.display())),
+        None => {
+            use std::io::Write;
+            std::io::stdout().write_all(text.as_bytes()).context("stdout: cannot write")
+        }
+    }
+}

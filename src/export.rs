@@ -1,0 +1,153 @@
+//! Tables derived from a trace: which token was decoded at which step. Pure: events in, rows out.
+
+use serde::Serialize;
+
+use crate::events::Event;
+
+/// One generated token: where it sits and when it was decoded.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TokenRow {
+    pub pos: usize,
+    /// Index among the generated tokens (0 = first token after the prompt).
+    pub index: usize,
+    pub block: usize,
+    /// 0-based denoising step within the block.
+    pub step: usize,
+    /// 0-based denoising step over the whole decode.
+    pub global_step: usize,
+    pub forward: usize,
+    pub token: u32,
+    pub text: String,
+    pub conf: f32,
+    pub entropy: f32,
+}
+
+/// One denoising step: how much it committed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepRow {
+    pub global_step: usize,
+    pub block: usize,
+    pub step: usize,
+    pub forward: usize,
+    pub committed: usize,
+    pub still_masked: usize,
+    pub t_ms: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tables {
+    pub tokens: Vec<TokenRow>,
+    pub steps: Vec<StepRow>,
+    /// For every output token, the 1-based step within its block at which it was decoded: the
+    /// shape of the `step_map` that lmdeploy (PR #4057) and SGLang (`return_step_maps`) return.
+    pub step_map: Vec<usize>,
+}
+
+/// Builds the tables from the last run in `events` (a trace may hold restarts).
+pub fn tables(events: &[Event]) -> Tables {
+    let start = events.iter().rposition(|e| matches!(e, Event::Header(_))).unwrap_or(0);
+    let run = &events[start..];
+    let (prompt_len, max_len) = match run.first() {
+        Some(Event::Header(h)) => (h.prompt_ids.len(), h.max_len),
+        _ => (0, usize::MAX),
+    };
+    // Output length: the finish event's, else every decoded position inside the limit.
+    let out_len = run.iter().find_map(|e| match e {
+        Event::Finish(f) => Some(f.output_ids.len()),
+        _ => None,
+    });
+    let limit = out_len.map_or(max_len, |n| prompt_len + n);
+    let mut tokens = Vec::new();
+    let mut steps = Vec::new();
+    for ev in run {
+        let Event::Step(s) = ev else { continue };
+        let global_step = steps.len();
+        steps.push(StepRow {
+            global_step,
+            block: s.block,
+            step: s.step,
+            forward: s.forward,
+            committed: s.committed.len(),
+            still_masked: s.masked.len(),
+            t_ms: s.t_ms,
+        });
+        for c in s.committed.iter().filter(|c| c.pos >= prompt_len && c.pos < limit) {
+            tokens.push(TokenRow {
+                pos: c.pos,
+                index: c.pos - prompt_len,
+                block: s.block,
+                step: s.step,
+                global_step,
+                forward: s.forward,
+                token: c.token,
+                text: c.text.clone(),
+                conf: c.conf,
+                entropy: c.entropy,
+            });
+        }
+    }
+    tokens.sort_by_key(|t| t.pos);
+    let step_map = tokens.iter().map(|t| t.step + 1).collect();
+    Tables { tokens, steps, step_map }
+}
+
+/// RFC 4180 field: quoted when it holds a comma, quote or line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+pub fn tokens_csv(t: &Tables) -> String {
+    let mut out = String::from("pos,index,block,step,global_step,forward,token,text,conf,entropy\n");
+    for r in &t.tokens {
+        out += &format!(
+            "{},{},{},{},{},{},{},{},{},{}\n",
+            r.pos,
+            r.index,
+            r.block,
+            r.step,
+            r.global_step,
+            r.forward,
+            r.token,
+            csv_field(&r.text),
+            r.conf,
+            r.entropy
+        );
+    }
+    out
+}
+
+pub fn steps_csv(t: &Tables) -> String {
+    let mut out = String::from("global_step,block,step,forward,committed,still_masked,t_ms\n");
+    for r in &t.steps {
+        out += &format!(
+            "{},{},{},{},{},{},{:.3}\n",
+            r.global_step, r.block, r.step, r.forward, r.committed, r.still_masked, r.t_ms
+        );
+    }
+    out
+}
+
+pub fn step_map_csv(t: &Tables) -> String {
+    let mut out = String::from("index,step_map\n");
+    for (i, s) in t.step_map.iter().enumerate() {
+        out += &format!("{i},{s}\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_only_what_needs_it() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("line\nbreak"), "\"line\nbreak\"");
+    }
+}
