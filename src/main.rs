@@ -13,6 +13,8 @@ fn main() -> ExitCode {
         Some(Command::Export { trace, format, table, out }) => {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }
+        Some(Command::Bench(args)) => unmask::commands::bench::run(args),
+        Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
         None => unmask::commands::trace::run(&cli.decode, None),
     };
     match result {

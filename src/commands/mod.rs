@@ -1,4 +1,6 @@
 //! One module per subcommand; each takes parsed flags and does its whole job.
 
+pub mod bench;
+pub mod check_device;
 pub mod export;
 pub mod trace;

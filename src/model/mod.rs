@@ -254,7 +254,7 @@ fn cuda_device(n: usize) -> Result<Device> {
 /// A `--dtype` value: `auto` (the device's [`compute_dtype`]), `f32`, `bf16` or `f16`.
 pub fn parse_dtype(spec: &str, device: &Device) -> Result<DType> {
     match spec {
-        "auto" => Ok(compute_dtype(device)),
+        "auto" | "" => Ok(compute_dtype(device)),
         "f32" => Ok(DType::F32),
         "bf16" => Ok(DType::BF16),
         "f16" => Ok(DType::F16),
