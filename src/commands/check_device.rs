@@ -20,6 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::cli::CheckDeviceArgs;
+use crate::model::random::{check_config, RandomWeights};
 use crate::model::{parse_device, Checkpoint, PassInput, Qwen3, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
@@ -149,14 +150,19 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let want = three_passes(&cpu.model, &prompt, &block, capacity)?;
     let mut rng = ChaCha8Rng::seed_from_u64(1);
 
-    // 1 + 2a: logits and sampler on the model's logits
+    // 1 + 2a: logits and sampler on the model's logits; fused kernels and generic chains
     // bf16: the CPU in bf16 lands at ~1.9e-2 on this checkpoint (weights and activations rounded)
     for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-        let g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, dt)?;
-        let got = three_passes(&g.model, &prompt, &block, capacity)?;
-        for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
-            rep.check(format!("logits {dt:?} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+        let mut g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, dt)?;
+        for fused in [true, false] {
+            g.model.set_fused(fused);
+            let path = if g.model.fused() { "fused" } else { "generic" };
+            let got = three_passes(&g.model, &prompt, &block, capacity)?;
+            for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+                rep.check(format!("logits {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+            }
         }
+        g.model.set_fused(true);
         // the model's own logits, in the dtype the device computed them in
         let raw = g.model.logits_raw(&g.model.forward(&prompt, &mut g.model.new_cache(capacity)?, 4, false)?)?;
         for (name, s) in sampler_settings() {
@@ -167,6 +173,28 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
                 0.0,
                 format!("{rows} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"),
             );
+        }
+    }
+
+    // 1b: real head geometry (d = 128, GQA groups of 2 and 4), same random weights everywhere
+    for (label, cfg) in [
+        ("1.7B heads (16/8 x 128)", check_config(1024, 2, 16, 8, 128, 3072, 32000)?),
+        ("4B heads (32/8 x 128)", check_config(1024, 2, 32, 8, 128, 3072, 32000)?),
+    ] {
+        let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
+        let block = [5u32, 31999, 31999, 7];
+        let cpu_m = Qwen3::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
+        for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
+            let mut g = Qwen3::load(&cfg, &RandomWeights::on_host(&cfg, 9), dt, &dev)?;
+            for fused in [true, false] {
+                g.set_fused(fused);
+                let path = if g.fused() { "fused" } else { "generic" };
+                let got = three_passes(&g, &prompt, &block, capacity)?;
+                for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+                    rep.check(format!("logits {label} {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+                }
+            }
         }
     }
 

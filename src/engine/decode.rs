@@ -48,6 +48,7 @@ struct Loop<'a> {
     /// Build and send header, step and block events (off: only the finish event, without its
     /// text; what `unmask bench --events off` measures).
     events: bool,
+    pieces: std::cell::RefCell<std::collections::HashMap<u32, String>>,
 }
 
 /// Runs one decode to its end and returns the finish event (also sent to `sink`).
@@ -84,6 +85,7 @@ pub fn decode_with_events(
         pending: None,
         paused: false,
         events,
+        pieces: Default::default(),
     };
     let mut output = Vec::new();
     let mut blocks = 0;
@@ -245,12 +247,19 @@ impl Loop<'_> {
         Ok(Interrupt::None)
     }
 
+    /// The text piece of a token, decoded once per decode (a tokenizer decode per candidate
+    /// per step is most of what step events cost).
+    fn piece(&self, id: u32) -> String {
+        let mut cache = self.pieces.borrow_mut();
+        cache.entry(id).or_insert_with(|| self.detok.piece(id)).clone()
+    }
+
     fn committed(&self, pos: usize, s: &PosSample) -> Committed {
-        Committed { pos, token: s.token, text: self.detok.piece(s.token), conf: s.conf, entropy: s.entropy }
+        Committed { pos, token: s.token, text: self.piece(s.token), conf: s.conf, entropy: s.entropy }
     }
 
     fn candidate(&self, pos: usize, s: &PosSample) -> Candidate {
-        Candidate { pos, token: s.token, text: self.detok.piece(s.token), conf: s.conf }
+        Candidate { pos, token: s.token, text: self.piece(s.token), conf: s.conf }
     }
 
     /// Applies queued control messages; while paused, waits for the next one.

@@ -2,6 +2,9 @@
 //! embedded in the binary, through one code path.
 
 pub mod config;
+pub mod ops;
+#[cfg(feature = "cuda")]
+mod ops_cuda;
 pub mod qwen3;
 pub mod random;
 pub mod weights;

@@ -7,6 +7,7 @@ use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
 use super::config::ModelConfig;
+use super::ops;
 use super::weights::WeightSource;
 
 struct Layer {
@@ -49,17 +50,19 @@ pub struct Qwen3 {
     vocab: usize,
     /// lm_head is the embedding matrix.
     tied: bool,
+    /// Use the fused ops of `ops.rs` (default) rather than chains of generic candle ops.
+    fused: bool,
     eps: f32,
     max_positions: usize,
     dtype: DType,
     device: Device,
 }
 
-/// K/V of every committed position, per layer, preallocated for the whole decode.
+/// K/V of every committed position, per layer, preallocated for the whole decode: one
+/// `[2, kv_heads, capacity, head_dim]` tensor per layer (K then V), written in place.
 /// Positions `[len, len + T)` are scratch for a pass that does not store.
 pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    kv: Vec<Tensor>,
     /// RoPE cos/sin rows for every position the cache can hold.
     cos: Tensor,
     sin: Tensor,
@@ -158,6 +161,7 @@ impl Qwen3 {
             intermediate: i,
             vocab: cfg.vocab_size,
             tied,
+            fused: super::ops::fused_enabled() && (device.is_cpu() || super::ops::cuda_dtype_ok(dtype)),
             eps: cfg.rms_norm_eps as f32,
             max_positions: cfg.max_position_embeddings,
             dtype,
@@ -205,13 +209,12 @@ impl Qwen3 {
                 self.max_positions
             );
         }
-        let shape = (self.kv_heads, capacity, self.head_dim);
+        let shape = (2, self.kv_heads, capacity, self.head_dim);
         let zeros = || Tensor::zeros(shape, self.dtype, &self.device);
         let n = self.layers.len();
         let (cos, sin) = rope_tables(self.rope_theta, self.head_dim, capacity, self.dtype, &self.device)?;
         Ok(KvCache {
-            k: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
-            v: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
+            kv: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
             cos,
             sin,
             len: 0,
@@ -258,11 +261,11 @@ impl Qwen3 {
         let mut x = self.embed.index_select(&input.ids, 0)?;
         let cos = cache.cos.index_select(&input.positions, 0)?;
         let sin = cache.sin.index_select(&input.positions, 0)?;
-        // Cache slot of every element of a `[kv_heads, T, d]` K/V block, for the in-place scatter.
+        // Cache slot of every element of a `[2, kv_heads, T, d]` K/V block, for the in-place scatter.
         let slots = input
             .positions
-            .reshape((1, t, 1))?
-            .broadcast_as((self.kv_heads, t, self.head_dim))?
+            .reshape((1, 1, t, 1))?
+            .broadcast_as((2, self.kv_heads, t, self.head_dim))?
             .contiguous()?;
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.input_norm, self.eps)?;
@@ -284,6 +287,17 @@ impl Qwen3 {
         Ok(linear(hidden, &self.lm_head)?)
     }
 
+    /// Whether this model runs the fused ops (`UNMASK_FUSED=0` turns them off).
+    pub fn fused(&self) -> bool {
+        self.fused
+    }
+
+    /// Switches between the fused ops and the generic chains (for comparisons); the fused ops
+    /// stay off for dtypes their CUDA kernels do not take.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on && (self.device.is_cpu() || ops::cuda_dtype_ok(self.dtype));
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -297,41 +311,80 @@ impl Qwen3 {
         input: &PassInput,
     ) -> Result<Tensor> {
         let (t, d, kvh, heads) = (x.dim(0)?, self.head_dim, self.kv_heads, self.heads);
-        let group = heads / kvh;
-        // One matmul for q, k, v: [T, (heads + 2 kvh) * d] viewed as [T, heads + 2 kvh, d].
-        let qkv = linear(x, &layer.qkv_proj)?.reshape((t, heads + 2 * kvh, d))?;
-        // Each part to [n, T, d] (one copy), per-head RMSNorm, RoPE.
-        let part = |from: usize, n: usize| qkv.narrow(1, from, n)?.transpose(0, 1)?.contiguous();
-        let q = rms_norm(&part(0, heads)?, &layer.q_norm, self.eps)?.unsqueeze(0)?;
-        let q = rope(&q, cos, sin)?.squeeze(0)?;
-        let k = rms_norm(&part(heads, kvh)?, &layer.k_norm, self.eps)?.unsqueeze(0)?;
-        let k = rope(&k, cos, sin)?.squeeze(0)?;
-        let v = part(heads + kvh, kvh)?;
-        // This pass's K/V go to their slots in place; only the caller's commit makes them part
-        // of the prefix.
-        cache.k[l].scatter_set(slots, &k, 1)?;
-        cache.v[l].scatter_set(slots, &v, 1)?;
+        // One matmul for q, k, v, then every head as [H + 2 KV, T, d]: q and k normalised and
+        // rotated, v as is.
+        let qkv = linear(x, &layer.qkv_proj)?;
+        let all = if self.fused {
+            let op = ops::QkvPrep {
+                heads,
+                kv_heads: kvh,
+                head_dim: d,
+                eps: self.eps,
+                q_norm: layer.q_norm.clone(),
+                k_norm: layer.k_norm.clone(),
+            };
+            ops::qkv_prep(&qkv, cos, sin, &op)?
+        } else {
+            self.qkv_prep_generic(layer, &qkv, cos, sin)?
+        };
+        let q = all.narrow(0, 0, heads)?;
+        // k|v heads are the [2, KV, T, d] block of this pass: to their slots in place; only the
+        // caller's commit makes them part of the prefix.
+        let kv_new = all.narrow(0, heads, 2 * kvh)?.reshape((2, kvh, t, d))?;
+        cache.kv[l].scatter_set(slots, &kv_new, 2)?;
         let keys = input.keys;
-        let k_all = cache.k[l].narrow(1, 0, keys)?;
-        let v_all = cache.v[l].narrow(1, 0, keys)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let out = if self.fused && keys + d <= 12 * 1024 {
+            let op = ops::Attention { heads, kv_heads: kvh, head_dim: d, keys, scale: scale as f32 };
+            ops::attention(&q, &cache.kv[l], input.mask.as_ref(), &op)?
+        } else {
+            self.attention_generic(&q, &cache.kv[l], input, scale)?
+        };
+        Ok(linear(&out, &layer.o_proj)?)
+    }
+
+    /// [`ops::qkv_prep`] as generic candle ops.
+    fn qkv_prep_generic(&self, layer: &Layer, qkv: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (t, d, kvh, heads) = (qkv.dim(0)?, self.head_dim, self.kv_heads, self.heads);
+        let x = qkv.reshape((t, heads + 2 * kvh, d))?.transpose(0, 1)?.contiguous()?;
+        let normed = |from: usize, n: usize, w: &Tensor| -> Result<Tensor> {
+            let h = rms_norm(&x.narrow(0, from, n)?, w, self.eps)?.unsqueeze(0)?;
+            Ok(rope(&h, cos, sin)?.squeeze(0)?)
+        };
+        let q = normed(0, heads, &layer.q_norm)?;
+        let k = normed(heads, kvh, &layer.k_norm)?;
+        let v = x.narrow(0, heads + kvh, kvh)?;
+        Ok(Tensor::cat(&[&q, &k, &v], 0)?)
+    }
+
+    /// [`ops::attention`] as generic candle ops.
+    fn attention_generic(&self, q: &Tensor, kv: &Tensor, input: &PassInput, scale: f64) -> Result<Tensor> {
+        let (heads, t, d) = q.dims3()?;
+        let kvh = self.kv_heads;
+        let group = heads / kvh;
+        let keys = input.keys;
+        let k_all = kv.get(0)?.narrow(1, 0, keys)?;
+        let v_all = kv.get(1)?.narrow(1, 0, keys)?;
         // GQA without copying K/V: the `group` query heads sharing a KV head become extra rows.
         let q = q.reshape((kvh, group * t, d))?;
-        let scale = 1.0 / (d as f64).sqrt();
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
         if let Some(mask) = &input.mask {
             scores = scores.reshape((kvh, group, t, keys))?.broadcast_add(mask)?.reshape((kvh, group * t, keys))?;
         }
         let probs = softmax_last_dim(&scores)?;
         let out = probs.matmul(&v_all)?; // [kvh, group*t, d]
-        let out = out.reshape((heads, t, d))?.transpose(0, 1)?.reshape((t, heads * d))?;
-        Ok(linear(&out, &layer.o_proj)?)
+        Ok(out.reshape((heads, t, d))?.transpose(0, 1)?.reshape((t, heads * d))?)
     }
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
         let gate_up = linear(x, &layer.gate_up_proj)?;
-        let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
-        let up = gate_up.narrow(1, self.intermediate, self.intermediate)?;
-        linear(&(gate * up)?, &layer.down_proj)
+        let h = if self.fused {
+            ops::silu_mul(&gate_up, &ops::SiluMul { intermediate: self.intermediate })?
+        } else {
+            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
+            (gate * gate_up.narrow(1, self.intermediate, self.intermediate)?)?
+        };
+        linear(&h, &layer.down_proj)
     }
 }
 

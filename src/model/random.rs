@@ -52,6 +52,9 @@ pub fn shape_config(name: &str) -> Result<ModelConfig> {
 pub struct RandomWeights {
     pub tied: bool,
     pub std: f32,
+    /// Draw on the host (ChaCha8) whatever the target device, so that every device gets the
+    /// same weights (for CPU/GPU comparisons); otherwise CUDA draws with curand.
+    pub host: bool,
     rng: std::cell::RefCell<ChaCha8Rng>,
 }
 
@@ -61,7 +64,12 @@ impl RandomWeights {
         if !device.is_cpu() {
             device.set_seed(seed)?;
         }
-        Ok(RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, rng: ChaCha8Rng::seed_from_u64(seed).into() })
+        Ok(RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: false, rng: ChaCha8Rng::seed_from_u64(seed).into() })
+    }
+
+    /// Weights drawn on the host from `seed` alone: the same tensors on every device.
+    pub fn on_host(cfg: &ModelConfig, seed: u64) -> Self {
+        RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: true, rng: ChaCha8Rng::seed_from_u64(seed).into() }
     }
 }
 
@@ -70,12 +78,12 @@ impl WeightSource for RandomWeights {
         if name.ends_with("norm.weight") {
             return Ok(Tensor::ones(shape, dtype, device)?);
         }
-        let t = if device.is_cpu() {
+        let t = if device.is_cpu() || self.host {
             let n: usize = shape.iter().product();
             let a = self.std * 12f32.sqrt();
             let mut rng = self.rng.borrow_mut();
             let v: Vec<f32> = (0..n).map(|_| (rng.random::<f32>() - 0.5) * a).collect();
-            Tensor::from_vec(v, shape, device)?
+            Tensor::from_vec(v, shape, &Device::Cpu)?.to_device(device)?
         } else {
             Tensor::randn(0f32, self.std, shape, device)?
         };
@@ -85,6 +93,25 @@ impl WeightSource for RandomWeights {
     fn contains(&self, name: &str) -> bool {
         name != "lm_head.weight" || !self.tied
     }
+}
+
+/// A small config with real-model head geometry, for checks (`heads`/`kv_heads` x `head_dim`).
+pub fn check_config(hidden: usize, layers: usize, heads: usize, kv_heads: usize, head_dim: usize, inter: usize, vocab: usize) -> Result<ModelConfig> {
+    let json = serde_json::json!({
+        "model_type": "qwen3",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": false,
+    });
+    ModelConfig::parse(&json.to_string(), "check config")
 }
 
 #[cfg(test)]
@@ -123,5 +150,49 @@ mod tests {
         let mut c2 = m2.new_cache(16).unwrap();
         let h2 = m2.forward(&[1, 2, 3, 4, 5, 6], &mut c2, 4, true).unwrap();
         assert_eq!(h.to_vec2::<f32>().unwrap(), h2.to_vec2::<f32>().unwrap());
+    }
+
+    /// The fused ops (their CPU implementations, the kernels' algorithm) against the generic
+    /// chains of candle ops, through the whole model: prefill (mask), cached denoise (no mask),
+    /// and the fixed-window pass (mask, keys = capacity), with GQA groups of 2 and 4.
+    #[test]
+    fn fused_ops_match_the_generic_chains() {
+        use crate::model::PassInput;
+        for (cfg, dt, tol) in [
+            (shape_config("tiny").unwrap(), DType::F32, 1e-5),
+            (check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), DType::F32, 1e-5),
+            (check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), DType::BF16, 2e-2),
+        ] {
+            let w = RandomWeights::on_host(&cfg, 3);
+            let mut m = super::super::Qwen3::load(&cfg, &w, dt, &Device::Cpu).unwrap();
+            let run = |m: &super::super::Qwen3| -> Vec<Vec<f32>> {
+                let mut cache = m.new_cache(24).unwrap();
+                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, false).unwrap()).unwrap();
+                m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, true).unwrap();
+                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, false).unwrap()).unwrap();
+                let (pos, mask) = PassInput::window(8, 4, 4, 24);
+                let input = PassInput {
+                    ids: Tensor::new(&[9u32, 10, 11, 12], &Device::Cpu).unwrap(),
+                    positions: Tensor::from_vec(pos, 4, &Device::Cpu).unwrap(),
+                    keys: 24,
+                    mask: Some(Tensor::from_vec(mask, (4, 24), &Device::Cpu).unwrap().to_dtype(dt).unwrap()),
+                };
+                let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
+                [pre, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect()
+            };
+            m.set_fused(true);
+            let fused = run(&m);
+            m.set_fused(false);
+            let generic = run(&m);
+            for (k, (a, b)) in fused.iter().zip(&generic).enumerate() {
+                let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+                let den: f32 = b.iter().map(|y| y * y).sum();
+                let e = (num / den).sqrt();
+                assert!(e < tol, "{dt:?} heads {}/{} pass {k}: rel err {e}", cfg.num_attention_heads, cfg.kv_heads());
+            }
+            // and the denoise pass equals the fixed-window pass (same queries, same keys)
+            let num: f32 = fused[1].iter().zip(&fused[2]).map(|(x, y)| (x - y) * (x - y)).sum();
+            assert!(num.sqrt() < 1e-3, "window vs exact keys");
+        }
     }
 }
