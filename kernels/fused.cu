@@ -11,6 +11,8 @@
 //              in f32, written as [T, H * d]. Replaces 2 batched matmuls, a scale, a mask add, a
 //              softmax and a transposing copy.
 //   silu_mul:  [T, 2 I] (gate | up) -> [T, I] silu(gate) * up.
+//   add_rms_norm: x [T, h] + delta [T, h] -> [2, T, h]: the sum (the new residual stream, rounded
+//              to the storage dtype) and its RMSNorm with weight w. Replaces an add and an RMSNorm.
 // No kernel takes a position or a length that changes from block to block as an argument (the
 // RoPE rows and the mask are device tensors), so a captured CUDA graph replays them for any block. Math in f32; bf16 is read and written as raw bits (no headers, for
 // NVRTC).
@@ -143,6 +145,28 @@ __device__ void silu_mul(const T* __restrict__ gu, T* __restrict__ out, int t_le
     }
 }
 
+// grid T, block 256, dynamic smem h floats.
+template <typename T>
+__device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ delta, const T* __restrict__ w,
+                             T* __restrict__ out, int t_len, int h, float eps) {
+    extern __shared__ float sm[];
+    __shared__ float red[32];
+    const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+    const long base = (long)t * h;
+    T* sum_out = out + base;
+    T* norm_out = out + (long)t_len * h + base;
+    float ss = 0.0f;
+    for (int i = tid; i < h; i += nt) {
+        st(sum_out, i, ld(x, base + i) + ld(delta, base + i));
+        float v = ld(sum_out, i);  // the stored (rounded) value, as the unfused add + norm see it
+        sm[i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(ss / (float)h + eps);
+    for (int i = tid; i < h; i += nt) st(norm_out, i, sm[i] * r * ld(w, i));
+}
+
 #define QKV(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* qkv, const T* qn, const T* kn, const T* cos, const T* sin,    \
                                     T* out, int t_len, int heads, int kvh, int d, float eps) {             \
@@ -156,6 +180,13 @@ __device__ void silu_mul(const T* __restrict__ gu, T* __restrict__ out, int t_le
 #define SILU(NAME, T)                                                                                       \
     extern "C" __global__ void NAME(const T* gu, T* out, int t_len, int inter) { silu_mul<T>(gu, out, t_len, inter); }
 
+#define ADDNORM(NAME, T)                                                                                    \
+    extern "C" __global__ void NAME(const T* x, const T* delta, const T* w, T* out, int t_len, int h, float eps) { \
+        add_rms_norm<T>(x, delta, w, out, t_len, h, eps);                                                   \
+    }
+
+ADDNORM(unmask_add_rms_norm_f32, float)
+ADDNORM(unmask_add_rms_norm_bf16, unsigned short)
 QKV(unmask_qkv_prep_f32, float)
 QKV(unmask_qkv_prep_bf16, unsigned short)
 ATT(unmask_attention_f32, float)

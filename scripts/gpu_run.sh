@@ -193,7 +193,7 @@ if check:
 if traces:
     req = [t for t in traces if t["required"]]
     print(f"- decode traces CPU vs GPU: {sum(t['same'] for t in req)}/{len(req)} required pairs identical (tokens, steps); bf16 pairs: " +
-          ", ".join(f"{t['b']} {'same' if t['same'] else 'differs from step ' + str(t['first_divergent_step'])}" for t in traces if not t["required"]))
+          ", ".join(f"{t['a']} vs {t['b']}: {'same' if t['same'] else 'differs from step ' + str(t['first_divergent_step'])}" for t in traces if not t["required"]))
 if main and "rows" in main:
     wb = main["weight_bytes"]
     floor = wb / bw["bytes_per_s"] * 1e3 if bw else None

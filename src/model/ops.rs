@@ -9,6 +9,7 @@
 //! - [`attention`]: `q [H, T, d]` over the cache `[2, KV, cap, d]` slots `[0, keys)`, with an
 //!   optional additive `[T, keys]` mask -> `[T, H * d]`.
 //! - [`silu_mul`]: `[T, 2 I]` (gate | up) -> `[T, I]`.
+//! - [`add_rms_norm`]: `x + delta` and its RMSNorm in one pass -> `[2, T, h]`.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
@@ -62,6 +63,18 @@ pub fn attention(q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, op: &Attention)
 
 pub fn silu_mul(gate_up: &Tensor, op: &SiluMul) -> Result<Tensor> {
     gate_up.apply_op1_no_bwd(op)
+}
+
+#[derive(Clone, Debug)]
+pub struct AddRmsNorm {
+    pub eps: f32,
+}
+
+/// `(x + delta, rms_norm(x + delta) * w)`, the sum rounded to the storage dtype first (as an
+/// unfused add then norm would see it).
+pub fn add_rms_norm(x: &Tensor, delta: &Tensor, w: &Tensor, op: &AddRmsNorm) -> Result<(Tensor, Tensor)> {
+    let both = x.apply_op3_no_bwd(delta, w, op)?;
+    Ok((both.get(0)?, both.get(1)?))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +284,70 @@ impl CustomOp3 for Attention {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (t_len, cap) = self.check(l1, l2, Some(l3))?;
         super::ops_cuda::attention(self, t_len, cap, (s1, l1), (s2, l2), Some((s3, l3)))
+    }
+}
+
+impl AddRmsNorm {
+    fn check(&self, lx: &Layout, ld: &Layout, lw: &Layout) -> Result<(usize, usize)> {
+        let (t, h) = lx.shape().dims2()?;
+        if ld.shape().dims2()? != (t, h) || lw.shape().dims1()? != h {
+            candle_core::bail!("add-rms-norm: shapes {:?} {:?} {:?}", lx.shape(), ld.shape(), lw.shape());
+        }
+        Ok((t, h))
+    }
+}
+
+impl CustomOp3 for AddRmsNorm {
+    fn name(&self) -> &'static str {
+        "unmask-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, h) = self.check(l1, l2, l3)?;
+        let x = to_f32(s1, l1, "add-rms-norm x")?;
+        let d = to_f32(s2, l2, "add-rms-norm delta")?;
+        let w = to_f32(s3, l3, "add-rms-norm w")?;
+        let round = |v: f32| match s1 {
+            CpuStorage::BF16(_) => half::bf16::from_f32(v).to_f32(),
+            CpuStorage::F16(_) => half::f16::from_f32(v).to_f32(),
+            _ => v,
+        };
+        let mut out = vec![0f32; 2 * t * h];
+        for r in 0..t {
+            let (sum, norm) = out.split_at_mut(t * h);
+            let row = &mut sum[r * h..(r + 1) * h];
+            for i in 0..h {
+                row[i] = round(x[r * h + i] + d[r * h + i]);
+            }
+            let ss: f32 = row.iter().map(|v| v * v).sum();
+            let k = 1.0 / (ss / h as f32 + self.eps).sqrt();
+            for i in 0..h {
+                norm[r * h + i] = row[i] * k * w[i];
+            }
+        }
+        Ok((from_f32(out, s1), Shape::from((2, t, h))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (t, h) = self.check(l1, l2, l3)?;
+        super::ops_cuda::add_rms_norm(self, t, h, (s1, l1), (s2, l2), (s3, l3))
     }
 }
 

@@ -8,7 +8,7 @@ use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOpt
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
-use super::ops::{Attention, QkvPrep, SiluMul};
+use super::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
 
 pub const SOURCE: &str = include_str!("../../kernels/fused.cu");
 const MODULE: &str = "unmask_fused";
@@ -175,4 +175,40 @@ pub fn silu_mul(op: &SiluMul, t_len: usize, (s, l): (&CudaStorage, &Layout)) -> 
         other => candle_core::bail!("silu-mul: {other:?}"),
     };
     Ok((st, Shape::from((t_len, i))))
+}
+
+pub fn add_rms_norm(
+    op: &AddRmsNorm,
+    t_len: usize,
+    h: usize,
+    (sx, lx): (&CudaStorage, &Layout),
+    (sd, ld): (&CudaStorage, &Layout),
+    (sw, lw): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = sx.device().clone();
+    if h * 4 > 48 * 1024 {
+        candle_core::bail!("add-rms-norm kernel: hidden size {h} exceeds its shared memory");
+    }
+    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: (h * 4) as u32 };
+    let dt = sx.dtype();
+    let f = dev.get_or_load_custom_func(&func_name("unmask_add_rms_norm", dt)?, MODULE, ptx()?)?;
+    let (t_i, h_i) = (t_len as i32, h as i32);
+    macro_rules! go {
+        ($T:ty) => {{
+            let x = view::<$T>(sx, lx, "add-rms-norm x")?;
+            let d = view::<$T>(sd, ld, "add-rms-norm delta")?;
+            let w = view::<$T>(sw, lw, "add-rms-norm w")?;
+            let out = unsafe { dev.alloc::<$T>(2 * t_len * h)? };
+            let mut b = f.builder();
+            b.arg(&x).arg(&d).arg(&w).arg(&out).arg(&t_i).arg(&h_i).arg(&op.eps);
+            unsafe { b.launch(cfg) }.w()?;
+            wrap(out, &dev)
+        }};
+    }
+    let st = match dt {
+        DType::F32 => go!(f32),
+        DType::BF16 => go!(half::bf16),
+        other => candle_core::bail!("add-rms-norm: {other:?}"),
+    };
+    Ok((st, Shape::from((2, t_len, h))))
 }

@@ -267,14 +267,17 @@ impl Qwen3 {
             .reshape((1, 1, t, 1))?
             .broadcast_as((2, self.kv_heads, t, self.head_dim))?
             .contiguous()?;
+        // Residual stream `x`; `h` its normed input to the next block. The add of each residual
+        // and the norm after it are one op when fused.
+        let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.input_norm, self.eps)?;
             let attn = self.attention(layer, &h, &cos, &sin, cache, l, &slots, input)?;
-            x = (x + attn)?;
-            let h = rms_norm(&x, &layer.post_norm, self.eps)?;
-            x = (x + self.mlp(layer, &h)?)?;
+            (x, h) = self.add_norm(&x, &attn, &layer.post_norm)?;
+            let mlp = self.mlp(layer, &h)?;
+            let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
+            (x, h) = self.add_norm(&x, &mlp, next)?;
         }
-        Ok(rms_norm(&x, &self.norm, self.eps)?)
+        Ok(h)
     }
 
     /// Logits `[T, vocab]` in f32 for hidden states from [`Qwen3::forward`].
@@ -374,6 +377,16 @@ impl Qwen3 {
         let probs = softmax_last_dim(&scores)?;
         let out = probs.matmul(&v_all)?; // [kvh, group*t, d]
         Ok(out.reshape((heads, t, d))?.transpose(0, 1)?.reshape((t, heads * d))?)
+    }
+
+    /// `(x + delta, rms_norm(x + delta) * w)`.
+    fn add_norm(&self, x: &Tensor, delta: &Tensor, w: &Tensor) -> Result<(Tensor, Tensor)> {
+        if self.fused && x.dim(1)? <= 12 * 1024 {
+            return Ok(ops::add_rms_norm(x, delta, w, &ops::AddRmsNorm { eps: self.eps })?);
+        }
+        let x = (x + delta)?;
+        let h = rms_norm(&x, w, self.eps)?;
+        Ok((x, h))
     }
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
