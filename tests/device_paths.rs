@@ -129,3 +129,26 @@ fn fixed_passes_survive_a_restart_in_the_same_denoiser() {
         assert_eq!(out, f.output_ids, "prompt {prompt:?}");
     }
 }
+
+#[test]
+fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
+    let ck = load();
+    let mask = ck.tokenizer.mask_id();
+    let s = settings(Strategy::LowConfidenceStatic, Sampling::default());
+    let req = Request {
+        prompt: String::new(),
+        prompt_ids: vec![3, 1, 4, 1, 5, 9],
+        settings: s.clone(),
+        mask_id: mask,
+        eos_ids: vec![],
+        model: ck.info.clone(),
+        device: "cpu".into(),
+    };
+    let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
+    let mut sent = vec![];
+    let off = unmask::engine::decode_with_events(&mut den, &ck.tokenizer, &req, &mut |e| sent.push(e), None, false);
+    assert_eq!(sent.len(), 1, "only the finish event");
+    assert!(off.text.is_empty());
+    let on = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
+    assert_eq!((off.output_ids, off.forwards, off.steps), (on.output_ids, on.forwards, on.steps));
+}

@@ -39,7 +39,15 @@ impl RunOptions {
             Ok("1") => true,
             _ => default,
         };
-        let device_sampler = flag("UNMASK_DEVICE_SAMPLER", gpu);
+        #[allow(unused_mut)]
+        let mut device_sampler = flag("UNMASK_DEVICE_SAMPLER", gpu);
+        #[cfg(feature = "cuda")]
+        if device_sampler && device.is_cuda() {
+            if let Err(e) = crate::sampler::cuda::ptx() {
+                eprintln!("unmask: sampler kernel unavailable, sampling on the host: {e}");
+                device_sampler = false;
+            }
+        }
         let fixed_passes = flag("UNMASK_FIXED_PASSES", gpu) && device_sampler;
         let cuda_graph = flag("UNMASK_CUDA_GRAPH", gpu) && fixed_passes && device.is_cuda();
         RunOptions { device_sampler, fixed_passes, cuda_graph }

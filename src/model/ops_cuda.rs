@@ -25,6 +25,11 @@ fn ptx() -> Result<&'static str> {
     }
 }
 
+/// Compiles kernels/fused.cu now; an error means the fused ops cannot run here.
+pub fn probe() -> Result<()> {
+    ptx().map(drop)
+}
+
 fn suffix(dt: DType) -> Result<&'static str> {
     match dt {
         DType::F32 => Ok("f32"),

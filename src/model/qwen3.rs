@@ -161,7 +161,7 @@ impl Qwen3 {
             intermediate: i,
             vocab: cfg.vocab_size,
             tied,
-            fused: super::ops::fused_enabled() && (device.is_cpu() || super::ops::cuda_dtype_ok(dtype)),
+            fused: fused_here(device, dtype),
             eps: cfg.rms_norm_eps as f32,
             max_positions: cfg.max_position_embeddings,
             dtype,
@@ -420,6 +420,25 @@ pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> O
         }
     }
     Some(m)
+}
+
+/// Fused ops unless turned off, or their CUDA kernels cannot take this dtype or compile here.
+fn fused_here(device: &Device, dtype: DType) -> bool {
+    if !ops::fused_enabled() {
+        return false;
+    }
+    if device.is_cpu() {
+        return true;
+    }
+    if !ops::cuda_dtype_ok(dtype) {
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    if let Err(e) = super::ops_cuda::probe() {
+        eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
+        return false;
+    }
+    true
 }
 
 fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
