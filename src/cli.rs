@@ -35,6 +35,18 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Two decodes of the same prompt side by side (any setting may differ between A and B).
+    Compare {
+        #[command(flatten)]
+        decode: DecodeArgs,
+        #[command(flatten)]
+        a: SideA,
+        #[command(flatten)]
+        b: SideB,
+        /// Print the comparison as a table instead of opening the TUI.
+        #[arg(long)]
+        headless: bool,
+    },
     /// Per-token and per-step tables of a trace: which token was decoded at which step.
     Export {
         /// A trace written by `unmask trace`.
@@ -186,7 +198,7 @@ impl DecodeArgs {
             strategy,
             schedule: self.schedule.unwrap_or(d.schedule),
             threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
-            eb_threshold: self.eb_threshold.unwrap_or(d.eb_threshold),
+            eb_threshold: self.eb_threshold.or(gen.eb_threshold).unwrap_or(d.eb_threshold),
             block_length: self.block_length.or(gen.block_length).or(block_size).unwrap_or(d.block_length),
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
@@ -195,9 +207,82 @@ impl DecodeArgs {
                 top_p: self.top_p.or(gen.top_p).unwrap_or(d.sampling.top_p),
                 seed: self.seed.unwrap_or(d.sampling.seed),
             },
-            max_new_tokens: self.max_new_tokens.unwrap_or(d.max_new_tokens),
+            max_new_tokens: self.max_new_tokens.or(gen.max_new_tokens).unwrap_or(d.max_new_tokens),
         };
         s.validate().context("invalid settings")?;
         Ok(s)
+    }
+}
+
+/// Per-side overrides of `unmask compare`: `--strategy-a`, `--threshold-b`, ...
+macro_rules! side_args {
+    ($name:ident, $suffix:literal) => {
+        #[derive(Args, Debug, Clone, Default)]
+        pub struct $name {
+            #[arg(id = concat!("strategy_", $suffix), long = concat!("strategy-", $suffix), value_enum, value_name = "S")]
+            pub strategy: Option<Strategy>,
+            #[arg(id = concat!("schedule_", $suffix), long = concat!("schedule-", $suffix), value_enum, value_name = "S")]
+            pub schedule: Option<Schedule>,
+            #[arg(id = concat!("threshold_", $suffix), long = concat!("threshold-", $suffix), value_name = "F")]
+            pub threshold: Option<f32>,
+            #[arg(id = concat!("eb_threshold_", $suffix), long = concat!("eb-threshold-", $suffix), value_name = "F")]
+            pub eb_threshold: Option<f32>,
+            #[arg(id = concat!("steps_", $suffix), long = concat!("steps-", $suffix), value_name = "N")]
+            pub steps: Option<usize>,
+            #[arg(id = concat!("block_length_", $suffix), long = concat!("block-length-", $suffix), value_name = "N")]
+            pub block_length: Option<usize>,
+            #[arg(id = concat!("temperature_", $suffix), long = concat!("temperature-", $suffix), value_name = "F")]
+            pub temperature: Option<f32>,
+            #[arg(id = concat!("top_k_", $suffix), long = concat!("top-k-", $suffix), value_name = "N")]
+            pub top_k: Option<usize>,
+            #[arg(id = concat!("top_p_", $suffix), long = concat!("top-p-", $suffix), value_name = "F")]
+            pub top_p: Option<f32>,
+            #[arg(id = concat!("seed_", $suffix), long = concat!("seed-", $suffix), value_name = "N")]
+            pub seed: Option<u64>,
+        }
+
+        impl $name {
+            /// The shared flags with this side's overrides on top.
+            pub fn apply(&self, base: &DecodeArgs) -> DecodeArgs {
+                DecodeArgs {
+                    strategy: self.strategy.or(base.strategy),
+                    schedule: self.schedule.or(base.schedule),
+                    threshold: self.threshold.or(base.threshold),
+                    eb_threshold: self.eb_threshold.or(base.eb_threshold),
+                    steps: self.steps.or(base.steps),
+                    block_length: self.block_length.or(base.block_length),
+                    temperature: self.temperature.or(base.temperature),
+                    top_k: self.top_k.or(base.top_k),
+                    top_p: self.top_p.or(base.top_p),
+                    seed: self.seed.or(base.seed),
+                    ..base.clone()
+                }
+            }
+        }
+    };
+}
+
+side_args!(SideA, "a");
+side_args!(SideB, "b");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn compare_sides_override_the_shared_flags() {
+        let cli = Cli::try_parse_from([
+            "unmask", "compare", "--steps", "8", "--strategy-a", "sequential", "--threshold-b", "0.95",
+        ])
+        .unwrap();
+        let Some(Command::Compare { decode, a, b, .. }) = cli.command else { panic!() };
+        let (a, b) = (a.apply(&decode), b.apply(&decode));
+        assert_eq!((a.strategy, a.steps, a.threshold), (Some(Strategy::Sequential), Some(8), None));
+        assert_eq!((b.strategy, b.steps, b.threshold), (None, Some(8), Some(0.95)));
     }
 }

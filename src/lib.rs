@@ -2,7 +2,9 @@
 //!
 //! Data flows one way: model -> engine loop -> events -> store -> view.
 
+pub mod cast;
 pub mod cli;
+pub mod compare;
 pub mod commands;
 pub mod embedded;
 pub mod engine;

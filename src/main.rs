@@ -10,6 +10,12 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
+        Some(Command::Compare { decode, a, b, headless: true }) => {
+            unmask::commands::compare::headless(&a.apply(decode), &b.apply(decode))
+        }
+        Some(Command::Compare { headless: false, .. }) => {
+            Err(anyhow::anyhow!("compare opens the TUI only with the TUI build; pass --headless"))
+        }
         Some(Command::Export { trace, format, table, out }) => {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }

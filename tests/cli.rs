@@ -170,3 +170,28 @@ fn bad_flags_give_one_line_errors() {
     let e = error_for(&model, &["--device", "tpu"]);
     assert!(e.contains("--device tpu: expected cpu, cuda or cuda:N"), "{e}");
 }
+
+#[test]
+fn compare_headless_prints_both_sides_and_where_they_differ() {
+    let model = fixture("tiny-random");
+    let out = unmask(&[
+        "compare", "--headless", "--model", model.to_str().unwrap(), "--prompt", "The cat sat",
+        "--max-new-tokens", "16", "--strategy-a", "sequential", "--strategy-b", "low_confidence_dynamic",
+        "--threshold-b", "0.5",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("sequential B=4 S=4 greedy"), "{text}");
+    assert!(text.contains("low_confidence_dynamic B=4 S=4 thr=0.50 greedy"), "{text}");
+    // Dynamic at 0.5 commits several tokens per pass on this model: fewer forwards than 16/1.
+    let fwd: Vec<usize> = text
+        .lines()
+        .find(|l| l.starts_with("forwards"))
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(fwd[1] < fwd[0], "{text}");
+    assert!(text.contains("outputs diverge at token") || text.contains("outputs are identical"));
+}

@@ -154,6 +154,7 @@ def decode(model, c, prompt_ids, B, S, N, strategy, threshold=0.85, temperature=
             logits = model(x, torch.arange(T, device=device), block_causal_mask(T, B, device))[0, start:start + B]
             passes += 1
             logits = logits.float().cpu()
+            logits[:, MASK] = -math.inf  # the mask token is never sampled (docs/decoding.md)
             res = [sample_position(logits[i], temperature, top_k, top_p, gen) for i in range(B)]
             conf = [r[1] for r in res]
             k = sched[si] if si < len(sched) else 1

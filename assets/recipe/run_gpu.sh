@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 R=assets/recipe
 export PYTHONUNBUFFERED=1
-OUT="${OUT:-$PWD/out}"
+OUT="${OUT:-/tmp/unmask-recipe/out}"
 MINUTES="${MINUTES:-7}"
 DROPOUT="${DROPOUT:-0.1}"
 PY="${PYTHON:-python3}"

@@ -2,5 +2,6 @@
 
 pub mod bench;
 pub mod check_device;
+pub mod compare;
 pub mod export;
 pub mod trace;

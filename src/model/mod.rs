@@ -134,8 +134,13 @@ pub struct GenerationConfig {
     pub block_length: Option<usize>,
     #[serde(default)]
     pub denoising_steps: Option<usize>,
-    #[serde(default)]
+    /// lmdeploy and our recipe spell it `confidence_threshold`.
+    #[serde(default, alias = "confidence_threshold")]
     pub threshold: Option<f32>,
+    #[serde(default)]
+    pub eb_threshold: Option<f32>,
+    #[serde(default)]
+    pub max_new_tokens: Option<usize>,
     #[serde(default)]
     pub remasking_strategy: Option<String>,
     #[serde(default)]
