@@ -12,13 +12,13 @@ use super::weights::WeightSource;
 
 struct Layer {
     input_norm: Tensor,
-    /// q, k and v projections stacked: one matmul, `[heads*d + 2*kv_heads*d, hidden]`.
+    /// q, k and v projections stacked: one matmul, `[hidden, heads*d + 2*kv_heads*d]` (transposed).
     qkv_proj: Tensor,
     o_proj: Tensor,
     q_norm: Tensor,
     k_norm: Tensor,
     post_norm: Tensor,
-    /// gate and up projections stacked: one matmul, `[2*intermediate, hidden]`.
+    /// gate and up projections stacked: one matmul, `[hidden, 2*intermediate]` (transposed).
     gate_up_proj: Tensor,
     down_proj: Tensor,
 }
@@ -116,39 +116,43 @@ impl Qwen3 {
         let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
         let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
+        // Projections are stored transposed, `[in, out]` and contiguous: `linear` is a plain
+        // matmul, and the CPU's gemm does not re-pack every weight matrix on each pass.
+        let tr = |t: Tensor| -> Result<Tensor> { Ok(t.t()?.contiguous()?) };
+        let getl = |name: &str, shape: &[usize]| -> Result<Tensor> { tr(get(name, shape)?) };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            let qkv_proj = Tensor::cat(
+            let qkv_proj = tr(Tensor::cat(
                 &[
                     get(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
                     get(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
                     get(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
                 ],
                 0,
-            )?;
-            let gate_up_proj = Tensor::cat(
+            )?)?;
+            let gate_up_proj = tr(Tensor::cat(
                 &[
                     get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
                     get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
                 ],
                 0,
-            )?;
+            )?)?;
             layers.push(Layer {
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
                 qkv_proj,
-                o_proj: get(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
+                o_proj: getl(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
                 q_norm: get(&format!("{p}.self_attn.q_norm.weight"), &[d])?,
                 k_norm: get(&format!("{p}.self_attn.k_norm.weight"), &[d])?,
                 post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
                 gate_up_proj,
-                down_proj: get(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
+                down_proj: getl(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
             });
         }
         let embed = get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must.
         let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
-        let lm_head = if tied { embed.clone() } else { get("lm_head.weight", &[cfg.vocab_size, h])? };
+        let lm_head = if tied { tr(embed.clone())? } else { getl("lm_head.weight", &[cfg.vocab_size, h])? };
         Ok(Qwen3 {
             embed,
             layers,
@@ -442,7 +446,7 @@ fn fused_here(device: &Device, dtype: DType) -> bool {
 }
 
 fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    x.matmul(&w.t()?)
+    x.matmul(w)
 }
 
 /// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way
