@@ -67,6 +67,58 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+    /// Forwards/s, ms per forward and tokens/s per strategy, with step events on and off.
+    Bench(BenchArgs),
+    /// GPU self-check: logits vs the CPU, the device sampler vs the reference sampler.
+    #[command(hide = true)]
+    CheckDevice(CheckDeviceArgs),
+}
+
+/// `unmask bench`: the decode flags pick the model, device and settings; unset
+/// `--strategy` benchmarks every strategy.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+    /// Random weights of a named real shape instead of --model: tiny, qwen3-0.6b, sdar-1.7b,
+    /// sdar-4b, sdar-8b.
+    #[arg(long, value_name = "SHAPE", conflicts_with = "model")]
+    pub random_init: Option<String>,
+    /// Prompt length in tokens (synthetic ids; whole blocks are prefilled).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub prompt_len: usize,
+    /// Step events: built and sent to a consumer thread (on), not built (off), or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub events: EventsMode,
+    /// Untimed decodes before the timed ones, per configuration.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub warmup: usize,
+    /// Timed decodes per configuration (the medians are reported).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeat: usize,
+    /// Also write the results as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventsMode {
+    On,
+    Off,
+    Both,
+}
+
+/// `unmask check-device` (hidden): run on the GPU host by scripts/gpu_run.sh.
+#[derive(Args, Debug, Clone)]
+pub struct CheckDeviceArgs {
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+    /// Synthetic rows of this vocabulary size for the sampler check.
+    #[arg(long, value_name = "N", default_value_t = 151936)]
+    pub vocab: usize,
+    /// Write the results as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -133,6 +185,9 @@ pub struct DecodeArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEV", default_value = "cpu", global = true)]
     pub device: String,
+    /// Compute dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
+    #[arg(long, value_name = "DT", default_value = "auto", global = true)]
+    pub dtype: String,
 }
 
 impl DecodeArgs {

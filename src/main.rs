@@ -20,6 +20,8 @@ fn main() -> ExitCode {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }
         Some(Command::Replay { file }) => unmask::commands::replay::run(file),
+        Some(Command::Bench(args)) => unmask::commands::bench::run(args),
+        Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
         None => unmask::commands::tui::run(&cli.decode),
     };
     match result {

@@ -4,7 +4,7 @@ use anyhow::Result;
 
 use crate::cli::DecodeArgs;
 use crate::engine::{ModelDenoiser, Request};
-use crate::model::{compute_dtype, parse_device, Checkpoint, Source};
+use crate::model::{parse_device, parse_dtype, Checkpoint, Source};
 use crate::tokenizer::Tok;
 
 /// The prompt decoded when none is given and the checkpoint suggests none.
@@ -23,7 +23,7 @@ impl Session {
             None => Source::Embedded(crate::embedded::default_model()?),
         };
         let device = parse_device(&args.device)?;
-        let ckpt = Checkpoint::load(&source, &device, compute_dtype(&device))?;
+        let ckpt = Checkpoint::load(&source, &device, parse_dtype(&args.dtype, &device)?)?;
         let settings = args.settings(&ckpt.generation, ckpt.config.block_size)?;
         let prompt = args
             .prompt

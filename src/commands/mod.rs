@@ -1,5 +1,7 @@
 //! One module per subcommand; each takes parsed flags and does its whole job.
 
+pub mod bench;
+pub mod check_device;
 pub mod compare;
 pub mod export;
 pub mod replay;

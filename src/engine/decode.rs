@@ -45,6 +45,10 @@ struct Loop<'a> {
     settings: DecodeSettings,
     pending: Option<DecodeSettings>,
     paused: bool,
+    /// Build and send header, step and block events (off: only the finish event, without its
+    /// text; what `unmask bench --events off` measures).
+    events: bool,
+    pieces: std::cell::RefCell<std::collections::HashMap<u32, String>>,
 }
 
 /// Runs one decode to its end and returns the finish event (also sent to `sink`).
@@ -55,6 +59,19 @@ pub fn decode(
     req: &Request,
     sink: &mut dyn FnMut(Event),
     control: Option<&Receiver<Control>>,
+) -> FinishEvent {
+    decode_with_events(denoiser, detok, req, sink, control, true)
+}
+
+/// [`decode`], optionally without building any event but the finish (which then carries no
+/// text): the decode itself (forwards, sampling, strategy) is the same.
+pub fn decode_with_events(
+    denoiser: &mut dyn Denoiser,
+    detok: &dyn Detok,
+    req: &Request,
+    sink: &mut dyn FnMut(Event),
+    control: Option<&Receiver<Control>>,
+    events: bool,
 ) -> FinishEvent {
     let mut lp = Loop {
         denoiser,
@@ -67,6 +84,8 @@ pub fn decode(
         settings: req.settings.clone(),
         pending: None,
         paused: false,
+        events,
+        pieces: Default::default(),
     };
     let mut output = Vec::new();
     let mut blocks = 0;
@@ -77,7 +96,7 @@ pub fn decode(
     };
     let fin = FinishEvent {
         reason,
-        text: detok.decode(&output),
+        text: if events { detok.decode(&output) } else { String::new() },
         output_ids: output,
         forwards: lp.forwards,
         blocks,
@@ -94,12 +113,7 @@ impl Loop<'_> {
         self.started.elapsed().as_secs_f64() * 1000.0
     }
 
-    fn run(&mut self, req: &Request, output: &mut Vec<u32>, blocks: &mut usize) -> Result<FinishReason> {
-        let b = self.settings.block_length;
-        let p = req.prompt_ids.len();
-        let n = self.settings.max_new_tokens;
-        let first_block = p / b;
-        let end_blocks = (p + n).div_ceil(b);
+    fn header(&mut self, req: &Request, first_block: usize, max_len: usize) {
         (self.sink)(Event::Header(Header {
             version: TRACE_VERSION,
             model: req.model.clone(),
@@ -110,9 +124,20 @@ impl Loop<'_> {
             prompt_ids: req.prompt_ids.clone(),
             prompt_pieces: req.prompt_ids.iter().map(|&t| self.detok.piece(t)).collect(),
             first_block,
-            max_len: p + n,
+            max_len,
             device: req.device.clone(),
         }));
+    }
+
+    fn run(&mut self, req: &Request, output: &mut Vec<u32>, blocks: &mut usize) -> Result<FinishReason> {
+        let b = self.settings.block_length;
+        let p = req.prompt_ids.len();
+        let n = self.settings.max_new_tokens;
+        let first_block = p / b;
+        let end_blocks = (p + n).div_ceil(b);
+        if self.events {
+            self.header(req, first_block, p + n);
+        }
         self.denoiser.reset(end_blocks * b)?;
         if first_block > 0 {
             self.denoiser.prefill(&req.prompt_ids[..first_block * b], b)?;
@@ -186,19 +211,20 @@ impl Loop<'_> {
                 .map(|(s, &m)| Cell { masked: m, conf: s.conf, entropy: s.entropy })
                 .collect();
             let picked = rule.select(&view, step, masked_at_start);
-            let committed = picked
-                .iter()
-                .map(|&i| {
-                    cells[i] = samples[i].token;
-                    masked[i] = false;
-                    self.committed(start + i, &samples[i])
-                })
-                .collect();
+            for &i in &picked {
+                cells[i] = samples[i].token;
+                masked[i] = false;
+            }
+            self.steps += 1;
+            if !self.events {
+                step += 1;
+                continue;
+            }
+            let committed = picked.iter().map(|&i| self.committed(start + i, &samples[i])).collect();
             let candidates = (0..b)
                 .filter(|&i| masked[i])
                 .map(|i| self.candidate(start + i, &samples[i]))
                 .collect();
-            self.steps += 1;
             let ev = StepEvent {
                 block,
                 step,
@@ -213,17 +239,27 @@ impl Loop<'_> {
         }
         self.denoiser.commit(cells, b)?;
         self.forwards += 1;
+        if !self.events {
+            return Ok(Interrupt::None);
+        }
         let ev = BlockEvent { block, start, tokens: cells.to_vec(), steps: step, forward: self.forwards, t_ms: self.ms() };
         (self.sink)(Event::Block(ev));
         Ok(Interrupt::None)
     }
 
+    /// The text piece of a token, decoded once per decode (a tokenizer decode per candidate
+    /// per step is most of what step events cost).
+    fn piece(&self, id: u32) -> String {
+        let mut cache = self.pieces.borrow_mut();
+        cache.entry(id).or_insert_with(|| self.detok.piece(id)).clone()
+    }
+
     fn committed(&self, pos: usize, s: &PosSample) -> Committed {
-        Committed { pos, token: s.token, text: self.detok.piece(s.token), conf: s.conf, entropy: s.entropy }
+        Committed { pos, token: s.token, text: self.piece(s.token), conf: s.conf, entropy: s.entropy }
     }
 
     fn candidate(&self, pos: usize, s: &PosSample) -> Candidate {
-        Candidate { pos, token: s.token, text: self.detok.piece(s.token), conf: s.conf }
+        Candidate { pos, token: s.token, text: self.piece(s.token), conf: s.conf }
     }
 
     /// Applies queued control messages; while paused, waits for the next one.

@@ -2,6 +2,7 @@
 //! the rest of the program only through events out and [`Control`] messages in.
 
 mod decode;
+pub mod fixed;
 mod runner;
 
 use std::sync::mpsc;
@@ -9,8 +10,8 @@ use std::thread::JoinHandle;
 
 use anyhow::Result;
 
-pub use decode::{decode, Request};
-pub use runner::ModelDenoiser;
+pub use decode::{decode, decode_with_events, Request};
+pub use runner::{ModelDenoiser, RunOptions, RunStatus};
 
 use crate::events::Event;
 use crate::sampler::PosSample;

@@ -1,34 +1,140 @@
 //! [`Denoiser`] over the real model: forward passes on the model's device, sampling of the
 //! block's logits, and the KV cache contract (denoise reads, prefill and commit store).
+//!
+//! On the CPU a denoising pass pulls the `[B, vocab]` f32 logits and runs the reference
+//! sampler ([`crate::sampler::sample`]). On a GPU the sampler runs on the device
+//! (kernels/sampler.cu) and only `B x (token, confidence, entropy, flag)` come back, and the
+//! block passes run over fixed buffers ([`FixedPass`]) replayed as CUDA graphs. [`RunOptions`]
+//! switches each of these (also on the CPU, where the device sampler is its CPU mirror), so
+//! tests and the GPU check can compare every path with the reference one.
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
+use candle_core::{DType, Device, Tensor};
 
+use super::fixed::FixedPass;
 use super::Denoiser;
 use crate::model::{KvCache, Qwen3};
+use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, PosSample};
 use crate::settings::Sampling;
+
+/// Which execution paths a [`ModelDenoiser`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RunOptions {
+    /// Sample with the device kernel (its CPU mirror on the CPU) instead of pulling logits.
+    pub device_sampler: bool,
+    /// Run denoise/commit passes over fixed buffers (needs `device_sampler`).
+    pub fixed_passes: bool,
+    /// Capture fixed passes as CUDA graphs (CUDA only).
+    pub cuda_graph: bool,
+}
+
+impl RunOptions {
+    /// CPU: the reference path. GPU: everything on. Then the environment overrides each:
+    /// `UNMASK_DEVICE_SAMPLER`, `UNMASK_FIXED_PASSES`, `UNMASK_CUDA_GRAPH` (`0` or `1`).
+    pub fn for_device(device: &Device) -> Self {
+        let gpu = !device.is_cpu();
+        let flag = |name: &str, default: bool| match std::env::var(name).as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => default,
+        };
+        #[allow(unused_mut)]
+        let mut device_sampler = flag("UNMASK_DEVICE_SAMPLER", gpu);
+        #[cfg(feature = "cuda")]
+        if device_sampler && device.is_cuda() {
+            if let Err(e) = crate::sampler::cuda::ptx() {
+                eprintln!("unmask: sampler kernel unavailable, sampling on the host: {e}");
+                device_sampler = false;
+            }
+        }
+        let fixed_passes = flag("UNMASK_FIXED_PASSES", gpu) && device_sampler;
+        let cuda_graph = flag("UNMASK_CUDA_GRAPH", gpu) && fixed_passes && device.is_cuda();
+        RunOptions { device_sampler, fixed_passes, cuda_graph }
+    }
+
+    pub fn reference() -> Self {
+        RunOptions { device_sampler: false, fixed_passes: false, cuda_graph: false }
+    }
+}
+
+/// What a denoiser actually did, for benchmark reports.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RunStatus {
+    pub options: Option<RunOptions>,
+    /// Graph capture failed and passes ran eagerly: why.
+    pub capture_error: Option<String>,
+    /// Whether fixed passes are being replayed from CUDA graphs.
+    pub graphs_live: bool,
+    /// Positions the device sampler handed back to the host sampler.
+    pub host_rows: usize,
+}
 
 pub struct ModelDenoiser {
     model: Qwen3,
     cache: Option<KvCache>,
     /// Never sampled: a committed position must hold a real token.
     mask_id: u32,
+    opts: RunOptions,
+    fixed: Option<FixedPass>,
+    host_rows: usize,
 }
 
 impl ModelDenoiser {
     pub fn new(model: Qwen3, mask_id: u32) -> Self {
-        ModelDenoiser { model, cache: None, mask_id }
+        let opts = RunOptions::for_device(model.device());
+        Self::with_options(model, mask_id, opts)
+    }
+
+    pub fn with_options(model: Qwen3, mask_id: u32, opts: RunOptions) -> Self {
+        ModelDenoiser { model, cache: None, mask_id, opts, fixed: None, host_rows: 0 }
     }
 
     pub fn model(&self) -> &Qwen3 {
         &self.model
     }
 
+    pub fn options(&self) -> RunOptions {
+        self.opts
+    }
+
+    pub fn status(&self) -> RunStatus {
+        RunStatus {
+            options: Some(self.opts),
+            capture_error: self.fixed.as_ref().and_then(|f| f.capture_error.clone()),
+            graphs_live: self.fixed.as_ref().is_some_and(|f| f.capturing()),
+            host_rows: self.host_rows,
+        }
+    }
+
     /// One forward pass; `store` commits its K/V. Returns the final hidden states.
-    fn pass(&mut self, ids: &[u32], block: usize, store: bool) -> Result<candle_core::Tensor> {
-        let cache = self.cache.as_mut().ok_or_else(|| anyhow::anyhow!("denoiser used before reset"))?;
+    fn pass(&mut self, ids: &[u32], block: usize, store: bool) -> Result<Tensor> {
+        let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
         self.model.forward(ids, cache, block, store)
     }
+
+    /// A fixed-buffer pass over the current block (denoise with `head`, commit without).
+    fn fixed_pass(&mut self, ids: &[u32], block: usize, head: Option<&KernelParams>, u: Option<&[f32]>) -> Result<()> {
+        let cache = self.cache.as_ref().ok_or_else(|| anyhow!("denoiser used before reset"))?;
+        let t = ids.len();
+        if !self.fixed.as_ref().is_some_and(|f| f.fits(t, block, cache.capacity())) {
+            self.fixed = Some(FixedPass::new(&self.model, t, block, cache.capacity(), self.opts.cuda_graph)?);
+        }
+        self.fixed.as_mut().expect("just made").run(&self.model, cache, ids, head, u)
+    }
+
+    /// The reference sampler on one row of logits (the mask suppressed).
+    fn host_sample(&mut self, mut row: Vec<f32>, sampling: &Sampling, u: f32) -> PosSample {
+        self.host_rows += 1;
+        if let Some(z) = row.get_mut(self.mask_id as usize) {
+            *z = f32::NEG_INFINITY;
+        }
+        sample(&row, sampling, u)
+    }
+}
+
+fn to_pos(k: &KernelSample) -> PosSample {
+    PosSample { token: k.token, conf: k.conf, entropy: k.entropy }
 }
 
 impl Denoiser for ModelDenoiser {
@@ -36,7 +142,11 @@ impl Denoiser for ModelDenoiser {
         // Reuse the allocation when it is big enough: a restart should not reallocate.
         match &mut self.cache {
             Some(c) if c.capacity() >= capacity => c.clear(),
-            _ => self.cache = Some(self.model.new_cache(capacity)?),
+            _ => {
+                // Captured graphs point into the old cache.
+                self.fixed = None;
+                self.cache = Some(self.model.new_cache(capacity)?)
+            }
         }
         Ok(())
     }
@@ -46,7 +156,47 @@ impl Denoiser for ModelDenoiser {
     }
 
     fn denoise(&mut self, ids: &[u32], block: usize, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+        let params = KernelParams::new(sampling, self.mask_id);
+        let u = (!sampling.is_greedy()).then_some(uniforms);
+        if self.opts.fixed_passes {
+            self.fixed_pass(ids, block, Some(&params), u)?;
+            let fixed = self.fixed.as_ref().expect("ran");
+            let ks = fixed.samples()?;
+            let rows: Vec<Option<Vec<f32>>> = ks
+                .iter()
+                .enumerate()
+                .map(|(r, k)| if k.overflow { fixed.logits_row(r).map(Some) } else { Ok(None) })
+                .collect::<Result<_>>()?;
+            return Ok(ks
+                .iter()
+                .zip(rows)
+                .zip(uniforms)
+                .map(|((k, row), &u)| match row {
+                    Some(row) => self.host_sample(row, sampling, u),
+                    None => to_pos(k),
+                })
+                .collect());
+        }
         let hidden = self.pass(ids, block, false)?;
+        if self.opts.device_sampler {
+            let mut logits = self.model.logits_raw(&hidden)?;
+            if !native_dtype(logits.dtype()) {
+                logits = logits.to_dtype(DType::F32)?;
+            }
+            let ut = Tensor::from_slice(uniforms, uniforms.len(), logits.device())?;
+            let out = sample_op(&logits, &ut, params)?.to_vec2::<f32>()?;
+            let mut samples = Vec::with_capacity(out.len());
+            for (r, (o, &u)) in out.iter().zip(uniforms).enumerate() {
+                let k = KernelSample::from_row(o);
+                samples.push(if k.overflow {
+                    let row = logits.narrow(0, r, 1)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+                    self.host_sample(row, sampling, u)
+                } else {
+                    to_pos(&k)
+                });
+            }
+            return Ok(samples);
+        }
         let mut logits = self.model.logits(&hidden)?.to_vec2::<f32>()?;
         let mask = self.mask_id as usize;
         Ok(logits
@@ -62,6 +212,10 @@ impl Denoiser for ModelDenoiser {
     }
 
     fn commit(&mut self, ids: &[u32], block: usize) -> Result<()> {
+        if self.opts.fixed_passes {
+            self.fixed_pass(ids, block, None, None)?;
+            return self.cache.as_mut().expect("reset").advance(ids.len());
+        }
         self.pass(ids, block, true).map(drop)
     }
 }

@@ -2,7 +2,11 @@
 //! embedded in the binary, through one code path.
 
 pub mod config;
+pub mod ops;
+#[cfg(feature = "cuda")]
+mod ops_cuda;
 pub mod qwen3;
+pub mod random;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -15,7 +19,7 @@ use crate::events::ModelInfo;
 use crate::tokenizer::Tok;
 pub use config::ModelConfig;
 use config::OneOrMany;
-pub use qwen3::{KvCache, Qwen3};
+pub use qwen3::{KvCache, PassInput, Qwen3};
 use weights::Weights;
 
 /// A checkpoint compiled into the binary: file name -> bytes.
@@ -237,14 +241,33 @@ pub fn parse_device(spec: &str) -> Result<Device> {
     }
 }
 
+/// One explicit stream per device, and no per-allocation CUDA events: every kernel, copy and
+/// free goes through that one stream in order, so cudarc's cross-stream tracking would only add
+/// two driver calls per tensor (and forbid graph capture).
 #[cfg(feature = "cuda")]
 fn cuda_device(n: usize) -> Result<Device> {
-    Device::new_cuda(n).with_context(|| format!("--device cuda:{n}: cannot open the GPU"))
+    let dev = Device::new_cuda_with_stream(n).with_context(|| format!("--device cuda:{n}: cannot open the GPU"))?;
+    if let Device::Cuda(d) = &dev {
+        // SAFETY: single stream (see above); no tensor exists on this device yet.
+        unsafe { d.disable_event_tracking() };
+    }
+    Ok(dev)
 }
 
 #[cfg(not(feature = "cuda"))]
 fn cuda_device(n: usize) -> Result<Device> {
     bail!("--device cuda:{n}: this binary was built without CUDA; rebuild with `--features cuda`")
+}
+
+/// A `--dtype` value: `auto` (the device's [`compute_dtype`]), `f32`, `bf16` or `f16`.
+pub fn parse_dtype(spec: &str, device: &Device) -> Result<DType> {
+    match spec {
+        "auto" | "" => Ok(compute_dtype(device)),
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => bail!("--dtype {other}: expected auto, f32, bf16 or f16"),
+    }
 }
 
 /// The compute dtype for a device: f32 on the CPU, bf16 on a GPU.

@@ -7,20 +7,34 @@ use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
 use super::config::ModelConfig;
-use super::weights::Weights;
+use super::ops;
+use super::weights::WeightSource;
 
 struct Layer {
     input_norm: Tensor,
-    q_proj: Tensor,
-    k_proj: Tensor,
-    v_proj: Tensor,
+    /// q, k and v projections stacked: one matmul, `[hidden, heads*d + 2*kv_heads*d]` (transposed).
+    qkv_proj: Tensor,
     o_proj: Tensor,
     q_norm: Tensor,
     k_norm: Tensor,
     post_norm: Tensor,
-    gate_proj: Tensor,
-    up_proj: Tensor,
+    /// gate and up projections stacked: one matmul, `[hidden, 2*intermediate]` (transposed).
+    gate_up_proj: Tensor,
     down_proj: Tensor,
+}
+
+/// The device-side inputs of one forward pass. [`Qwen3::forward`] builds them from host ids;
+/// a caller that replays a captured CUDA graph keeps them in fixed buffers and rewrites them.
+pub struct PassInput {
+    /// Token ids `[T]` u32.
+    pub ids: Tensor,
+    /// Absolute position of each id `[T]` u32: RoPE angle and the cache slot its K/V go to.
+    pub positions: Tensor,
+    /// Cache slots `[0, keys)` the queries attend over (at least every committed one and the
+    /// pass's own).
+    pub keys: usize,
+    /// Additive `[T, keys]` mask (0 or -inf) in the model's dtype; `None`: every key visible.
+    pub mask: Option<Tensor>,
 }
 
 pub struct Qwen3 {
@@ -32,17 +46,23 @@ pub struct Qwen3 {
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    intermediate: usize,
+    vocab: usize,
+    /// lm_head is the embedding matrix.
+    tied: bool,
+    /// Use the fused ops of `ops.rs` (default) rather than chains of generic candle ops.
+    fused: bool,
     eps: f32,
     max_positions: usize,
     dtype: DType,
     device: Device,
 }
 
-/// K/V of every committed position, per layer, preallocated for the whole decode.
+/// K/V of every committed position, per layer, preallocated for the whole decode: one
+/// `[2, kv_heads, capacity, head_dim]` tensor per layer (K then V), written in place.
 /// Positions `[len, len + T)` are scratch for a pass that does not store.
 pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    kv: Vec<Tensor>,
     /// RoPE cos/sin rows for every position the cache can hold.
     cos: Tensor,
     sin: Tensor,
@@ -67,38 +87,72 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.len = 0;
     }
+
+    /// Commits the `t` positions after the prefix, whose K/V a pass over [`PassInput`]s has
+    /// already written (see [`Qwen3::forward_input`]).
+    pub fn advance(&mut self, t: usize) -> Result<()> {
+        if self.len + t > self.capacity {
+            bail!("KV cache overflow: {} + {t} positions > capacity {}", self.len, self.capacity);
+        }
+        self.len += t;
+        Ok(())
+    }
+}
+
+impl PassInput {
+    /// Host-side contents of a pass of `t` positions at `start` that attends over the whole
+    /// cache (`keys == capacity`): its positions and its `[t, capacity]` mask, which hides the
+    /// slots not written yet (`>= start + t`) and later blocks. Its shape depends only on `t`
+    /// and `capacity`, so one captured graph serves every block of a decode.
+    pub fn window(start: usize, t: usize, block: usize, capacity: usize) -> (Vec<u32>, Vec<f32>) {
+        let positions = (start..start + t).map(|p| p as u32).collect();
+        let mask = block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
+        (positions, mask)
+    }
 }
 
 impl Qwen3 {
-    pub fn load(cfg: &ModelConfig, w: &Weights, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn load(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device) -> Result<Self> {
         let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
         let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
-        let getl = |name: &str, shape: &[usize]| -> Result<Tensor> { Ok(w.get(name, shape, dtype, device)?.t()?.contiguous()?) };
+        // Projections are stored transposed, `[in, out]` and contiguous: `linear` is a plain
+        // matmul, and the CPU's gemm does not re-pack every weight matrix on each pass.
+        let tr = |t: Tensor| -> Result<Tensor> { Ok(t.t()?.contiguous()?) };
+        let getl = |name: &str, shape: &[usize]| -> Result<Tensor> { tr(get(name, shape)?) };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
+            let qkv_proj = tr(Tensor::cat(
+                &[
+                    get(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
+                    get(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
+                    get(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
+                ],
+                0,
+            )?)?;
+            let gate_up_proj = tr(Tensor::cat(
+                &[
+                    get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                    get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                ],
+                0,
+            )?)?;
             layers.push(Layer {
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q_proj: getl(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
-                k_proj: getl(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
-                v_proj: getl(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
+                qkv_proj,
                 o_proj: getl(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
                 q_norm: get(&format!("{p}.self_attn.q_norm.weight"), &[d])?,
                 k_norm: get(&format!("{p}.self_attn.k_norm.weight"), &[d])?,
                 post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_proj: getl(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                up_proj: getl(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                gate_up_proj,
                 down_proj: getl(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
             });
         }
         let embed = get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must.
-        let lm_head = if cfg.tie_word_embeddings && !w.contains("lm_head.weight") {
-            embed.t()?.contiguous()?
-        } else {
-            getl("lm_head.weight", &[cfg.vocab_size, h])?
-        };
+        let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
+        let lm_head = if tied { tr(embed.clone())? } else { getl("lm_head.weight", &[cfg.vocab_size, h])? };
         Ok(Qwen3 {
             embed,
             layers,
@@ -108,6 +162,10 @@ impl Qwen3 {
             heads: cfg.num_attention_heads,
             kv_heads: cfg.kv_heads(),
             head_dim: d,
+            intermediate: i,
+            vocab: cfg.vocab_size,
+            tied,
+            fused: fused_here(device, dtype),
             eps: cfg.rms_norm_eps as f32,
             max_positions: cfg.max_position_embeddings,
             dtype,
@@ -123,6 +181,30 @@ impl Qwen3 {
         self.dtype
     }
 
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    /// Bytes of every weight (embedding and lm_head included; tied ones once).
+    pub fn weight_bytes(&self) -> usize {
+        let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        let mut n = size(&self.embed) + size(&self.norm);
+        if !self.tied {
+            n += size(&self.lm_head);
+        }
+        for l in &self.layers {
+            n += [&l.input_norm, &l.qkv_proj, &l.o_proj, &l.q_norm, &l.k_norm, &l.post_norm, &l.gate_up_proj, &l.down_proj]
+                .into_iter()
+                .map(size)
+                .sum::<usize>();
+        }
+        n
+    }
+
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
         if capacity > self.max_positions {
             bail!(
@@ -131,13 +213,12 @@ impl Qwen3 {
                 self.max_positions
             );
         }
-        let shape = (self.kv_heads, capacity, self.head_dim);
+        let shape = (2, self.kv_heads, capacity, self.head_dim);
         let zeros = || Tensor::zeros(shape, self.dtype, &self.device);
         let n = self.layers.len();
         let (cos, sin) = rope_tables(self.rope_theta, self.head_dim, capacity, self.dtype, &self.device)?;
         Ok(KvCache {
-            k: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
-            v: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
+            kv: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
             cos,
             sin,
             len: 0,
@@ -153,27 +234,75 @@ impl Qwen3 {
         if start + t > cache.capacity {
             bail!("KV cache overflow: {} + {t} positions > capacity {}", start, cache.capacity);
         }
-        let ids = Tensor::from_slice(ids, t, &self.device)?;
-        let mut x = self.embed.index_select(&ids, 0)?;
-        let mask = self.block_causal_mask(start, t, block)?;
-        let cos = cache.cos.narrow(0, start, t)?;
-        let sin = cache.sin.narrow(0, start, t)?;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.input_norm, self.eps)?;
-            let attn = self.attention(layer, &h, &cos, &sin, cache, l, mask.as_ref())?;
-            x = (x + attn)?;
-            let h = rms_norm(&x, &layer.post_norm, self.eps)?;
-            x = (x + mlp(layer, &h)?)?;
-        }
+        let positions: Vec<u32> = (start..start + t).map(|p| p as u32).collect();
+        let keys = start + t;
+        let mask = match block_causal_mask(start, t, block, keys) {
+            None => None,
+            Some(m) => Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?),
+        };
+        let input = PassInput {
+            ids: Tensor::from_slice(ids, t, &self.device)?,
+            positions: Tensor::from_vec(positions, t, &self.device)?,
+            keys,
+            mask,
+        };
+        let hidden = self.forward_input(&input, cache)?;
         if store {
             cache.len += t;
         }
-        Ok(rms_norm(&x, &self.norm, self.eps)?)
+        Ok(hidden)
+    }
+
+    /// The forward pass over device-side inputs. Writes the pass's K/V into the cache slots
+    /// `input.positions` and leaves `cache.len` alone: the caller commits by advancing it.
+    /// Launches the same kernels with the same arguments whatever the tensors hold, so a CUDA
+    /// graph captured once can replay it.
+    pub fn forward_input(&self, input: &PassInput, cache: &KvCache) -> Result<Tensor> {
+        let t = input.ids.dim(0)?;
+        if input.keys > cache.capacity {
+            bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
+        }
+        let mut x = self.embed.index_select(&input.ids, 0)?;
+        let cos = cache.cos.index_select(&input.positions, 0)?;
+        let sin = cache.sin.index_select(&input.positions, 0)?;
+        // Cache slot of every element of a `[2, kv_heads, T, d]` K/V block, for the in-place scatter.
+        let slots = input
+            .positions
+            .reshape((1, 1, t, 1))?
+            .broadcast_as((2, self.kv_heads, t, self.head_dim))?
+            .contiguous()?;
+        // Residual stream `x`; `h` its normed input to the next block. The add of each residual
+        // and the norm after it are one op when fused.
+        let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let attn = self.attention(layer, &h, &cos, &sin, cache, l, &slots, input)?;
+            (x, h) = self.add_norm(&x, &attn, &layer.post_norm)?;
+            let mlp = self.mlp(layer, &h)?;
+            let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
+            (x, h) = self.add_norm(&x, &mlp, next)?;
+        }
+        Ok(h)
     }
 
     /// Logits `[T, vocab]` in f32 for hidden states from [`Qwen3::forward`].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(linear(hidden, &self.lm_head)?.to_dtype(DType::F32)?)
+        Ok(self.logits_raw(hidden)?.to_dtype(DType::F32)?)
+    }
+
+    /// Logits `[T, vocab]` in the compute dtype (what the device sampler reads).
+    pub fn logits_raw(&self, hidden: &Tensor) -> Result<Tensor> {
+        Ok(linear(hidden, &self.lm_head)?)
+    }
+
+    /// Whether this model runs the fused ops (`UNMASK_FUSED=0` turns them off).
+    pub fn fused(&self) -> bool {
+        self.fused
+    }
+
+    /// Switches between the fused ops and the generic chains (for comparisons); the fused ops
+    /// stay off for dtypes their CUDA kernels do not take.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on && (self.device.is_cpu() || ops::cuda_dtype_ok(self.dtype));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -183,68 +312,141 @@ impl Qwen3 {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        cache: &mut KvCache,
+        cache: &KvCache,
         l: usize,
-        mask: Option<&Tensor>,
+        slots: &Tensor,
+        input: &PassInput,
     ) -> Result<Tensor> {
-        let (t, d, kvh) = (x.dim(0)?, self.head_dim, self.kv_heads);
-        let group = self.heads / kvh;
-        // [T, heads*d] -> per-head RMSNorm -> [1, heads, T, d] -> RoPE.
-        let q = linear(x, &layer.q_proj)?.reshape((t, self.heads, d))?;
-        let q = rms_norm(&q, &layer.q_norm, self.eps)?.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
-        let q = rope(&q, cos, sin)?;
-        let k = linear(x, &layer.k_proj)?.reshape((t, kvh, d))?;
-        let k = rms_norm(&k, &layer.k_norm, self.eps)?.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
-        let k = rope(&k, cos, sin)?.squeeze(0)?;
-        let v = linear(x, &layer.v_proj)?.reshape((t, kvh, d))?.transpose(0, 1)?.contiguous()?;
-        // Write this pass's K/V after the committed prefix; only `store` advances past them.
-        cache.k[l].slice_set(&k, 1, cache.len)?;
-        cache.v[l].slice_set(&v, 1, cache.len)?;
-        let keys = cache.len + t;
-        let k_all = cache.k[l].narrow(1, 0, keys)?;
-        let v_all = cache.v[l].narrow(1, 0, keys)?;
+        let (t, d, kvh, heads) = (x.dim(0)?, self.head_dim, self.kv_heads, self.heads);
+        // One matmul for q, k, v, then every head as [H + 2 KV, T, d]: q and k normalised and
+        // rotated, v as is.
+        let qkv = linear(x, &layer.qkv_proj)?;
+        let all = if self.fused {
+            let op = ops::QkvPrep {
+                heads,
+                kv_heads: kvh,
+                head_dim: d,
+                eps: self.eps,
+                q_norm: layer.q_norm.clone(),
+                k_norm: layer.k_norm.clone(),
+            };
+            ops::qkv_prep(&qkv, cos, sin, &op)?
+        } else {
+            self.qkv_prep_generic(layer, &qkv, cos, sin)?
+        };
+        let q = all.narrow(0, 0, heads)?;
+        // k|v heads are the [2, KV, T, d] block of this pass: to their slots in place; only the
+        // caller's commit makes them part of the prefix.
+        let kv_new = all.narrow(0, heads, 2 * kvh)?.reshape((2, kvh, t, d))?;
+        cache.kv[l].scatter_set(slots, &kv_new, 2)?;
+        let keys = input.keys;
+        let scale = 1.0 / (d as f64).sqrt();
+        let out = if self.fused && keys + d <= 12 * 1024 {
+            let op = ops::Attention { heads, kv_heads: kvh, head_dim: d, keys, scale: scale as f32 };
+            ops::attention(&q, &cache.kv[l], input.mask.as_ref(), &op)?
+        } else {
+            self.attention_generic(&q, &cache.kv[l], input, scale)?
+        };
+        Ok(linear(&out, &layer.o_proj)?)
+    }
+
+    /// [`ops::qkv_prep`] as generic candle ops.
+    fn qkv_prep_generic(&self, layer: &Layer, qkv: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (t, d, kvh, heads) = (qkv.dim(0)?, self.head_dim, self.kv_heads, self.heads);
+        let x = qkv.reshape((t, heads + 2 * kvh, d))?.transpose(0, 1)?.contiguous()?;
+        let normed = |from: usize, n: usize, w: &Tensor| -> Result<Tensor> {
+            let h = rms_norm(&x.narrow(0, from, n)?, w, self.eps)?.unsqueeze(0)?;
+            Ok(rope(&h, cos, sin)?.squeeze(0)?)
+        };
+        let q = normed(0, heads, &layer.q_norm)?;
+        let k = normed(heads, kvh, &layer.k_norm)?;
+        let v = x.narrow(0, heads + kvh, kvh)?;
+        Ok(Tensor::cat(&[&q, &k, &v], 0)?)
+    }
+
+    /// [`ops::attention`] as generic candle ops.
+    fn attention_generic(&self, q: &Tensor, kv: &Tensor, input: &PassInput, scale: f64) -> Result<Tensor> {
+        let (heads, t, d) = q.dims3()?;
+        let kvh = self.kv_heads;
+        let group = heads / kvh;
+        let keys = input.keys;
+        let k_all = kv.get(0)?.narrow(1, 0, keys)?;
+        let v_all = kv.get(1)?.narrow(1, 0, keys)?;
         // GQA without copying K/V: the `group` query heads sharing a KV head become extra rows.
         let q = q.reshape((kvh, group * t, d))?;
-        let scale = 1.0 / (d as f64).sqrt();
         let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(mask) = mask {
+        if let Some(mask) = &input.mask {
             scores = scores.reshape((kvh, group, t, keys))?.broadcast_add(mask)?.reshape((kvh, group * t, keys))?;
         }
         let probs = softmax_last_dim(&scores)?;
         let out = probs.matmul(&v_all)?; // [kvh, group*t, d]
-        let out = out.reshape((self.heads, t, d))?.transpose(0, 1)?.reshape((t, self.heads * d))?;
-        Ok(linear(&out, &layer.o_proj)?)
+        Ok(out.reshape((heads, t, d))?.transpose(0, 1)?.reshape((t, heads * d))?)
     }
 
-    /// `[T, start+T]` additive mask, or `None` when every key is visible to every query (the
-    /// new positions lie in one block, the common denoising case).
-    fn block_causal_mask(&self, start: usize, t: usize, block: usize) -> Result<Option<Tensor>> {
-        let last_block = (start + t - 1) / block;
-        if start / block == last_block {
-            return Ok(None);
+    /// `(x + delta, rms_norm(x + delta) * w)`.
+    fn add_norm(&self, x: &Tensor, delta: &Tensor, w: &Tensor) -> Result<(Tensor, Tensor)> {
+        if self.fused && x.dim(1)? <= 12 * 1024 {
+            return Ok(ops::add_rms_norm(x, delta, w, &ops::AddRmsNorm { eps: self.eps })?);
         }
-        let keys = start + t;
-        let mut m = vec![0f32; t * keys];
-        for i in 0..t {
-            let qb = (start + i) / block;
-            for j in 0..keys {
-                if j / block > qb {
-                    m[i * keys + j] = f32::NEG_INFINITY;
-                }
+        let x = (x + delta)?;
+        let h = rms_norm(&x, w, self.eps)?;
+        Ok((x, h))
+    }
+
+    fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
+        let gate_up = linear(x, &layer.gate_up_proj)?;
+        let h = if self.fused {
+            ops::silu_mul(&gate_up, &ops::SiluMul { intermediate: self.intermediate })?
+        } else {
+            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
+            (gate * gate_up.narrow(1, self.intermediate, self.intermediate)?)?
+        };
+        linear(&h, &layer.down_proj)
+    }
+}
+
+/// Row-major `[T, keys]` additive mask for `T` queries at `start..start+T` over cache slots
+/// `0..keys`: a query sees every slot of its own and earlier blocks that the pass has written
+/// (`< start + T`). `None` when nothing is masked (one block, `keys == start + T`).
+pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> Option<Vec<f32>> {
+    let end = start + t;
+    let last_block = (end - 1) / block;
+    if start / block == last_block && keys <= end {
+        return None;
+    }
+    let mut m = vec![0f32; t * keys];
+    for i in 0..t {
+        let qb = (start + i) / block;
+        for j in 0..keys {
+            if j >= end || j / block > qb {
+                m[i * keys + j] = f32::NEG_INFINITY;
             }
         }
-        Ok(Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?))
     }
+    Some(m)
+}
+
+/// Fused ops unless turned off, or their CUDA kernels cannot take this dtype or compile here.
+fn fused_here(device: &Device, dtype: DType) -> bool {
+    if !ops::fused_enabled() {
+        return false;
+    }
+    if device.is_cpu() {
+        return true;
+    }
+    if !ops::cuda_dtype_ok(dtype) {
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    if let Err(e) = super::ops_cuda::probe() {
+        eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
+        return false;
+    }
+    true
 }
 
 fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     x.matmul(w)
-}
-
-fn mlp(layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
-    let gate = candle_nn::ops::silu(&linear(x, &layer.gate_proj)?)?;
-    let up = linear(x, &layer.up_proj)?;
-    linear(&(gate * up)?, &layer.down_proj)
 }
 
 /// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way

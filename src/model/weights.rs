@@ -29,6 +29,23 @@ struct Shard {
     bytes: Bytes,
 }
 
+/// Where [`crate::model::Qwen3::load`] gets its tensors: a checkpoint ([`Weights`]) or a
+/// seeded random source of the same names and shapes ([`crate::model::random::RandomWeights`]).
+pub trait WeightSource {
+    /// The tensor `name` with shape `shape`, converted to `dtype` on `device`.
+    fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor>;
+    fn contains(&self, name: &str) -> bool;
+}
+
+impl WeightSource for Weights {
+    fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Weights::get(self, name, shape, dtype, device)
+    }
+    fn contains(&self, name: &str) -> bool {
+        Weights::contains(self, name)
+    }
+}
+
 pub struct Weights {
     shards: Vec<Shard>,
     /// Tensor name -> index into `shards`.

@@ -1,6 +1,9 @@
 //! Per-position sampling (token, confidence, entropy) and the unmasking strategies.
 //! Pure functions of numbers: no model, no I/O. docs/decoding.md is the specification.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod kernel;
 pub mod strategy;
 
 use rand::{Rng, SeedableRng};

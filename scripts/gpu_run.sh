@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# The one GPU run: everything docs/perf.md and issue 5 need, on the H200, in one call.
+#
+#   bash scripts/gpu_run.sh            # from the repo root, with .gpu/unmask.gz present
+#
+# Needs: .gpu/unmask.gz (scripts/build-cuda.sh), nvidia-smi, python3 with torch + transformers
+# (the GPU host's image). Writes at most 8 flat files to $OUT (default /tmp/unmask-gpu-out):
+#   gpu_run.log     everything printed
+#   summary.md      the figures for docs/perf.md
+#   check.json      unmask check-device: logits vs CPU, device sampler vs reference sampler
+#   traces.json     CPU vs GPU decode comparisons (tokens and steps)
+#   bench.json      unmask bench, SDAR-1.7B shape, all strategies, events on/off, + ablations
+#   torch.json      the PyTorch reference (scripts/torch_reference.py)
+#   bandwidth.json  device-to-device copy bandwidth
+# Every stage is guarded: a failing stage is reported and the next one still runs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/unmask-gpu-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_run.log") 2>&1
+T0=$(date +%s)
+W=$(mktemp -d)
+BIN=$W/unmask
+STATUS=()
+stage() { echo; echo "=== [$(( $(date +%s) - T0 )) s] $*"; }
+record() { STATUS+=("$1: $2"); echo "--- $1: $2"; }
+export PYTHONUNBUFFERED=1
+# Overridable for a dry run on a CPU machine: DEVICE=cpu SHAPE=tiny TORCH_DEVICE=cpu NEW_TOKENS=16
+NEW=${NEW_TOKENS:-256}
+DEV=${DEVICE:-cuda}
+SHAPE=${SHAPE:-sdar-1.7b}
+TDEV=${TORCH_DEVICE:-cuda}
+
+stage "setup"
+GZ=${UNMASK_GZ:-.gpu/unmask.gz}
+if ! gunzip -c "$GZ" > "$BIN"; then echo "no $GZ: run scripts/build-cuda.sh first"; exit 1; fi
+chmod +x "$BIN"
+ls -l "$BIN"
+# Libraries the binary links (libcuda.so.1, libcublas(Lt).so.13, libcurand.so.10, libnvrtc.so.13):
+# if the loader cannot find one, look for it in the usual CUDA and Python-wheel folders.
+missing=$(ldd "$BIN" | awk '/not found/{print $1}')
+if [[ -n $missing ]]; then
+  echo "not found by the loader: $missing"
+  dirs=$(python3 - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/local/nvidia/lib64"]
+for sp in site.getsitepackages():
+    roots += glob.glob(os.path.join(sp, "nvidia", "*", "lib")) + glob.glob(os.path.join(sp, "nvidia", "cu13", "lib"))
+print(":".join(r for r in roots if os.path.isdir(r)))
+EOF
+)
+  export LD_LIBRARY_PATH=${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  ldd "$BIN" | grep -E "not found|cublas|nvrtc|curand|libcuda" || true
+fi
+"$BIN" --version && record setup ok || record setup FAIL
+
+stage "nvidia-smi"
+nvidia-smi || true
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
+
+stage "device copy bandwidth (torch)"
+timeout 120 python3 - "$OUT/bandwidth.json" <<'EOF' && record bandwidth ok || record bandwidth FAIL
+import json, sys, torch
+n = 4 << 30  # 4 GiB source, 4 GiB destination
+a = torch.empty(n, dtype=torch.uint8, device="cuda"); a.random_(0, 255)
+b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+torch.cuda.synchronize()
+times = []
+for _ in range(10):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize()
+    times.append(s.elapsed_time(e))
+times.sort()
+ms = times[len(times) // 2]
+bw = 2 * n / (ms / 1e3)  # bytes read + written
+print(f"copy {n/2**30:.0f} GiB: median {ms:.3f} ms -> {bw/1e12:.3f} TB/s (read + write)")
+json.dump({"bytes": n, "median_ms": ms, "bytes_per_s": bw, "all_ms": times, "device": torch.cuda.get_device_name()}, open(sys.argv[1], "w"), indent=2)
+EOF
+
+stage "check-device: logits vs CPU, device sampler vs reference (tests/fixtures/tiny-random)"
+timeout 180 "$BIN" check-device --model tests/fixtures/tiny-random --device $DEV --json "$OUT/check.json" \
+  && record check-device PASS || record check-device FAIL
+
+stage "decode traces: CPU vs GPU (tiny-random, greedy and sampled)"
+TR=$W/traces; mkdir -p "$TR"
+M=tests/fixtures/tiny-random
+run_trace() { # name env... -- args...
+  local name=$1; shift
+  local envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
+  if env "${envs[@]}" timeout 60 "$BIN" trace --model $M --max-new-tokens 64 "$@" --out "$TR/$name.jsonl" 2> "$TR/$name.err"; then
+    echo "trace $name: ok"
+  else
+    echo "trace $name: FAILED: $(tail -2 "$TR/$name.err")"
+  fi
+}
+for strat in low_confidence_dynamic entropy_bounded low_confidence_static; do
+  run_trace "cpu-$strat" X=1 -- --device cpu --strategy $strat
+  run_trace "gpu-f32-$strat" X=1 -- --device $DEV --dtype f32 --strategy $strat
+  run_trace "gpu-bf16-$strat" X=1 -- --device $DEV --strategy $strat
+  run_trace "cpu-bf16-$strat" X=1 -- --device cpu --dtype bf16 --strategy $strat
+done
+S="--temperature 0.8 --top-k 20 --top-p 0.95 --seed 3"
+run_trace cpu-sampled X=1 -- --device cpu $S
+run_trace gpu-f32-sampled X=1 -- --device $DEV --dtype f32 $S
+run_trace gpu-f32-nograph UNMASK_CUDA_GRAPH=0 -- --device $DEV --dtype f32
+run_trace gpu-f32-eager UNMASK_FIXED_PASSES=0 -- --device $DEV --dtype f32
+run_trace gpu-f32-hostsampler UNMASK_DEVICE_SAMPLER=0 -- --device $DEV --dtype f32
+run_trace gpu-f32-generic UNMASK_FUSED=0 -- --device $DEV --dtype f32
+run_trace cpu-default X=1 -- --device cpu
+timeout 60 python3 - "$TR" "$OUT/traces.json" <<'EOF' && record traces PASS || record traces FAIL
+import json, os, sys
+tr, out = sys.argv[1], sys.argv[2]
+def load(name):
+    p = os.path.join(tr, name + ".jsonl")
+    if not os.path.exists(p): return None
+    ev = [json.loads(l) for l in open(p) if l.strip()]
+    steps = [(e["block"], e["step"], [(c["pos"], c["token"]) for c in e["committed"]], [(c["pos"], c["token"]) for c in e["masked"]]) for e in ev if e["event"] == "step"]
+    confs = [c["conf"] for e in ev if e["event"] == "step" for c in e["committed"]]
+    fin = [e for e in ev if e["event"] == "finish"]
+    return {"steps": steps, "confs": confs, "finish": fin[0] if fin else None}
+def compare(a, b):
+    A, B = load(a), load(b)
+    if A is None or B is None: return {"a": a, "b": b, "same": False, "why": "missing trace"}
+    same_steps = A["steps"] == B["steps"]
+    first = next((i for i, (x, y) in enumerate(zip(A["steps"], B["steps"])) if x != y), None)
+    fa, fb = A["finish"] or {}, B["finish"] or {}
+    same_out = fa.get("output_ids") == fb.get("output_ids")
+    dconf = max((abs(x - y) for x, y in zip(A["confs"], B["confs"])), default=0.0)
+    return {"a": a, "b": b, "same": same_steps and same_out, "same_steps": same_steps, "same_output": same_out,
+            "steps": (len(A["steps"]), len(B["steps"])), "first_divergent_step": first, "max_dconf": dconf,
+            "forwards": (fa.get("forwards"), fb.get("forwards"))}
+pairs = []
+for s in ["low_confidence_dynamic", "entropy_bounded", "low_confidence_static"]:
+    pairs += [(f"cpu-{s}", f"gpu-f32-{s}", True), (f"cpu-{s}", f"gpu-bf16-{s}", False), (f"cpu-bf16-{s}", f"gpu-bf16-{s}", False)]
+pairs += [("cpu-sampled", "gpu-f32-sampled", True)]
+pairs += [("cpu-default", n, True) for n in ["gpu-f32-nograph", "gpu-f32-eager", "gpu-f32-hostsampler", "gpu-f32-generic"]]
+res, ok = [], True
+for a, b, must in pairs:
+    r = compare(a, b); r["required"] = must; res.append(r)
+    flag = "SAME" if r["same"] else ("DIFF" if must else "diff (bf16, informational)")
+    print(f"{flag:28s} {a:28s} vs {b:28s} steps {r.get('steps')} first divergence {r.get('first_divergent_step')} max|dconf| {r.get('max_dconf', 0):.2e}")
+    if must and not r["same"]: ok = False
+json.dump(res, open(out, "w"), indent=2)
+sys.exit(0 if ok else 1)
+EOF
+
+stage "unmask bench: SDAR-1.7B shape, B=4 S=4, batch 1, all strategies, events on/off"
+BJ=$W/bench; mkdir -p "$BJ"
+timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --max-new-tokens "$NEW" \
+  --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
+  && record bench ok || record bench FAIL
+
+stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / generic ops"
+for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "generic UNMASK_FUSED=0"; do
+  set -- $v
+  env "$2" timeout 150 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --max-new-tokens 128 \
+    --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/$1.json" \
+    && record "bench-$1" ok || record "bench-$1" FAIL
+done
+python3 - "$BJ" "$OUT/bench.json" <<'EOF' || true
+import json, os, sys
+d = {}
+for f in sorted(os.listdir(sys.argv[1])):
+    try: d[f[:-5]] = json.load(open(os.path.join(sys.argv[1], f)))
+    except Exception as e: d[f[:-5]] = {"error": str(e)}
+json.dump(d, open(sys.argv[2], "w"), indent=2)
+EOF
+
+stage "PyTorch reference: transformers Qwen3ForCausalLM, SDAR-1.7B shape, same algorithm"
+timeout 240 python3 scripts/torch_reference.py --shape $SHAPE --device $TDEV --prompt-len 64 --max-new-tokens "$NEW" \
+  --strategy low_confidence_static --warmup 1 --repeat 2 --json "$OUT/torch.json" \
+  && record torch ok || record torch FAIL
+
+stage "summary"
+python3 - "$OUT" <<'EOF' | tee "$OUT/summary.md"
+import json, os, sys
+o = sys.argv[1]
+def j(n):
+    try: return json.load(open(os.path.join(o, n)))
+    except Exception: return None
+bw, bench, torch_, check, traces = j("bandwidth.json"), j("bench.json") or {}, j("torch.json"), j("check.json"), j("traces.json")
+main = bench.get("main")
+print("## unmask on the GPU: one run of scripts/gpu_run.sh\n")
+if bw: print(f"- device: {bw['device']}; device-to-device copy bandwidth {bw['bytes_per_s']/1e12:.3f} TB/s (read + write, 4 GiB, median of 10)")
+if check:
+    n = len(check["checks"]); f = sum(not c["pass"] for c in check["checks"])
+    print(f"- check-device: {n - f}/{n} checks pass (logits vs CPU f32, device sampler vs reference sampler)")
+    for c in check["checks"]:
+        if c["name"].startswith("logits"): print(f"  - {c['name']}: rel. error {c['value']:.2e} (limit {c['limit']:.0e})")
+    for k, v in check.get("timings_us", []): print(f"  - {k}: {v:.1f} us per call ([4, 151936] bf16)")
+if traces:
+    req = [t for t in traces if t["required"]]
+    print(f"- decode traces CPU vs GPU: {sum(t['same'] for t in req)}/{len(req)} required pairs identical (tokens, steps); bf16 pairs: " +
+          ", ".join(f"{t['a']} vs {t['b']}: {'same' if t['same'] else 'differs from step ' + str(t['first_divergent_step'])}" for t in traces if not t["required"]))
+if main and "rows" in main:
+    wb = main["weight_bytes"]
+    floor = wb / bw["bytes_per_s"] * 1e3 if bw else None
+    print(f"\n### SDAR-1.7B shape (random bf16 weights, {wb/1e9:.2f} GB), prompt {main['prompt_len']}, {main['max_new_tokens']} new tokens, B={main['block_length']} S={main['steps']}, batch 1")
+    if floor: print(f"HBM floor: {wb/1e9:.2f} GB / {bw['bytes_per_s']/1e12:.2f} TB/s = **{floor:.3f} ms per forward**\n")
+    print(f"paths: {main['run']}\n")
+    print("| strategy | events | ms/forward | x floor | denoise ms | commit ms | forwards/s | tok/s | tok/forward |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in main["rows"]:
+        xf = f"{r['ms_per_forward']/floor:.2f}" if floor else "-"
+        print(f"| {r['strategy']} | {r['events']} | {r['ms_per_forward']:.3f} | {xf} | {r['denoise_ms_median']:.3f} | {r['commit_ms_median']:.3f} | {r['forwards_per_s']:.1f} | {r['tokens_per_s']:.1f} | {r['tokens_per_forward']:.3f} |")
+    print()
+    for on in [r for r in main["rows"] if r["events"] == "on"]:
+        off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
+        if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
+    for name in ["nograph", "eager", "hostsampler", "generic"]:
+        b = bench.get(name)
+        if b and "rows" in b:
+            r = b["rows"][0]
+            print(f"- ablation {name}: {r['ms_per_forward']:.3f} ms/forward, {r['tokens_per_s']:.1f} tok/s (128 tokens, {b['run']})")
+    if torch_:
+        st = next((r for r in main["rows"] if r["strategy"] == "low_confidence_static" and r["events"] == "on"), None)
+        print(f"\n### PyTorch reference (transformers {torch_['transformers']}, torch {torch_['torch']}, {torch_['attn']}, same algorithm, low_confidence_static)")
+        print(f"- {torch_['ms_per_forward_median']:.2f} ms/forward (CUDA events), {torch_['wall_ms_per_forward']:.2f} ms/forward (wall), {torch_['tokens_per_s']:.1f} tok/s")
+        if st: print(f"- unmask low_confidence_static, events on: {st['tokens_per_s']:.1f} tok/s = **{st['tokens_per_s']/torch_['tokens_per_s']:.1f}x** the PyTorch reference")
+EOF
+echo
+echo "stages: ${STATUS[*]}"
+echo "total $(( $(date +%s) - T0 )) s; files in $OUT:"; ls -l "$OUT"
+rm -rf "$W"
+sleep 1  # let tee flush gpu_run.log

@@ -1,0 +1,403 @@
+//! `unmask bench`: decode speed per strategy, with step events on and off, for a checkpoint or
+//! random weights of a named real shape, on any device. docs/perf.md holds the figures.
+//!
+//! What is measured, per (strategy, events) configuration: `--warmup` untimed decodes, then
+//! `--repeat` timed ones of `--max-new-tokens` tokens after a `--prompt-len` prompt (no EOS:
+//! every decode runs to its length). Per decode: the wall time of the whole decode (prefill
+//! included), and the time of every forward call. The device is synchronised after each call
+//! so each forward's time is its own (denoising calls synchronise anyway: they read the
+//! samples back). Medians over the timed decodes are reported.
+//!
+//! Events on: every event is built (text pieces included) and sent through a channel to a
+//! thread that serialises it to JSON, as `unmask trace` does. Events off: the decode loop
+//! builds no header, step or block event and decodes no text (`decode_with_events`).
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+use serde::Serialize;
+
+use crate::cli::{BenchArgs, EventsMode};
+use crate::engine::{decode_with_events, Denoiser, Detok, ModelDenoiser, Request, RunStatus};
+use crate::events::{Event, ModelInfo};
+use crate::model::random::{shape_config, RandomWeights};
+use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Qwen3, Source};
+use crate::sampler::PosSample;
+use crate::settings::{DecodeSettings, Sampling, Strategy};
+
+/// Wraps a denoiser and times every call, synchronising the device after each.
+struct Timed<'a> {
+    inner: &'a mut ModelDenoiser,
+    device: Device,
+    prefill_ms: Vec<f64>,
+    denoise_ms: Vec<f64>,
+    commit_ms: Vec<f64>,
+}
+
+impl Timed<'_> {
+    fn time<T>(&mut self, f: impl FnOnce(&mut ModelDenoiser) -> Result<T>) -> Result<(T, f64)> {
+        let t0 = Instant::now();
+        let r = f(self.inner)?;
+        self.device.synchronize()?;
+        Ok((r, t0.elapsed().as_secs_f64() * 1e3))
+    }
+}
+
+impl Denoiser for Timed<'_> {
+    fn reset(&mut self, capacity: usize) -> Result<()> {
+        self.inner.reset(capacity)
+    }
+    fn prefill(&mut self, ids: &[u32], block: usize) -> Result<()> {
+        let ((), ms) = self.time(|d| d.prefill(ids, block))?;
+        self.prefill_ms.push(ms);
+        Ok(())
+    }
+    fn denoise(&mut self, ids: &[u32], block: usize, s: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+        let (r, ms) = self.time(|d| d.denoise(ids, block, s, u))?;
+        self.denoise_ms.push(ms);
+        Ok(r)
+    }
+    fn commit(&mut self, ids: &[u32], block: usize) -> Result<()> {
+        let ((), ms) = self.time(|d| d.commit(ids, block))?;
+        self.commit_ms.push(ms);
+        Ok(())
+    }
+}
+
+
+/// Text pieces for random weights: no tokenizer, but a string per token like a real one.
+struct SyntheticDetok;
+
+impl Detok for SyntheticDetok {
+    fn piece(&self, id: u32) -> String {
+        format!("<{id}>")
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter().map(|&i| self.piece(i)).collect()
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    strategy: String,
+    events: &'static str,
+    decodes: usize,
+    tokens: usize,
+    forwards: usize,
+    steps: usize,
+    tokens_per_forward: f64,
+    decode_ms: f64,
+    tokens_per_s: f64,
+    forwards_per_s: f64,
+    /// (decode wall time - prefill) / (forwards - prefill forwards), median over decodes.
+    ms_per_forward: f64,
+    denoise_ms_median: f64,
+    commit_ms_median: f64,
+    prefill_ms_median: f64,
+    event_bytes: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    device: String,
+    dtype: String,
+    params: usize,
+    weight_bytes: usize,
+    prompt_len: usize,
+    max_new_tokens: usize,
+    block_length: usize,
+    steps: usize,
+    sampling: Sampling,
+    warmup: usize,
+    repeat: usize,
+    load_s: f64,
+    run: RunStatus,
+    rows: Vec<Row>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A deterministic prompt of `n` ids that avoids the mask and EOS ids.
+fn synthetic_prompt(n: usize, vocab: usize, avoid: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(n);
+    let mut x: u64 = 12345;
+    while out.len() < n {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let id = ((x >> 33) % vocab as u64) as u32;
+        if !avoid.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    let device = parse_device(&args.decode.device)?;
+    let dtype = parse_dtype(&args.decode.dtype, &device)?;
+    let t0 = Instant::now();
+    let (model, mask_id, detok, info, generation, block_size): (Qwen3, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, Option<usize>) =
+        match (&args.random_init, &args.decode.model) {
+            (Some(shape), _) => {
+                let cfg = shape_config(shape)?;
+                let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
+                let model = Qwen3::load(&cfg, &w, dtype, &device).with_context(|| format!("--random-init {shape}"))?;
+                let info = ModelInfo {
+                    source: format!("random:{shape}"),
+                    model_type: cfg.model_type.clone(),
+                    vocab_size: cfg.vocab_size,
+                    hidden_size: cfg.hidden_size,
+                    num_layers: cfg.num_hidden_layers,
+                    num_params: cfg.num_params(),
+                    dtype: format!("{dtype:?}").to_lowercase(),
+                };
+                let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
+                (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg.block_size)
+            }
+            (None, Some(dir)) => {
+                let ck = Checkpoint::load(&Source::Dir(dir.clone()), &device, dtype)?;
+                let mask = ck.tokenizer.mask_id();
+                (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config.block_size)
+            }
+            (None, None) => bail!("unmask bench needs --model DIR or --random-init SHAPE"),
+        };
+    device.synchronize()?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let base: DecodeSettings = args.decode.settings(&generation, block_size)?;
+    let strategies: Vec<Strategy> = match args.decode.strategy {
+        Some(s) => vec![s],
+        None => Strategy::ALL.to_vec(),
+    };
+    let modes: Vec<bool> = match args.events {
+        EventsMode::On => vec![true],
+        EventsMode::Off => vec![false],
+        EventsMode::Both => vec![true, false],
+    };
+    let vocab = model.vocab_size();
+    let weight_bytes = model.weight_bytes();
+    let prompt_ids = synthetic_prompt(args.prompt_len, vocab, &[mask_id]);
+    let mut den = ModelDenoiser::new(model, mask_id);
+    eprintln!(
+        "unmask bench: {} on {} ({dtype:?}), {:.2} GB of weights, loaded in {load_s:.1} s; paths {:?}",
+        info.source,
+        args.decode.device,
+        weight_bytes as f64 / 1e9,
+        den.options()
+    );
+
+    let mut rows = Vec::new();
+    for &strategy in &strategies {
+        for &events in &modes {
+            let settings = DecodeSettings { strategy, ..base.clone() };
+            let req = Request {
+                prompt: String::new(),
+                prompt_ids: prompt_ids.clone(),
+                settings,
+                mask_id,
+                eos_ids: vec![],
+                model: info.clone(),
+                device: args.decode.device.clone(),
+            };
+            let mut per = Vec::new();
+            for i in 0..args.warmup + args.repeat {
+                let r = one_decode(&mut den, &device, detok.as_ref(), &req, events)?;
+                if i >= args.warmup {
+                    per.push(r);
+                }
+            }
+            rows.push(summarise(strategy, events, per));
+        }
+    }
+    let run = den.status();
+    let report = Report {
+        model: info.source.clone(),
+        device: args.decode.device.clone(),
+        dtype: format!("{dtype:?}").to_lowercase(),
+        params: info.num_params,
+        weight_bytes,
+        prompt_len: args.prompt_len,
+        max_new_tokens: base.max_new_tokens,
+        block_length: base.block_length,
+        steps: base.steps,
+        sampling: base.sampling,
+        warmup: args.warmup,
+        repeat: args.repeat,
+        load_s,
+        run,
+        rows,
+    };
+    print_table(&report);
+    if let Some(path) = &args.json {
+        let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+        serde_json::to_writer_pretty(f, &report).with_context(|| format!("{}: cannot write", path.display()))?;
+    }
+    Ok(())
+}
+
+struct OneDecode {
+    wall_ms: f64,
+    tokens: usize,
+    forwards: usize,
+    steps: usize,
+    prefill_ms: Vec<f64>,
+    denoise_ms: Vec<f64>,
+    commit_ms: Vec<f64>,
+    event_bytes: usize,
+}
+
+fn one_decode(den: &mut ModelDenoiser, device: &Device, detok: &dyn Detok, req: &Request, events: bool) -> Result<OneDecode> {
+    let mut timed = Timed { inner: den, device: device.clone(), prefill_ms: vec![], denoise_ms: vec![], commit_ms: vec![] };
+    let (fin, event_bytes) = if events {
+        let (tx, rx) = mpsc::channel::<Event>();
+        let consumer = std::thread::spawn(move || {
+            let mut counter = ByteCounter(0);
+            for ev in rx {
+                let _ = serde_json::to_writer(&mut counter, &ev);
+                let _ = counter.write_all(b"\n");
+            }
+            counter.0
+        });
+        let t0 = Instant::now();
+        let mut fin = decode_with_events(&mut timed, detok, req, &mut |e| drop(tx.send(e)), None, true);
+        fin.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
+        drop(tx);
+        (fin, consumer.join().unwrap_or(0))
+    } else {
+        let t0 = Instant::now();
+        let mut fin = decode_with_events(&mut timed, detok, req, &mut |_| {}, None, false);
+        fin.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
+        (fin, 0)
+    };
+    if let Some(e) = &fin.error {
+        bail!("decode failed: {e}");
+    }
+    Ok(OneDecode {
+        wall_ms: fin.elapsed_ms,
+        tokens: fin.output_ids.len(),
+        forwards: fin.forwards,
+        steps: fin.steps,
+        prefill_ms: timed.prefill_ms,
+        denoise_ms: timed.denoise_ms,
+        commit_ms: timed.commit_ms,
+        event_bytes,
+    })
+}
+
+struct ByteCounter(usize);
+
+impl Write for ByteCounter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn summarise(strategy: Strategy, events: bool, per: Vec<OneDecode>) -> Row {
+    let first = &per[0];
+    let (tokens, forwards, steps) = (first.tokens, first.forwards, first.steps);
+    let mut wall: Vec<f64> = per.iter().map(|d| d.wall_ms).collect();
+    let mut mpf: Vec<f64> = per
+        .iter()
+        .map(|d| {
+            let prefill: f64 = d.prefill_ms.iter().sum();
+            let n = d.forwards - d.prefill_ms.len();
+            (d.wall_ms - prefill) / n.max(1) as f64
+        })
+        .collect();
+    let mut den: Vec<f64> = per.iter().flat_map(|d| d.denoise_ms.iter().copied()).collect();
+    let mut com: Vec<f64> = per.iter().flat_map(|d| d.commit_ms.iter().copied()).collect();
+    let mut pre: Vec<f64> = per.iter().flat_map(|d| d.prefill_ms.iter().copied()).collect();
+    let decode_ms = median(&mut wall);
+    Row {
+        strategy: strategy.name().to_string(),
+        events: if events { "on" } else { "off" },
+        decodes: per.len(),
+        tokens,
+        forwards,
+        steps,
+        tokens_per_forward: tokens as f64 / forwards.max(1) as f64,
+        decode_ms,
+        tokens_per_s: tokens as f64 / (decode_ms / 1e3),
+        forwards_per_s: forwards as f64 / (decode_ms / 1e3),
+        ms_per_forward: median(&mut mpf),
+        denoise_ms_median: median(&mut den),
+        commit_ms_median: median(&mut com),
+        prefill_ms_median: median(&mut pre),
+        event_bytes: per[0].event_bytes,
+    }
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "# {} on {} ({}), {:.3} GB weights, prompt {}, {} new tokens, B={} S={}, {} timed decodes (median)",
+        r.model,
+        r.device,
+        r.dtype,
+        r.weight_bytes as f64 / 1e9,
+        r.prompt_len,
+        r.max_new_tokens,
+        r.block_length,
+        r.steps,
+        r.repeat
+    );
+    if let Some(o) = &r.run.options {
+        println!(
+            "# paths: device sampler {}, fixed passes {}, CUDA graphs {}{}",
+            o.device_sampler,
+            o.fixed_passes,
+            r.run.graphs_live,
+            r.run.capture_error.as_ref().map(|e| format!(" (capture failed: {e})")).unwrap_or_default()
+        );
+    }
+    println!(
+        "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | commit ms | prefill ms | tok/forward | decode ms |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in &r.rows {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.2} | {:.3} | {:.1} |",
+            row.strategy,
+            row.events,
+            row.tokens_per_s,
+            row.forwards_per_s,
+            row.ms_per_forward,
+            row.denoise_ms_median,
+            row.commit_ms_median,
+            row.prefill_ms_median,
+            row.tokens_per_forward,
+            row.decode_ms
+        );
+    }
+    // events cost per strategy, where both were run
+    for on in r.rows.iter().filter(|x| x.events == "on") {
+        if let Some(off) = r.rows.iter().find(|x| x.events == "off" && x.strategy == on.strategy) {
+            println!(
+                "# events cost, {}: {:+.2} % decode time ({:.1} vs {:.1} ms)",
+                on.strategy,
+                (on.decode_ms / off.decode_ms - 1.0) * 100.0,
+                on.decode_ms,
+                off.decode_ms
+            );
+        }
+    }
+}

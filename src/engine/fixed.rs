@@ -1,0 +1,193 @@
+//! Fixed-shape block passes: the denoising and commit passes of a decode, run over device
+//! buffers that keep their address for the whole decode, so that on CUDA one captured graph
+//! per kind of pass replays every one of them (no per-kernel launch cost on the host).
+//!
+//! A pass attends over the whole cache (`keys == capacity`) with a mask that hides the slots
+//! not written yet, writes its K/V to the slots its positions name, and (denoising passes)
+//! samples on the device: only `[T, 4]` floats come back. The same code runs on the CPU
+//! (without capture), which is how CI tests it; on CUDA, [`FixedPass::run`] captures the body
+//! the first time it sees a kind of pass and replays the graph afterwards.
+
+use anyhow::{bail, Result};
+use candle_core::{DType, Tensor};
+
+use crate::model::{KvCache, PassInput, Qwen3};
+use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
+
+pub struct FixedPass {
+    t: usize,
+    block: usize,
+    capacity: usize,
+    ids: Tensor,
+    positions: Tensor,
+    mask: Tensor,
+    uniforms: Tensor,
+    logits: Tensor,
+    samples: Tensor,
+    /// Start position the positions and mask buffers hold.
+    written_start: Option<usize>,
+    /// Try CUDA graph capture (turned off for good after a failure).
+    capture: bool,
+    #[cfg(feature = "cuda")]
+    graphs: Vec<(Option<KernelParams>, graph::Graph)>,
+    /// Why capture was turned off, if it was.
+    pub capture_error: Option<String>,
+}
+
+impl FixedPass {
+    /// Buffers for passes of `t` positions (one block) over a cache of `capacity` slots.
+    pub fn new(model: &Qwen3, t: usize, block: usize, capacity: usize, capture: bool) -> Result<Self> {
+        let dev = model.device();
+        let dt = model.dtype();
+        Ok(FixedPass {
+            t,
+            block,
+            capacity,
+            ids: Tensor::zeros(t, DType::U32, dev)?,
+            positions: Tensor::zeros(t, DType::U32, dev)?,
+            mask: Tensor::zeros((t, capacity), dt, dev)?,
+            uniforms: Tensor::zeros(t, DType::F32, dev)?,
+            logits: Tensor::zeros((t, model.vocab_size()), dt, dev)?,
+            samples: Tensor::zeros((t, 4), DType::F32, dev)?,
+            written_start: None,
+            capture: capture && cfg!(feature = "cuda") && dev.is_cuda(),
+            #[cfg(feature = "cuda")]
+            graphs: Vec::new(),
+            capture_error: None,
+        })
+    }
+
+    pub fn fits(&self, t: usize, block: usize, capacity: usize) -> bool {
+        self.t == t && self.block == block && self.capacity == capacity
+    }
+
+    pub fn capturing(&self) -> bool {
+        self.capture
+    }
+
+    /// Rewrites the input buffers for a pass over `ids` at the cache's current length.
+    fn write(&mut self, model: &Qwen3, ids: &[u32], start: usize, uniforms: Option<&[f32]>) -> Result<()> {
+        let dev = model.device();
+        if ids.len() != self.t {
+            bail!("fixed pass of {} positions got {}", self.t, ids.len());
+        }
+        if start + self.t > self.capacity {
+            bail!("KV cache overflow: {start} + {} positions > capacity {}", self.t, self.capacity);
+        }
+        self.ids.slice_set(&Tensor::from_slice(ids, self.t, dev)?, 0, 0)?;
+        if self.written_start != Some(start) {
+            let (pos, mask) = PassInput::window(start, self.t, self.block, self.capacity);
+            self.positions.slice_set(&Tensor::from_vec(pos, self.t, dev)?, 0, 0)?;
+            let mask = Tensor::from_vec(mask, (self.t, self.capacity), dev)?.to_dtype(model.dtype())?;
+            self.mask.slice_set(&mask, 0, 0)?;
+            self.written_start = Some(start);
+        }
+        if let Some(u) = uniforms {
+            self.uniforms.slice_set(&Tensor::from_slice(u, self.t, dev)?, 0, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The pass itself: everything a graph captures. Reads and writes only the buffers above
+    /// and the cache; every temporary is freed before it returns.
+    fn body(&self, model: &Qwen3, cache: &KvCache, head: Option<&KernelParams>) -> Result<()> {
+        let input = PassInput {
+            ids: self.ids.clone(),
+            positions: self.positions.clone(),
+            keys: self.capacity,
+            mask: Some(self.mask.clone()),
+        };
+        let hidden = model.forward_input(&input, cache)?;
+        if let Some(p) = head {
+            let logits = model.logits_raw(&hidden)?;
+            self.logits.slice_set(&logits, 0, 0)?;
+            let s = sample_op(&self.logits, &self.uniforms, *p)?;
+            self.samples.slice_set(&s, 0, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one pass over `ids` placed after the cache's prefix. `head`: sample with these
+    /// parameters (a denoising pass); `None`: only write K/V (a commit pass; the caller then
+    /// advances the cache).
+    pub fn run(
+        &mut self,
+        model: &Qwen3,
+        cache: &KvCache,
+        ids: &[u32],
+        head: Option<&KernelParams>,
+        uniforms: Option<&[f32]>,
+    ) -> Result<()> {
+        self.write(model, ids, cache.len(), uniforms)?;
+        #[cfg(feature = "cuda")]
+        if self.capture {
+            let key = head.copied();
+            if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
+                return g.launch();
+            }
+            match graph::capture(model, || self.body(model, cache, head)) {
+                Ok(g) => {
+                    g.launch()?;
+                    self.graphs.push((key, g));
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.capture = false;
+                    self.capture_error = Some(format!("{e:#}"));
+                    eprintln!("unmask: CUDA graph capture failed, running passes eagerly: {e:#}");
+                }
+            }
+        }
+        self.body(model, cache, head)
+    }
+
+    /// The samples of the last denoising pass.
+    pub fn samples(&self) -> Result<Vec<KernelSample>> {
+        Ok(self.samples.to_vec2::<f32>()?.iter().map(|r| KernelSample::from_row(r)).collect())
+    }
+
+    /// Row `r` of the last denoising pass's logits, in f32 (for rows the kernel left to the host).
+    pub fn logits_row(&self, r: usize) -> Result<Vec<f32>> {
+        Ok(self.logits.narrow(0, r, 1)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod graph {
+    use anyhow::{anyhow, Result};
+    use candle_core::cuda_backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use candle_core::cuda_backend::cudarc::driver::CudaGraph;
+
+    use crate::model::Qwen3;
+
+    /// A captured pass. cudarc's graph holds raw driver handles; it is only ever used by the one
+    /// thread that owns the denoiser at a time.
+    pub struct Graph(CudaGraph);
+    // SAFETY: see above; the graph is never shared, only moved with its denoiser.
+    unsafe impl Send for Graph {}
+
+    impl Graph {
+        pub fn launch(&self) -> Result<()> {
+            self.0.launch().map_err(|e| anyhow!("CUDA graph launch: {e:?}"))
+        }
+    }
+
+    /// Runs `body` once eagerly (loads modules, fills candle's cache of small parameter
+    /// uploads, sizes cuBLAS's workspace), then captures it on the device's stream.
+    pub fn capture(model: &Qwen3, body: impl Fn() -> Result<()>) -> Result<Graph> {
+        let dev = model.device().as_cuda_device()?;
+        let stream = dev.cuda_stream();
+        let _cache = dev.enable_cuda_graph_htod_cache();
+        body()?;
+        stream.synchronize().map_err(|e| anyhow!("synchronize: {e:?}"))?;
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| anyhow!("begin capture: {e:?}"))?;
+        let r = body();
+        let g = stream.end_capture(CUgraphInstantiate_flags(0));
+        r?;
+        let g = g.map_err(|e| anyhow!("end capture: {e:?}"))?.ok_or_else(|| anyhow!("empty graph"))?;
+        g.upload().map_err(|e| anyhow!("graph upload: {e:?}"))?;
+        Ok(Graph(g))
+    }
+}

@@ -1,0 +1,384 @@
+//! Fused layer pieces as candle custom ops: one implementation per backend, the CUDA one in
+//! kernels/fused.cu (launched from `ops_cuda.rs`), the CPU one here, written as the kernel's
+//! algorithm in Rust. [`Qwen3`](super::Qwen3) calls these on every device; with
+//! `UNMASK_FUSED=0` it uses the equivalent chains of generic candle ops instead (the path the
+//! fused ops are checked against, on the CPU by tests and on the GPU by `unmask check-device`).
+//!
+//! - [`qkv_prep`]: `[T, (H + 2 KV) * d]` (the stacked q/k/v projection) -> `[H + 2 KV, T, d]`:
+//!   q and k heads RMS-normalised (their own weights) and rotated (RoPE), v heads copied.
+//! - [`attention`]: `q [H, T, d]` over the cache `[2, KV, cap, d]` slots `[0, keys)`, with an
+//!   optional additive `[T, keys]` mask -> `[T, H * d]`.
+//! - [`silu_mul`]: `[T, 2 I]` (gate | up) -> `[T, I]`.
+//! - [`add_rms_norm`]: `x + delta` and its RMSNorm in one pass -> `[2, T, h]`.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+/// Whether the model uses these ops (default) or the generic chains (`UNMASK_FUSED=0`).
+pub fn fused_enabled() -> bool {
+    !matches!(std::env::var("UNMASK_FUSED").as_deref(), Ok("0"))
+}
+
+/// Dtypes the CUDA kernels take.
+pub fn cuda_dtype_ok(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::BF16)
+}
+
+#[derive(Clone, Debug)]
+pub struct QkvPrep {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub eps: f32,
+    /// `[d]` weights of the q and k RMSNorms.
+    pub q_norm: Tensor,
+    pub k_norm: Tensor,
+}
+
+#[derive(Clone, Debug)]
+pub struct Attention {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub keys: usize,
+    pub scale: f32,
+}
+
+#[derive(Clone, Debug)]
+pub struct SiluMul {
+    pub intermediate: usize,
+}
+
+/// `qkv [T, (H + 2 KV) * d]`, `cos`/`sin [T, d / 2]` -> `[H + 2 KV, T, d]`.
+pub fn qkv_prep(qkv: &Tensor, cos: &Tensor, sin: &Tensor, op: &QkvPrep) -> Result<Tensor> {
+    qkv.apply_op3_no_bwd(cos, sin, op)
+}
+
+/// `q [H, T, d]`, `kv [2, KV, cap, d]`, `mask [T, keys]` -> `[T, H * d]`.
+pub fn attention(q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, op: &Attention) -> Result<Tensor> {
+    match mask {
+        Some(m) => q.apply_op3_no_bwd(kv, m, op),
+        None => q.apply_op2_no_bwd(kv, op),
+    }
+}
+
+pub fn silu_mul(gate_up: &Tensor, op: &SiluMul) -> Result<Tensor> {
+    gate_up.apply_op1_no_bwd(op)
+}
+
+#[derive(Clone, Debug)]
+pub struct AddRmsNorm {
+    pub eps: f32,
+}
+
+/// `(x + delta, rms_norm(x + delta) * w)`, the sum rounded to the storage dtype first (as an
+/// unfused add then norm would see it).
+pub fn add_rms_norm(x: &Tensor, delta: &Tensor, w: &Tensor, op: &AddRmsNorm) -> Result<(Tensor, Tensor)> {
+    let both = x.apply_op3_no_bwd(delta, w, op)?;
+    Ok((both.get(0)?, both.get(1)?))
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU implementations: f32 math whatever the storage dtype, like the kernels.
+
+fn to_f32(s: &CpuStorage, l: &Layout, what: &str) -> Result<Vec<f32>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        candle_core::bail!("{what}: input must be contiguous");
+    };
+    Ok(match s {
+        CpuStorage::F32(v) => v[a..b].to_vec(),
+        CpuStorage::BF16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
+        CpuStorage::F16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
+        _ => candle_core::bail!("{what}: unsupported dtype"),
+    })
+}
+
+fn from_f32(v: Vec<f32>, like: &CpuStorage) -> CpuStorage {
+    match like {
+        CpuStorage::BF16(_) => CpuStorage::BF16(v.into_iter().map(half::bf16::from_f32).collect()),
+        CpuStorage::F16(_) => CpuStorage::F16(v.into_iter().map(half::f16::from_f32).collect()),
+        _ => CpuStorage::F32(v),
+    }
+}
+
+fn tensor_f32(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}
+
+impl QkvPrep {
+    fn check(&self, l: &Layout, lc: &Layout) -> Result<usize> {
+        let (t, width) = l.shape().dims2()?;
+        let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
+        if width != (h + 2 * kv) * d || d % 2 != 0 || lc.shape().dims2()? != (t, d / 2) {
+            candle_core::bail!("qkv-prep: shapes {:?} {:?} do not fit heads {h}/{kv} x {d}", l.shape(), lc.shape());
+        }
+        Ok(t)
+    }
+}
+
+impl CustomOp3 for QkvPrep {
+    fn name(&self) -> &'static str {
+        "unmask-qkv-prep"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let t_len = self.check(l1, l2)?;
+        let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
+        let nh = h + 2 * kv;
+        let half = d / 2;
+        let qkv = to_f32(s1, l1, "qkv-prep")?;
+        let cos = to_f32(s2, l2, "qkv-prep cos")?;
+        let sin = to_f32(s3, l3, "qkv-prep sin")?;
+        let (qn, kn) = (tensor_f32(&self.q_norm)?, tensor_f32(&self.k_norm)?);
+        let mut out = vec![0f32; nh * t_len * d];
+        for hh in 0..nh {
+            for t in 0..t_len {
+                let row = &qkv[(t * nh + hh) * d..(t * nh + hh + 1) * d];
+                let dst = &mut out[(hh * t_len + t) * d..(hh * t_len + t + 1) * d];
+                if hh >= h + kv {
+                    dst.copy_from_slice(row);
+                    continue;
+                }
+                let ss: f32 = row.iter().map(|x| x * x).sum();
+                let r = 1.0 / (ss / d as f32 + self.eps).sqrt();
+                let w = if hh < h { &qn } else { &kn };
+                let y: Vec<f32> = row.iter().zip(w).map(|(x, w)| x * r * w).collect();
+                for i in 0..half {
+                    let (c, s) = (cos[t * half + i], sin[t * half + i]);
+                    let (a, b) = (y[i], y[i + half]);
+                    dst[i] = a * c - b * s;
+                    dst[i + half] = a * s + b * c;
+                }
+            }
+        }
+        Ok((from_f32(out, s1), Shape::from((nh, t_len, d))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let t_len = self.check(l1, l2)?;
+        super::ops_cuda::qkv_prep(self, t_len, (s1, l1), (s2, l2), (s3, l3))
+    }
+}
+
+impl Attention {
+    fn check(&self, lq: &Layout, lkv: &Layout, lm: Option<&Layout>) -> Result<(usize, usize)> {
+        let (h, t, d) = lq.shape().dims3()?;
+        let (two, kv, cap, d2) = lkv.shape().dims4()?;
+        if h != self.heads || d != self.head_dim || two != 2 || kv != self.kv_heads || d2 != d || self.keys > cap {
+            candle_core::bail!("attention: shapes {:?} {:?} do not fit {self:?}", lq.shape(), lkv.shape());
+        }
+        if h % kv != 0 {
+            candle_core::bail!("attention: {h} heads not a multiple of {kv} kv heads");
+        }
+        if let Some(lm) = lm {
+            if lm.shape().dims2()? != (t, self.keys) {
+                candle_core::bail!("attention: mask {:?}, expected [{t}, {}]", lm.shape(), self.keys);
+            }
+        }
+        Ok((t, cap))
+    }
+
+    fn cpu(&self, sq: &CpuStorage, lq: &Layout, skv: &CpuStorage, lkv: &Layout, m: Option<(&CpuStorage, &Layout)>) -> Result<(CpuStorage, Shape)> {
+        let (t_len, cap) = self.check(lq, lkv, m.map(|x| x.1))?;
+        let (h, kvh, d, keys) = (self.heads, self.kv_heads, self.head_dim, self.keys);
+        let group = h / kvh;
+        let q = to_f32(sq, lq, "attention q")?;
+        let kv = to_f32(skv, lkv, "attention kv")?;
+        let mask = match m {
+            Some((s, l)) => Some(to_f32(s, l, "attention mask")?),
+            None => None,
+        };
+        let mut out = vec![0f32; t_len * h * d];
+        let mut sc = vec![0f32; keys];
+        for hh in 0..h {
+            let g = hh / group;
+            let kb = &kv[g * cap * d..];
+            let vb = &kv[(kvh + g) * cap * d..];
+            for t in 0..t_len {
+                let qr = &q[(hh * t_len + t) * d..(hh * t_len + t + 1) * d];
+                for (j, s) in sc.iter_mut().enumerate() {
+                    let dot: f32 = qr.iter().zip(&kb[j * d..(j + 1) * d]).map(|(a, b)| a * b).sum();
+                    *s = dot * self.scale + mask.as_ref().map_or(0.0, |m| m[t * keys + j]);
+                }
+                let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut total = 0f32;
+                for s in sc.iter_mut() {
+                    *s = if *s == f32::NEG_INFINITY { 0.0 } else { (*s - mx).exp() };
+                    total += *s;
+                }
+                let o = &mut out[t * h * d + hh * d..t * h * d + (hh + 1) * d];
+                for (i, oi) in o.iter_mut().enumerate() {
+                    let acc: f32 = sc.iter().enumerate().map(|(j, p)| p * vb[j * d + i]).sum();
+                    *oi = acc / total;
+                }
+            }
+        }
+        Ok((from_f32(out, sq), Shape::from((t_len, h * d))))
+    }
+}
+
+impl CustomOp2 for Attention {
+    fn name(&self) -> &'static str {
+        "unmask-attention"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+        self.cpu(s1, l1, s2, l2, None)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (t_len, cap) = self.check(l1, l2, None)?;
+        super::ops_cuda::attention(self, t_len, cap, (s1, l1), (s2, l2), None)
+    }
+}
+
+impl CustomOp3 for Attention {
+    fn name(&self) -> &'static str {
+        "unmask-attention-masked"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.cpu(s1, l1, s2, l2, Some((s3, l3)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (t_len, cap) = self.check(l1, l2, Some(l3))?;
+        super::ops_cuda::attention(self, t_len, cap, (s1, l1), (s2, l2), Some((s3, l3)))
+    }
+}
+
+impl AddRmsNorm {
+    fn check(&self, lx: &Layout, ld: &Layout, lw: &Layout) -> Result<(usize, usize)> {
+        let (t, h) = lx.shape().dims2()?;
+        if ld.shape().dims2()? != (t, h) || lw.shape().dims1()? != h {
+            candle_core::bail!("add-rms-norm: shapes {:?} {:?} {:?}", lx.shape(), ld.shape(), lw.shape());
+        }
+        Ok((t, h))
+    }
+}
+
+impl CustomOp3 for AddRmsNorm {
+    fn name(&self) -> &'static str {
+        "unmask-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (t, h) = self.check(l1, l2, l3)?;
+        let x = to_f32(s1, l1, "add-rms-norm x")?;
+        let d = to_f32(s2, l2, "add-rms-norm delta")?;
+        let w = to_f32(s3, l3, "add-rms-norm w")?;
+        let round = |v: f32| match s1 {
+            CpuStorage::BF16(_) => half::bf16::from_f32(v).to_f32(),
+            CpuStorage::F16(_) => half::f16::from_f32(v).to_f32(),
+            _ => v,
+        };
+        let mut out = vec![0f32; 2 * t * h];
+        for r in 0..t {
+            let (sum, norm) = out.split_at_mut(t * h);
+            let row = &mut sum[r * h..(r + 1) * h];
+            for i in 0..h {
+                row[i] = round(x[r * h + i] + d[r * h + i]);
+            }
+            let ss: f32 = row.iter().map(|v| v * v).sum();
+            let k = 1.0 / (ss / h as f32 + self.eps).sqrt();
+            for i in 0..h {
+                norm[r * h + i] = row[i] * k * w[i];
+            }
+        }
+        Ok((from_f32(out, s1), Shape::from((2, t, h))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (t, h) = self.check(l1, l2, l3)?;
+        super::ops_cuda::add_rms_norm(self, t, h, (s1, l1), (s2, l2), (s3, l3))
+    }
+}
+
+impl CustomOp1 for SiluMul {
+    fn name(&self) -> &'static str {
+        "unmask-silu-mul"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (t, w) = l.shape().dims2()?;
+        let i = self.intermediate;
+        if w != 2 * i {
+            candle_core::bail!("silu-mul: width {w} != 2 x {i}");
+        }
+        let x = to_f32(s, l, "silu-mul")?;
+        let mut out = Vec::with_capacity(t * i);
+        for r in 0..t {
+            for k in 0..i {
+                let (g, u) = (x[r * w + k], x[r * w + i + k]);
+                out.push(g / (1.0 + (-g).exp()) * u);
+            }
+        }
+        Ok((from_f32(out, s), Shape::from((t, i))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (t, w) = l.shape().dims2()?;
+        if w != 2 * self.intermediate {
+            candle_core::bail!("silu-mul: width {w} != 2 x {}", self.intermediate);
+        }
+        super::ops_cuda::silu_mul(self, t, (s, l))
+    }
+}

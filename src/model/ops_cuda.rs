@@ -1,0 +1,219 @@
+//! CUDA side of `ops.rs`: kernels/fused.cu, compiled once by NVRTC, launched through cudarc.
+
+use std::sync::OnceLock;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
+
+use super::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
+
+pub const SOURCE: &str = include_str!("../../kernels/fused.cu");
+const MODULE: &str = "unmask_fused";
+
+fn ptx() -> Result<&'static str> {
+    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    let r = PTX.get_or_init(|| {
+        let opts = CompileOptions { name: Some("fused.cu".into()), ..Default::default() };
+        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+    });
+    match r {
+        Ok(s) => Ok(s.as_str()),
+        Err(e) => candle_core::bail!("NVRTC could not compile kernels/fused.cu: {e}"),
+    }
+}
+
+/// Compiles kernels/fused.cu now; an error means the fused ops cannot run here.
+pub fn probe() -> Result<()> {
+    ptx().map(drop)
+}
+
+fn suffix(dt: DType) -> Result<&'static str> {
+    match dt {
+        DType::F32 => Ok("f32"),
+        DType::BF16 => Ok("bf16"),
+        other => candle_core::bail!("fused kernels take f32 or bf16, not {other:?}"),
+    }
+}
+
+fn view<'a, T: CudaDType + DeviceRepr>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        candle_core::bail!("{what}: input must be contiguous");
+    };
+    Ok(s.as_cuda_slice::<T>()?.slice(a..b))
+}
+
+fn func_name(name: &str, dt: DType) -> Result<String> {
+    Ok(format!("{name}_{}", suffix(dt)?))
+}
+
+/// Runs `f` with the CUDA storage of a tensor that is not one of the op's inputs.
+fn with_storage<R>(t: &Tensor, f: impl FnOnce(&CudaStorage, &Layout) -> Result<R>) -> Result<R> {
+    let (st, l) = t.storage_and_layout();
+    match &*st {
+        Storage::Cuda(s) => f(s, l),
+        _ => candle_core::bail!("fused op: a weight is not on the GPU"),
+    }
+}
+
+fn wrap<T: CudaDType + DeviceRepr>(out: CudaSlice<T>, dev: &CudaDevice) -> CudaStorage {
+    T::wrap_cuda_slice(out, dev.clone())
+}
+
+pub fn qkv_prep(
+    op: &QkvPrep,
+    t_len: usize,
+    (s1, l1): (&CudaStorage, &Layout),
+    (s2, l2): (&CudaStorage, &Layout),
+    (s3, l3): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = s1.device().clone();
+    let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
+    let nh = h + 2 * kv;
+    let n = nh * t_len * d;
+    let cfg = LaunchConfig { grid_dim: (nh as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (d * 4) as u32 };
+    let dt = s1.dtype();
+    let f = dev.get_or_load_custom_func(&func_name("unmask_qkv_prep", dt)?, MODULE, ptx()?)?;
+    let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
+    macro_rules! go {
+        ($T:ty) => {{
+            let qkv = view::<$T>(s1, l1, "qkv-prep")?;
+            let cos = view::<$T>(s2, l2, "qkv-prep cos")?;
+            let sin = view::<$T>(s3, l3, "qkv-prep sin")?;
+            let out = unsafe { dev.alloc::<$T>(n)? };
+            with_storage(&op.q_norm, |qs, ql| {
+                with_storage(&op.k_norm, |ks, kl| {
+                    let qn = view::<$T>(qs, ql, "q_norm")?;
+                    let kn = view::<$T>(ks, kl, "k_norm")?;
+                    let mut b = f.builder();
+                    b.arg(&qkv).arg(&qn).arg(&kn).arg(&cos).arg(&sin).arg(&out);
+                    b.arg(&t_i).arg(&h_i).arg(&kv_i).arg(&d_i).arg(&op.eps);
+                    unsafe { b.launch(cfg) }.w()?;
+                    Ok(())
+                })
+            })?;
+            wrap(out, &dev)
+        }};
+    }
+    let st = match dt {
+        DType::F32 => go!(f32),
+        DType::BF16 => go!(half::bf16),
+        other => candle_core::bail!("qkv-prep: {other:?}"),
+    };
+    Ok((st, Shape::from((nh, t_len, d))))
+}
+
+pub fn attention(
+    op: &Attention,
+    t_len: usize,
+    cap: usize,
+    (sq, lq): (&CudaStorage, &Layout),
+    (skv, lkv): (&CudaStorage, &Layout),
+    mask: Option<(&CudaStorage, &Layout)>,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = sq.device().clone();
+    let (h, kv, d, keys) = (op.heads, op.kv_heads, op.head_dim, op.keys);
+    let smem = (d + keys) * 4;
+    if smem > 48 * 1024 {
+        candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (48 KiB)");
+    }
+    let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 };
+    let dt = sq.dtype();
+    let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx()?)?;
+    let (t_i, h_i, kv_i, d_i, cap_i, keys_i) = (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
+    let null = 0u64;
+    macro_rules! go {
+        ($T:ty) => {{
+            let q = view::<$T>(sq, lq, "attention q")?;
+            let kvv = view::<$T>(skv, lkv, "attention kv")?;
+            let (kpart, vpart) = (kvv.slice(0..kv * cap * d), kvv.slice(kv * cap * d..2 * kv * cap * d));
+            let out = unsafe { dev.alloc::<$T>(t_len * h * d)? };
+            let mut b = f.builder();
+            b.arg(&q).arg(&kpart).arg(&vpart);
+            let m;
+            match mask {
+                Some((s, l)) => {
+                    m = view::<$T>(s, l, "attention mask")?;
+                    b.arg(&m);
+                }
+                None => {
+                    b.arg(&null);
+                }
+            }
+            b.arg(&out).arg(&t_i).arg(&h_i).arg(&kv_i).arg(&d_i).arg(&cap_i).arg(&keys_i).arg(&op.scale);
+            unsafe { b.launch(cfg) }.w()?;
+            wrap(out, &dev)
+        }};
+    }
+    let st = match dt {
+        DType::F32 => go!(f32),
+        DType::BF16 => go!(half::bf16),
+        other => candle_core::bail!("attention: {other:?}"),
+    };
+    Ok((st, Shape::from((t_len, h * d))))
+}
+
+pub fn silu_mul(op: &SiluMul, t_len: usize, (s, l): (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+    let dev = s.device().clone();
+    let i = op.intermediate;
+    let n = t_len * i;
+    let blocks = n.div_ceil(256).min(65535) as u32;
+    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let dt = s.dtype();
+    let f = dev.get_or_load_custom_func(&func_name("unmask_silu_mul", dt)?, MODULE, ptx()?)?;
+    let (t_i, i_i) = (t_len as i32, i as i32);
+    macro_rules! go {
+        ($T:ty) => {{
+            let x = view::<$T>(s, l, "silu-mul")?;
+            let out = unsafe { dev.alloc::<$T>(n)? };
+            let mut b = f.builder();
+            b.arg(&x).arg(&out).arg(&t_i).arg(&i_i);
+            unsafe { b.launch(cfg) }.w()?;
+            wrap(out, &dev)
+        }};
+    }
+    let st = match dt {
+        DType::F32 => go!(f32),
+        DType::BF16 => go!(half::bf16),
+        other => candle_core::bail!("silu-mul: {other:?}"),
+    };
+    Ok((st, Shape::from((t_len, i))))
+}
+
+pub fn add_rms_norm(
+    op: &AddRmsNorm,
+    t_len: usize,
+    h: usize,
+    (sx, lx): (&CudaStorage, &Layout),
+    (sd, ld): (&CudaStorage, &Layout),
+    (sw, lw): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = sx.device().clone();
+    if h * 4 > 48 * 1024 {
+        candle_core::bail!("add-rms-norm kernel: hidden size {h} exceeds its shared memory");
+    }
+    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: (h * 4) as u32 };
+    let dt = sx.dtype();
+    let f = dev.get_or_load_custom_func(&func_name("unmask_add_rms_norm", dt)?, MODULE, ptx()?)?;
+    let (t_i, h_i) = (t_len as i32, h as i32);
+    macro_rules! go {
+        ($T:ty) => {{
+            let x = view::<$T>(sx, lx, "add-rms-norm x")?;
+            let d = view::<$T>(sd, ld, "add-rms-norm delta")?;
+            let w = view::<$T>(sw, lw, "add-rms-norm w")?;
+            let out = unsafe { dev.alloc::<$T>(2 * t_len * h)? };
+            let mut b = f.builder();
+            b.arg(&x).arg(&d).arg(&w).arg(&out).arg(&t_i).arg(&h_i).arg(&op.eps);
+            unsafe { b.launch(cfg) }.w()?;
+            wrap(out, &dev)
+        }};
+    }
+    let st = match dt {
+        DType::F32 => go!(f32),
+        DType::BF16 => go!(half::bf16),
+        other => candle_core::bail!("add-rms-norm: {other:?}"),
+    };
+    Ok((st, Shape::from((2, t_len, h))))
+}

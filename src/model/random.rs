@@ -1,0 +1,198 @@
+//! Seeded random weights of a named real shape, built directly on the target device, for
+//! benchmarks (`unmask bench --random-init sdar-1.7b`). They go through the same
+//! [`Qwen3::load`](super::Qwen3::load) as a checkpoint, so the forward pass measured is the one
+//! that decodes real models.
+
+use anyhow::{bail, Result};
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::config::ModelConfig;
+use super::weights::WeightSource;
+
+/// The shapes `--random-init` knows. SDAR's are their Qwen3 bases (head_dim 128, vocab
+/// 151936, rope_theta 1e6, no biases).
+pub const SHAPES: [&str; 5] = ["tiny", "qwen3-0.6b", "sdar-1.7b", "sdar-4b", "sdar-8b"];
+
+/// `config.json` of a named shape.
+pub fn shape_config(name: &str) -> Result<ModelConfig> {
+    // (hidden, layers, heads, kv heads, head_dim, intermediate, vocab, tied, mask id)
+    let (h, l, qh, kvh, d, i, v, tied, mask) = match name {
+        // the test fixture's shape (tests/fixtures/tiny-random)
+        "tiny" => (64, 2, 4, 2, 16, 160, 354, false, 353),
+        "qwen3-0.6b" => (1024, 28, 16, 8, 128, 3072, 151936, true, 151669),
+        // untied lm_head, as in docs/perf.md's PyTorch anchor (4.06 GB of bf16 weights)
+        "sdar-1.7b" => (2048, 28, 16, 8, 128, 6144, 151936, false, 151669),
+        "sdar-4b" => (2560, 36, 32, 8, 128, 9728, 151936, false, 151669),
+        "sdar-8b" => (4096, 36, 32, 8, 128, 12288, 151936, false, 151669),
+        other => bail!("--random-init {other}: unknown shape; known: {}", SHAPES.join(", ")),
+    };
+    let json = serde_json::json!({
+        "model_type": "sdar",
+        "vocab_size": v,
+        "hidden_size": h,
+        "intermediate_size": i,
+        "num_hidden_layers": l,
+        "num_attention_heads": qh,
+        "num_key_value_heads": kvh,
+        "head_dim": d,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": tied,
+        "block_size": 4,
+        "mask_token_id": mask,
+    });
+    ModelConfig::parse(&json.to_string(), &format!("--random-init {name}"))
+}
+
+/// Norm weights are 1, every other tensor is drawn with standard deviation `std` (a normal on
+/// CUDA through curand, a uniform of the same spread on the CPU).
+pub struct RandomWeights {
+    pub tied: bool,
+    pub std: f32,
+    /// Draw on the host (ChaCha8) whatever the target device, so that every device gets the
+    /// same weights (for CPU/GPU comparisons); otherwise CUDA draws with curand.
+    pub host: bool,
+    rng: std::cell::RefCell<ChaCha8Rng>,
+}
+
+impl RandomWeights {
+    /// Seeds the device's generator too (CUDA); the CPU draws from a ChaCha8 stream.
+    pub fn new(cfg: &ModelConfig, seed: u64, device: &Device) -> Result<Self> {
+        if !device.is_cpu() {
+            device.set_seed(seed)?;
+        }
+        Ok(RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: false, rng: ChaCha8Rng::seed_from_u64(seed).into() })
+    }
+
+    /// Weights drawn on the host from `seed` alone: the same tensors on every device.
+    pub fn on_host(cfg: &ModelConfig, seed: u64) -> Self {
+        RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: true, rng: ChaCha8Rng::seed_from_u64(seed).into() }
+    }
+}
+
+impl WeightSource for RandomWeights {
+    fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        if name.ends_with("norm.weight") {
+            return Ok(Tensor::ones(shape, dtype, device)?);
+        }
+        let t = if device.is_cpu() || self.host {
+            let n: usize = shape.iter().product();
+            let a = self.std * 12f32.sqrt();
+            let mut rng = self.rng.borrow_mut();
+            let v: Vec<f32> = (0..n).map(|_| (rng.random::<f32>() - 0.5) * a).collect();
+            Tensor::from_vec(v, shape, &Device::Cpu)?.to_device(device)?
+        } else {
+            Tensor::randn(0f32, self.std, shape, device)?
+        };
+        Ok(t.to_dtype(dtype)?)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        name != "lm_head.weight" || !self.tied
+    }
+}
+
+/// A small config with real-model head geometry, for checks (`heads`/`kv_heads` x `head_dim`).
+pub fn check_config(hidden: usize, layers: usize, heads: usize, kv_heads: usize, head_dim: usize, inter: usize, vocab: usize) -> Result<ModelConfig> {
+    let json = serde_json::json!({
+        "model_type": "qwen3",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": false,
+    });
+    ModelConfig::parse(&json.to_string(), "check config")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_shapes_parse_and_have_the_documented_sizes() {
+        for s in SHAPES {
+            shape_config(s).unwrap();
+        }
+        let c = shape_config("sdar-1.7b").unwrap();
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size), (2048, 28, 6144, 151936));
+        assert_eq!((c.num_attention_heads, c.kv_heads(), c.head_dim()), (16, 8, 128));
+        let c = shape_config("sdar-4b").unwrap();
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size), (2560, 36, 32, 9728));
+        assert!(!c.tie_word_embeddings);
+        let c = shape_config("sdar-8b").unwrap();
+        assert_eq!((c.hidden_size, c.intermediate_size), (4096, 12288));
+        assert!(shape_config("sdar-3b").unwrap_err().to_string().contains("known: tiny"));
+    }
+
+    #[test]
+    fn random_model_runs_through_the_same_forward() {
+        let cfg = shape_config("tiny").unwrap();
+        let w = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
+        let m = super::super::Qwen3::load(&cfg, &w, DType::F32, &Device::Cpu).unwrap();
+        let mut cache = m.new_cache(16).unwrap();
+        let h = m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, true).unwrap();
+        let lg = m.logits(&h).unwrap();
+        assert_eq!(lg.dims(), &[6, 354]);
+        assert!(lg.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().all(|x| x.is_finite()));
+        // the same seed gives the same weights
+        let w2 = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
+        let m2 = super::super::Qwen3::load(&cfg, &w2, DType::F32, &Device::Cpu).unwrap();
+        let mut c2 = m2.new_cache(16).unwrap();
+        let h2 = m2.forward(&[1, 2, 3, 4, 5, 6], &mut c2, 4, true).unwrap();
+        assert_eq!(h.to_vec2::<f32>().unwrap(), h2.to_vec2::<f32>().unwrap());
+    }
+
+    /// The fused ops (their CPU implementations, the kernels' algorithm) against the generic
+    /// chains of candle ops, through the whole model: prefill (mask), cached denoise (no mask),
+    /// and the fixed-window pass (mask, keys = capacity), with GQA groups of 2 and 4.
+    #[test]
+    fn fused_ops_match_the_generic_chains() {
+        use crate::model::PassInput;
+        for (cfg, dt, tol) in [
+            (shape_config("tiny").unwrap(), DType::F32, 1e-5),
+            (check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), DType::F32, 1e-5),
+            (check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), DType::BF16, 2e-2),
+        ] {
+            let w = RandomWeights::on_host(&cfg, 3);
+            let mut m = super::super::Qwen3::load(&cfg, &w, dt, &Device::Cpu).unwrap();
+            let run = |m: &super::super::Qwen3| -> Vec<Vec<f32>> {
+                let mut cache = m.new_cache(24).unwrap();
+                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, false).unwrap()).unwrap();
+                m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, true).unwrap();
+                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, false).unwrap()).unwrap();
+                let (pos, mask) = PassInput::window(8, 4, 4, 24);
+                let input = PassInput {
+                    ids: Tensor::new(&[9u32, 10, 11, 12], &Device::Cpu).unwrap(),
+                    positions: Tensor::from_vec(pos, 4, &Device::Cpu).unwrap(),
+                    keys: 24,
+                    mask: Some(Tensor::from_vec(mask, (4, 24), &Device::Cpu).unwrap().to_dtype(dt).unwrap()),
+                };
+                let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
+                [pre, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect()
+            };
+            m.set_fused(true);
+            let fused = run(&m);
+            m.set_fused(false);
+            let generic = run(&m);
+            for (k, (a, b)) in fused.iter().zip(&generic).enumerate() {
+                let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+                let den: f32 = b.iter().map(|y| y * y).sum();
+                let e = (num / den).sqrt();
+                assert!(e < tol, "{dt:?} heads {}/{} pass {k}: rel err {e}", cfg.num_attention_heads, cfg.kv_heads());
+            }
+            // and the denoise pass equals the fixed-window pass (same queries, same keys)
+            let num: f32 = fused[1].iter().zip(&fused[2]).map(|(x, y)| (x - y) * (x - y)).sum();
+            assert!(num.sqrt() < 1e-3, "window vs exact keys");
+        }
+    }
+}
