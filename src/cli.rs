@@ -66,6 +66,26 @@ pub enum Command {
         /// The trace, JSON Lines.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Write an asciicast v2 file of the replay instead of opening the TUI (no terminal
+        /// needed).
+        #[arg(long, value_name = "FILE")]
+        cast: Option<PathBuf>,
+        #[command(flatten)]
+        pacing: CastArgs,
+    },
+    /// Decode headless and write the TUI's screens as an asciicast v2 file (`asciinema play`
+    /// replays it); no terminal needed.
+    Record {
+        #[command(flatten)]
+        decode: DecodeArgs,
+        /// The asciicast file to write.
+        #[arg(long, value_name = "FILE")]
+        cast: PathBuf,
+        /// Also write the decode's trace here.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        #[command(flatten)]
+        pacing: CastArgs,
     },
     /// Forwards/s, ms per forward and tokens/s per strategy, with step events on and off.
     Bench(BenchArgs),
@@ -99,6 +119,32 @@ pub struct BenchArgs {
     /// Also write the results as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// Pacing and size of a recorded asciicast (`record`, `replay --cast`).
+#[derive(Args, Debug, Clone)]
+pub struct CastArgs {
+    /// Most frames per second of cast time (steps closer together are coalesced).
+    #[arg(long, value_name = "N", default_value_t = 30.0)]
+    pub fps: f64,
+    /// Cast seconds per denoising step.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.05)]
+    pub step_delay: f64,
+    /// Width of the recorded terminal, in columns.
+    #[arg(long, value_name = "N", default_value_t = 120)]
+    pub width: u16,
+    /// Height of the recorded terminal, in rows.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub height: u16,
+    /// Title of the cast (default: the settings summary and the prompt).
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+}
+
+impl CastArgs {
+    pub fn pacing(&self) -> crate::record::Pacing {
+        crate::record::Pacing { fps: self.fps, step_delay: self.step_delay, width: self.width, height: self.height }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod events;
 pub mod export;
 pub mod model;
+pub mod record;
 pub mod sampler;
 pub mod session;
 pub mod settings;

@@ -13,13 +13,17 @@ fn main() -> ExitCode {
         Some(Command::Compare { decode, a, b, headless: true }) => {
             unmask::commands::compare::headless(&a.apply(decode), &b.apply(decode))
         }
-        Some(Command::Compare { headless: false, .. }) => {
-            Err(anyhow::anyhow!("compare opens the TUI only with the TUI build; pass --headless"))
+        Some(Command::Compare { decode, a, b, headless: false }) => {
+            unmask::commands::compare::tui(&a.apply(decode), &b.apply(decode))
         }
         Some(Command::Export { trace, format, table, out }) => {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }
-        Some(Command::Replay { file }) => unmask::commands::replay::run(file),
+        Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file),
+        Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::commands::record::from_trace(file, cast, pacing),
+        Some(Command::Record { decode, cast, trace, pacing }) => {
+            unmask::commands::record::run(decode, cast, trace.as_deref(), pacing)
+        }
         Some(Command::Bench(args)) => unmask::commands::bench::run(args),
         Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
         None => unmask::commands::tui::run(&cli.decode),

@@ -291,3 +291,36 @@ fn without_a_terminal_it_says_so_in_one_line() {
         assert!(err.contains("not a terminal") && err.contains("unmask trace"), "{err}");
     }
 }
+
+/// `step N/M` from a compare screen's side line (`row` 1 is A, 2 is B).
+fn side_step(screen: &str, row: usize) -> (usize, usize) {
+    let line = screen.lines().nth(row).unwrap_or_default();
+    let at = line.find(" step ").unwrap_or_else(|| panic!("no `step` on row {row}:\n{screen}")) + " step ".len();
+    let field: String = line[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
+    let (n, m) = field.split_once('/').expect("N/M");
+    (n.parse().unwrap(), m.parse().unwrap())
+}
+
+#[test]
+fn compare_shows_both_decodes_steps_back_and_quits() {
+    if !have_tmux() {
+        return;
+    }
+    let mut args = vec!["compare", "--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", "32"];
+    args.extend(["--strategy-a", "sequential", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5"]);
+    let t = Tmux::start("compare", &args, (120, 40));
+    let s = t.wait_for("both settings and both finishes", |s| {
+        s.contains(" A sequential B=") && s.contains(" B low_confidence_dynamic B=") && s.matches("finished: ").count() >= 2
+    });
+    assert!(s.contains("thr=0.50") && s.contains("lock-step by step") && s.contains("● LIVE"), "{s}");
+    assert!(s.contains("outputs "), "no comparison line:\n{s}");
+    let (a, b) = (side_step(&s, 1), side_step(&s, 2));
+    assert!(a.0 == a.1 && b.0 == b.1, "both at their heads: {a:?} {b:?}");
+    t.keys(&["Left"]);
+    let s = t.wait_text("⏸ PAUSED");
+    // Lock-step: one step back from the longer side's head; the shorter stays at its own.
+    let longest = a.1.max(b.1);
+    let (a2, b2) = (side_step(&s, 1), side_step(&s, 2));
+    assert_eq!((a2.0, b2.0), (a.1.min(longest - 1), b.1.min(longest - 1)), "{s}");
+    t.quit_cleanly(&["q"]);
+}

@@ -4,9 +4,10 @@ use anyhow::{bail, Result};
 
 use crate::cli::DecodeArgs;
 use crate::compare::{compare, table};
-use crate::engine::decode;
+use crate::engine::{decode, EngineThread};
 use crate::events::{Event, FinishReason};
 use crate::session::Session;
+use crate::ui::compare::CompareApp;
 
 /// Decodes one side to the end and returns its events.
 pub fn decode_side(args: &DecodeArgs, side: &str) -> Result<Vec<Event>> {
@@ -29,4 +30,37 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
     let (ta, tb) = (text(&ea), text(&eb));
     print!("{}", table(&compare(&ea, &eb), [&ta, &tb]));
     Ok(())
+}
+
+/// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.
+pub fn tui(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
+    super::tui::require_terminal()?;
+    let (ea, ra) = spawn(a)?;
+    let (eb, rb) = spawn(b)?;
+    let mut app = CompareApp::live();
+    let result = serve(&mut app, [Some(ra), Some(rb)]);
+    // The engines drop after the screen is restored: that cancels their decodes.
+    drop((ea, eb));
+    result
+}
+
+type Events = tokio::sync::mpsc::UnboundedReceiver<Event>;
+
+fn spawn(args: &DecodeArgs) -> Result<(EngineThread, Events)> {
+    let s = Session::open(args)?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let engine = EngineThread::spawn(Box::new(s.denoiser), Box::new(s.tokenizer), move |ev| {
+        let _ = tx.send(ev);
+    });
+    engine.submit(s.request);
+    Ok((engine, rx))
+}
+
+fn serve(app: &mut CompareApp, events: [Option<Events>; 2]) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    let mut guard = crate::terminal::Guard::enter()?;
+    let input = crossterm::event::EventStream::new();
+    let result = rt.block_on(crate::ui::compare::run(&mut guard.terminal, app, events, input));
+    drop(guard);
+    result
 }

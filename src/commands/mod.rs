@@ -4,6 +4,7 @@ pub mod bench;
 pub mod check_device;
 pub mod compare;
 pub mod export;
+pub mod record;
 pub mod replay;
 pub mod trace;
 pub mod tui;

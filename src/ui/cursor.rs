@@ -119,6 +119,12 @@ impl Cursor {
         self.pin(run, 0);
     }
 
+    /// Holds the view at step `k` (capped at the head): recordings and compare mode place the
+    /// cursor directly.
+    pub fn goto(&mut self, run: &Run, k: usize) {
+        self.pin(run, k);
+    }
+
     pub fn end(&mut self) {
         self.mode = Mode::Live;
         self.carry = 0.0;

@@ -168,6 +168,24 @@ pub fn hit(v: &View, area: Rect, at: Position) -> Option<usize> {
     (col < g.per_line && pos < (block + 1) * b).then_some(pos)
 }
 
+/// Where `pos` is drawn, if it is in view (the inverse of `hit`): compare mode marks cells.
+pub fn cell_area(v: &View, area: Rect, pos: usize) -> Option<Rect> {
+    let inner = frame(v).inner(area);
+    let g = geom(v, inner.width);
+    let lines = Lines::new(v, &g);
+    let (top, _, _) = scroll_state(v, area);
+    let (b, block) = (v.run.block_length(), pos / v.run.block_length());
+    if block >= lines.shown_blocks {
+        return None;
+    }
+    let line = (lines.line_of(block) + (pos % b) / g.per_line).checked_sub(top)?;
+    if line >= inner.height as usize {
+        return None;
+    }
+    let x = inner.x + g.label_w + ((pos % b) % g.per_line) as u16 * (g.cell_w + g.gap);
+    Some(Rect::new(x, inner.y + line as u16, g.cell_w, 1).intersection(inner))
+}
+
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     let block = frame(v);
     let inner = block.inner(area);
@@ -292,6 +310,22 @@ mod tests {
 
     fn key(app: &mut App, c: KeyCode) {
         app.on_key(KeyEvent::new(c, KeyModifiers::NONE));
+    }
+
+    #[test]
+    fn cell_area_is_where_a_click_hits() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let v = app.view().unwrap();
+        let area = Rect::new(3, 2, 40, 10);
+        let mut shown = 0;
+        for pos in 0..v.run.shown_end(v.at) {
+            let Some(r) = cell_area(&v, area, pos) else { continue };
+            shown += 1;
+            assert_eq!(hit(&v, area, Position::new(r.x, r.y)), Some(pos));
+            assert_eq!(hit(&v, area, Position::new(r.right() - 1, r.y)), Some(pos));
+        }
+        assert!(shown > 8, "{shown} cells in view");
     }
 
     #[test]

@@ -9,7 +9,9 @@ use ratatui::widgets::{Block, Clear, Widget};
 use super::theme::Theme;
 
 /// `(group, [(keys, what)])`.
-pub const KEYS: &[(&str, &[(&str, &str)])] = &[
+pub type KeyTable = [(&'static str, &'static [(&'static str, &'static str)])];
+
+pub const KEYS: &KeyTable = &[
     (
         "view",
         &[
@@ -48,9 +50,9 @@ pub const KEYS: &[(&str, &[(&str, &str)])] = &[
 
 const KEY_W: usize = 11;
 
-fn lines<'a>(t: &Theme) -> Vec<Line<'a>> {
+fn lines<'a>(t: &Theme, table: &KeyTable) -> Vec<Line<'a>> {
     let mut out = Vec::new();
-    for (group, keys) in KEYS {
+    for (group, keys) in table {
         if !group.is_empty() {
             out.push(Line::from(Span::styled(group.to_string(), t.title())));
         }
@@ -68,7 +70,12 @@ fn lines<'a>(t: &Theme) -> Vec<Line<'a>> {
 
 /// Draws the overlay centred over `area` (the whole screen).
 pub fn render(t: &Theme, area: Rect, buf: &mut Buffer) {
-    let content = lines(t);
+    render_table(t, KEYS, area, buf)
+}
+
+/// The overlay for any key table (compare mode has its own).
+pub fn render_table(t: &Theme, table: &KeyTable, area: Rect, buf: &mut Buffer) {
+    let content = lines(t, table);
     let w = (content.iter().map(Line::width).max().unwrap_or(0) as u16 + 4).min(area.width);
     let h = (content.len() as u16 + 2).min(area.height);
     let popup = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };

@@ -4,6 +4,7 @@
 //! the loop is generic over ratatui's `Backend`, so tests drive it on a `TestBackend`.
 
 pub mod app;
+pub mod compare;
 pub mod cursor;
 pub mod glyph;
 pub mod grid;
@@ -47,7 +48,7 @@ pub fn draw(f: &mut Frame, app: &App) {
 pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
     match (layout::areas(area), app.view()) {
         (None, _) => too_small(app, area, buf),
-        (Some(_), None) => centred(app, area, buf, "waiting for the engine's first event…".into()),
+        (Some(_), None) => centred(app.theme, area, buf, "waiting for the engine's first event…".into()),
         (Some(a), Some(v)) => {
             status::title(&v, a.title, buf);
             grid::render(&v, a.grid, buf);
@@ -71,12 +72,12 @@ fn too_small(app: &App, area: Rect, buf: &mut Buffer) {
         layout::MIN_WIDTH,
         layout::MIN_HEIGHT
     );
-    centred(app, area, buf, msg);
+    centred(app.theme, area, buf, msg);
 }
 
-fn centred(app: &App, area: Rect, buf: &mut Buffer, msg: String) {
+fn centred(t: &theme::Theme, area: Rect, buf: &mut Buffer, msg: String) {
     let y = area.y + area.height / 2;
-    let line = Line::from(Span::styled(msg, app.theme.warn()));
+    let line = Line::from(Span::styled(msg, t.warn()));
     Paragraph::new(line)
         .alignment(Alignment::Center)
         .wrap(ratatui::widgets::Wrap { trim: true })

@@ -1,0 +1,148 @@
+//! Recording a decode as an asciicast: the TUI's own screens, rendered frame by frame into
+//! memory (never the real terminal), with cast time set by the pacing rather than the clock,
+//! so the same events always give the same file (timestamp aside).
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::rc::Rc;
+
+use anyhow::{bail, Result};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::CrosstermBackend;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
+
+use crate::cast::{CastHeader, CastWriter};
+use crate::events::Event;
+use crate::ui::{self, App};
+
+/// Clear the screen, home the cursor, hide it: the first frame starts from a known screen,
+/// because ratatui only writes the cells that differ from its (blank) previous buffer.
+const START: &str = "\x1b[0m\x1b[2J\x1b[H\x1b[?25l";
+/// After the last frame: the cursor comes back, so the player's terminal is left usable.
+const END: &str = "\x1b[0m\x1b[?25h";
+/// Seconds the final screen stays up before the cast ends.
+pub const HOLD: f64 = 2.0;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pacing {
+    /// Most frames per second of cast time.
+    pub fps: f64,
+    /// Cast seconds per denoising step.
+    pub step_delay: f64,
+    pub width: u16,
+    pub height: u16,
+}
+
+impl Pacing {
+    pub fn validate(&self) -> Result<()> {
+        if !(self.fps.is_finite() && self.fps > 0.0) {
+            bail!("--fps must be a positive number, not {}", self.fps);
+        }
+        if !(self.step_delay.is_finite() && self.step_delay >= 0.0) {
+            bail!("--step-delay must be zero or more seconds, not {}", self.step_delay);
+        }
+        if self.width == 0 || self.height == 0 {
+            bail!("--width and --height must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// The default cast title: the settings summary and the prompt.
+pub fn default_title(events: &[Event]) -> String {
+    match events.first() {
+        Some(Event::Header(h)) => format!("unmask · {} · {:?}", h.settings.summary(), h.prompt),
+        _ => "unmask".into(),
+    }
+}
+
+/// The app a recording ends on: the whole trace, cursor at the end. Tests rebuild it to
+/// check a cast's last screen.
+pub fn final_app(events: Vec<Event>, label: String, stopped: Option<String>, p: &Pacing) -> App {
+    let mut app = App::replay(events, label, stopped);
+    app.size = Rect::new(0, 0, p.width, p.height);
+    app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+    app
+}
+
+/// Memory the backend writes into and the recorder drains (ratatui's own accessor for the
+/// backend's writer is unstable, so the two share the buffer).
+#[derive(Clone, Default)]
+struct Shared(Rc<RefCell<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A ratatui terminal whose output goes to memory: each draw's escape codes, taken out whole.
+struct Frames {
+    term: Terminal<CrosstermBackend<Shared>>,
+    out: Shared,
+}
+
+impl Frames {
+    fn new(p: &Pacing) -> Result<Self> {
+        let viewport = Viewport::Fixed(Rect::new(0, 0, p.width, p.height));
+        let out = Shared::default();
+        let term = Terminal::with_options(CrosstermBackend::new(out.clone()), TerminalOptions { viewport })?;
+        Ok(Frames { term, out })
+    }
+
+    fn frame(&mut self, app: &App) -> Result<String> {
+        self.term.draw(|f| ui::draw(f, app))?;
+        let bytes = std::mem::take(&mut *self.out.0.borrow_mut());
+        Ok(String::from_utf8(bytes)?)
+    }
+}
+
+/// Writes the cast of `events` to `out`: one frame per step, at most `fps` a second (steps
+/// that fall within one frame interval are coalesced), the final screen, then a hold.
+pub fn record<W: Write>(
+    events: Vec<Event>,
+    app_label: String,
+    stopped: Option<String>,
+    p: &Pacing,
+    title: &str,
+    out: W,
+    out_label: &str,
+) -> Result<W> {
+    p.validate()?;
+    let mut cast = CastWriter::new(out, out_label, &CastHeader::new(p.width, p.height, title))?;
+    let mut frames = Frames::new(p)?;
+    let mut app = App::replay(events, app_label, stopped);
+    app.size = Rect::new(0, 0, p.width, p.height);
+    let interval = 1.0 / p.fps;
+    let mut last: Option<f64> = None;
+    let head = app.store.run().and_then(|r| r.head());
+    for k in 0..=head.unwrap_or(0) {
+        let mut tk = k as f64 * p.step_delay;
+        if let Some(l) = last.filter(|l| tk - l < interval - 1e-9) {
+            // Sooner than a frame after the last one: skipped, except the last step, which
+            // waits for the next frame slot.
+            if Some(k) < head {
+                continue;
+            }
+            tk = l + interval;
+        }
+        if let Some(run) = app.store.run() {
+            app.cursor.goto(run, k);
+        }
+        let clear = if last.is_none() { START } else { "" };
+        cast.output(tk, &format!("{clear}{}", frames.frame(&app)?))?;
+        last = Some(tk);
+    }
+    // The end: the cursor at the live head, as `End` leaves it (the title says finished).
+    let t_end = last.unwrap_or(0.0) + p.step_delay.max(interval);
+    app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+    cast.output(t_end, &frames.frame(&app)?)?;
+    cast.output(t_end + HOLD, END)?;
+    cast.finish()
+}

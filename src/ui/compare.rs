@@ -1,0 +1,652 @@
+//! Compare mode: two decodes of one prompt side by side, A on the left and B on the right, each
+//! a full [`App`] drawn with the TUI's own panels in half the width. One cursor moves both:
+//! in lock-step by global step index, or aligned by block (block n, step s on both sides).
+//! Cells where the two committed different tokens at the same position are marked.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use futures::{Stream, StreamExt};
+use ratatui::backend::Backend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::Terminal;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::app::{App, View};
+use super::cursor::Mode;
+use super::help::{self, KeyTable};
+use super::theme::{Theme, DARK};
+use super::{grid, text, timeline};
+use crate::compare::{compare, Comparison};
+use crate::events::Event;
+use crate::store::{CellState, Run};
+
+pub const MIN_WIDTH: u16 = 80;
+pub const MIN_HEIGHT: u16 = 22;
+/// Playback speed of `space`, in steps per second (the TUI's default).
+const SPEED: f64 = 20.0;
+
+pub const KEYS: &KeyTable = &[
+    (
+        "compare",
+        &[
+            ("space", "pause / play both sides"),
+            ("← → h l", "one step back / forward"),
+            ("[ ]", "one block back / forward"),
+            ("Home End", "first step / both heads"),
+            ("a", "lock-step by step index / aligned by block"),
+        ],
+    ),
+    ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit")]),
+];
+
+const HINTS: &str = "? help  space play  ←→ step  [] block  a align  q quit ";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    /// Both sides at the same global step index (each capped at its own head).
+    Step,
+    /// Both sides in the same block, at the same step within it.
+    Block,
+}
+
+pub struct CompareApp {
+    pub sides: [App; 2],
+    /// Each side's events, for `compare::compare` once both have finished.
+    events: [Vec<Event>; 2],
+    comparison: Option<Comparison>,
+    pub align: Align,
+    /// Live: both sides follow their heads. Paused/Playing: at `k` or `(block, step)`.
+    pub mode: Mode,
+    k: usize,
+    block: usize,
+    step: usize,
+    carry: f64,
+    last_tick: Option<Instant>,
+    pub help: bool,
+    pub quit: bool,
+    pub theme: &'static Theme,
+}
+
+impl CompareApp {
+    /// Two live decodes, filled by [`CompareApp::ingest`].
+    pub fn live() -> Self {
+        CompareApp::from_apps([App::live(), App::live()])
+    }
+
+    /// Two recorded decodes (the snapshot tests' fixed pair).
+    pub fn replay(a: Vec<Event>, b: Vec<Event>) -> Self {
+        let mut app = CompareApp::live();
+        for (side, events) in [a, b].into_iter().enumerate() {
+            events.into_iter().for_each(|e| app.ingest(side, e));
+        }
+        app
+    }
+
+    fn from_apps(sides: [App; 2]) -> Self {
+        CompareApp {
+            sides,
+            events: [Vec::new(), Vec::new()],
+            comparison: None,
+            align: Align::Step,
+            mode: Mode::Live,
+            k: 0,
+            block: 0,
+            step: 0,
+            carry: 0.0,
+            last_tick: None,
+            help: false,
+            quit: false,
+            theme: &DARK,
+        }
+    }
+
+    /// One event of side `side` (0: A, 1: B).
+    pub fn ingest(&mut self, side: usize, ev: Event) {
+        self.events[side].push(ev.clone());
+        // Compare mode cannot steer the engines: whatever the side app asks is moot.
+        let _ = self.sides[side].ingest(ev);
+        let finished = |s: &App| s.store.run().is_some_and(|r| r.finish.is_some());
+        if self.comparison.is_none() && self.sides.iter().all(finished) {
+            self.comparison = Some(compare(&self.events[0], &self.events[1]));
+        }
+        self.sync();
+    }
+
+    pub fn comparison(&self) -> Option<&Comparison> {
+        self.comparison.as_ref()
+    }
+
+    fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.sides.iter().filter_map(|s| s.store.run())
+    }
+
+    fn max_head(&self) -> usize {
+        self.runs().filter_map(Run::head).max().unwrap_or(0)
+    }
+
+    fn first_block(&self) -> usize {
+        self.runs().map(|r| r.header.first_block).min().unwrap_or(0)
+    }
+
+    fn last_block(&self) -> usize {
+        self.runs().map(|r| r.active_block(r.head())).max().unwrap_or(0)
+    }
+
+    /// The most steps either side took (so far) on `block`.
+    fn block_len(&self, block: usize) -> usize {
+        self.runs().map(|r| r.block_steps(block).len()).max().unwrap_or(0)
+    }
+
+    /// Puts each side's cursor where the shared position says.
+    fn sync(&mut self) {
+        let (mode, align, k, block, step) = (self.mode, self.align, self.k, self.block, self.step);
+        for side in &mut self.sides {
+            let Some(run) = side.store.run() else { continue };
+            match (mode, align) {
+                (Mode::Live, _) => side.cursor.end(),
+                (_, Align::Step) => side.cursor.goto(run, k),
+                (_, Align::Block) => side.cursor.goto(run, step_in_block(run, block, step)),
+            }
+        }
+    }
+
+    /// The shared position as both alignments read it, taken from what is shown now.
+    fn hold(&mut self) {
+        if self.mode == Mode::Live {
+            self.k = self.max_head();
+            // The side that went furthest says where "the end" is, block-wise.
+            let furthest = self.runs().max_by_key(|r| r.head()).and_then(|r| r.step(r.head()?).cloned());
+            if let Some(s) = furthest {
+                (self.block, self.step) = (s.block, s.step);
+            }
+        }
+        self.mode = Mode::Paused;
+        self.carry = 0.0;
+    }
+
+    fn position(&self) -> (usize, usize, usize) {
+        (self.k, self.block, self.step)
+    }
+
+    /// One step on; false at the end.
+    fn forward(&mut self) -> bool {
+        let before = self.position();
+        match self.align {
+            Align::Step => self.k = (self.k + 1).min(self.max_head()),
+            Align::Block if self.step + 1 < self.block_len(self.block) => self.step += 1,
+            Align::Block if self.block < self.last_block() => (self.block, self.step) = (self.block + 1, 0),
+            Align::Block => {}
+        }
+        self.position() != before
+    }
+
+    fn back(&mut self) {
+        match self.align {
+            Align::Step => self.k = self.k.saturating_sub(1),
+            Align::Block if self.step > 0 => self.step -= 1,
+            Align::Block if self.block > self.first_block() => {
+                self.block -= 1;
+                self.step = self.block_len(self.block).saturating_sub(1);
+            }
+            Align::Block => {}
+        }
+    }
+
+    /// Every step index at which a block starts, on either side.
+    fn block_starts(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.runs().flat_map(|r| r.blocks().iter().map(|b| b.first_step).collect::<Vec<_>>()).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn block_forward(&mut self) {
+        match self.align {
+            Align::Step => {
+                let next = self.block_starts().into_iter().find(|&s| s > self.k);
+                self.k = next.unwrap_or(self.max_head());
+            }
+            Align::Block if self.block < self.last_block() => (self.block, self.step) = (self.block + 1, 0),
+            Align::Block => self.step = self.block_len(self.block).saturating_sub(1),
+        }
+    }
+
+    fn block_back(&mut self) {
+        match self.align {
+            Align::Step => self.k = self.block_starts().into_iter().rfind(|&s| s < self.k).unwrap_or(0),
+            Align::Block if self.step > 0 => self.step = 0,
+            Align::Block if self.block > self.first_block() => (self.block, self.step) = (self.block - 1, 0),
+            Align::Block => {}
+        }
+    }
+
+    /// `a`: switch alignment, keeping side A where it is.
+    fn toggle_align(&mut self) {
+        let at = self.sides[0].view().and_then(|v| v.run.step(v.at?).cloned().map(|s| (v.at, s)));
+        self.align = match self.align {
+            Align::Step => Align::Block,
+            Align::Block => Align::Step,
+        };
+        if let Some((Some(k), s)) = at {
+            (self.k, self.block, self.step) = (k, s.block, s.step);
+        }
+    }
+
+    fn toggle_play(&mut self) {
+        match self.mode {
+            Mode::Live | Mode::Playing => self.hold(),
+            Mode::Paused => {
+                // Play on if there is anywhere to go; at the end, follow the heads.
+                let saved = self.position();
+                let moved = self.forward();
+                (self.k, self.block, self.step) = saved;
+                self.mode = if moved { Mode::Playing } else { Mode::Live };
+            }
+        }
+    }
+
+    pub fn on_input(&mut self, ev: TermEvent, now: Instant) {
+        if let TermEvent::Key(k) = ev {
+            if k.kind != KeyEventKind::Release {
+                self.on_key(k);
+            }
+        }
+        if self.mode == Mode::Playing && self.last_tick.is_none() {
+            self.last_tick = Some(now);
+        }
+    }
+
+    pub fn on_key(&mut self, k: KeyEvent) {
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if k.code == KeyCode::Char('q') || (ctrl && k.code == KeyCode::Char('c')) {
+            self.quit = true;
+            return;
+        }
+        if std::mem::take(&mut self.help) {
+            return;
+        }
+        let moves = matches!(
+            k.code,
+            KeyCode::Left | KeyCode::Right | KeyCode::Char('h' | 'l' | '[' | ']') | KeyCode::Home
+        );
+        if moves {
+            self.hold();
+        }
+        match k.code {
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Char(' ') => self.toggle_play(),
+            KeyCode::Char('a') => self.toggle_align(),
+            KeyCode::Left | KeyCode::Char('h') => self.back(),
+            KeyCode::Right | KeyCode::Char('l') => {
+                self.forward();
+            }
+            KeyCode::Char('[') => self.block_back(),
+            KeyCode::Char(']') => self.block_forward(),
+            KeyCode::Home => (self.k, self.block, self.step) = (0, self.first_block(), 0),
+            KeyCode::End => self.mode = Mode::Live,
+            _ => {}
+        }
+        if self.mode != Mode::Playing {
+            self.last_tick = None;
+        }
+        self.sync();
+    }
+
+    /// Advances playback; true if the view changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        let (Mode::Playing, Some(last)) = (self.mode, self.last_tick) else { return false };
+        self.carry += now.saturating_duration_since(last).as_secs_f64() * SPEED;
+        self.last_tick = Some(now);
+        let mut changed = false;
+        while self.carry >= 1.0 {
+            self.carry -= 1.0;
+            if !self.forward() {
+                (self.mode, self.last_tick) = (Mode::Live, None);
+                break;
+            }
+            changed = true;
+        }
+        self.sync();
+        changed
+    }
+
+    pub fn next_tick(&self, frame: Duration) -> Option<Instant> {
+        let last = self.last_tick.filter(|_| self.mode == Mode::Playing)?;
+        Some(last + Duration::from_secs_f64(1.0 / SPEED).max(frame))
+    }
+
+    /// Positions where both sides, as shown, have committed different tokens.
+    pub fn differing(&self) -> Vec<usize> {
+        let [Some(a), Some(b)] = [self.sides[0].view(), self.sides[1].view()] else { return Vec::new() };
+        let end = a.run.shown_end(a.at).min(b.run.shown_end(b.at));
+        (a.run.prompt_len()..end)
+            .filter(|&p| match (a.run.cell(p, a.at), b.run.cell(p, b.at)) {
+                (CellState::Decoded(x), CellState::Decoded(y)) => x.token != y.token,
+                _ => false,
+            })
+            .collect()
+    }
+}
+
+/// The step index of `block`'s step `step` on one side (its last step there if it took
+/// fewer; its head if it never got to that block).
+fn step_in_block(run: &Run, block: usize, step: usize) -> usize {
+    let r = run.block_steps(block);
+    if r.is_empty() {
+        let past = block < run.active_block(run.head());
+        return if past { 0 } else { run.head().unwrap_or(0) };
+    }
+    r.start + step.min(r.len() - 1)
+}
+
+/// The compare screen as a pure function of the app.
+pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!("terminal too small: {}×{}; compare needs at least {MIN_WIDTH}×{MIN_HEIGHT} (q quits)", area.width, area.height);
+        super::centred(app.theme, area, buf, msg);
+        return;
+    }
+    let rows = Layout::vertical([1, 1, 1, 1].map(Constraint::Length).into_iter().chain([Constraint::Min(0), Constraint::Length(1)]));
+    let [title, line_a, line_b, diff, body, footer] = rows.areas(area);
+    title_line(app, title, buf);
+    side_line(app, 0, line_a, buf);
+    side_line(app, 1, line_b, buf);
+    diff_line(app, diff, buf);
+    let [left, right] = Layout::horizontal([Constraint::Percentage(50); 2]).areas(body);
+    let marks = app.differing();
+    for (i, col) in [left, right].into_iter().enumerate() {
+        column(app, i, col, &marks, buf);
+    }
+    let (hints, _) = super::glyph::fit(HINTS, footer.width as usize);
+    let w = hints.chars().count() as u16;
+    buf.set_stringn(footer.right().saturating_sub(w), footer.y, hints, w as usize, app.theme.faint());
+    if app.help {
+        help::render_table(app.theme, KEYS, area, buf);
+    }
+}
+
+const NAMES: [&str; 2] = ["A", "B"];
+
+fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
+    let t = app.theme;
+    let brand = Span::styled(" unmask compare ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD));
+    let mut left = vec![brand];
+    if let Some(r) = app.runs().next() {
+        let prompt = super::glyph::escape(&r.header.prompt, super::glyph::Mode::Prose).replace('\n', "↵");
+        left.push(Span::styled(format!(" {} ", r.header.model.source), t.value()));
+        left.push(Span::styled(format!("prompt \"{}\"", super::glyph::fit(&prompt, 40).0), Style::default().fg(t.prompt_fg)));
+    }
+    let align = match app.align {
+        Align::Step => "lock-step by step",
+        Align::Block => "aligned by block",
+    };
+    let mode = match app.mode {
+        Mode::Live => "● LIVE",
+        Mode::Paused => "⏸ PAUSED",
+        Mode::Playing => "▶ PLAYING",
+    };
+    let right = Line::from(vec![Span::styled(format!("{align} · "), t.dim()), Span::styled(format!("{mode} "), t.label())]);
+    let rw = right.width() as u16;
+    buf.set_line(area.x, area.y, &Line::from(left), area.width.saturating_sub(rw + 1));
+    buf.set_line(area.right().saturating_sub(rw), area.y, &right, rw);
+}
+
+/// `A  sequential B=4 S=4 greedy  step 7/12  forwards 9  tokens 7  0.78 tok/fwd  finished: eos`.
+fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
+    let t = app.theme;
+    let mut spans = vec![Span::styled(format!(" {} ", NAMES[i]), t.title())];
+    let Some(v) = app.sides[i].view() else {
+        spans.push(Span::styled("waiting for the engine's first event…", t.dim()));
+        buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+        return;
+    };
+    let (fwd, tokens) = shown_counts(app, i, &v);
+    let head = v.run.head().map_or(0, |h| h + 1);
+    let state = match &v.run.finish {
+        Some(f) => format!("finished: {}", format!("{:?}", f.reason).to_lowercase()),
+        None => "decoding".into(),
+    };
+    let tpf = if fwd == 0 { 0.0 } else { tokens as f64 / fwd as f64 };
+    spans.push(Span::styled(format!("{:<32}", v.run.latest_settings().summary()), t.value()));
+    let kv = [
+        ("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1))),
+        ("forwards", fwd.to_string()),
+        ("tokens", tokens.to_string()),
+        ("tok/fwd", format!("{tpf:.2}")),
+    ];
+    for (k, val) in kv {
+        spans.push(Span::styled(format!(" {k} "), t.label()));
+        spans.push(Span::styled(val, t.value()));
+    }
+    spans.push(Span::styled(format!("  {state}"), t.dim()));
+    buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+}
+
+/// Forwards used and tokens decoded up to the step shown; the finish's totals at the end.
+fn shown_counts(app: &CompareApp, i: usize, v: &View) -> (usize, usize) {
+    let at_end = v.at == v.run.head() && app.mode == Mode::Live;
+    match (app.comparison(), at_end) {
+        (Some(c), true) => (c.runs[i].forwards, c.runs[i].output_ids.len()),
+        _ => v.at.and_then(|k| v.run.step(k)).map_or((0, 0), |s| (s.forward, s.tokens_total)),
+    }
+}
+
+fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
+    let t = app.theme;
+    let prompt_len = app.runs().next().map_or(0, Run::prompt_len);
+    let overall = match app.comparison() {
+        Some(c) => match c.first_divergence {
+            Some(i) => format!("outputs diverge at token {i} (position {})", prompt_len + i),
+            None if c.runs[0].output_ids == c.runs[1].output_ids => "outputs are identical".into(),
+            None => "one output is a prefix of the other".into(),
+        },
+        None => "decoding…".into(),
+    };
+    let marks = app.differing();
+    let here = match marks.first() {
+        Some(p) => format!("{} cells differ here, first at position {p} (marked)", marks.len()),
+        None => "no committed cell differs here".into(),
+    };
+    let style = if marks.is_empty() { t.dim() } else { t.warn() };
+    let line = Line::from(vec![Span::styled(format!(" {overall}"), t.value()), Span::styled(" · ", t.dim()), Span::styled(here, style)]);
+    buf.set_line(area.x, area.y, &line, area.width);
+}
+
+/// One side: grid, text and timeline in a column, the differing cells marked.
+fn column(app: &CompareApp, i: usize, area: Rect, marks: &[usize], buf: &mut Buffer) {
+    let Some(v) = app.sides[i].view() else {
+        super::centred(app.theme, area, buf, format!("{}: waiting for the engine's first event…", NAMES[i]));
+        return;
+    };
+    let [g, txt, tl] = Layout::vertical([Constraint::Percentage(55), Constraint::Min(3), Constraint::Length(4)]).areas(area);
+    grid::render(&v, g, buf);
+    text::render(&v, txt, buf);
+    timeline::render(&v, tl, buf);
+    let mark = Style::default().fg(app.theme.warn).add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
+    for r in marks.iter().filter_map(|&p| grid::cell_area(&v, g, p)) {
+        buf.set_style(r, mark);
+    }
+    // Which side this is, on the grid's top border.
+    let label = format!(" {} ", NAMES[i]);
+    buf.set_string(g.right().saturating_sub(5), g.y, label, app.theme.title());
+}
+
+/// Runs the compare screen until `q` or the input ends; `events` are A's and B's engines
+/// (`None` once one is done or for recorded runs).
+pub async fn run<B, S>(terminal: &mut Terminal<B>, app: &mut CompareApp, mut events: [Option<UnboundedReceiver<Event>>; 2], mut input: S) -> Result<()>
+where
+    B: Backend,
+    B::Error: Send + Sync + 'static,
+    S: Stream<Item = std::io::Result<TermEvent>> + Unpin,
+{
+    let frame = Duration::from_secs_f64(1.0 / super::FPS);
+    while !app.quit {
+        terminal.draw(|f| render(app, f.area(), f.buffer_mut()))?;
+        // The frame cap: what arrives meanwhile is taken in one go before the next draw.
+        tokio::time::sleep(frame).await;
+        let wake = app.next_tick(frame);
+        let [ea, eb] = &mut events;
+        tokio::select! {
+            ev = super::next_event(ea) => match ev {
+                Some(ev) => app.ingest(0, ev),
+                None => *ea = None,
+            },
+            ev = super::next_event(eb) => match ev {
+                Some(ev) => app.ingest(1, ev),
+                None => *eb = None,
+            },
+            key = input.next() => match key {
+                Some(Ok(ev)) => app.on_input(ev, Instant::now()),
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            _ = super::sleep_until(wake) => {}
+        }
+        drain(app, &mut events);
+        app.tick(Instant::now());
+    }
+    Ok(())
+}
+
+/// Takes every event already queued, so one draw shows the newest state of both sides.
+fn drain(app: &mut CompareApp, events: &mut [Option<UnboundedReceiver<Event>>; 2]) {
+    for (side, rx) in events.iter_mut().enumerate() {
+        while let Some(ev) = rx.as_mut().and_then(|r| r.try_recv().ok()) {
+            app.ingest(side, ev);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ui::testing::snapshot_text;
+    use std::path::Path;
+
+    /// The fixed pair: sequential (A) against low_confidence_dynamic at 0.5 (B), one prompt.
+    fn pair() -> CompareApp {
+        let read = |name: &str| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name);
+            crate::trace::read_file(&p).unwrap().events
+        };
+        CompareApp::replay(read("compare-a.jsonl"), read("compare-b.jsonl"))
+    }
+
+    fn screen(app: &CompareApp, w: u16, h: u16) -> String {
+        let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+        render(app, buf.area, &mut buf);
+        snapshot_text(&buf)
+    }
+
+    fn press(app: &mut CompareApp, c: KeyCode) {
+        app.on_key(KeyEvent::new(c, KeyModifiers::NONE));
+    }
+
+    fn at(app: &CompareApp) -> [Option<usize>; 2] {
+        [0, 1].map(|i| app.sides[i].view().and_then(|v| v.at))
+    }
+
+    fn heads(app: &CompareApp) -> [usize; 2] {
+        [0, 1].map(|i| app.sides[i].store.run().and_then(Run::head).unwrap())
+    }
+
+    #[test]
+    fn compare_screen_at_the_end() {
+        let app = pair();
+        let c = app.comparison().expect("both finished");
+        assert_ne!(c.runs[0].forwards, c.runs[1].forwards, "the pair must differ in forwards");
+        insta::assert_snapshot!(screen(&app, 120, 36));
+    }
+
+    #[test]
+    fn compare_screen_mid_step() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Right);
+        }
+        assert_eq!(at(&app), [Some(5), Some(5.min(heads(&app)[1]))]);
+        insta::assert_snapshot!(screen(&app, 120, 36));
+    }
+
+    #[test]
+    fn lock_step_caps_each_side_at_its_own_head() {
+        let mut app = pair();
+        let [ha, hb] = heads(&app);
+        assert!(ha != hb, "{ha} {hb}");
+        press(&mut app, KeyCode::Home);
+        for _ in 0..ha.max(hb) + 3 {
+            press(&mut app, KeyCode::Right);
+        }
+        assert_eq!(at(&app), [Some(ha), Some(hb)]);
+        press(&mut app, KeyCode::Left);
+        assert_eq!(at(&app), [Some(ha.min(ha.max(hb) - 1)), Some(hb.min(ha.max(hb) - 1))]);
+    }
+
+    #[test]
+    fn aligned_by_block_puts_both_sides_in_the_same_block() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        press(&mut app, KeyCode::Char('a'));
+        assert_eq!(app.align, Align::Block);
+        for _ in 0..3 {
+            press(&mut app, KeyCode::Char(']'));
+            let blocks = [0, 1].map(|i| {
+                let v = app.sides[i].view().unwrap();
+                v.run.step(v.at.unwrap()).unwrap().block
+            });
+            assert_eq!(blocks[0], blocks[1], "{blocks:?}");
+        }
+        assert!(screen(&app, 120, 36).contains("aligned by block"));
+        press(&mut app, KeyCode::Char('a'));
+        assert_eq!(app.align, Align::Step);
+    }
+
+    #[test]
+    fn differences_are_found_where_tokens_differ() {
+        let app = pair();
+        let d = app.differing();
+        let [a, b] = [0, 1].map(|i| app.sides[i].store.run().unwrap());
+        for &p in &d {
+            assert_ne!(a.cell(p, a.head()), b.cell(p, b.head()));
+        }
+        let c = app.comparison().unwrap();
+        if let Some(i) = c.first_divergence {
+            assert_eq!(d.first(), Some(&(a.prompt_len() + i)));
+        }
+    }
+
+    #[test]
+    fn space_plays_to_the_end_and_keys_quit() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        let t0 = Instant::now();
+        app.on_input(TermEvent::Key(KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE)), t0);
+        assert_eq!(app.mode, Mode::Playing);
+        assert!(app.tick(t0 + Duration::from_millis(120)));
+        assert_eq!(at(&app)[0], Some(2), "20 steps/s");
+        app.tick(t0 + Duration::from_secs(60));
+        assert_eq!(app.mode, Mode::Live);
+        press(&mut app, KeyCode::Char('?'));
+        assert!(screen(&app, 120, 36).contains("aligned by block"), "help lists the keys");
+        press(&mut app, KeyCode::Char('x'));
+        assert!(!app.help);
+        press(&mut app, KeyCode::Char('q'));
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn too_small_says_so() {
+        assert!(screen(&pair(), 70, 20).contains("compare needs at least 80×22"));
+    }
+
+    #[test]
+    fn waiting_before_any_event() {
+        let s = screen(&CompareApp::live(), 100, 30);
+        assert!(s.contains("A: waiting") && s.contains("B: waiting"), "{s}");
+    }
+}
