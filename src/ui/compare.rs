@@ -411,7 +411,9 @@ fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
         None => "decoding".into(),
     };
     let tpf = if fwd == 0 { 0.0 } else { tokens as f64 / fwd as f64 };
-    spans.push(Span::styled(format!("{:<32}", v.run.latest_settings().summary()), t.value()));
+    // Both summaries padded to one width, so the figures after them line up.
+    let pad = app.runs().map(|r| r.latest_settings().summary().len()).max().unwrap_or(0);
+    spans.push(Span::styled(format!("{:<pad$}", v.run.latest_settings().summary()), t.value()));
     let kv = [
         ("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1))),
         ("forwards", fwd.to_string()),
@@ -431,7 +433,11 @@ fn shown_counts(app: &CompareApp, i: usize, v: &View) -> (usize, usize) {
     let at_end = v.at == v.run.head() && app.mode == Mode::Live;
     match (app.comparison(), at_end) {
         (Some(c), true) => (c.runs[i].forwards, c.runs[i].output_ids.len()),
-        _ => v.at.and_then(|k| v.run.step(k)).map_or((0, 0), |s| (s.forward, s.tokens_total)),
+        _ => {
+            // Cells decoded past the length or an EOS are not output tokens.
+            let out = v.run.output_end(v.at).saturating_sub(v.run.prompt_len());
+            v.at.and_then(|k| v.run.step(k)).map_or((0, 0), |s| (s.forward, s.tokens_total.min(out)))
+        }
     }
 }
 
