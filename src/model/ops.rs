@@ -1,7 +1,7 @@
 //! Fused layer pieces as candle custom ops: one implementation per backend, the CUDA one in
 //! kernels/fused.cu (launched from `ops_cuda.rs`), the CPU one here, written as the kernel's
 //! algorithm in Rust. [`Qwen3`](super::Qwen3) calls these on every device; with
-//! `UNMASK_FUSED=0` it uses the equivalent chains of generic candle ops instead (the path the
+//! `UNMASK_FUSED=0` (the default on CUDA, where it measured faster) it uses the equivalent chains of generic candle ops instead (the path the
 //! fused ops are checked against, on the CPU by tests and on the GPU by `unmask check-device`).
 //!
 //! - [`qkv_prep`]: `[T, (H + 2 KV) * d]` (the stacked q/k/v projection) -> `[H + 2 KV, T, d]`:
@@ -13,9 +13,14 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
-/// Whether the model uses these ops (default) or the generic chains (`UNMASK_FUSED=0`).
-pub fn fused_enabled() -> bool {
-    !matches!(std::env::var("UNMASK_FUSED").as_deref(), Ok("0"))
+/// `UNMASK_FUSED=1` / `=0` forces the fused ops on or off; unset, the device decides
+/// (see `fused_here` in qwen3.rs).
+pub fn fused_override() -> Option<bool> {
+    match std::env::var("UNMASK_FUSED").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    }
 }
 
 /// Dtypes the CUDA kernels take.
