@@ -107,7 +107,7 @@ run_trace gpu-f32-sampled X=1 -- --device $DEV --dtype f32 $S
 run_trace gpu-f32-nograph UNMASK_CUDA_GRAPH=0 -- --device $DEV --dtype f32
 run_trace gpu-f32-eager UNMASK_FIXED_PASSES=0 -- --device $DEV --dtype f32
 run_trace gpu-f32-hostsampler UNMASK_DEVICE_SAMPLER=0 -- --device $DEV --dtype f32
-run_trace gpu-f32-generic UNMASK_FUSED=0 -- --device $DEV --dtype f32
+run_trace gpu-f32-fused UNMASK_FUSED=1 -- --device $DEV --dtype f32
 run_trace cpu-default X=1 -- --device cpu
 timeout 60 python3 - "$TR" "$OUT/traces.json" <<'EOF' && record traces PASS || record traces FAIL
 import json, os, sys
@@ -152,8 +152,8 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / generic ops"
-for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "generic UNMASK_FUSED=0"; do
+stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / fused ops"
+for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "fused UNMASK_FUSED=1"; do
   set -- $v
   env "$2" timeout 150 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --max-new-tokens 128 \
     --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/$1.json" \

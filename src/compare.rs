@@ -43,7 +43,10 @@ pub struct Comparison {
     pub blocks: Vec<BlockPair>,
 }
 
-fn last_run(events: &[Event]) -> (Option<&Header>, Vec<(usize, usize, Vec<u32>)>, Option<&FinishEvent>) {
+/// A block as one run committed it: (index, steps taken, tokens).
+type BlockRow = (usize, usize, Vec<u32>);
+
+fn last_run(events: &[Event]) -> (Option<&Header>, Vec<BlockRow>, Option<&FinishEvent>) {
     let start = events.iter().rposition(|e| matches!(e, Event::Header(_))).unwrap_or(0);
     let mut header = None;
     let mut blocks = Vec::new();

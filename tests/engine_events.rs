@@ -157,7 +157,7 @@ fn sequential_goes_left_to_right_whatever_the_confidence() {
 fn dynamic_commits_everything_over_threshold_at_once() {
     // Pass 0: positions 4 and 6 are sure; later passes: everything is.
     fn conf(pass: usize, pos: usize) -> f32 {
-        if pass > 0 || pos % 2 == 0 { 0.95 } else { 0.1 }
+        if pass > 0 || pos.is_multiple_of(2) { 0.95 } else { 0.1 }
     }
     let mut d = ScriptedDenoiser::new(conf);
     let events = run(&mut d, &request(4, settings(Strategy::LowConfidenceDynamic, 4)), None);

@@ -98,14 +98,14 @@ impl ModelConfig {
                 bail!("field `{field}` must be positive");
             }
         }
-        if self.num_attention_heads % self.kv_heads() != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             bail!(
                 "field `num_attention_heads` ({}) is not a multiple of `num_key_value_heads` ({})",
                 self.num_attention_heads,
                 self.kv_heads()
             );
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             bail!("field `head_dim` ({}) must be even for RoPE", self.head_dim());
         }
         if let Some(m) = self.mask_token_id {

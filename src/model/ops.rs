@@ -1,7 +1,7 @@
 //! Fused layer pieces as candle custom ops: one implementation per backend, the CUDA one in
 //! kernels/fused.cu (launched from `ops_cuda.rs`), the CPU one here, written as the kernel's
 //! algorithm in Rust. [`Qwen3`](super::Qwen3) calls these on every device; with
-//! `UNMASK_FUSED=0` it uses the equivalent chains of generic candle ops instead (the path the
+//! `UNMASK_FUSED=0` (the default on CUDA, where it measured faster) it uses the equivalent chains of generic candle ops instead (the path the
 //! fused ops are checked against, on the CPU by tests and on the GPU by `unmask check-device`).
 //!
 //! - [`qkv_prep`]: `[T, (H + 2 KV) * d]` (the stacked q/k/v projection) -> `[H + 2 KV, T, d]`:
@@ -13,9 +13,14 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
-/// Whether the model uses these ops (default) or the generic chains (`UNMASK_FUSED=0`).
-pub fn fused_enabled() -> bool {
-    !matches!(std::env::var("UNMASK_FUSED").as_deref(), Ok("0"))
+/// `UNMASK_FUSED=1` / `=0` forces the fused ops on or off; unset, the device decides
+/// (see `fused_here` in qwen3.rs).
+pub fn fused_override() -> Option<bool> {
+    match std::env::var("UNMASK_FUSED").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    }
 }
 
 /// Dtypes the CUDA kernels take.
@@ -80,12 +85,14 @@ pub fn add_rms_norm(x: &Tensor, delta: &Tensor, w: &Tensor, op: &AddRmsNorm) -> 
 // ---------------------------------------------------------------------------------------------
 // CPU implementations: f32 math whatever the storage dtype, like the kernels.
 
-fn to_f32(s: &CpuStorage, l: &Layout, what: &str) -> Result<Vec<f32>> {
+/// The f32 view of a contiguous input: borrowed when it already is f32 (the KV cache is read
+/// on every pass; copying it each time cost a quarter of a CPU forward), converted otherwise.
+fn to_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<std::borrow::Cow<'a, [f32]>> {
     let Some((a, b)) = l.contiguous_offsets() else {
         candle_core::bail!("{what}: input must be contiguous");
     };
     Ok(match s {
-        CpuStorage::F32(v) => v[a..b].to_vec(),
+        CpuStorage::F32(v) => std::borrow::Cow::Borrowed(&v[a..b]),
         CpuStorage::BF16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
         CpuStorage::F16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
         _ => candle_core::bail!("{what}: unsupported dtype"),
@@ -222,11 +229,17 @@ impl Attention {
                     *s = if *s == f32::NEG_INFINITY { 0.0 } else { (*s - mx).exp() };
                     total += *s;
                 }
+                // Row by row over V (contiguous), not column by column (a stride-d walk).
                 let o = &mut out[t * h * d + hh * d..t * h * d + (hh + 1) * d];
-                for (i, oi) in o.iter_mut().enumerate() {
-                    let acc: f32 = sc.iter().enumerate().map(|(j, p)| p * vb[j * d + i]).sum();
-                    *oi = acc / total;
+                for (j, &p) in sc.iter().enumerate() {
+                    if p != 0.0 {
+                        for (oi, vi) in o.iter_mut().zip(&vb[j * d..(j + 1) * d]) {
+                            *oi += p * vi;
+                        }
+                    }
                 }
+                let inv = 1.0 / total;
+                o.iter_mut().for_each(|x| *x *= inv);
             }
         }
         Ok((from_f32(out, sq), Shape::from((t_len, h * d))))

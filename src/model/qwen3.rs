@@ -294,7 +294,7 @@ impl Qwen3 {
         Ok(linear(hidden, &self.lm_head)?)
     }
 
-    /// Whether this model runs the fused ops (`UNMASK_FUSED=0` turns them off).
+    /// Whether this model runs the fused ops (`UNMASK_FUSED=0`/`=1` overrides the device default).
     pub fn fused(&self) -> bool {
         self.fused
     }
@@ -427,8 +427,12 @@ pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> O
 }
 
 /// Fused ops unless turned off, or their CUDA kernels cannot take this dtype or compile here.
+///
+/// Unset, the CPU uses them and CUDA does not: on the H200 the generic chains replayed from a
+/// CUDA graph ran 2.66 ms per forward against 5.83 ms fused (SDAR-1.7B shape, docs/perf.md).
 fn fused_here(device: &Device, dtype: DType) -> bool {
-    if !ops::fused_enabled() {
+    let wanted = ops::fused_override().unwrap_or(device.is_cpu());
+    if !wanted {
         return false;
     }
     if device.is_cpu() {
