@@ -135,7 +135,7 @@ pairs = []
 for s in ["low_confidence_dynamic", "entropy_bounded", "low_confidence_static"]:
     pairs += [(f"cpu-{s}", f"gpu-f32-{s}", True), (f"cpu-{s}", f"gpu-bf16-{s}", False), (f"cpu-bf16-{s}", f"gpu-bf16-{s}", False)]
 pairs += [("cpu-sampled", "gpu-f32-sampled", True)]
-pairs += [("cpu-default", n, True) for n in ["gpu-f32-nograph", "gpu-f32-eager", "gpu-f32-hostsampler", "gpu-f32-generic"]]
+pairs += [("cpu-default", n, True) for n in ["gpu-f32-nograph", "gpu-f32-eager", "gpu-f32-hostsampler", "gpu-f32-fused"]]
 res, ok = [], True
 for a, b, must in pairs:
     r = compare(a, b); r["required"] = must; res.append(r)
@@ -209,7 +209,7 @@ if main and "rows" in main:
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
         if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
-    for name in ["nograph", "eager", "hostsampler", "generic"]:
+    for name in ["nograph", "eager", "hostsampler", "fused"]:
         b = bench.get(name)
         if b and "rows" in b:
             r = b["rows"][0]
