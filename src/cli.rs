@@ -100,8 +100,8 @@ pub enum Command {
 pub struct BenchArgs {
     #[command(flatten)]
     pub decode: DecodeArgs,
-    /// Random weights of a named real shape instead of --model: tiny, qwen3-0.6b, sdar-1.7b,
-    /// sdar-4b, sdar-8b.
+    /// Random weights of a named real shape instead of --model (default: the embedded model):
+    /// tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b.
     #[arg(long, value_name = "SHAPE", conflicts_with = "model")]
     pub random_init: Option<String>,
     /// Prompt length in tokens (synthetic ids; whole blocks are prefilled).

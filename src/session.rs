@@ -24,7 +24,7 @@ impl Session {
         };
         let device = parse_device(&args.device)?;
         let ckpt = Checkpoint::load(&source, &device, parse_dtype(&args.dtype, &device)?)?;
-        single_thread_for_small_models(&ckpt);
+        single_thread_for_small_models(ckpt.info.num_params, ckpt.model.device());
         let settings = args.settings(&ckpt.generation, ckpt.config.block_size)?;
         let prompt = args
             .prompt
@@ -53,9 +53,9 @@ const SINGLE_THREAD_BELOW_PARAMS: usize = 50_000_000;
 
 /// Chooses one matmul thread for small models on the CPU, unless the user set
 /// `RAYON_NUM_THREADS` (which candle reads on every matmul).
-fn single_thread_for_small_models(ckpt: &Checkpoint) {
-    let small = ckpt.info.num_params < SINGLE_THREAD_BELOW_PARAMS;
-    if small && ckpt.model.device().is_cpu() && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+pub fn single_thread_for_small_models(num_params: usize, device: &candle_core::Device) {
+    let small = num_params < SINGLE_THREAD_BELOW_PARAMS;
+    if small && device.is_cpu() && std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
 }

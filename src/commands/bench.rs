@@ -171,14 +171,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
                 (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg.block_size)
             }
-            (None, Some(dir)) => {
-                let ck = Checkpoint::load(&Source::Dir(dir.clone()), &device, dtype)?;
+            (None, model) => {
+                let source = match model {
+                    Some(dir) => Source::Dir(dir.clone()),
+                    None => Source::Embedded(crate::embedded::default_model()?),
+                };
+                let ck = Checkpoint::load(&source, &device, dtype)?;
                 let mask = ck.tokenizer.mask_id();
                 (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config.block_size)
             }
-            (None, None) => bail!("unmask bench needs --model DIR or --random-init SHAPE"),
         };
     device.synchronize()?;
+    crate::session::single_thread_for_small_models(info.num_params, &device);
     let load_s = t0.elapsed().as_secs_f64();
     let base: DecodeSettings = args.decode.settings(&generation, block_size)?;
     let strategies: Vec<Strategy> = match args.decode.strategy {
