@@ -180,14 +180,7 @@ impl Loop<'_> {
                 changed = Some(s);
             }
         }
-        let rule = StepRule {
-            strategy: self.settings.strategy,
-            schedule: self.settings.schedule,
-            threshold: self.settings.threshold,
-            eb_threshold: self.settings.eb_threshold,
-            block_length: b,
-            steps: self.settings.steps,
-        };
+        let rule = StepRule::from_settings(&self.settings);
         let sampling = self.settings.sampling;
         let mut masked: Vec<bool> = cells.iter().map(|&t| t == req.mask_id).collect();
         // A prompt token that happens to be the mask id is still prompt.

@@ -32,6 +32,18 @@ pub struct StepRule {
 }
 
 impl StepRule {
+    /// The part of the decode settings a strategy reads.
+    pub fn from_settings(s: &crate::settings::DecodeSettings) -> Self {
+        StepRule {
+            strategy: s.strategy,
+            schedule: s.schedule,
+            threshold: s.threshold,
+            eb_threshold: s.eb_threshold,
+            block_length: s.block_length,
+            steps: s.steps,
+        }
+    }
+
     /// Whether the strategy follows the per-step counts of the schedule.
     pub fn follows_schedule(&self) -> bool {
         match self.strategy {
