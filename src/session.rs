@@ -48,7 +48,7 @@ impl Session {
 
 /// Parameters under which the CPU decodes faster on one thread: every matmul has only
 /// `block_length` rows, and splitting such a product over threads costs more than it saves
-/// (tiny-sdar, 256 tokens: 1.08-1.19 s on one thread, 1.19-1.52 s on two, shared 2-core box).
+/// (tiny-sdar, 256 tokens on the idle 2-core dev box: 1.03-1.04 s on one thread, 1.39 s on two).
 const SINGLE_THREAD_BELOW_PARAMS: usize = 50_000_000;
 
 /// Chooses one matmul thread for small models on the CPU, unless the user set

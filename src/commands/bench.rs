@@ -379,7 +379,7 @@ fn print_table(r: &Report) {
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {:.2} | {:.3} | {:.1} |",
+            "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} |",
             row.strategy,
             row.events,
             row.tokens_per_s,
@@ -387,7 +387,8 @@ fn print_table(r: &Report) {
             row.ms_per_forward,
             row.denoise_ms_median,
             row.commit_ms_median,
-            row.prefill_ms_median,
+            // No whole prompt block, no prefill pass.
+            if row.prefill_ms_median.is_nan() { "-".to_string() } else { format!("{:.2}", row.prefill_ms_median) },
             row.tokens_per_forward,
             row.decode_ms
         );
