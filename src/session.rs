@@ -3,7 +3,7 @@
 use anyhow::Result;
 
 use crate::cli::DecodeArgs;
-use crate::engine::{ModelDenoiser, Request};
+use crate::engine::{EngineThread, ModelDenoiser, Request};
 use crate::model::{parse_device, parse_dtype, Checkpoint, Source};
 use crate::tokenizer::Tok;
 
@@ -16,7 +16,21 @@ pub struct Session {
     pub request: Request,
 }
 
+/// Events of an engine thread, for an async front end.
+pub type EventRx = tokio::sync::mpsc::UnboundedReceiver<crate::events::Event>;
+
 impl Session {
+    /// Moves the model onto its engine thread, whose events arrive on the returned channel;
+    /// hands back the request, not yet submitted.
+    pub fn spawn(self) -> (EngineThread, Request, EventRx) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let engine = EngineThread::spawn(Box::new(self.denoiser), Box::new(self.tokenizer), move |ev| {
+            // The UI may be gone (quitting); the engine must not care.
+            let _ = tx.send(ev);
+        });
+        (engine, self.request, rx)
+    }
+
     pub fn open(args: &DecodeArgs) -> Result<Self> {
         let source = match &args.model {
             Some(dir) => Source::Dir(dir.clone()),

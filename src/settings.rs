@@ -144,6 +144,14 @@ impl DecodeSettings {
         Ok(())
     }
 
+    /// These settings with the block length and generation length of `base`: the two that
+    /// shape a decode's layout, so neither a mid-decode change nor a restart alters them.
+    pub fn keeping_layout_of(mut self, base: &DecodeSettings) -> DecodeSettings {
+        self.block_length = base.block_length;
+        self.max_new_tokens = base.max_new_tokens;
+        self
+    }
+
     /// A one-line summary for status bars and table headers.
     pub fn summary(&self) -> String {
         let mut s = format!(

@@ -44,15 +44,11 @@ pub fn tui(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
     result
 }
 
-type Events = tokio::sync::mpsc::UnboundedReceiver<Event>;
+type Events = crate::session::EventRx;
 
 fn spawn(args: &DecodeArgs) -> Result<(EngineThread, Events)> {
-    let s = Session::open(args)?;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let engine = EngineThread::spawn(Box::new(s.denoiser), Box::new(s.tokenizer), move |ev| {
-        let _ = tx.send(ev);
-    });
-    engine.submit(s.request);
+    let (engine, request, rx) = Session::open(args)?.spawn();
+    engine.submit(request);
     Ok((engine, rx))
 }
 

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use anyhow::{bail, Result};
 
 use crate::cli::DecodeArgs;
-use crate::engine::{Control, EngineThread, Request};
+use crate::engine::{Control, Request};
 use crate::session::Session;
 use crate::settings::DecodeSettings;
 use crate::ui::{self, App, EngineCmd};
@@ -21,13 +21,7 @@ pub fn require_terminal() -> Result<()> {
 
 pub fn run(args: &DecodeArgs) -> Result<()> {
     require_terminal()?;
-    let session = Session::open(args)?;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let engine = EngineThread::spawn(Box::new(session.denoiser), Box::new(session.tokenizer), move |ev| {
-        // The UI may be gone (quitting); the engine must not care.
-        let _ = tx.send(ev);
-    });
-    let base = session.request;
+    let (engine, base, rx) = Session::open(args)?.spawn();
     engine.submit(with_settings(&base, base.settings.clone()));
     let mut steer = |cmd: EngineCmd| match cmd {
         EngineCmd::Pause => engine.send(Control::Pause),
@@ -44,18 +38,8 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
 }
 
 /// The same request with other settings; block length and length stay (they shape the run).
-fn with_settings(base: &Request, mut s: DecodeSettings) -> Request {
-    s.block_length = base.settings.block_length;
-    s.max_new_tokens = base.settings.max_new_tokens;
-    Request {
-        prompt: base.prompt.clone(),
-        prompt_ids: base.prompt_ids.clone(),
-        settings: s,
-        mask_id: base.mask_id,
-        eos_ids: base.eos_ids.clone(),
-        model: base.model.clone(),
-        device: base.device.clone(),
-    }
+fn with_settings(base: &Request, s: DecodeSettings) -> Request {
+    Request { settings: s.keeping_layout_of(&base.settings), ..base.clone() }
 }
 
 /// Takes over the terminal, runs the UI loop, and gives the terminal back however it ends.

@@ -17,6 +17,7 @@ use crate::sampler::{PosSample, Uniforms};
 use crate::settings::DecodeSettings;
 
 /// What stays fixed for one decode.
+#[derive(Clone)]
 pub struct Request {
     pub prompt: String,
     pub prompt_ids: Vec<u32>,
@@ -171,10 +172,8 @@ impl Loop<'_> {
         let b = cells.len();
         let start = block * b;
         let mut changed = None;
-        if let Some(mut s) = self.pending.take() {
-            // The layout of blocks and the length are fixed for a decode; only a restart changes them.
-            s.block_length = self.settings.block_length;
-            s.max_new_tokens = self.settings.max_new_tokens;
+        if let Some(s) = self.pending.take() {
+            let s = s.keeping_layout_of(&self.settings);
             if s != self.settings {
                 self.settings = s.clone();
                 changed = Some(s);
