@@ -60,6 +60,8 @@ done
 for so in "$CU"/lib/lib*.so.*; do ln -sf "$so" "$LIB/$(basename "$so")"; done
 if [[ ! -f $LIB/libcuda.so ]]; then
   echo "== generating stub libcuda.so"
+  # The stub's symbol list comes from cudarc's sources: a fresh machine must fetch them first.
+  cargo fetch --locked -q
   reg=${CARGO_HOME:-$HOME/.cargo}/registry/src
   sys=$(ls -d "$reg"/*/cudarc-0.19.*/src/driver/sys/mod.rs | tail -1)
   grep -oE '^\s+fn cu[A-Za-z0-9_]+\(' "$sys" | sed -E 's/^\s+fn (cu[A-Za-z0-9_]+)\(/\1/' | sort -u \

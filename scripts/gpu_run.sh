@@ -200,11 +200,11 @@ if main and "rows" in main:
     print(f"\n### SDAR-1.7B shape (random bf16 weights, {wb/1e9:.2f} GB), prompt {main['prompt_len']}, {main['max_new_tokens']} new tokens, B={main['block_length']} S={main['steps']}, batch 1")
     if floor: print(f"HBM floor: {wb/1e9:.2f} GB / {bw['bytes_per_s']/1e12:.2f} TB/s = **{floor:.3f} ms per forward**\n")
     print(f"paths: {main['run']}\n")
-    print("| strategy | events | ms/forward | x floor | denoise ms | commit ms | forwards/s | tok/s | tok/forward |")
+    print("| strategy | events | ms/forward | x floor | denoise ms | +store ms | forwards/s | tok/s | tok/forward |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in main["rows"]:
         xf = f"{r['ms_per_forward']/floor:.2f}" if floor else "-"
-        print(f"| {r['strategy']} | {r['events']} | {r['ms_per_forward']:.3f} | {xf} | {r['denoise_ms_median']:.3f} | {r['commit_ms_median']:.3f} | {r['forwards_per_s']:.1f} | {r['tokens_per_s']:.1f} | {r['tokens_per_forward']:.3f} |")
+        print(f"| {r['strategy']} | {r['events']} | {r['ms_per_forward']:.3f} | {xf} | {r['denoise_ms_median']:.3f} | {r['stored_ms_median']:.3f} | {r['forwards_per_s']:.1f} | {r['tokens_per_s']:.1f} | {r['tokens_per_forward']:.3f} |")
     print()
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)

@@ -178,9 +178,9 @@ mod tests {
         };
         let mut ev = vec![Event::Header(header)];
         let mut out = vec![];
-        let mut fwd = 1;
+        let mut fwd = 0;
         for &(block, steps, tokens) in blocks {
-            fwd += steps + 1;
+            fwd += steps;
             out.extend(tokens);
             ev.push(Event::Block(BlockEvent { block, start: block * 2, tokens: tokens.to_vec(), steps, forward: fwd, t_ms: 0.0 }));
         }
@@ -212,8 +212,8 @@ mod tests {
                 BlockPair { block: 3, steps: [Some(1), None], same_tokens: false },
             ]
         );
-        assert_eq!((c.runs[0].forwards, c.runs[1].forwards), (9, 6));
-        assert!((c.runs[1].tokens_per_forward() - 4.0 / 6.0).abs() < 1e-9);
+        assert_eq!((c.runs[0].forwards, c.runs[1].forwards), (5, 3));
+        assert!((c.runs[1].tokens_per_forward() - 4.0 / 3.0).abs() < 1e-9);
         let t = table(&c, ["x", "y"]);
         assert!(t.contains("outputs diverge at token 3"), "{t}");
         assert!(t.contains("blocks that differ: 2 3"), "{t}");

@@ -55,7 +55,8 @@ pub struct ModelInfo {
 pub struct StepEvent {
     pub block: usize,
     pub step: usize,
-    /// Running count of forward passes, this one included (prefill and commit passes count).
+    /// Running count of forward passes, this one included (one per denoising pass: the prompt
+    /// prefill and each block's commit ride on the next denoising pass).
     pub forward: usize,
     pub committed: Vec<Committed>,
     /// Still-masked positions after this step, with the candidate the model preferred.

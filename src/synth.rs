@@ -1,7 +1,7 @@
 //! Synthetic traces: deterministic event sequences for the UI's tests, snapshots and benchmark.
 //!
 //! They follow the schema and the shape of a real decode (docs/decoding.md: SDAR schedule,
-//! most confident masked cells first, one commit pass per block) but need no model, and their
+//! most confident masked cells first, a block stored by the next block's first pass) but need no model, and their
 //! timings are fixed so that rendered rates never change between runs. Their vocabulary holds
 //! the awkward tokens a view must draw correctly: newlines, tabs, control characters, wide and
 //! combining characters.
@@ -116,7 +116,7 @@ pub fn trace(cfg: &Synth) -> Vec<Event> {
     let (b, p) = (cfg.block_length, cfg.prompt.len());
     let end_blocks = h.max_len.div_ceil(b);
     let mut events = vec![Event::Header(h.clone())];
-    let mut forward = usize::from(h.first_block > 0);
+    let mut forward = 0;
     let (mut steps_total, mut blocks, mut output) = (0, 0, Vec::new());
     let mut reason = FinishReason::Length;
     let mut steps_now = cfg.steps;
@@ -129,7 +129,6 @@ pub fn trace(cfg: &Synth) -> Vec<Event> {
         }
         let taken = decode_block(cfg, block, steps_now, changed, &mut forward, &mut events);
         steps_total += taken;
-        forward += 1;
         let tokens: Vec<u32> = (block * b..(block + 1) * b).map(|q| if q < p { cfg.prompt[q] } else { final_token(cfg, q) }).collect();
         events.push(Event::Block(BlockEvent { block, start: block * b, tokens: tokens.clone(), steps: taken, forward, t_ms: ms(forward) }));
         blocks += 1;

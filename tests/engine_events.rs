@@ -3,7 +3,7 @@
 use std::sync::mpsc;
 
 use anyhow::Result;
-use unmask::engine::{decode, Control, Denoiser, Detok, Request};
+use unmask::engine::{decode, Control, Denoiser, Detok, Pass, Request};
 use unmask::events::{Event, FinishReason, ModelInfo};
 use unmask::sampler::PosSample;
 use unmask::settings::{DecodeSettings, Sampling, Strategy};
@@ -32,28 +32,22 @@ impl Denoiser for ScriptedDenoiser {
         self.cached = 0;
         Ok(())
     }
-    fn prefill(&mut self, ids: &[u32], _block: usize) -> Result<()> {
-        self.log.push(format!("prefill {}", ids.len()));
-        self.cached += ids.len();
-        Ok(())
-    }
-    fn denoise(&mut self, ids: &[u32], _b: usize, _s: &Sampling, _u: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(&mut self, pass: Pass<'_>, _s: &Sampling, _u: &[f32]) -> Result<Vec<PosSample>> {
+        assert!(!pass.store.contains(&MASK), "a stored block holds no mask");
+        if !pass.store.is_empty() {
+            self.log.push(format!("store {} @{}", pass.store.len(), self.cached));
+            self.cached += pass.store.len();
+        }
         self.log.push(format!("denoise @{}", self.cached));
-        let pass = self.passes;
+        let n = self.passes;
         self.passes += 1;
-        Ok((0..ids.len())
+        Ok((0..pass.block.len())
             .map(|i| {
                 let pos = self.cached + i;
                 let token = if Some(pos) == self.eos_at { 0 } else { pos as u32 + 10 };
-                PosSample { token, conf: (self.conf)(pass, pos), entropy: 1.0 - (self.conf)(pass, pos) }
+                PosSample { token, conf: (self.conf)(n, pos), entropy: 1.0 - (self.conf)(n, pos) }
             })
             .collect())
-    }
-    fn commit(&mut self, ids: &[u32], _block: usize) -> Result<()> {
-        assert!(!ids.contains(&MASK), "a committed block holds no mask");
-        self.log.push(format!("commit @{}", self.cached));
-        self.cached += ids.len();
-        Ok(())
     }
 }
 
@@ -128,18 +122,33 @@ fn static_with_a_prompt_tail_commits_one_per_step_most_confident_first() {
         shape(&events),
         vec![
             "header first_block=1 max_len=12",
-            "step b1 s0 f2 [7] masked [6]",
-            "step b1 s1 f3 [6] masked []",
-            "block b1 start=4 steps=2 f4",
-            "step b2 s0 f5 [11] masked [8, 9, 10]",
-            "step b2 s1 f6 [10] masked [8, 9]",
-            "step b2 s2 f7 [9] masked [8]",
-            "step b2 s3 f8 [8] masked []",
-            "block b2 start=8 steps=4 f9",
-            "finish Length n=6 f9",
+            "step b1 s0 f1 [7] masked [6]",
+            "step b1 s1 f2 [6] masked []",
+            "block b1 start=4 steps=2 f2",
+            "step b2 s0 f3 [11] masked [8, 9, 10]",
+            "step b2 s1 f4 [10] masked [8, 9]",
+            "step b2 s2 f5 [9] masked [8]",
+            "step b2 s3 f6 [8] masked []",
+            "block b2 start=8 steps=4 f6",
+            "finish Length n=6 f6",
         ]
     );
-    assert_eq!(d.log[..3], ["reset 12", "prefill 4", "denoise @4"]);
+    // The prompt's whole block rides on the first pass, each finished block on the next
+    // block's first pass; the last block is never stored.
+    assert_eq!(
+        d.log,
+        [
+            "reset 12",
+            "store 4 @0",
+            "denoise @4",
+            "denoise @4",
+            "store 4 @4",
+            "denoise @8",
+            "denoise @8",
+            "denoise @8",
+            "denoise @8"
+        ]
+    );
     let Some(Event::Finish(f)) = events.last() else { panic!() };
     assert_eq!(f.output_ids, vec![16, 17, 18, 19, 20, 21]);
     assert_eq!(f.text, "t16 t17 t18 t19 t20 t21");
@@ -150,7 +159,7 @@ fn sequential_goes_left_to_right_whatever_the_confidence() {
     let mut d = ScriptedDenoiser::new(right_first);
     let events = run(&mut d, &request(4, settings(Strategy::Sequential, 4)), None);
     let s = shape(&events);
-    assert_eq!(s[1..5], ["step b1 s0 f2 [4] masked [5, 6, 7]", "step b1 s1 f3 [5] masked [6, 7]", "step b1 s2 f4 [6] masked [7]", "step b1 s3 f5 [7] masked []"]);
+    assert_eq!(s[1..5], ["step b1 s0 f1 [4] masked [5, 6, 7]", "step b1 s1 f2 [5] masked [6, 7]", "step b1 s2 f3 [6] masked [7]", "step b1 s3 f4 [7] masked []"]);
 }
 
 #[test]
@@ -165,10 +174,10 @@ fn dynamic_commits_everything_over_threshold_at_once() {
         shape(&events),
         vec![
             "header first_block=1 max_len=8",
-            "step b1 s0 f2 [4, 6] masked [5, 7]",
-            "step b1 s1 f3 [5, 7] masked []",
-            "block b1 start=4 steps=2 f4",
-            "finish Length n=4 f4",
+            "step b1 s0 f1 [4, 6] masked [5, 7]",
+            "step b1 s1 f2 [5, 7] masked []",
+            "block b1 start=4 steps=2 f2",
+            "finish Length n=4 f2",
         ]
     );
 }
@@ -212,8 +221,8 @@ fn settings_sent_mid_block_apply_from_the_next_block_and_are_reported() {
     let events = run(&mut d, &req, Some(&rx));
     let s = shape(&events);
     // block 1 still sequential (the message is read before its first pass, but applies at block 2).
-    assert_eq!(s[1], "step b1 s0 f2 [4] masked [5, 6, 7]");
-    assert_eq!(s[6], "step b2 s0 f7 [11] masked [8, 9, 10]");
+    assert_eq!(s[1], "step b1 s0 f1 [4] masked [5, 6, 7]");
+    assert_eq!(s[6], "step b2 s0 f5 [11] masked [8, 9, 10]");
     let firsts: Vec<Option<Strategy>> = events
         .iter()
         .filter_map(|e| match e {
@@ -231,7 +240,7 @@ fn cancel_ends_the_decode_with_reason_cancelled() {
     tx.send(Control::Cancel).unwrap();
     let mut d = ScriptedDenoiser::new(right_first);
     let events = run(&mut d, &request(4, settings(Strategy::Sequential, 8)), Some(&rx));
-    assert_eq!(shape(&events), vec!["header first_block=1 max_len=12", "finish Cancelled n=0 f1"]);
+    assert_eq!(shape(&events), vec!["header first_block=1 max_len=12", "finish Cancelled n=0 f0"]);
 }
 
 #[test]
@@ -255,12 +264,10 @@ fn same_seed_same_events_different_seed_different_draws() {
     struct Recorder(Vec<Vec<f32>>);
     impl Denoiser for Recorder {
         fn reset(&mut self, _: usize) -> Result<()> { Ok(()) }
-        fn prefill(&mut self, _: &[u32], _: usize) -> Result<()> { Ok(()) }
-        fn denoise(&mut self, ids: &[u32], _: usize, _: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+        fn denoise(&mut self, pass: Pass<'_>, _: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
             self.0.push(u.to_vec());
-            Ok(ids.iter().map(|_| PosSample { token: 5, conf: 0.5, entropy: 0.5 }).collect())
+            Ok(pass.block.iter().map(|_| PosSample { token: 5, conf: 0.5, entropy: 0.5 }).collect())
         }
-        fn commit(&mut self, _: &[u32], _: usize) -> Result<()> { Ok(()) }
     }
     let draws = |seed: u64| {
         let mut s = settings(Strategy::LowConfidenceStatic, 8);

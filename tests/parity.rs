@@ -39,14 +39,14 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
 
 fn prefill_logits(ck: &Checkpoint, prompt: &[u32]) -> Tensor {
     let mut cache = ck.model.new_cache(16).unwrap();
-    let h = ck.model.forward(prompt, &mut cache, 4, true).unwrap();
+    let h = ck.model.forward(prompt, &mut cache, 4, prompt.len()).unwrap();
     ck.model.logits(&h).unwrap()
 }
 
 fn denoise_logits(ck: &Checkpoint, prefix: &[u32], block: &[u32]) -> Tensor {
     let mut cache = ck.model.new_cache(16).unwrap();
-    ck.model.forward(prefix, &mut cache, 4, true).unwrap();
-    let h = ck.model.forward(block, &mut cache, 4, false).unwrap();
+    ck.model.forward(prefix, &mut cache, 4, prefix.len()).unwrap();
+    let h = ck.model.forward(block, &mut cache, 4, 0).unwrap();
     assert_eq!(cache.len(), prefix.len(), "a denoising pass must not store");
     ck.model.logits(&h).unwrap()
 }
@@ -83,9 +83,9 @@ fn a_pass_reusing_scratch_slots_does_not_leak_into_the_next() {
     let prompt = ids(&g["prefill_ids"]);
     let block = ids(&g["denoise_ids"]);
     let mut cache = ck.model.new_cache(16).unwrap();
-    ck.model.forward(&prompt[..8], &mut cache, 4, true).unwrap();
-    ck.model.forward(&[1, 2, 3, 4], &mut cache, 4, false).unwrap();
-    let h = ck.model.forward(&block, &mut cache, 4, false).unwrap();
+    ck.model.forward(&prompt[..8], &mut cache, 4, 8).unwrap();
+    ck.model.forward(&[1, 2, 3, 4], &mut cache, 4, 0).unwrap();
+    let h = ck.model.forward(&block, &mut cache, 4, 0).unwrap();
     let e = rel_err(&ck.model.logits(&h).unwrap(), &g["denoise_logits"]);
     assert!(e <= 1e-4, "rel err {e:e}");
 }

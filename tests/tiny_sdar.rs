@@ -30,8 +30,8 @@ fn embedded_model_logits_match_the_pytorch_training_model() {
         let ids: Vec<u32> = ids.i(row).unwrap().to_vec1::<i64>().unwrap().iter().map(|&x| x as u32).collect();
         // Five whole blocks prefilled, then one denoising pass over the last (masked) block.
         let mut cache = ck.model.new_cache(24).unwrap();
-        let pre = ck.model.forward(&ids[..20], &mut cache, 4, true).unwrap();
-        let last = ck.model.forward(&ids[20..], &mut cache, 4, false).unwrap();
+        let pre = ck.model.forward(&ids[..20], &mut cache, 4, 20).unwrap();
+        let last = ck.model.forward(&ids[20..], &mut cache, 4, 0).unwrap();
         let got = Tensor::cat(&[ck.model.logits(&pre).unwrap(), ck.model.logits(&last).unwrap()], 0).unwrap();
         let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let want = want.i(row).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();

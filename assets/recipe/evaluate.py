@@ -183,8 +183,8 @@ def decode(model, c, prompt_ids, B, S, N, strategy, threshold=0.85, temperature=
             out = out[: j + 1]
             break
     return {"output_ids": out, "stop_reason": stop, "denoising_passes": passes,
-            # as the engine counts: 1 prefill (if the prompt fills a block) + passes + 1 commit per block
-            "engine_forwards": (1 if first > 0 else 0) + passes + len(blocks), "blocks": blocks, "steps": steps}
+            # as the engine counts: each finished block is stored by the next block's first pass
+            "engine_forwards": passes, "blocks": blocks, "steps": steps}
 
 
 def text_stats(ids):

@@ -21,20 +21,27 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::cli::{BenchArgs, EventsMode};
-use crate::engine::{decode_with_events, Denoiser, Detok, ModelDenoiser, Request, RunStatus};
+use crate::engine::{decode_with_events, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
 use crate::model::random::{shape_config, RandomWeights};
 use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Qwen3, Source};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
-/// Wraps a denoiser and times every call, synchronising the device after each.
+/// Wraps a denoiser and times every call, synchronising the device after each. Calls are
+/// told apart by what they store: nothing (`denoise`), the previous block (`stored`: the
+/// first pass of every block after the first) or the prompt's whole blocks (`prefill`).
+#[derive(Default)]
+struct Times {
+    prefill_ms: Vec<f64>,
+    denoise_ms: Vec<f64>,
+    stored_ms: Vec<f64>,
+}
+
 struct Timed<'a> {
     inner: &'a mut ModelDenoiser,
     device: Device,
-    prefill_ms: Vec<f64>,
-    denoise_ms: Vec<f64>,
-    commit_ms: Vec<f64>,
+    times: Times,
 }
 
 impl Timed<'_> {
@@ -50,23 +57,17 @@ impl Denoiser for Timed<'_> {
     fn reset(&mut self, capacity: usize) -> Result<()> {
         self.inner.reset(capacity)
     }
-    fn prefill(&mut self, ids: &[u32], block: usize) -> Result<()> {
-        let ((), ms) = self.time(|d| d.prefill(ids, block))?;
-        self.prefill_ms.push(ms);
-        Ok(())
-    }
-    fn denoise(&mut self, ids: &[u32], block: usize, s: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
-        let (r, ms) = self.time(|d| d.denoise(ids, block, s, u))?;
-        self.denoise_ms.push(ms);
+    fn denoise(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+        let (r, ms) = self.time(|d| d.denoise(pass, s, u))?;
+        let t = &mut self.times;
+        match pass.store.len() {
+            0 => t.denoise_ms.push(ms),
+            n if n == pass.block.len() => t.stored_ms.push(ms),
+            _ => t.prefill_ms.push(ms),
+        }
         Ok(r)
     }
-    fn commit(&mut self, ids: &[u32], block: usize) -> Result<()> {
-        let ((), ms) = self.time(|d| d.commit(ids, block))?;
-        self.commit_ms.push(ms);
-        Ok(())
-    }
 }
-
 
 /// Text pieces for random weights: no tokenizer, but a string per token like a real one.
 struct SyntheticDetok;
@@ -92,10 +93,13 @@ struct Row {
     decode_ms: f64,
     tokens_per_s: f64,
     forwards_per_s: f64,
-    /// (decode wall time - prefill) / (forwards - prefill forwards), median over decodes.
+    /// (decode wall time - prefill pass) / (forwards - prefill pass), median over decodes.
     ms_per_forward: f64,
+    /// A pass over the block alone.
     denoise_ms_median: f64,
-    commit_ms_median: f64,
+    /// A block's first pass, which also stores the block before it.
+    stored_ms_median: f64,
+    /// The first block's first pass, which also stores the prompt's whole blocks.
     prefill_ms_median: f64,
     event_bytes: usize,
 }
@@ -260,14 +264,12 @@ struct OneDecode {
     tokens: usize,
     forwards: usize,
     steps: usize,
-    prefill_ms: Vec<f64>,
-    denoise_ms: Vec<f64>,
-    commit_ms: Vec<f64>,
+    times: Times,
     event_bytes: usize,
 }
 
 fn one_decode(den: &mut ModelDenoiser, device: &Device, detok: &dyn Detok, req: &Request, events: bool) -> Result<OneDecode> {
-    let mut timed = Timed { inner: den, device: device.clone(), prefill_ms: vec![], denoise_ms: vec![], commit_ms: vec![] };
+    let mut timed = Timed { inner: den, device: device.clone(), times: Times::default() };
     let (fin, event_bytes) = if events {
         let (tx, rx) = mpsc::channel::<Event>();
         let consumer = std::thread::spawn(move || {
@@ -297,9 +299,7 @@ fn one_decode(den: &mut ModelDenoiser, device: &Device, detok: &dyn Detok, req: 
         tokens: fin.output_ids.len(),
         forwards: fin.forwards,
         steps: fin.steps,
-        prefill_ms: timed.prefill_ms,
-        denoise_ms: timed.denoise_ms,
-        commit_ms: timed.commit_ms,
+        times: timed.times,
         event_bytes,
     })
 }
@@ -323,14 +323,13 @@ fn summarise(strategy: Strategy, events: bool, per: Vec<OneDecode>) -> Row {
     let mut mpf: Vec<f64> = per
         .iter()
         .map(|d| {
-            let prefill: f64 = d.prefill_ms.iter().sum();
-            let n = d.forwards - d.prefill_ms.len();
+            let prefill: f64 = d.times.prefill_ms.iter().sum();
+            let n = d.forwards - d.times.prefill_ms.len();
             (d.wall_ms - prefill) / n.max(1) as f64
         })
         .collect();
-    let mut den: Vec<f64> = per.iter().flat_map(|d| d.denoise_ms.iter().copied()).collect();
-    let mut com: Vec<f64> = per.iter().flat_map(|d| d.commit_ms.iter().copied()).collect();
-    let mut pre: Vec<f64> = per.iter().flat_map(|d| d.prefill_ms.iter().copied()).collect();
+    let all = |f: fn(&Times) -> &Vec<f64>| -> Vec<f64> { per.iter().flat_map(|d| f(&d.times).iter().copied()).collect() };
+    let (mut den, mut sto, mut pre) = (all(|t| &t.denoise_ms), all(|t| &t.stored_ms), all(|t| &t.prefill_ms));
     let decode_ms = median(&mut wall);
     Row {
         strategy: strategy.name().to_string(),
@@ -345,7 +344,7 @@ fn summarise(strategy: Strategy, events: bool, per: Vec<OneDecode>) -> Row {
         forwards_per_s: forwards as f64 / (decode_ms / 1e3),
         ms_per_forward: median(&mut mpf),
         denoise_ms_median: median(&mut den),
-        commit_ms_median: median(&mut com),
+        stored_ms_median: median(&mut sto),
         prefill_ms_median: median(&mut pre),
         event_bytes: per[0].event_bytes,
     }
@@ -374,7 +373,7 @@ fn print_table(r: &Report) {
         );
     }
     println!(
-        "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | commit ms | prefill ms | tok/forward | decode ms |"
+        "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | +store ms | prefill ms | tok/forward | decode ms |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
@@ -386,7 +385,7 @@ fn print_table(r: &Report) {
             row.forwards_per_s,
             row.ms_per_forward,
             row.denoise_ms_median,
-            row.commit_ms_median,
+            row.stored_ms_median,
             // No whole prompt block, no prefill pass.
             if row.prefill_ms_median.is_nan() { "-".to_string() } else { format!("{:.2}", row.prefill_ms_median) },
             row.tokens_per_forward,

@@ -67,8 +67,8 @@ fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
 fn three_passes(m: &Qwen3, prompt: &[u32], block: &[u32], capacity: usize) -> Result<[Tensor; 3]> {
     let b = block.len();
     let mut cache = m.new_cache(capacity)?;
-    let prefill = m.logits(&m.forward(prompt, &mut cache, b, true)?)?;
-    let denoise = m.logits(&m.forward(block, &mut cache, b, false)?)?;
+    let prefill = m.logits(&m.forward(prompt, &mut cache, b, prompt.len())?)?;
+    let denoise = m.logits(&m.forward(block, &mut cache, b, 0)?)?;
     let dev = m.device();
     let (pos, mask) = PassInput::window(cache.len(), b, b, capacity);
     let input = PassInput {
@@ -164,7 +164,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
         }
         g.model.set_fused(true);
         // the model's own logits, in the dtype the device computed them in
-        let raw = g.model.logits_raw(&g.model.forward(&prompt, &mut g.model.new_cache(capacity)?, 4, false)?)?;
+        let raw = g.model.logits_raw(&g.model.forward(&prompt, &mut g.model.new_cache(capacity)?, 4, 0)?)?;
         for (name, s) in sampler_settings() {
             let (bad, dc, de, over, rows) = compare_sampler(&raw, &s, mask, &mut rng)?;
             rep.check(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::{Control, Denoiser, Detok};
+use super::{Control, Denoiser, Detok, Pass};
 use crate::events::{
     BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent,
     TRACE_VERSION,
@@ -140,19 +140,18 @@ impl Loop<'_> {
             self.header(req, first_block, p + n);
         }
         self.denoiser.reset(end_blocks * b)?;
-        if first_block > 0 {
-            self.denoiser.prefill(&req.prompt_ids[..first_block * b], b)?;
-            self.forwards += 1;
-        }
+        // Finished blocks not in the cache yet: the next block's first pass stores them.
+        let mut unstored = req.prompt_ids[..first_block * b].to_vec();
         let mut uniforms = Uniforms::new(self.settings.sampling.seed);
         for block in first_block..end_blocks {
             let start = block * b;
             let mut cells: Vec<u32> = (start..start + b)
                 .map(|pos| if pos < p { req.prompt_ids[pos] } else { req.mask_id })
                 .collect();
-            if let Interrupt::Cancel = self.block(req, block, &mut cells, &mut uniforms)? {
+            if let Interrupt::Cancel = self.block(req, block, &mut cells, &mut unstored, &mut uniforms)? {
                 return Ok(FinishReason::Cancelled);
             }
+            unstored = cells.clone();
             *blocks += 1;
             let generated: Vec<u32> = (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
             let eos_at = generated.iter().position(|t| req.eos_ids.contains(t));
@@ -167,8 +166,16 @@ impl Loop<'_> {
         Ok(FinishReason::Length)
     }
 
-    /// Denoises one block to the end, commits it and emits its events.
-    fn block(&mut self, req: &Request, block: usize, cells: &mut [u32], uniforms: &mut Uniforms) -> Result<Interrupt> {
+    /// Denoises one block to the end and emits its events. Its first pass also stores
+    /// `unstored` (the blocks before it that are not cached yet).
+    fn block(
+        &mut self,
+        req: &Request,
+        block: usize,
+        cells: &mut [u32],
+        unstored: &mut Vec<u32>,
+        uniforms: &mut Uniforms,
+    ) -> Result<Interrupt> {
         let b = cells.len();
         let start = block * b;
         let mut changed = None;
@@ -189,13 +196,17 @@ impl Loop<'_> {
             }
         }
         let masked_at_start = masked.iter().filter(|&&m| m).count();
+        // Every block holds a mask (the first starts before the prompt's end, the rest after
+        // it), so its first pass always runs and stores `unstored`.
+        debug_assert!(masked_at_start > 0);
         let mut step = 0;
         while masked.iter().any(|&m| m) {
             if let Interrupt::Cancel = self.poll_control()? {
                 return Ok(Interrupt::Cancel);
             }
             let u = uniforms.draw(b, &sampling);
-            let samples = self.denoiser.denoise(cells, b, &sampling, &u)?;
+            let store = std::mem::take(unstored);
+            let samples = self.denoiser.denoise(Pass { store: &store, block: cells }, &sampling, &u)?;
             self.forwards += 1;
             let view: Vec<Cell> = samples
                 .iter()
@@ -229,8 +240,6 @@ impl Loop<'_> {
             (self.sink)(Event::Step(ev));
             step += 1;
         }
-        self.denoiser.commit(cells, b)?;
-        self.forwards += 1;
         if !self.events {
             return Ok(Interrupt::None);
         }

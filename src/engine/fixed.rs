@@ -1,22 +1,26 @@
-//! Fixed-shape block passes: the denoising and commit passes of a decode, run over device
-//! buffers that keep their address for the whole decode, so that on CUDA one captured graph
-//! per kind of pass replays every one of them (no per-kernel launch cost on the host).
+//! Fixed-shape block passes: the denoising passes of a decode, run over device buffers that
+//! keep their address for the whole decode, so that on CUDA one captured graph per kind of
+//! pass replays every one of them (no per-kernel launch cost on the host). A kind is a shape
+//! (the block alone, or the block after the finished block it stores) and sampling parameters.
 //!
 //! A pass attends over the whole cache (`keys == capacity`) with a mask that hides the slots
-//! not written yet, writes its K/V to the slots its positions name, and (denoising passes)
-//! samples on the device: only `[T, 4]` floats come back. The same code runs on the CPU
+//! not written yet, writes its K/V to the slots its positions name, and samples the block on
+//! the device: only `[block, 4]` floats come back. The same code runs on the CPU
 //! (without capture), which is how CI tests it; on CUDA, [`FixedPass::run`] captures the body
 //! the first time it sees a kind of pass and replays the graph afterwards.
 
 use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 
+use super::Pass;
 use crate::model::{KvCache, PassInput, Qwen3};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 
 pub struct FixedPass {
-    t: usize,
+    /// Positions stored before the block, and the block's length; a pass forwards both.
+    store: usize,
     block: usize,
+    t: usize,
     capacity: usize,
     ids: Tensor,
     positions: Tensor,
@@ -29,26 +33,29 @@ pub struct FixedPass {
     /// Try CUDA graph capture (turned off for good after a failure).
     capture: bool,
     #[cfg(feature = "cuda")]
-    graphs: Vec<(Option<KernelParams>, graph::Graph)>,
+    graphs: Vec<(KernelParams, graph::Graph)>,
     /// Why capture was turned off, if it was.
     pub capture_error: Option<String>,
 }
 
 impl FixedPass {
-    /// Buffers for passes of `t` positions (one block) over a cache of `capacity` slots.
-    pub fn new(model: &Qwen3, t: usize, block: usize, capacity: usize, capture: bool) -> Result<Self> {
+    /// Buffers for passes that store `store` positions and sample the `block` after them, over
+    /// a cache of `capacity` slots.
+    pub fn new(model: &Qwen3, store: usize, block: usize, capacity: usize, capture: bool) -> Result<Self> {
         let dev = model.device();
         let dt = model.dtype();
+        let t = store + block;
         Ok(FixedPass {
-            t,
+            store,
             block,
+            t,
             capacity,
             ids: Tensor::zeros(t, DType::U32, dev)?,
             positions: Tensor::zeros(t, DType::U32, dev)?,
             mask: Tensor::zeros((t, capacity), dt, dev)?,
-            uniforms: Tensor::zeros(t, DType::F32, dev)?,
-            logits: Tensor::zeros((t, model.vocab_size()), dt, dev)?,
-            samples: Tensor::zeros((t, 4), DType::F32, dev)?,
+            uniforms: Tensor::zeros(block, DType::F32, dev)?,
+            logits: Tensor::zeros((block, model.vocab_size()), dt, dev)?,
+            samples: Tensor::zeros((block, 4), DType::F32, dev)?,
             written_start: None,
             capture: capture && cfg!(feature = "cuda") && dev.is_cuda(),
             #[cfg(feature = "cuda")]
@@ -57,24 +64,31 @@ impl FixedPass {
         })
     }
 
-    pub fn fits(&self, t: usize, block: usize, capacity: usize) -> bool {
-        self.t == t && self.block == block && self.capacity == capacity
+    pub fn fits(&self, store: usize, block: usize, capacity: usize) -> bool {
+        self.store == store && self.block == block && self.capacity == capacity
     }
 
     pub fn capturing(&self) -> bool {
         self.capture
     }
 
-    /// Rewrites the input buffers for a pass over `ids` at the cache's current length.
-    fn write(&mut self, model: &Qwen3, ids: &[u32], start: usize, uniforms: Option<&[f32]>) -> Result<()> {
+    /// Rewrites the input buffers for a pass at the cache's current length.
+    fn write(&mut self, model: &Qwen3, pass: Pass<'_>, start: usize, uniforms: Option<&[f32]>) -> Result<()> {
         let dev = model.device();
-        if ids.len() != self.t {
-            bail!("fixed pass of {} positions got {}", self.t, ids.len());
+        if (pass.store.len(), pass.block.len()) != (self.store, self.block) {
+            bail!(
+                "fixed pass of {}+{} positions got {}+{}",
+                self.store,
+                self.block,
+                pass.store.len(),
+                pass.block.len()
+            );
         }
+        let ids = [pass.store, pass.block].concat();
         if start + self.t > self.capacity {
             bail!("KV cache overflow: {start} + {} positions > capacity {}", self.t, self.capacity);
         }
-        self.ids.slice_set(&Tensor::from_slice(ids, self.t, dev)?, 0, 0)?;
+        self.ids.slice_set(&Tensor::from_vec(ids, self.t, dev)?, 0, 0)?;
         if self.written_start != Some(start) {
             let (pos, mask) = PassInput::window(start, self.t, self.block, self.capacity);
             self.positions.slice_set(&Tensor::from_vec(pos, self.t, dev)?, 0, 0)?;
@@ -83,45 +97,42 @@ impl FixedPass {
             self.written_start = Some(start);
         }
         if let Some(u) = uniforms {
-            self.uniforms.slice_set(&Tensor::from_slice(u, self.t, dev)?, 0, 0)?;
+            self.uniforms.slice_set(&Tensor::from_slice(u, self.block, dev)?, 0, 0)?;
         }
         Ok(())
     }
 
     /// The pass itself: everything a graph captures. Reads and writes only the buffers above
     /// and the cache; every temporary is freed before it returns.
-    fn body(&self, model: &Qwen3, cache: &KvCache, head: Option<&KernelParams>) -> Result<()> {
+    fn body(&self, model: &Qwen3, cache: &KvCache, head: &KernelParams) -> Result<()> {
         let input = PassInput {
             ids: self.ids.clone(),
             positions: self.positions.clone(),
             keys: self.capacity,
             mask: Some(self.mask.clone()),
         };
-        let hidden = model.forward_input(&input, cache)?;
-        if let Some(p) = head {
-            let logits = model.logits_raw(&hidden)?;
-            self.logits.slice_set(&logits, 0, 0)?;
-            let s = sample_op(&self.logits, &self.uniforms, *p)?;
-            self.samples.slice_set(&s, 0, 0)?;
-        }
+        let hidden = model.forward_input(&input, cache)?.narrow(0, self.store, self.block)?;
+        let logits = model.logits_raw(&hidden)?;
+        self.logits.slice_set(&logits, 0, 0)?;
+        let s = sample_op(&self.logits, &self.uniforms, *head)?;
+        self.samples.slice_set(&s, 0, 0)?;
         Ok(())
     }
 
-    /// Runs one pass over `ids` placed after the cache's prefix. `head`: sample with these
-    /// parameters (a denoising pass); `None`: only write K/V (a commit pass; the caller then
-    /// advances the cache).
+    /// Runs one pass placed after the cache's prefix and samples the block with `head`. Writes
+    /// the K/V of every position; the caller commits `pass.store` by advancing the cache.
     pub fn run(
         &mut self,
         model: &Qwen3,
         cache: &KvCache,
-        ids: &[u32],
-        head: Option<&KernelParams>,
+        pass: Pass<'_>,
+        head: &KernelParams,
         uniforms: Option<&[f32]>,
     ) -> Result<()> {
-        self.write(model, ids, cache.len(), uniforms)?;
+        self.write(model, pass, cache.len(), uniforms)?;
         #[cfg(feature = "cuda")]
         if self.capture {
-            let key = head.copied();
+            let key = *head;
             if let Some((_, g)) = self.graphs.iter().find(|(k, _)| *k == key) {
                 return g.launch();
             }
@@ -141,7 +152,7 @@ impl FixedPass {
         self.body(model, cache, head)
     }
 
-    /// The samples of the last denoising pass.
+    /// The samples of the last pass, one per block position.
     pub fn samples(&self) -> Result<Vec<KernelSample>> {
         Ok(self.samples.to_vec2::<f32>()?.iter().map(|r| KernelSample::from_row(r)).collect())
     }

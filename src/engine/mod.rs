@@ -13,21 +13,31 @@ use anyhow::Result;
 pub use decode::{decode, decode_with_events, Request};
 pub use runner::{ModelDenoiser, RunOptions, RunStatus};
 
+
 use crate::events::Event;
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling};
 
-/// The three kinds of forward pass a block-diffusion decode needs (docs/decoding.md).
+/// What one forward pass of a decode takes, placed right after the cached prefix.
+#[derive(Clone, Copy, Debug)]
+pub struct Pass<'a> {
+    /// Finished whole blocks that are not cached yet, forwarded first and stored by this pass:
+    /// the prompt's whole blocks before the first decoded block, the previous block after it,
+    /// nothing on a block's later steps. Storing them here instead of in a pass of their own
+    /// is the same computation (they cannot attend to `block`) one forward cheaper.
+    pub store: &'a [u32],
+    /// The block being denoised, masks included: sampled at every position, not stored.
+    pub block: &'a [u32],
+}
+
+/// The forward passes of a block-diffusion decode (docs/decoding.md).
 pub trait Denoiser: Send {
     /// Forgets every cached position and makes room for `capacity` positions.
     fn reset(&mut self, capacity: usize) -> Result<()>;
-    /// Stores the K/V of whole prompt blocks (block-causal among themselves).
-    fn prefill(&mut self, ids: &[u32], block: usize) -> Result<()>;
-    /// One denoising pass over the current block, not stored: a sample for every position.
-    /// `uniforms` holds one draw per position (unused when greedy).
-    fn denoise(&mut self, ids: &[u32], block: usize, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>>;
-    /// Stores the K/V of the finished block.
-    fn commit(&mut self, ids: &[u32], block: usize) -> Result<()>;
+    /// One denoising pass: stores `pass.store` (block-causal among themselves) and returns a
+    /// sample for every position of `pass.block`. `uniforms` holds one draw per position of
+    /// the block (unused when greedy).
+    fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>>;
 }
 
 /// Token ids to text, for event payloads.

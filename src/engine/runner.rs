@@ -1,5 +1,6 @@
 //! [`Denoiser`] over the real model: forward passes on the model's device, sampling of the
-//! block's logits, and the KV cache contract (denoise reads, prefill and commit store).
+//! block's logits, and the KV cache contract (a pass stores the finished blocks it is given and
+//! only reads the rest).
 //!
 //! On the CPU a denoising pass pulls the `[B, vocab]` f32 logits and runs the reference
 //! sampler ([`crate::sampler::sample`]). On a GPU the sampler runs on the device
@@ -12,7 +13,7 @@ use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Tensor};
 
 use super::fixed::FixedPass;
-use super::Denoiser;
+use super::{Denoiser, Pass};
 use crate::model::{KvCache, Qwen3};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, PosSample};
@@ -23,7 +24,7 @@ use crate::settings::Sampling;
 pub struct RunOptions {
     /// Sample with the device kernel (its CPU mirror on the CPU) instead of pulling logits.
     pub device_sampler: bool,
-    /// Run denoise/commit passes over fixed buffers (needs `device_sampler`).
+    /// Run block passes over fixed buffers (needs `device_sampler`).
     pub fixed_passes: bool,
     /// Capture fixed passes as CUDA graphs (CUDA only).
     pub cuda_graph: bool,
@@ -76,7 +77,8 @@ pub struct ModelDenoiser {
     /// Never sampled: a committed position must hold a real token.
     mask_id: u32,
     opts: RunOptions,
-    fixed: Option<FixedPass>,
+    /// One per pass shape a decode uses (a block alone; a block after the one it stores).
+    fixed: Vec<FixedPass>,
     host_rows: usize,
 }
 
@@ -87,7 +89,7 @@ impl ModelDenoiser {
     }
 
     pub fn with_options(model: Qwen3, mask_id: u32, opts: RunOptions) -> Self {
-        ModelDenoiser { model, cache: None, mask_id, opts, fixed: None, host_rows: 0 }
+        ModelDenoiser { model, cache: None, mask_id, opts, fixed: Vec::new(), host_rows: 0 }
     }
 
     pub fn model(&self) -> &Qwen3 {
@@ -101,26 +103,35 @@ impl ModelDenoiser {
     pub fn status(&self) -> RunStatus {
         RunStatus {
             options: Some(self.opts),
-            capture_error: self.fixed.as_ref().and_then(|f| f.capture_error.clone()),
-            graphs_live: self.fixed.as_ref().is_some_and(|f| f.capturing()),
+            capture_error: self.fixed.iter().find_map(|f| f.capture_error.clone()),
+            graphs_live: !self.fixed.is_empty() && self.fixed.iter().all(|f| f.capturing()),
             host_rows: self.host_rows,
         }
     }
 
-    /// One forward pass; `store` commits its K/V. Returns the final hidden states.
-    fn pass(&mut self, ids: &[u32], block: usize, store: bool) -> Result<Tensor> {
+    /// One eager forward pass over `pass.store` then `pass.block`, storing the former.
+    /// Returns the block's final hidden states.
+    fn pass(&mut self, pass: Pass<'_>) -> Result<Tensor> {
         let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
-        self.model.forward(ids, cache, block, store)
+        let (s, b) = (pass.store.len(), pass.block.len());
+        let ids = [pass.store, pass.block].concat();
+        Ok(self.model.forward(&ids, cache, b, s)?.narrow(0, s, b)?)
     }
 
-    /// A fixed-buffer pass over the current block (denoise with `head`, commit without).
-    fn fixed_pass(&mut self, ids: &[u32], block: usize, head: Option<&KernelParams>, u: Option<&[f32]>) -> Result<()> {
-        let cache = self.cache.as_ref().ok_or_else(|| anyhow!("denoiser used before reset"))?;
-        let t = ids.len();
-        if !self.fixed.as_ref().is_some_and(|f| f.fits(t, block, cache.capacity())) {
-            self.fixed = Some(FixedPass::new(&self.model, t, block, cache.capacity(), self.opts.cuda_graph)?);
-        }
-        self.fixed.as_mut().expect("just made").run(&self.model, cache, ids, head, u)
+    /// A fixed-buffer pass; returns its buffers (samples and logits on the device).
+    fn fixed_pass(&mut self, pass: Pass<'_>, head: &KernelParams, u: Option<&[f32]>) -> Result<&FixedPass> {
+        let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
+        let (s, b) = (pass.store.len(), pass.block.len());
+        let i = match self.fixed.iter().position(|f| f.fits(s, b, cache.capacity())) {
+            Some(i) => i,
+            None => {
+                self.fixed.push(FixedPass::new(&self.model, s, b, cache.capacity(), self.opts.cuda_graph)?);
+                self.fixed.len() - 1
+            }
+        };
+        self.fixed[i].run(&self.model, cache, pass, head, u)?;
+        cache.advance(s)?;
+        Ok(&self.fixed[i])
     }
 
     /// The reference sampler on one row of logits (the mask suppressed).
@@ -144,23 +155,19 @@ impl Denoiser for ModelDenoiser {
             Some(c) if c.capacity() >= capacity => c.clear(),
             _ => {
                 // Captured graphs point into the old cache.
-                self.fixed = None;
+                self.fixed.clear();
                 self.cache = Some(self.model.new_cache(capacity)?)
             }
         }
         Ok(())
     }
 
-    fn prefill(&mut self, ids: &[u32], block: usize) -> Result<()> {
-        self.pass(ids, block, true).map(drop)
-    }
-
-    fn denoise(&mut self, ids: &[u32], block: usize, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
         let params = KernelParams::new(sampling, self.mask_id);
         let u = (!sampling.is_greedy()).then_some(uniforms);
-        if self.opts.fixed_passes {
-            self.fixed_pass(ids, block, Some(&params), u)?;
-            let fixed = self.fixed.as_ref().expect("ran");
+        // A prompt prefill is a one-off of any length: eager, not worth a fixed shape.
+        if self.opts.fixed_passes && pass.store.len() <= pass.block.len() {
+            let fixed = self.fixed_pass(pass, &params, u)?;
             let ks = fixed.samples()?;
             let rows: Vec<Option<Vec<f32>>> = ks
                 .iter()
@@ -177,7 +184,7 @@ impl Denoiser for ModelDenoiser {
                 })
                 .collect());
         }
-        let hidden = self.pass(ids, block, false)?;
+        let hidden = self.pass(pass)?;
         if self.opts.device_sampler {
             let mut logits = self.model.logits_raw(&hidden)?;
             if !native_dtype(logits.dtype()) {
@@ -209,13 +216,5 @@ impl Denoiser for ModelDenoiser {
                 sample(row, sampling, u)
             })
             .collect())
-    }
-
-    fn commit(&mut self, ids: &[u32], block: usize) -> Result<()> {
-        if self.opts.fixed_passes {
-            self.fixed_pass(ids, block, None, None)?;
-            return self.cache.as_mut().expect("reset").advance(ids.len());
-        }
-        self.pass(ids, block, true).map(drop)
     }
 }

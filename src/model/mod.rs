@@ -2,6 +2,7 @@
 //! embedded in the binary, through one code path.
 
 pub mod config;
+pub mod linear;
 pub mod ops;
 #[cfg(feature = "cuda")]
 mod ops_cuda;

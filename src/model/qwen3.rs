@@ -7,20 +7,21 @@ use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
 use super::config::ModelConfig;
+use super::linear::{Bf16Panels, Linear};
 use super::ops;
 use super::weights::WeightSource;
 
 struct Layer {
     input_norm: Tensor,
-    /// q, k and v projections stacked: one matmul, `[hidden, heads*d + 2*kv_heads*d]` (transposed).
-    qkv_proj: Tensor,
-    o_proj: Tensor,
+    /// q, k and v projections stacked: one matmul, `[hidden, heads*d + 2*kv_heads*d]`.
+    qkv_proj: Linear,
+    o_proj: Linear,
     q_norm: Tensor,
     k_norm: Tensor,
     post_norm: Tensor,
-    /// gate and up projections stacked: one matmul, `[hidden, 2*intermediate]` (transposed).
-    gate_up_proj: Tensor,
-    down_proj: Tensor,
+    /// gate and up projections stacked: one matmul, `[hidden, 2*intermediate]`.
+    gate_up_proj: Linear,
+    down_proj: Linear,
 }
 
 /// The device-side inputs of one forward pass. [`Qwen3::forward`] builds them from host ids;
@@ -41,7 +42,7 @@ pub struct Qwen3 {
     embed: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
-    lm_head: Tensor,
+    lm_head: Linear,
     rope_theta: f64,
     heads: usize,
     kv_heads: usize,
@@ -116,43 +117,45 @@ impl Qwen3 {
         let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
         let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
-        // Projections are stored transposed, `[in, out]` and contiguous: `linear` is a plain
-        // matmul, and the CPU's gemm does not re-pack every weight matrix on each pass.
-        let tr = |t: Tensor| -> Result<Tensor> { Ok(t.t()?.contiguous()?) };
-        let getl = |name: &str, shape: &[usize]| -> Result<Tensor> { tr(get(name, shape)?) };
+        let packed = bf16_weights_here(device, dtype);
+        // A projection from `[out, in]` checkpoint tensors stacked along `out`: bf16 panels
+        // (see linear.rs) where the CPU computes in f32 from bf16 weights; else stored
+        // transposed, `[in, out]` and contiguous, so that it is a plain matmul and the CPU's gemm
+        // does not re-pack the weight on every pass.
+        let proj = |parts: &[(String, usize)], inp: usize| -> Result<Linear> {
+            let ts = parts.iter().map(|(n, out)| get(n, &[*out, inp])).collect::<Result<Vec<_>>>()?;
+            let stacked = Tensor::cat(&ts, 0)?;
+            if packed && parts.iter().all(|(n, _)| w.stored(n) == Some(DType::BF16)) {
+                return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked)?));
+            }
+            Ok(Linear::Dense(stacked.t()?.contiguous()?))
+        };
+        let one = |name: String, out: usize| [(name, out)];
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            let qkv_proj = tr(Tensor::cat(
-                &[
-                    get(&format!("{p}.self_attn.q_proj.weight"), &[q_out, h])?,
-                    get(&format!("{p}.self_attn.k_proj.weight"), &[kv_out, h])?,
-                    get(&format!("{p}.self_attn.v_proj.weight"), &[kv_out, h])?,
-                ],
-                0,
-            )?)?;
-            let gate_up_proj = tr(Tensor::cat(
-                &[
-                    get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                    get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-                ],
-                0,
-            )?)?;
+            let qkv = [
+                (format!("{p}.self_attn.q_proj.weight"), q_out),
+                (format!("{p}.self_attn.k_proj.weight"), kv_out),
+                (format!("{p}.self_attn.v_proj.weight"), kv_out),
+            ];
+            let gate_up = [(format!("{p}.mlp.gate_proj.weight"), i), (format!("{p}.mlp.up_proj.weight"), i)];
             layers.push(Layer {
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                qkv_proj,
-                o_proj: getl(&format!("{p}.self_attn.o_proj.weight"), &[h, q_out])?,
+                qkv_proj: proj(&qkv, h)?,
+                o_proj: proj(&one(format!("{p}.self_attn.o_proj.weight"), h), q_out)?,
                 q_norm: get(&format!("{p}.self_attn.q_norm.weight"), &[d])?,
                 k_norm: get(&format!("{p}.self_attn.k_norm.weight"), &[d])?,
                 post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_up_proj,
-                down_proj: getl(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
+                gate_up_proj: proj(&gate_up, h)?,
+                down_proj: proj(&one(format!("{p}.mlp.down_proj.weight"), h), i)?,
             });
         }
         let embed = get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must.
         let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
-        let lm_head = if tied { tr(embed.clone())? } else { getl("lm_head.weight", &[cfg.vocab_size, h])? };
+        let head_name = if tied { "model.embed_tokens.weight" } else { "lm_head.weight" };
+        let lm_head = proj(&one(head_name.to_string(), cfg.vocab_size), h)?;
         Ok(Qwen3 {
             embed,
             layers,
@@ -194,13 +197,11 @@ impl Qwen3 {
         let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
         let mut n = size(&self.embed) + size(&self.norm);
         if !self.tied {
-            n += size(&self.lm_head);
+            n += self.lm_head.bytes();
         }
         for l in &self.layers {
-            n += [&l.input_norm, &l.qkv_proj, &l.o_proj, &l.q_norm, &l.k_norm, &l.post_norm, &l.gate_up_proj, &l.down_proj]
-                .into_iter()
-                .map(size)
-                .sum::<usize>();
+            n += [&l.input_norm, &l.q_norm, &l.k_norm, &l.post_norm].into_iter().map(size).sum::<usize>();
+            n += [&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj].into_iter().map(Linear::bytes).sum::<usize>();
         }
         n
     }
@@ -228,9 +229,13 @@ impl Qwen3 {
 
     /// Final hidden states `[T, hidden]` of `ids`, placed right after the cache's committed
     /// positions. Every cached position is visible; among `ids`, attention is block-causal with
-    /// blocks of `block` positions counted from position 0. `store` commits their K/V.
-    pub fn forward(&self, ids: &[u32], cache: &mut KvCache, block: usize, store: bool) -> Result<Tensor> {
+    /// blocks of `block` positions counted from position 0. The K/V of the first `keep` ids
+    /// are committed (the rest stay scratch).
+    pub fn forward(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<Tensor> {
         let (start, t) = (cache.len, ids.len());
+        if keep > t {
+            bail!("a pass over {t} positions cannot store {keep}");
+        }
         if start + t > cache.capacity {
             bail!("KV cache overflow: {} + {t} positions > capacity {}", start, cache.capacity);
         }
@@ -247,9 +252,7 @@ impl Qwen3 {
             mask,
         };
         let hidden = self.forward_input(&input, cache)?;
-        if store {
-            cache.len += t;
-        }
+        cache.len += keep;
         Ok(hidden)
     }
 
@@ -291,7 +294,7 @@ impl Qwen3 {
 
     /// Logits `[T, vocab]` in the compute dtype (what the device sampler reads).
     pub fn logits_raw(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(linear(hidden, &self.lm_head)?)
+        Ok(self.lm_head.forward(hidden)?)
     }
 
     /// Whether this model runs the fused ops (`UNMASK_FUSED=0`/`=1` overrides the device default).
@@ -320,7 +323,7 @@ impl Qwen3 {
         let (t, d, kvh, heads) = (x.dim(0)?, self.head_dim, self.kv_heads, self.heads);
         // One matmul for q, k, v, then every head as [H + 2 KV, T, d]: q and k normalised and
         // rotated, v as is.
-        let qkv = linear(x, &layer.qkv_proj)?;
+        let qkv = layer.qkv_proj.forward(x)?;
         let all = if self.fused {
             let op = ops::QkvPrep {
                 heads,
@@ -347,7 +350,7 @@ impl Qwen3 {
         } else {
             self.attention_generic(&q, &cache.kv[l], input, scale)?
         };
-        Ok(linear(&out, &layer.o_proj)?)
+        Ok(layer.o_proj.forward(&out)?)
     }
 
     /// [`ops::qkv_prep`] as generic candle ops.
@@ -394,14 +397,14 @@ impl Qwen3 {
     }
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
-        let gate_up = linear(x, &layer.gate_up_proj)?;
+        let gate_up = layer.gate_up_proj.forward(x)?;
         let h = if self.fused {
             ops::silu_mul(&gate_up, &ops::SiluMul { intermediate: self.intermediate })?
         } else {
             let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
             (gate * gate_up.narrow(1, self.intermediate, self.intermediate)?)?
         };
-        linear(&h, &layer.down_proj)
+        layer.down_proj.forward(&h)
     }
 }
 
@@ -449,8 +452,10 @@ fn fused_here(device: &Device, dtype: DType) -> bool {
     true
 }
 
-fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    x.matmul(w)
+/// Whether projections stored in bf16 stay bf16 ([`Linear::Bf16`]): on the CPU computing in f32,
+/// unless `UNMASK_BF16_WEIGHTS=0` (for comparisons: the widened f32 weights through gemm).
+fn bf16_weights_here(device: &Device, dtype: DType) -> bool {
+    device.is_cpu() && dtype == DType::F32 && std::env::var("UNMASK_BF16_WEIGHTS").as_deref() != Ok("0")
 }
 
 /// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way

@@ -140,7 +140,7 @@ mod tests {
         let w = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
         let m = super::super::Qwen3::load(&cfg, &w, DType::F32, &Device::Cpu).unwrap();
         let mut cache = m.new_cache(16).unwrap();
-        let h = m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, true).unwrap();
+        let h = m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, 6).unwrap();
         let lg = m.logits(&h).unwrap();
         assert_eq!(lg.dims(), &[6, 354]);
         assert!(lg.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().all(|x| x.is_finite()));
@@ -148,7 +148,7 @@ mod tests {
         let w2 = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
         let m2 = super::super::Qwen3::load(&cfg, &w2, DType::F32, &Device::Cpu).unwrap();
         let mut c2 = m2.new_cache(16).unwrap();
-        let h2 = m2.forward(&[1, 2, 3, 4, 5, 6], &mut c2, 4, true).unwrap();
+        let h2 = m2.forward(&[1, 2, 3, 4, 5, 6], &mut c2, 4, 6).unwrap();
         assert_eq!(h.to_vec2::<f32>().unwrap(), h2.to_vec2::<f32>().unwrap());
     }
 
@@ -167,9 +167,9 @@ mod tests {
             let mut m = super::super::Qwen3::load(&cfg, &w, dt, &Device::Cpu).unwrap();
             let run = |m: &super::super::Qwen3| -> Vec<Vec<f32>> {
                 let mut cache = m.new_cache(24).unwrap();
-                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, false).unwrap()).unwrap();
-                m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, true).unwrap();
-                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, false).unwrap()).unwrap();
+                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
+                m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap();
+                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap()).unwrap();
                 let (pos, mask) = PassInput::window(8, 4, 4, 24);
                 let input = PassInput {
                     ids: Tensor::new(&[9u32, 10, 11, 12], &Device::Cpu).unwrap(),

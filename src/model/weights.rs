@@ -35,6 +35,10 @@ pub trait WeightSource {
     /// The tensor `name` with shape `shape`, converted to `dtype` on `device`.
     fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor>;
     fn contains(&self, name: &str) -> bool;
+    /// The dtype `name` is stored in, where it is stored at all.
+    fn stored(&self, _name: &str) -> Option<DType> {
+        None
+    }
 }
 
 impl WeightSource for Weights {
@@ -43,6 +47,11 @@ impl WeightSource for Weights {
     }
     fn contains(&self, name: &str) -> bool {
         Weights::contains(self, name)
+    }
+    fn stored(&self, name: &str) -> Option<DType> {
+        let shard = &self.shards[*self.index.get(name)?];
+        let dt = parse(shard).ok()?.tensor(name).ok()?.dtype();
+        DType::try_from(dt).ok()
     }
 }
 
