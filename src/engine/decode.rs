@@ -151,9 +151,9 @@ impl Loop<'_> {
             if let Interrupt::Cancel = self.block(req, block, &mut cells, &mut unstored, &mut uniforms)? {
                 return Ok(FinishReason::Cancelled);
             }
-            unstored = cells.clone();
             *blocks += 1;
             let generated: Vec<u32> = (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
+            unstored = cells;
             let eos_at = generated.iter().position(|t| req.eos_ids.contains(t));
             match eos_at {
                 Some(i) => {

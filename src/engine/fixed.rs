@@ -20,7 +20,6 @@ pub struct FixedPass {
     /// Positions stored before the block, and the block's length; a pass forwards both.
     store: usize,
     block: usize,
-    t: usize,
     capacity: usize,
     ids: Tensor,
     positions: Tensor,
@@ -48,7 +47,6 @@ impl FixedPass {
         Ok(FixedPass {
             store,
             block,
-            t,
             capacity,
             ids: Tensor::zeros(t, DType::U32, dev)?,
             positions: Tensor::zeros(t, DType::U32, dev)?,
@@ -84,15 +82,15 @@ impl FixedPass {
                 pass.block.len()
             );
         }
-        let ids = [pass.store, pass.block].concat();
-        if start + self.t > self.capacity {
-            bail!("KV cache overflow: {start} + {} positions > capacity {}", self.t, self.capacity);
+        let t = self.store + self.block;
+        if start + t > self.capacity {
+            bail!("KV cache overflow: {start} + {t} positions > capacity {}", self.capacity);
         }
-        self.ids.slice_set(&Tensor::from_vec(ids, self.t, dev)?, 0, 0)?;
+        self.ids.slice_set(&Tensor::from_vec(pass.ids(), t, dev)?, 0, 0)?;
         if self.written_start != Some(start) {
-            let (pos, mask) = PassInput::window(start, self.t, self.block, self.capacity);
-            self.positions.slice_set(&Tensor::from_vec(pos, self.t, dev)?, 0, 0)?;
-            let mask = Tensor::from_vec(mask, (self.t, self.capacity), dev)?.to_dtype(model.dtype())?;
+            let (pos, mask) = PassInput::window(start, t, self.block, self.capacity);
+            self.positions.slice_set(&Tensor::from_vec(pos, t, dev)?, 0, 0)?;
+            let mask = Tensor::from_vec(mask, (t, self.capacity), dev)?.to_dtype(model.dtype())?;
             self.mask.slice_set(&mask, 0, 0)?;
             self.written_start = Some(start);
         }

@@ -13,7 +13,6 @@ use anyhow::Result;
 pub use decode::{decode, decode_with_events, Request};
 pub use runner::{ModelDenoiser, RunOptions, RunStatus};
 
-
 use crate::events::Event;
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling};
@@ -28,6 +27,13 @@ pub struct Pass<'a> {
     pub store: &'a [u32],
     /// The block being denoised, masks included: sampled at every position, not stored.
     pub block: &'a [u32],
+}
+
+impl Pass<'_> {
+    /// Every id the pass forwards, in order: `store` then `block`.
+    pub fn ids(&self) -> Vec<u32> {
+        [self.store, self.block].concat()
+    }
 }
 
 /// The forward passes of a block-diffusion decode (docs/decoding.md).

@@ -114,8 +114,7 @@ impl ModelDenoiser {
     fn pass(&mut self, pass: Pass<'_>) -> Result<Tensor> {
         let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
         let (s, b) = (pass.store.len(), pass.block.len());
-        let ids = [pass.store, pass.block].concat();
-        Ok(self.model.forward(&ids, cache, b, s)?.narrow(0, s, b)?)
+        Ok(self.model.forward(&pass.ids(), cache, b, s)?.narrow(0, s, b)?)
     }
 
     /// A fixed-buffer pass; returns its buffers (samples and logits on the device).

@@ -122,13 +122,19 @@ impl Qwen3 {
         // (see linear.rs) where the CPU computes in f32 from bf16 weights; else stored
         // transposed, `[in, out]` and contiguous, so that it is a plain matmul and the CPU's gemm
         // does not re-pack the weight on every pass.
-        let proj = |parts: &[(String, usize)], inp: usize| -> Result<Linear> {
-            let ts = parts.iter().map(|(n, out)| get(n, &[*out, inp])).collect::<Result<Vec<_>>>()?;
-            let stacked = Tensor::cat(&ts, 0)?;
-            if packed && parts.iter().all(|(n, _)| w.stored(n) == Some(DType::BF16)) {
+        let linear = |stacked: Tensor, bf16: bool| -> Result<Linear> {
+            if bf16 {
                 return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked)?));
             }
             Ok(Linear::Dense(stacked.t()?.contiguous()?))
+        };
+        let bf16 = |name: &str| packed && w.stored(name) == Some(DType::BF16);
+        let proj = |parts: &[(String, usize)], inp: usize| -> Result<Linear> {
+            let keep = parts.iter().all(|(n, _)| bf16(n));
+            // Panels are made from the stored bf16 values directly, not through f32.
+            let dt = if keep { DType::BF16 } else { dtype };
+            let ts = parts.iter().map(|(n, out)| w.get(n, &[*out, inp], dt, device)).collect::<Result<Vec<_>>>()?;
+            linear(Tensor::cat(&ts, 0)?, keep)
         };
         let one = |name: String, out: usize| [(name, out)];
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
@@ -151,11 +157,16 @@ impl Qwen3 {
                 down_proj: proj(&one(format!("{p}.mlp.down_proj.weight"), h), i)?,
             });
         }
-        let embed = get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
-        // Some tied checkpoints still ship lm_head; an untied one must.
+        let embed_name = "model.embed_tokens.weight";
+        let embed = get(embed_name, &[cfg.vocab_size, h])?;
+        // Some tied checkpoints still ship lm_head; an untied one must. Tied: the embedding
+        // already loaded (a second read would be a second draw from random weights).
         let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
-        let head_name = if tied { "model.embed_tokens.weight" } else { "lm_head.weight" };
-        let lm_head = proj(&one(head_name.to_string(), cfg.vocab_size), h)?;
+        let lm_head = if tied {
+            linear(embed.clone(), bf16(embed_name))?
+        } else {
+            proj(&one("lm_head.weight".to_string(), cfg.vocab_size), h)?
+        };
         Ok(Qwen3 {
             embed,
             layers,
