@@ -89,15 +89,46 @@ __device__ void qkv_prep(const T* __restrict__ qkv, const T* __restrict__ q_norm
     }
 }
 
-// grid (H, T), block 128, dynamic smem (d + keys) floats.
-template <typename T>
+// 8 / 4 consecutive values as f32 (16- / 8-byte loads of bf16; float4 loads of f32).
+__device__ __forceinline__ void ld8(const float* p, float* f) {
+    float4 a = __ldg((const float4*)p), b = __ldg((const float4*)p + 1);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+__device__ __forceinline__ void ld8(const unsigned short* p, float* f) {
+    uint4 v = __ldg((const uint4*)p);
+    unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
+}
+__device__ __forceinline__ void ld4(const float* p, float* f) {
+    float4 a = __ldg((const float4*)p);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+}
+__device__ __forceinline__ void ld4(const unsigned short* p, float* f) {
+    uint2 v = __ldg((const uint2*)p);
+    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
+    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
+}
+
+// grid (H, T), block 256 (8 warps), dynamic smem (d + keys) floats; d % 8 == 0, d <= 256.
+// Latency, not bandwidth, bounds this kernel (a few hundred keys of one head), so every loop
+// keeps many independent loads in flight: a thread per key for the scores (16-byte loads
+// along d, all in flight at once), and for V each warp takes every 8th key with its lanes
+// across d (one coalesced row per key, 8 keys in flight), the eight warps' partial sums added
+// through shared memory. Keys the mask hides are
+// never read: unwritten cache slots and later blocks cost nothing.
+// D: the head size when known at compile time (128, every Qwen3), so the loops over it unroll
+// completely; 0 for any other.
+template <typename T, int D>
 __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                          const T* __restrict__ mask, T* __restrict__ out, int t_len, int heads, int kvh, int d,
+                          const T* __restrict__ mask, T* __restrict__ out, int t_len, int heads, int kvh, int d_arg,
                           int cap, int keys, float scale) {
+    const int d = D ? D : d_arg;
     extern __shared__ float sm[];
     float* qf = sm;
     float* sc = sm + d;
     __shared__ float red[32];
+    __shared__ float part[8][256];
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int g = h / (heads / kvh);
@@ -106,31 +137,67 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
     const T* vb = v_cache + (long)g * cap * d;
     for (int i = tid; i < d; i += nt) qf[i] = ld(qr, i);
     __syncthreads();
-    for (int j = warp; j < keys; j += nw) {
-        const T* kr = kb + (long)j * d;
-        float dot = 0.0f;
-        for (int i = lane; i < d; i += 32) dot += qf[i] * ld(kr, i);
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane == 0) sc[j] = dot * scale + (mask ? ld(mask, (long)t * keys + j) : 0.0f);
-    }
-    __syncthreads();
-    float m = NEG_INF;
-    for (int j = tid; j < keys; j += nt) m = fmaxf(m, sc[j]);
-    m = block_max(m, red);
-    float s = 0.0f;
+    float m = NEG_INF, last = 0.0f;  // the score max, and 1 + the last key with a finite score
     for (int j = tid; j < keys; j += nt) {
-        float e = sc[j] == NEG_INF ? 0.0f : expf(sc[j] - m);
-        sc[j] = e;
-        s += e;
+        const float mj = mask ? ld(mask, (long)t * keys + j) : 0.0f;
+        float s = NEG_INF;
+        if (mj != NEG_INF) {
+            const T* kr = kb + (long)j * d;
+            float dot = 0.0f;
+#pragma unroll 16
+            for (int i = 0; i < d; i += 8) {
+                float kf[8];
+                ld8(kr + i, kf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) dot = fmaf(qf[i + e], kf[e], dot);
+            }
+            s = dot * scale + mj;
+        }
+        sc[j] = s;
+        if (s != NEG_INF) last = (float)(j + 1);
+        m = fmaxf(m, s);
     }
-    s = block_sum(s, red);
+    m = block_max(m, red);
+    const int live = (int)block_max(last, red);
+    float sum = 0.0f;
+    for (int j = tid; j < live; j += nt) {
+        const float e = sc[j] == NEG_INF ? 0.0f : expf(sc[j] - m);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);  // its leading __syncthreads also publishes sc
     __syncthreads();
-    const float inv = 1.0f / s;
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int chunks = d / 4;
+#pragma unroll 8
+    for (int j = warp; j < live; j += nw) {
+        const float p = sc[j];
+        const T* vr = vb + (long)j * d;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int ch = lane + 32 * c;
+            if (ch < chunks) {
+                float vf[4];
+                ld4(vr + 4 * ch, vf);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[c][e] = fmaf(p, vf[e], acc[c][e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        const int ch = lane + 32 * c;
+        if (ch < chunks)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[warp][4 * ch + e] = acc[c][e];
+    }
+    __syncthreads();
+    const float inv = 1.0f / sum;
     T* o = out + (long)t * heads * d + (long)h * d;
     for (int i = tid; i < d; i += nt) {
-        float acc = 0.0f;
-        for (int j = 0; j < keys; ++j) acc += sc[j] * ld(vb, (long)j * d + i);
-        st(o, i, acc * inv);
+        float v = 0.0f;
+        for (int w = 0; w < nw; ++w) v += part[w][i];
+        st(o, i, v * inv);
     }
 }
 
@@ -145,26 +212,50 @@ __device__ void silu_mul(const T* __restrict__ gu, T* __restrict__ out, int t_le
     }
 }
 
-// grid T, block 256, dynamic smem h floats.
+// `v` as the storage dtype holds it (rounded to bf16 for bf16), back in f32.
+__device__ __forceinline__ float rounded(const float*, float v) { return v; }
+__device__ __forceinline__ float rounded(const unsigned short*, float v) {
+    unsigned short b;
+    st(&b, 0, v);
+    return __uint_as_float(((unsigned)b) << 16);
+}
+
+// grid T, block 256 (h <= 4096) or 1024 (h <= 16384), no dynamic smem. Latency-bound (a few
+// KB per row), so everything a thread needs is loaded up front, into registers: its sums and
+// weights, before the one block reduction; nothing is read back from global memory.
+#define NORM_PER_THREAD 16
 template <typename T>
 __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ delta, const T* __restrict__ w,
                              T* __restrict__ out, int t_len, int h, float eps) {
-    extern __shared__ float sm[];
     __shared__ float red[32];
     const int t = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     const long base = (long)t * h;
     T* sum_out = out + base;
     T* norm_out = out + (long)t_len * h + base;
+    float v[NORM_PER_THREAD], wv[NORM_PER_THREAD];
     float ss = 0.0f;
-    for (int i = tid; i < h; i += nt) {
-        st(sum_out, i, ld(x, base + i) + ld(delta, base + i));
-        float v = ld(sum_out, i);  // the stored (rounded) value, as the unfused add + norm see it
-        sm[i] = v;
-        ss += v * v;
+#pragma unroll
+    for (int c = 0; c < NORM_PER_THREAD; ++c) {
+        const int i = tid + c * nt;
+        v[c] = 0.0f;
+        wv[c] = 0.0f;
+        if (i < h) {
+            // the stored (rounded) sum, as the unfused add + norm see it
+            v[c] = rounded(sum_out, ld(x, base + i) + ld(delta, base + i));
+            wv[c] = ld(w, i);
+            ss += v[c] * v[c];
+        }
     }
     ss = block_sum(ss, red);
     const float r = 1.0f / sqrtf(ss / (float)h + eps);
-    for (int i = tid; i < h; i += nt) st(norm_out, i, sm[i] * r * ld(w, i));
+#pragma unroll
+    for (int c = 0; c < NORM_PER_THREAD; ++c) {
+        const int i = tid + c * nt;
+        if (i < h) {
+            st(sum_out, i, v[c]);
+            st(norm_out, i, v[c] * r * wv[c]);
+        }
+    }
 }
 
 #define QKV(NAME, T)                                                                                        \
@@ -175,7 +266,8 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ delt
 #define ATT(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* q, const T* k, const T* v, const T* mask, T* out, int t_len,  \
                                     int heads, int kvh, int d, int cap, int keys, float scale) {           \
-        attention<T>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);                          \
+        if (d == 128) attention<T, 128>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);       \
+        else attention<T, 0>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);                  \
     }
 #define SILU(NAME, T)                                                                                       \
     extern "C" __global__ void NAME(const T* gu, T* out, int t_len, int inter) { silu_mul<T>(gu, out, t_len, inter); }

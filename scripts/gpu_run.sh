@@ -152,8 +152,8 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / fused ops"
-for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "fused UNMASK_FUSED=1"; do
+stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / fused ops on / gemv off / fused ops off"
+for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "fused UNMASK_FUSED=1" "nogemv UNMASK_GEMV=0" "generic UNMASK_FUSED=0"; do
   set -- $v
   env "$2" timeout 150 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --max-new-tokens 128 \
     --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/$1.json" \
@@ -189,7 +189,21 @@ if check:
     print(f"- check-device: {n - f}/{n} checks pass (logits vs CPU f32, device sampler vs reference sampler)")
     for c in check["checks"]:
         if c["name"].startswith("logits"): print(f"  - {c['name']}: rel. error {c['value']:.2e} (limit {c['limit']:.0e})")
-    for k, v in check.get("timings_us", []): print(f"  - {k}: {v:.1f} us per call ([4, 151936] bf16)")
+    for k, v in check.get("timings_us", []):
+        if k.startswith("sampler"): print(f"  - {k}: {v:.1f} us per call ([4, 151936] bf16)")
+    tm = dict(check.get("timings_us", []))
+    shapes = {"qkv": (4096, 2048), "o": (2048, 2048), "gate_up": (12288, 2048), "down": (2048, 6144), "lm_head": (151936, 2048)}
+    if any(k.startswith("gemv") for k in tm):
+        print("\n  gemv kernel vs candle matmul (cuBLAS), bf16, weights cycled past L2, host-timed back to back (us per call, GB/s of weights):\n")
+        print("  | projection | N x K | T | gemv us | gemv GB/s | cuBLAS us | cuBLAS GB/s |")
+        print("  |---|---|---:|---:|---:|---:|---:|")
+        for name, (n, k) in shapes.items():
+            for t in [1, 4, 8]:
+                g, m = tm.get(f"gemv {name} T={t}"), tm.get(f"matmul {name} T={t}")
+                if g and m:
+                    b = n * k * 2
+                    print(f"  | {name} | {n} x {k} | {t} | {g:.1f} | {b/g/1e3:.0f} | {m:.1f} | {b/m/1e3:.0f} |")
+        print()
 if traces:
     req = [t for t in traces if t["required"]]
     print(f"- decode traces CPU vs GPU: {sum(t['same'] for t in req)}/{len(req)} required pairs identical (tokens, steps); bf16 pairs: " +
@@ -209,7 +223,7 @@ if main and "rows" in main:
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
         if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
-    for name in ["nograph", "eager", "hostsampler", "fused"]:
+    for name in ["nograph", "eager", "hostsampler", "fused", "nogemv", "generic"]:
         b = bench.get(name)
         if b and "rows" in b:
             r = b["rows"][0]

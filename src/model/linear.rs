@@ -1,7 +1,11 @@
-//! A projection `y = x W` (`W` stored `[in, out]`), in one of two forms:
+//! A projection `y = x W`, in one of three forms:
 //!
 //! - [`Linear::Dense`]: a contiguous `[in, out]` tensor in the compute dtype, multiplied by
-//!   candle's matmul (every GPU path; the CPU when the checkpoint is not bf16).
+//!   candle's matmul (the CPU when the checkpoint is not bf16; the GPU with `UNMASK_GEMV=0`
+//!   or in f32).
+//! - [`Linear::Rows`]: the checkpoint's own `[out, in]` tensor in bf16, on the GPU: a block
+//!   pass's few rows go through the streaming kernel of gemv.rs, a prefill's many rows through
+//!   cuBLAS with the weight read transposed (no second copy).
 //! - [`Linear::Bf16`]: on the CPU with f32 compute and a bf16 checkpoint, the stored bf16 values
 //!   kept as they are and widened to f32 inside a hand-written kernel. A block pass multiplies
 //!   only a few rows, so it is bound by reading the weights; bf16 halves those bytes and the
@@ -13,6 +17,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 
+use super::gemv::Gemv;
+
 /// Output columns per panel: two 16-lane f32 registers per row.
 pub const PANEL: usize = 32;
 /// Input rows per sweep over the weights (accumulators: `ROWS * PANEL / 16` registers).
@@ -20,6 +26,7 @@ pub const ROWS: usize = 8;
 
 pub enum Linear {
     Dense(Tensor),
+    Rows(Tensor),
     Bf16(Bf16Panels),
 }
 
@@ -27,6 +34,8 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Linear::Dense(w) => x.matmul(w),
+            Linear::Rows(w) if Gemv::fits(x, w) => Gemv::forward(x, w),
+            Linear::Rows(w) => x.matmul(&w.t()?),
             Linear::Bf16(p) => x.apply_op1_no_bwd(p),
         }
     }
@@ -34,7 +43,7 @@ impl Linear {
     /// Bytes the weights occupy.
     pub fn bytes(&self) -> usize {
         match self {
-            Linear::Dense(w) => w.elem_count() * w.dtype().size_in_bytes(),
+            Linear::Dense(w) | Linear::Rows(w) => w.elem_count() * w.dtype().size_in_bytes(),
             Linear::Bf16(p) => p.data.len() * 2,
         }
     }
@@ -222,5 +231,25 @@ mod tests {
         let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
         assert!(diff < 1e-4, "max diff {diff}");
         assert_eq!(lin.bytes(), 2 * 24 * 64, "two zero-padded panels of 32 columns");
+    }
+
+    #[test]
+    fn rows_form_equals_the_dense_form_through_the_kernel_and_through_matmul() {
+        let dev = candle_core::Device::Cpu;
+        let w = Tensor::randn(0f32, 1.0, (48, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let rows = Linear::Rows(w.clone());
+        let dense = Linear::Dense(w.t().unwrap().contiguous().unwrap());
+        for t in [4, 8, 9, 64] {
+            let x = Tensor::randn(0f32, 1.0, (t, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+            assert_eq!(Gemv::fits(&x, &w), t <= 8);
+            let f = |t: Tensor| t.to_dtype(DType::F32).unwrap();
+            let (a, b) = (f(rows.forward(&x).unwrap()), f(dense.forward(&x).unwrap()));
+            assert_eq!(a.dims(), &[t, 48]);
+            let rel = ((&a - &b).unwrap().abs().unwrap() / (b.abs().unwrap() + 1e-2).unwrap()).unwrap();
+            let max = rel.flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            // Both round one f32 sum to bf16; sums in another order may round to the next value.
+            assert!(max <= 2.0 / 256.0, "t={t}: relative difference {max}");
+        }
+        assert_eq!(rows.bytes(), 48 * 32 * 2);
     }
 }

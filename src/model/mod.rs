@@ -2,6 +2,9 @@
 //! embedded in the binary, through one code path.
 
 pub mod config;
+pub mod gemv;
+#[cfg(feature = "cuda")]
+mod gemv_cuda;
 pub mod linear;
 pub mod ops;
 #[cfg(feature = "cuda")]

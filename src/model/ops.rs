@@ -1,7 +1,7 @@
 //! Fused layer pieces as candle custom ops: one implementation per backend, the CUDA one in
 //! kernels/fused.cu (launched from `ops_cuda.rs`), the CPU one here, written as the kernel's
 //! algorithm in Rust. [`Qwen3`](super::Qwen3) calls these on every device; with
-//! `UNMASK_FUSED=0` (the default on CUDA, where it measured faster) it uses the equivalent chains of generic candle ops instead (the path the
+//! `UNMASK_FUSED=0` it uses the equivalent chains of generic candle ops instead (the path the
 //! fused ops are checked against, on the CPU by tests and on the GPU by `unmask check-device`).
 //!
 //! - [`qkv_prep`]: `[T, (H + 2 KV) * d]` (the stacked q/k/v projection) -> `[H + 2 KV, T, d]`:

@@ -115,11 +115,14 @@ pub fn attention(
 ) -> Result<(CudaStorage, Shape)> {
     let dev = sq.device().clone();
     let (h, kv, d, keys) = (op.heads, op.kv_heads, op.head_dim, op.keys);
+    if d % 8 != 0 || d > 256 {
+        candle_core::bail!("attention kernel: head_dim {d} (takes a multiple of 8 up to 256)");
+    }
     let smem = (d + keys) * 4;
     if smem > 48 * 1024 {
         candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (48 KiB)");
     }
-    let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 };
+    let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem as u32 };
     let dt = sq.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx()?)?;
     let (t_i, h_i, kv_i, d_i, cap_i, keys_i) = (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
@@ -191,10 +194,12 @@ pub fn add_rms_norm(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     let dev = sx.device().clone();
-    if h * 4 > 48 * 1024 {
-        candle_core::bail!("add-rms-norm kernel: hidden size {h} exceeds its shared memory");
+    // kernels/fused.cu keeps NORM_PER_THREAD (16) values per thread in registers
+    let threads = if h <= 16 * 256 { 256 } else { 1024 };
+    if h > 16 * 1024 {
+        candle_core::bail!("add-rms-norm kernel: hidden size {h} (takes up to 16384)");
     }
-    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: (h * 4) as u32 };
+    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
     let dt = sx.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_add_rms_norm", dt)?, MODULE, ptx()?)?;
     let (t_i, h_i) = (t_len as i32, h as i32);

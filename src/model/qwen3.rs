@@ -118,13 +118,17 @@ impl Qwen3 {
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
         let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
         let packed = bf16_weights_here(device, dtype);
+        let rows = gemv_here(device, dtype);
         // A projection from `[out, in]` checkpoint tensors stacked along `out`: bf16 panels
-        // (see linear.rs) where the CPU computes in f32 from bf16 weights; else stored
-        // transposed, `[in, out]` and contiguous, so that it is a plain matmul and the CPU's gemm
-        // does not re-pack the weight on every pass.
+        // (see linear.rs) where the CPU computes in f32 from bf16 weights; kept `[out, in]` for
+        // the GPU's gemv kernel; else stored transposed, `[in, out]` and contiguous, so that it
+        // is a plain matmul and the CPU's gemm does not re-pack the weight on every pass.
         let linear = |stacked: Tensor, bf16: bool| -> Result<Linear> {
             if bf16 {
                 return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked)?));
+            }
+            if rows {
+                return Ok(Linear::Rows(stacked.contiguous()?));
             }
             Ok(Linear::Dense(stacked.t()?.contiguous()?))
         };
@@ -440,12 +444,12 @@ pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> O
     Some(m)
 }
 
-/// Fused ops unless turned off, or their CUDA kernels cannot take this dtype or compile here.
-///
-/// Unset, the CPU uses them and CUDA does not: on the H200 the generic chains replayed from a
-/// CUDA graph ran 2.66 ms per forward against 5.83 ms fused (SDAR-1.7B shape, docs/perf.md).
+/// Fused ops unless turned off (`UNMASK_FUSED=0`), or their CUDA kernels cannot take this
+/// dtype or compile here. On every device: with the gemv kernel for the projections and the
+/// latency-bound attention kernel rewritten, the fused path is the faster one on the H200 too
+/// (docs/perf.md, run 4).
 fn fused_here(device: &Device, dtype: DType) -> bool {
-    let wanted = ops::fused_override().unwrap_or(device.is_cpu());
+    let wanted = ops::fused_override().unwrap_or(true);
     if !wanted {
         return false;
     }
@@ -458,6 +462,20 @@ fn fused_here(device: &Device, dtype: DType) -> bool {
     #[cfg(feature = "cuda")]
     if let Err(e) = super::ops_cuda::probe() {
         eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
+        return false;
+    }
+    true
+}
+
+/// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]): on a GPU in
+/// bf16, unless `UNMASK_GEMV=0` (cuBLAS for every projection) or the kernel cannot compile.
+fn gemv_here(device: &Device, dtype: DType) -> bool {
+    if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() == Ok("0") {
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    if let Err(e) = super::gemv_cuda::probe() {
+        eprintln!("unmask: gemv kernel unavailable, using cuBLAS: {e}");
         return false;
     }
     true

@@ -1,0 +1,52 @@
+//! CUDA side of `gemv.rs`: kernels/gemv.cu, compiled once by NVRTC, launched through cudarc.
+
+use std::sync::OnceLock;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{CudaStorage, Layout, Result};
+
+use super::gemv::{split, WARPS};
+
+pub const SOURCE: &str = include_str!("../../kernels/gemv.cu");
+const MODULE: &str = "unmask_gemv";
+
+fn ptx() -> Result<&'static str> {
+    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    let r = PTX.get_or_init(|| {
+        let opts = CompileOptions { name: Some("gemv.cu".into()), ..Default::default() };
+        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+    });
+    match r {
+        Ok(s) => Ok(s.as_str()),
+        Err(e) => candle_core::bail!("NVRTC could not compile kernels/gemv.cu: {e}"),
+    }
+}
+
+/// Compiles kernels/gemv.cu now; an error means projections fall back to cuBLAS.
+pub fn probe() -> Result<()> {
+    ptx().map(drop)
+}
+
+pub fn launch(t: usize, n: usize, k: usize, (sx, lx): (&CudaStorage, &Layout), (sw, lw): (&CudaStorage, &Layout)) -> Result<CudaStorage> {
+    let dev = sx.device().clone();
+    let s = split(n);
+    let f = dev.get_or_load_custom_func(&format!("unmask_gemv_ks{}", s.ks), MODULE, ptx()?)?;
+    let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
+        candle_core::bail!("gemv: x and w must be contiguous");
+    };
+    if xa % 8 != 0 || wa % 8 != 0 {
+        candle_core::bail!("gemv: x and w must start 16-byte aligned");
+    }
+    let x = sx.as_cuda_slice::<half::bf16>()?.slice(xa..xb);
+    let w = sw.as_cuda_slice::<half::bf16>()?.slice(wa..wb);
+    let y = unsafe { dev.alloc::<half::bf16>(t * n)? };
+    let (t_i, n_i, k8) = (t as i32, n as i32, (k / 8) as i32);
+    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
+    let mut b = f.builder();
+    b.arg(&w).arg(&x).arg(&y).arg(&t_i).arg(&n_i).arg(&k8);
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(half::bf16::wrap_cuda_slice(y, dev))
+}
