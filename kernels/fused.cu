@@ -52,13 +52,19 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return r;
 }
 
-// grid (H + 2 KV, T), block 128 (any multiple of 32), dynamic smem d floats.
+// grid (H + 2 KV, T), block 128 (any multiple of 32), dynamic smem 3 d floats. Every load
+// (the row, its norm weight, the RoPE row) is issued before the reduction, unconditionally
+// (clamped in bounds), so the kernel waits on memory once.
 template <typename T>
 __device__ void qkv_prep(const T* __restrict__ qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                          const T* __restrict__ cos, const T* __restrict__ sin, T* __restrict__ out,
                          int t_len, int heads, int kvh, int d, float eps) {
     extern __shared__ float sm[];
+    const int half = d / 2;
     float* x = sm;
+    float* wn = sm + d;
+    float* cs = sm + 2 * d;
+    float* sn = cs + half;
     __shared__ float red[32];
     const int hh = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int nh = heads + 2 * kvh;
@@ -68,24 +74,26 @@ __device__ void qkv_prep(const T* __restrict__ qkv, const T* __restrict__ q_norm
         for (int i = tid; i < d; i += nt) dst[i] = row[i];
         return;
     }
+    const T* w = hh < heads ? q_norm : k_norm;
     float ss = 0.0f;
     for (int i = tid; i < d; i += nt) {
-        float v = ld(row, i);
+        const int ih = min(i, half - 1);
+        const float v = ld(row, i), wi = ld(w, i);
+        const float c = ld(cos, (long)t * half + ih), s = ld(sin, (long)t * half + ih);
         x[i] = v;
+        wn[i] = wi;
+        if (i < half) { cs[i] = c; sn[i] = s; }
         ss += v * v;
     }
     ss = block_sum(ss, red);
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
-    const T* w = hh < heads ? q_norm : k_norm;
     __syncthreads();
-    for (int i = tid; i < d; i += nt) x[i] = x[i] * r * ld(w, i);
+    for (int i = tid; i < d; i += nt) x[i] = x[i] * r * wn[i];
     __syncthreads();
-    const int half = d / 2;
     for (int i = tid; i < half; i += nt) {
-        float c = ld(cos, (long)t * half + i), s = ld(sin, (long)t * half + i);
         float a = x[i], b = x[i + half];
-        st(dst, i, a * c - b * s);
-        st(dst, i + half, a * s + b * c);
+        st(dst, i, a * cs[i] - b * sn[i]);
+        st(dst, i + half, a * sn[i] + b * cs[i]);
     }
 }
 
@@ -113,10 +121,10 @@ __device__ __forceinline__ void ld4(const unsigned short* p, float* f) {
 // grid (H, T), block 256 (8 warps), dynamic smem (d + keys) floats; d % 8 == 0, d <= 256.
 // Latency, not bandwidth, bounds this kernel (a few hundred keys of one head), so every loop
 // keeps many independent loads in flight: a thread per key for the scores (16-byte loads
-// along d, all in flight at once), and for V each warp takes every 8th key with its lanes
-// across d (one coalesced row per key, 8 keys in flight), the eight warps' partial sums added
-// through shared memory. Keys the mask hides are
-// never read: unwritten cache slots and later blocks cost nothing.
+// along d, all in flight at once), and for V each half-warp takes a key with its lanes across
+// d (16-byte loads; several keys in flight), the partial sums added across the half-warps by
+// a shuffle and across the eight warps through shared memory. V rows past the last visible key
+// are never read.
 // D: the head size when known at compile time (128, every Qwen3), so the loops over it unroll
 // completely; 0 for any other.
 template <typename T, int D>
@@ -139,20 +147,19 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
     __syncthreads();
     float m = NEG_INF, last = 0.0f;  // the score max, and 1 + the last key with a finite score
     for (int j = tid; j < keys; j += nt) {
+        // Masked keys are read too (cache slots always hold finite values: zeros or earlier
+        // K), so that the mask and all of a key's loads are in flight at once.
         const float mj = mask ? ld(mask, (long)t * keys + j) : 0.0f;
-        float s = NEG_INF;
-        if (mj != NEG_INF) {
-            const T* kr = kb + (long)j * d;
-            float dot = 0.0f;
+        const T* kr = kb + (long)j * d;
+        float dot = 0.0f;
 #pragma unroll 16
-            for (int i = 0; i < d; i += 8) {
-                float kf[8];
-                ld8(kr + i, kf);
+        for (int i = 0; i < d; i += 8) {
+            float kf[8];
+            ld8(kr + i, kf);
 #pragma unroll
-                for (int e = 0; e < 8; ++e) dot = fmaf(qf[i + e], kf[e], dot);
-            }
-            s = dot * scale + mj;
+            for (int e = 0; e < 8; ++e) dot = fmaf(qf[i + e], kf[e], dot);
         }
+        const float s = mj == NEG_INF ? NEG_INF : dot * scale + mj;
         sc[j] = s;
         if (s != NEG_INF) last = (float)(j + 1);
         m = fmaxf(m, s);
@@ -167,29 +174,41 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
     }
     sum = block_sum(sum, red);  // its leading __syncthreads also publishes sc
     __syncthreads();
-    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const int chunks = d / 4;
-#pragma unroll 8
-    for (int j = warp; j < live; j += nw) {
+    // V: each half-warp takes one key (16 lanes x 8 values = 128 of d; a second chunk for
+    // d <= 256), so a warp reads two keys per step with 16-byte loads.
+    float acc[2][8];
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[c][e] = 0.0f;
+    const int chunks = d / 8, half = lane >> 4, hl = lane & 15;
+#pragma unroll 4
+    for (int j = 2 * warp + half; j < live; j += 2 * nw) {
         const float p = sc[j];
         const T* vr = vb + (long)j * d;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-            const int ch = lane + 32 * c;
+            const int ch = hl + 16 * c;
             if (ch < chunks) {
-                float vf[4];
-                ld4(vr + 4 * ch, vf);
+                float vf[8];
+                ld8(vr + 8 * ch, vf);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[c][e] = fmaf(p, vf[e], acc[c][e]);
+                for (int e = 0; e < 8; ++e) acc[c][e] = fmaf(p, vf[e], acc[c][e]);
             }
         }
     }
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-        const int ch = lane + 32 * c;
-        if (ch < chunks)
+    for (int c = 0; c < 2; ++c)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) part[warp][4 * ch + e] = acc[c][e];
+        for (int e = 0; e < 8; ++e) acc[c][e] += __shfl_xor_sync(0xffffffffu, acc[c][e], 16);
+    if (half == 0) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int ch = hl + 16 * c;
+            if (ch < chunks)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) part[warp][8 * ch + e] = acc[c][e];
+        }
     }
     __syncthreads();
     const float inv = 1.0f / sum;
@@ -236,15 +255,13 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ delt
     float ss = 0.0f;
 #pragma unroll
     for (int c = 0; c < NORM_PER_THREAD; ++c) {
-        const int i = tid + c * nt;
-        v[c] = 0.0f;
-        wv[c] = 0.0f;
-        if (i < h) {
-            // the stored (rounded) sum, as the unfused add + norm see it
-            v[c] = rounded(sum_out, ld(x, base + i) + ld(delta, base + i));
-            wv[c] = ld(w, i);
-            ss += v[c] * v[c];
-        }
+        // Loads are unconditional (clamped in bounds) and masked after: a load under a branch
+        // would wait for the one before it.
+        const int i = tid + c * nt, ic = min(i, h - 1);
+        const float sum = rounded(sum_out, ld(x, base + ic) + ld(delta, base + ic));  // as stored
+        v[c] = i < h ? sum : 0.0f;
+        wv[c] = ld(w, ic);
+        ss += v[c] * v[c];
     }
     ss = block_sum(ss, red);
     const float r = 1.0f / sqrtf(ss / (float)h + eps);
@@ -257,6 +274,24 @@ __device__ void add_rms_norm(const T* __restrict__ x, const T* __restrict__ delt
         }
     }
 }
+
+// grid (2 KV, T), block min(d, 1024): cache [2 KV][cap][d] row positions[t] = kv [2 KV][T][d] row t.
+template <typename T>
+__device__ void kv_write(T* __restrict__ cache, const T* __restrict__ kv, const unsigned* __restrict__ positions,
+                         int t_len, int d, int cap) {
+    const int r = blockIdx.x, t = blockIdx.y;
+    const long p = positions[t];
+    const T* src = kv + ((long)r * t_len + t) * d;
+    T* dst = cache + ((long)r * cap + p) * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
+}
+
+#define KVW(NAME, T)                                                                                        \
+    extern "C" __global__ void NAME(T* cache, const T* kv, const unsigned* pos, int t_len, int d, int cap) { \
+        kv_write<T>(cache, kv, pos, t_len, d, cap);                                                         \
+    }
+KVW(unmask_kv_write_f32, float)
+KVW(unmask_kv_write_bf16, unsigned short)
 
 #define QKV(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* qkv, const T* qn, const T* kn, const T* cos, const T* sin,    \

@@ -6,7 +6,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CudaStorage, Layout, Result};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 
 use super::gemv::{split, WARPS};
 
@@ -16,7 +16,8 @@ const MODULE: &str = "unmask_gemv";
 fn ptx() -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
-        let opts = CompileOptions { name: Some("gemv.cu".into()), ..Default::default() };
+        // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
+        let opts = CompileOptions { name: Some("gemv.cu".into()), arch: Some("compute_80"), ..Default::default() };
         compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
     });
     match r {
@@ -25,8 +26,13 @@ fn ptx() -> Result<&'static str> {
     }
 }
 
-/// Compiles kernels/gemv.cu now; an error means projections fall back to cuBLAS.
-pub fn probe() -> Result<()> {
+/// Whether the kernel can run on `dev` (compute capability 8.0 or later) and compiles; an
+/// error means projections fall back to cuBLAS.
+pub fn probe(dev: &CudaDevice) -> Result<()> {
+    let (major, minor) = dev.cuda_stream().context().compute_capability().w()?;
+    if major < 8 {
+        candle_core::bail!("the gemv kernel needs compute capability 8.0 (tensor-core bf16), the GPU has {major}.{minor}");
+    }
     ptx().map(drop)
 }
 

@@ -73,7 +73,7 @@ pub fn qkv_prep(
     let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
     let nh = h + 2 * kv;
     let n = nh * t_len * d;
-    let cfg = LaunchConfig { grid_dim: (nh as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (d * 4) as u32 };
+    let cfg = LaunchConfig { grid_dim: (nh as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (3 * d * 4) as u32 };
     let dt = s1.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_qkv_prep", dt)?, MODULE, ptx()?)?;
     let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
@@ -221,4 +221,34 @@ pub fn add_rms_norm(
         other => candle_core::bail!("add-rms-norm: {other:?}"),
     };
     Ok((st, Shape::from((2, t_len, h))))
+}
+
+pub fn kv_write(
+    (rows, t_len, d, cap): (usize, usize, usize, usize),
+    (sc, lc): (&mut CudaStorage, &Layout),
+    (sk, lk): (&CudaStorage, &Layout),
+    (sp, lp): (&CudaStorage, &Layout),
+) -> Result<()> {
+    let dev = sc.device().clone();
+    let cfg = LaunchConfig { grid_dim: (rows as u32, t_len as u32, 1), block_dim: (d.min(1024) as u32, 1, 1), shared_mem_bytes: 0 };
+    let dt = sc.dtype();
+    let f = dev.get_or_load_custom_func(&func_name("unmask_kv_write", dt)?, MODULE, ptx()?)?;
+    let (t_i, d_i, cap_i) = (t_len as i32, d as i32, cap as i32);
+    let pos = view::<u32>(sp, lp, "kv-write positions")?;
+    macro_rules! go {
+        ($T:ty) => {{
+            let k = view::<$T>(sk, lk, "kv-write block")?;
+            let (a, b) = lc.contiguous_offsets().expect("checked contiguous");
+            let mut c = sc.as_cuda_slice_mut::<$T>()?.slice_mut(a..b);
+            let mut bld = f.builder();
+            bld.arg(&mut c).arg(&k).arg(&pos).arg(&t_i).arg(&d_i).arg(&cap_i);
+            unsafe { bld.launch(cfg) }.w()?;
+        }};
+    }
+    match dt {
+        DType::F32 => go!(f32),
+        DType::BF16 => go!(half::bf16),
+        other => candle_core::bail!("kv-write: {other:?}"),
+    }
+    Ok(())
 }

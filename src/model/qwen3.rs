@@ -276,24 +276,17 @@ impl Qwen3 {
     /// Launches the same kernels with the same arguments whatever the tensors hold, so a CUDA
     /// graph captured once can replay it.
     pub fn forward_input(&self, input: &PassInput, cache: &KvCache) -> Result<Tensor> {
-        let t = input.ids.dim(0)?;
         if input.keys > cache.capacity {
             bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
         }
         let mut x = self.embed.index_select(&input.ids, 0)?;
         let cos = cache.cos.index_select(&input.positions, 0)?;
         let sin = cache.sin.index_select(&input.positions, 0)?;
-        // Cache slot of every element of a `[2, kv_heads, T, d]` K/V block, for the in-place scatter.
-        let slots = input
-            .positions
-            .reshape((1, 1, t, 1))?
-            .broadcast_as((2, self.kv_heads, t, self.head_dim))?
-            .contiguous()?;
         // Residual stream `x`; `h` its normed input to the next block. The add of each residual
         // and the norm after it are one op when fused.
         let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
         for (l, layer) in self.layers.iter().enumerate() {
-            let attn = self.attention(layer, &h, &cos, &sin, cache, l, &slots, input)?;
+            let attn = self.attention(layer, &h, &cos, &sin, cache, l, input)?;
             (x, h) = self.add_norm(&x, &attn, &layer.post_norm)?;
             let mlp = self.mlp(layer, &h)?;
             let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
@@ -332,7 +325,6 @@ impl Qwen3 {
         sin: &Tensor,
         cache: &KvCache,
         l: usize,
-        slots: &Tensor,
         input: &PassInput,
     ) -> Result<Tensor> {
         let (t, d, kvh, heads) = (x.dim(0)?, self.head_dim, self.kv_heads, self.heads);
@@ -356,7 +348,7 @@ impl Qwen3 {
         // k|v heads are the [2, KV, T, d] block of this pass: to their slots in place; only the
         // caller's commit makes them part of the prefix.
         let kv_new = all.narrow(0, heads, 2 * kvh)?.reshape((2, kvh, t, d))?;
-        cache.kv[l].scatter_set(slots, &kv_new, 2)?;
+        ops::kv_write(&cache.kv[l], &kv_new, &input.positions)?;
         let keys = input.keys;
         let scale = 1.0 / (d as f64).sqrt();
         let out = if self.fused && keys + d <= 12 * 1024 {
@@ -474,9 +466,11 @@ fn gemv_here(device: &Device, dtype: DType) -> bool {
         return false;
     }
     #[cfg(feature = "cuda")]
-    if let Err(e) = super::gemv_cuda::probe() {
-        eprintln!("unmask: gemv kernel unavailable, using cuBLAS: {e}");
-        return false;
+    if let Device::Cuda(d) = device {
+        if let Err(e) = super::gemv_cuda::probe(d) {
+            eprintln!("unmask: gemv kernel unavailable, using cuBLAS: {e}");
+            return false;
+        }
     }
     true
 }
