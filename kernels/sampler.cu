@@ -1,5 +1,6 @@
-// The per-step sampler of a denoising pass: one thread block per position (row of logits),
-// one launch for the whole block of positions. For every row it writes four floats:
+// The per-step sampler of a denoising pass, in two launches for the whole block of positions:
+// unmask_sample_stats_* (grid rows x SEG) reduces SEG spans of every row in parallel, then
+// unmask_sample_* (one thread block per position, i.e. row of logits) combines them and decides. For every row it writes four floats:
 //   out[4r+0] token id (exact in f32: ids < 2^24)
 //   out[4r+1] confidence: probability of that token under the distribution it came from
 //   out[4r+2] entropy (nats) of that distribution
@@ -13,7 +14,7 @@
 // needs no headers, and bf16 is read as raw bits.
 //
 // Greedy (temperature 0): one pass, online (max, argmax, sum e^(x-m), sum e^(x-m)(x-m)) per
-//   thread, combined by warp shuffles, then across warps. conf = 1/S, entropy = ln S - W/S.
+//   thread, combined by warp shuffles, then across warps, then across the SEG spans. conf = 1/S, entropy = ln S - W/S.
 // Temperature: x = z * inv_t. The same pass gives m, S, W, and the count of eligible tokens.
 //   Then a 4-digit radix select finds the K-th largest key (K = top_k, or KMAX), an ordered
 //   gather takes every key above it and the lowest ids among the keys equal to it, a bitonic
@@ -33,6 +34,7 @@
 #define KMAX 256
 #define TILE_PER_THREAD 8
 #define PREFETCH 8
+#define SEG 32  // spans per row in sample_stats: one warp combines them
 #define NEG_INF (__int_as_float(0xff800000))
 
 struct Acc {
@@ -66,6 +68,16 @@ __device__ __forceinline__ void acc_push(Acc& a, float x, unsigned i) {
         a.s = a.s + e;
         a.w = a.w + e * d;
     }
+}
+
+__device__ __forceinline__ Acc acc_empty() {
+    Acc a; a.m = NEG_INF; a.s = 0.0f; a.w = 0.0f; a.arg = 0xffffffffu; a.n = 0;
+    return a;
+}
+
+__device__ __forceinline__ Acc acc_load(const float* p) {
+    Acc a; a.m = p[0]; a.s = p[1]; a.w = p[2]; a.arg = __float_as_uint(p[3]); a.n = __float_as_uint(p[4]);
+    return a;
 }
 
 // Commutative: combine(a, b) and combine(b, a) give the same bits.
@@ -152,9 +164,53 @@ __device__ __forceinline__ unsigned block_scan(unsigned v, unsigned* warp_tot, u
     return r;
 }
 
+// The online pass over one of SEG equal spans of a row (grid rows x SEG): every SM reads a
+// slice of the logits, instead of one SM a whole row. Thread tid takes ids lo + tid,
+// lo + tid + NT, ... below hi; the block's partial goes to part[row][seg].
 template <typename T>
-__device__ void sample_row(const T* __restrict__ logits, const float* __restrict__ uniforms, float* __restrict__ out,
-                           unsigned vocab, unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p) {
+__device__ void sample_stats(const T* __restrict__ logits, float* __restrict__ part, unsigned vocab,
+                             unsigned mask_id, int greedy, float inv_t) {
+    const unsigned row = blockIdx.x, seg = blockIdx.y;
+    const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const T* r = logits + (size_t)row * vocab;
+    const bool scale = !greedy;
+    const unsigned span = (vocab + SEG - 1) / SEG;
+    const unsigned lo = seg * span, hi = min(lo + span, vocab);
+    __shared__ Acc warp_acc[WARPS];
+    Acc a = acc_empty();
+    // Loads of PREFETCH ids (tid, tid + NT, ...) are issued together, then pushed in that
+    // order: the same pushes as one id at a time, without a memory round trip per id.
+    for (unsigned base = lo + tid; base < hi; base += NT * PREFETCH) {
+        float z[PREFETCH];
+#pragma unroll
+        for (int u = 0; u < PREFETCH; ++u) {
+            const unsigned i = base + u * NT;
+            z[u] = i < hi ? load_x(r, i) : NEG_INF;
+        }
+#pragma unroll
+        for (int u = 0; u < PREFETCH; ++u) {
+            const unsigned i = base + u * NT;
+            float x;
+            if (i < hi && value_of(z[u], i, mask_id, inv_t, scale, x)) acc_push(a, x, i);
+        }
+    }
+    a = acc_warp(a);
+    if (lane == 0) warp_acc[warp] = a;
+    __syncthreads();
+    if (warp == 0) {
+        Acc b = lane < WARPS ? warp_acc[lane] : acc_empty();
+        b = acc_warp(b);
+        if (lane == 0) {
+            float* p = part + ((size_t)row * SEG + seg) * 5;
+            p[0] = b.m; p[1] = b.s; p[2] = b.w; p[3] = __uint_as_float(b.arg); p[4] = __uint_as_float(b.n);
+        }
+    }
+}
+
+template <typename T>
+__device__ void sample_row(const T* __restrict__ logits, const float* __restrict__ part,
+                           const float* __restrict__ uniforms, float* __restrict__ out, unsigned vocab,
+                           unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p) {
     const unsigned row = blockIdx.x;
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const T* r = logits + (size_t)row * vocab;
@@ -170,31 +226,9 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     __shared__ float pe[KMAX];
     __shared__ unsigned pid[KMAX];
 
-    // 1. online pass
-    Acc a; a.m = NEG_INF; a.s = 0.0f; a.w = 0.0f; a.arg = 0xffffffffu; a.n = 0;
-    // Loads of PREFETCH ids (tid, tid + NT, ...) are issued together, then pushed in that
-    // order: the same pushes as one id at a time, without a memory round trip per id.
-    for (unsigned base = tid; base < vocab; base += NT * PREFETCH) {
-        float z[PREFETCH];
-#pragma unroll
-        for (int u = 0; u < PREFETCH; ++u) {
-            const unsigned i = base + u * NT;
-            z[u] = i < vocab ? load_x(r, i) : NEG_INF;
-        }
-#pragma unroll
-        for (int u = 0; u < PREFETCH; ++u) {
-            const unsigned i = base + u * NT;
-            float x;
-            if (i < vocab && value_of(z[u], i, mask_id, inv_t, scale, x)) acc_push(a, x, i);
-        }
-    }
-    a = acc_warp(a);
-    if (lane == 0) warp_acc[warp] = a;
-    __syncthreads();
+    // 1. the row's (m, S, W, arg, n): the SEG partials of sample_stats, combined by a butterfly
     if (warp == 0) {
-        Acc b;
-        if (lane < WARPS) b = warp_acc[lane];
-        else { b.m = NEG_INF; b.s = 0.0f; b.w = 0.0f; b.arg = 0xffffffffu; b.n = 0; }
+        Acc b = acc_load(part + ((size_t)row * SEG + lane) * 5);
         b = acc_warp(b);
         if (lane == 0) total_acc = b;
     }
@@ -377,14 +411,15 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) unmask_sample_f32(
-    const float* logits, const float* uniforms, float* out, unsigned vocab, unsigned mask_id,
-    int greedy, float inv_t, unsigned top_k, float top_p) {
-    sample_row<float>(logits, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p);
-}
-
-extern "C" __global__ void __launch_bounds__(NT) unmask_sample_bf16(
-    const unsigned short* logits, const float* uniforms, float* out, unsigned vocab, unsigned mask_id,
-    int greedy, float inv_t, unsigned top_k, float top_p) {
-    sample_row<unsigned short>(logits, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p);
-}
+#define SAMPLE(SUFFIX, T)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(NT) unmask_sample_stats_##SUFFIX(                          \
+        const T* logits, float* part, unsigned vocab, unsigned mask_id, int greedy, float inv_t) {          \
+        sample_stats<T>(logits, part, vocab, mask_id, greedy, inv_t);                                       \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(NT) unmask_sample_##SUFFIX(                                \
+        const T* logits, const float* part, const float* uniforms, float* out, unsigned vocab,              \
+        unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p) {                           \
+        sample_row<T>(logits, part, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p);            \
+    }
+SAMPLE(f32, float)
+SAMPLE(bf16, unsigned short)

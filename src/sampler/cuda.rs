@@ -13,7 +13,7 @@ use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOpt
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
 use candle_core::{CudaStorage, Layout, Shape};
 
-use super::kernel::{KernelParams, NT};
+use super::kernel::{KernelParams, NT, SEG};
 
 pub const SOURCE: &str = include_str!("../../kernels/sampler.cu");
 const MODULE: &str = "unmask_sampler";
@@ -56,23 +56,33 @@ pub fn launch(
     };
     let ptx = ptx()?;
     let out = unsafe { dev.alloc::<f32>(rows * 4)? };
+    let part = unsafe { dev.alloc::<f32>(rows * SEG * 5)? };
+    let stats = LaunchConfig { grid_dim: (rows as u32, SEG as u32, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
     let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
     let (vocab_u, mask, greedy) = (vocab as u32, p.mask_id, i32::from(p.greedy));
     let (inv_t, top_k, top_p) = (p.inv_t, p.top_k, p.top_p);
     match &s1.slice {
         CudaStorageSlice::F32(x) => {
             let x = x.slice(o1..o1 + rows * vocab);
+            let f = dev.get_or_load_custom_func("unmask_sample_stats_f32", MODULE, ptx)?;
+            let mut b = f.builder();
+            b.arg(&x).arg(&part).arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t);
+            unsafe { b.launch(stats) }.w()?;
             let f = dev.get_or_load_custom_func("unmask_sample_f32", MODULE, ptx)?;
             let mut b = f.builder();
-            b.arg(&x).arg(&uniforms).arg(&out);
+            b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
             b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p);
             unsafe { b.launch(cfg) }.w()?;
         }
         CudaStorageSlice::BF16(x) => {
             let x = x.slice(o1..o1 + rows * vocab);
+            let f = dev.get_or_load_custom_func("unmask_sample_stats_bf16", MODULE, ptx)?;
+            let mut b = f.builder();
+            b.arg(&x).arg(&part).arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t);
+            unsafe { b.launch(stats) }.w()?;
             let f = dev.get_or_load_custom_func("unmask_sample_bf16", MODULE, ptx)?;
             let mut b = f.builder();
-            b.arg(&x).arg(&uniforms).arg(&out);
+            b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
             b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p);
             unsafe { b.launch(cfg) }.w()?;
         }

@@ -15,8 +15,10 @@ use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
 use crate::settings::Sampling;
 
-/// Threads per row (NT in the kernel).
+/// Threads per block (NT in the kernel).
 pub const NT: usize = 512;
+/// Spans each row's online pass is split into, one block each (SEG in the kernel).
+pub const SEG: usize = 32;
 const WARPS: usize = NT / 32;
 /// Most candidates the kernel sorts (KMAX in the kernel).
 pub const KMAX: usize = 256;
@@ -222,23 +224,30 @@ fn value_at(row: &[f32], i: usize, p: &KernelParams) -> Option<f32> {
 /// The kernel's `sample_row` for one row.
 pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
     let vocab = row.len();
-    // 1. online pass: thread `tid` takes ids tid, tid + NT, ...
-    let mut threads = [EMPTY; NT];
-    for (tid, a) in threads.iter_mut().enumerate() {
-        let mut i = tid;
-        while i < vocab {
-            if let Some(x) = value_at(row, i, p) {
-                acc_push(a, x, i as u32);
+    // 1. online pass over SEG spans (one block each): thread `tid` of span `seg` takes ids
+    //    lo + tid, lo + tid + NT, ... below hi; the spans' partials combine by a butterfly
+    let span = vocab.div_ceil(SEG);
+    let mut parts = [EMPTY; SEG];
+    for (seg, part) in parts.iter_mut().enumerate() {
+        let (lo, hi) = (seg * span, ((seg + 1) * span).min(vocab));
+        let mut threads = [EMPTY; NT];
+        for (tid, a) in threads.iter_mut().enumerate() {
+            let mut i = lo + tid;
+            while i < hi {
+                if let Some(x) = value_at(row, i, p) {
+                    acc_push(a, x, i as u32);
+                }
+                i += NT;
             }
-            i += NT;
         }
+        let mut warp_acc = [EMPTY; 32];
+        for w in 0..WARPS {
+            let lanes: &[Acc; 32] = threads[w * 32..w * 32 + 32].try_into().expect("32 lanes");
+            warp_acc[w] = acc_warp(lanes);
+        }
+        *part = acc_warp(&warp_acc);
     }
-    let mut warp_acc = [EMPTY; 32];
-    for w in 0..WARPS {
-        let lanes: &[Acc; 32] = threads[w * 32..w * 32 + 32].try_into().expect("32 lanes");
-        warp_acc[w] = acc_warp(lanes);
-    }
-    let t = acc_warp(&warp_acc);
+    let t = acc_warp(&parts);
 
     if p.greedy {
         return KernelSample { token: t.arg, conf: 1.0 / t.s, entropy: t.s.ln() - t.w / t.s, overflow: false };
@@ -442,14 +451,23 @@ mod tests {
 
     #[test]
     fn greedy_tie_goes_to_lowest_id_across_threads() {
-        // ids 7 and 7 + NT (same thread) and 700 (other thread) share the max
-        let mut row = vec![0.0f32; 2000];
-        for i in [700usize, 7, 7 + NT, 1999] {
+        // spans of 2 NT ids: 7 + NT (the thread of 7, pushed after it), 700 (another thread of
+        // span 0), 5 * 2 NT + 3 (span 5), the last id (the mask) all share the max with 7
+        let vocab = SEG * 2 * NT;
+        let mut row = vec![0.0f32; vocab];
+        for i in [7 + NT, 700, 5 * 2 * NT + 3, 7, vocab - 1] {
             row[i] = 5.0;
         }
-        let p = params(&Sampling::default(), 1999);
+        let p = params(&Sampling::default(), vocab as u32 - 1);
         let got = mirror_row(&row, &p, 0.0);
         assert_eq!(got.token, 7);
+        // without 7, the lowest of the rest
+        row[7] = 0.0;
+        assert_eq!(mirror_row(&row, &p, 0.0).token, 7 + NT as u32);
+        row[7 + NT] = 0.0;
+        assert_eq!(mirror_row(&row, &p, 0.0).token, 700);
+        row[700] = 0.0;
+        assert_eq!(mirror_row(&row, &p, 0.0).token, 5 * 2 * NT as u32 + 3, "a later span's max wins");
         // the mask holds the max: never chosen
         let mut row = vec![0.0f32; 100];
         row[99] = 9.0;
