@@ -47,21 +47,7 @@ __device__ __forceinline__ unsigned short to_bf16(float v) {
     return (unsigned short)(u >> 16);
 }
 
-__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
-
-// silu(g) * u of a bf16 pair, rounded to bf16 as the unfused silu_mul kernel stores it.
-__device__ __forceinline__ unsigned silu_mul2(unsigned g, unsigned u) {
-    const float g0 = lo(g), g1 = hi(g);
-    const unsigned short a = to_bf16(g0 / (1.0f + expf(-g0)) * lo(u));
-    const unsigned short b = to_bf16(g1 / (1.0f + expf(-g1)) * hi(u));
-    return (unsigned)a | ((unsigned)b << 16);
-}
-
-// SILU: x is [T, 2K] (gate | up, the gate|up projection's output) and the product takes
-// silu(gate) * up, computed as it is loaded: the MLP's down projection without the separate
-// silu_mul kernel and its round trip through memory.
-template <int KS, bool SILU>
+template <int KS>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      int t_len, int n, int k8) {
     __shared__ float part[8][4][32];
@@ -73,17 +59,13 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     const uint4* w8 = w + (long)min(n0 + g + 8, n - 1) * k8 + q;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < t_len;
-    const uint4* xr = x + (long)(live ? g : 0) * (SILU ? 2 * k8 : k8) + q;
+    const uint4* xr = x + (long)(live ? g : 0) * k8 + q;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int steps = k8 / 4;  // 32 k per step
 #pragma unroll 4
     for (int s = kw; s < steps; s += KS) {
         const uint4 a = ld_stream(w0 + 4 * s), b = ld_stream(w8 + 4 * s);
         uint4 xv = __ldg(xr + 4 * s);
-        if (SILU) {
-            const uint4 u = __ldg(xr + k8 + 4 * s);
-            xv = make_uint4(silu_mul2(xv.x, u.x), silu_mul2(xv.y, u.y), silu_mul2(xv.z, u.z), silu_mul2(xv.w, u.w));
-        }
         if (!live) xv = make_uint4(0u, 0u, 0u, 0u);
         mma(c, a.x, b.x, a.y, b.y, xv.x, xv.y);
         mma(c, a.z, b.z, a.w, b.w, xv.z, xv.w);
@@ -108,11 +90,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
 #define GEMV(KK)                                                                                           \
     extern "C" __global__ void __launch_bounds__(256) unmask_gemv_ks##KK(                                  \
         const uint4* w, const uint4* x, unsigned short* y, int t_len, int n, int k8) {                     \
-        gemv<KK, false>(w, x, y, t_len, n, k8);                                                            \
-    }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(256) unmask_gemv_silu_ks##KK(                             \
-        const uint4* w, const uint4* x, unsigned short* y, int t_len, int n, int k8) {                     \
-        gemv<KK, true>(w, x, y, t_len, n, k8);                                                             \
+        gemv<KK>(w, x, y, t_len, n, k8);                                                                   \
     }
 
 GEMV(1)

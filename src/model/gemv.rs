@@ -24,13 +24,8 @@ pub const MIN_BLOCKS: usize = 256;
 /// K is walked in steps of 32 values (two m16n8k16 products per warp).
 pub const K_STEP: usize = 32;
 
-/// The op. `silu`: the input is `[.., 2K]` (gate | up) and the product takes `silu(gate) * up`
-/// rounded to bf16, as the unfused `silu_mul` would store it: the MLP's down projection with the
-/// activation folded into its loads.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Gemv {
-    pub silu: bool,
-}
+pub struct Gemv;
 
 /// How a launch splits the work: `ks` warps share the K dimension of each row group, so a
 /// block covers `WARPS * ROWS_PER_GROUP / ks` output rows.
@@ -53,21 +48,12 @@ impl Gemv {
     /// dims flattened), `K` a multiple of [`K_STEP`], both contiguous from an offset that keeps
     /// 16-byte alignment.
     pub fn fits(x: &Tensor, w: &Tensor) -> bool {
-        Self::fits_width(x, w, 1)
-    }
-
-    /// [`Gemv::fits`] for the gate|up input of [`Gemv::forward_silu_mul`] (`[.., 2K]`).
-    pub fn fits_silu_mul(gate_up: &Tensor, w: &Tensor) -> bool {
-        Self::fits_width(gate_up, w, 2)
-    }
-
-    fn fits_width(x: &Tensor, w: &Tensor, parts: usize) -> bool {
-        let (Some(&xk), Ok((_, k))) = (x.dims().last(), w.dims2()) else { return false };
-        let rows = x.elem_count() / xk.max(1);
+        let (Some(&k), Ok((_, wk))) = (x.dims().last(), w.dims2()) else { return false };
+        let rows = x.elem_count() / k.max(1);
         let aligned = |t: &Tensor| t.is_contiguous() && t.layout().start_offset() % 8 == 0;
         x.dtype() == DType::BF16
             && w.dtype() == DType::BF16
-            && xk == parts * k
+            && k == wk
             && k % K_STEP == 0
             && (1..=MAX_ROWS).contains(&rows)
             && aligned(x)
@@ -76,22 +62,16 @@ impl Gemv {
 
     /// `x [.., K]`, `w [N, K]` -> `[.., N]`.
     pub fn forward(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        x.apply_op2_no_bwd(w, &Gemv { silu: false })
-    }
-
-    /// `silu(gate) * up` of `gate_up [.., 2K]` times `wᵀ` (`w [N, K]`) -> `[.., N]`.
-    pub fn forward_silu_mul(gate_up: &Tensor, w: &Tensor) -> Result<Tensor> {
-        gate_up.apply_op2_no_bwd(w, &Gemv { silu: true })
+        x.apply_op2_no_bwd(w, &Gemv)
     }
 
     /// Shape checks shared by both backends: `(T, N, K)` and the output shape.
-    fn dims(&self, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, Shape)> {
+    fn dims(lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, Shape)> {
         let (n, k) = lw.shape().dims2()?;
         let dims = lx.dims();
         let Some((&xk, lead)) = dims.split_last() else { candle_core::bail!("gemv: x has no dimensions") };
-        let parts = if self.silu { 2 } else { 1 };
-        if xk != parts * k {
-            candle_core::bail!("gemv: x has {xk} features, the weight takes {k} (x {parts})");
+        if xk != k {
+            candle_core::bail!("gemv: x has {xk} features, the weight takes {k}");
         }
         let t: usize = lead.iter().product();
         if !(1..=MAX_ROWS).contains(&t) || k % K_STEP != 0 {
@@ -119,42 +99,20 @@ pub fn gemv_bf16(x: &[half::bf16], w: &[half::bf16], t: usize, n: usize, k: usiz
     y
 }
 
-/// `silu(gate) * up` of `[t, 2k]` bf16 rows, in f32, each rounded to bf16 (kernels/gemv.cu's
-/// `silu_mul2`, and the unfused `silu_mul`).
-pub fn silu_mul_bf16(x: &[half::bf16], t: usize, k: usize) -> Vec<half::bf16> {
-    let mut out = Vec::with_capacity(t * k);
-    for r in 0..t {
-        let (g, u) = x[r * 2 * k..(r + 1) * 2 * k].split_at(k);
-        out.extend(g.iter().zip(u).map(|(g, u)| {
-            let (g, u) = (g.to_f32(), u.to_f32());
-            half::bf16::from_f32(g / (1.0 + (-g).exp()) * u)
-        }));
-    }
-    out
-}
-
 impl CustomOp2 for Gemv {
     fn name(&self) -> &'static str {
         "unmask-gemv"
     }
 
     fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (t, n, k, shape) = self.dims(lx, lw)?;
+        let (t, n, k, shape) = Self::dims(lx, lw)?;
         let (CpuStorage::BF16(x), CpuStorage::BF16(w)) = (sx, sw) else {
             candle_core::bail!("gemv: x and w must be bf16");
         };
         let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
             candle_core::bail!("gemv: x and w must be contiguous");
         };
-        let x = &x[xa..xb];
-        let act;
-        let x = if self.silu {
-            act = silu_mul_bf16(x, t, k);
-            &act[..]
-        } else {
-            x
-        };
-        Ok((CpuStorage::BF16(gemv_bf16(x, &w[wa..wb], t, n, k)), shape))
+        Ok((CpuStorage::BF16(gemv_bf16(&x[xa..xb], &w[wa..wb], t, n, k)), shape))
     }
 
     #[cfg(feature = "cuda")]
@@ -165,8 +123,8 @@ impl CustomOp2 for Gemv {
         sw: &candle_core::CudaStorage,
         lw: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (t, n, k, shape) = self.dims(lx, lw)?;
-        super::gemv_cuda::launch(t, n, k, self.silu, (sx, lx), (sw, lw)).map(|s| (s, shape))
+        let (t, n, k, shape) = Self::dims(lx, lw)?;
+        super::gemv_cuda::launch(t, n, k, (sx, lx), (sw, lw)).map(|s| (s, shape))
     }
 }
 
@@ -203,20 +161,6 @@ mod tests {
             let max = err.flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
             assert!(max <= 1.0 / 256.0 + 1e-4, "t={t}: relative error {max}");
         }
-    }
-
-    #[test]
-    fn the_silu_form_equals_silu_mul_then_the_product() {
-        let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (24, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
-        let gu = Tensor::randn(0f32, 2.0, (5, 64), &dev).unwrap().to_dtype(DType::BF16).unwrap();
-        assert!(Gemv::fits_silu_mul(&gu, &w) && !Gemv::fits(&gu, &w));
-        let fused = Gemv::forward_silu_mul(&gu, &w).unwrap();
-        let act = super::super::ops::silu_mul(&gu, &super::super::ops::SiluMul { intermediate: 32 }).unwrap();
-        let two_step = Gemv::forward(&act, &w).unwrap();
-        let v = |t: Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
-        assert_eq!(v(fused), v(two_step));
-        assert!(Gemv::forward_silu_mul(&w, &w).is_err(), "x must be twice the weight's width");
     }
 
     #[test]

@@ -36,18 +36,10 @@ pub fn probe(dev: &CudaDevice) -> Result<()> {
     ptx().map(drop)
 }
 
-pub fn launch(
-    t: usize,
-    n: usize,
-    k: usize,
-    silu: bool,
-    (sx, lx): (&CudaStorage, &Layout),
-    (sw, lw): (&CudaStorage, &Layout),
-) -> Result<CudaStorage> {
+pub fn launch(t: usize, n: usize, k: usize, (sx, lx): (&CudaStorage, &Layout), (sw, lw): (&CudaStorage, &Layout)) -> Result<CudaStorage> {
     let dev = sx.device().clone();
     let s = split(n);
-    let name = format!("unmask_gemv_{}ks{}", if silu { "silu_" } else { "" }, s.ks);
-    let f = dev.get_or_load_custom_func(&name, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&format!("unmask_gemv_ks{}", s.ks), MODULE, ptx()?)?;
     let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
         candle_core::bail!("gemv: x and w must be contiguous");
     };

@@ -40,15 +40,6 @@ impl Linear {
         }
     }
 
-    /// `silu(gate) * up` of `gate_up [.., 2K]`, projected: one kernel where the gemv kernel
-    /// runs, else the fused `silu_mul` op and the projection.
-    pub fn forward_silu_mul(&self, gate_up: &Tensor, intermediate: usize) -> Result<Tensor> {
-        match self {
-            Linear::Rows(w) if Gemv::fits_silu_mul(gate_up, w) => Gemv::forward_silu_mul(gate_up, w),
-            _ => self.forward(&super::ops::silu_mul(gate_up, &super::ops::SiluMul { intermediate })?),
-        }
-    }
-
     /// Bytes the weights occupy.
     pub fn bytes(&self) -> usize {
         match self {

@@ -405,11 +405,12 @@ impl Qwen3 {
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
         let gate_up = layer.gate_up_proj.forward(x)?;
-        if self.fused {
-            return layer.down_proj.forward_silu_mul(&gate_up, self.intermediate);
-        }
-        let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
-        let h = (gate * gate_up.narrow(1, self.intermediate, self.intermediate)?)?;
+        let h = if self.fused {
+            ops::silu_mul(&gate_up, &ops::SiluMul { intermediate: self.intermediate })?
+        } else {
+            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
+            (gate * gate_up.narrow(1, self.intermediate, self.intermediate)?)?
+        };
         layer.down_proj.forward(&h)
     }
 }
