@@ -182,7 +182,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[c][e] = 0.0f;
     const int chunks = d / 8, half = lane >> 4, hl = lane & 15;
-#pragma unroll 4
+#pragma unroll 8
     for (int j = 2 * warp + half; j < live; j += 2 * nw) {
         const float p = sc[j];
         const T* vr = vb + (long)j * d;

@@ -17,12 +17,17 @@ pub const ROWS_PER_GROUP: usize = 16;
 /// Warps per block (256 threads).
 pub const WARPS: usize = 8;
 
-/// Blocks wanted in a launch before the K dimension is split further: about two per SM of
-/// an H200 (132 SMs), so that every SM streams weights the whole time.
-pub const MIN_BLOCKS: usize = 256;
+/// Blocks wanted in a launch before the K dimension is split further: about one per SM of an
+/// H200 (132 SMs; a block's staging buffers fill most of an SM's shared memory), so that every
+/// SM streams weights the whole time.
+pub const MIN_BLOCKS: usize = 128;
 
-/// K is walked in steps of 32 values (two m16n8k16 products per warp).
-pub const K_STEP: usize = 32;
+/// K is staged through shared memory 256 values (512 bytes of a row) at a time.
+pub const K_STEP: usize = 256;
+
+/// Dynamic shared memory of a launch: 8 warps x 2 stages x 16 rows x 544 bytes
+/// (kernels/gemv.cu's SMEM_BYTES).
+pub const SMEM_BYTES: usize = WARPS * 2 * ROWS_PER_GROUP * 544;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Gemv;
@@ -137,19 +142,20 @@ mod tests {
     fn the_split_fills_the_card_with_the_least_k_splitting() {
         // SDAR-1.7B: lm_head, gate|up, qkv, o/down.
         assert_eq!(split(151936), Split { ks: 1, blocks: 1187 });
-        assert_eq!(split(12288), Split { ks: 4, blocks: 384 });
-        assert_eq!(split(4096), Split { ks: 8, blocks: 256 });
-        // Too small to fill the card even split 8 ways: the most split, every row covered.
+        assert_eq!(split(12288), Split { ks: 2, blocks: 192 });
+        assert_eq!(split(4096), Split { ks: 4, blocks: 128 });
         assert_eq!(split(2048), Split { ks: 8, blocks: 128 });
+        // Too small to fill the card even split 8 ways: the most split, every row covered.
         assert_eq!(split(10), Split { ks: 8, blocks: 1 });
+        assert_eq!(SMEM_BYTES, 139264);
     }
 
     #[test]
     fn the_cpu_body_equals_an_f32_matmul_rounded_to_bf16() {
         let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (37, 64), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (37, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
         for t in [1, 4, 8] {
-            let x = Tensor::randn(0f32, 1.0, (t, 64), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+            let x = Tensor::randn(0f32, 1.0, (t, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
             assert!(Gemv::fits(&x, &w));
             let got = Gemv::forward(&x, &w).unwrap();
             assert_eq!(got.dims(), &[t, 37]);
@@ -166,10 +172,10 @@ mod tests {
     #[test]
     fn leading_dims_flatten_into_rows() {
         let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (16, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
-        let x = Tensor::randn(0f32, 1.0, (2, 3, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (16, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
         let got = Gemv::forward(&x, &w).unwrap();
-        let flat = Gemv::forward(&x.reshape((6, 32)).unwrap(), &w).unwrap();
+        let flat = Gemv::forward(&x.reshape((6, 256)).unwrap(), &w).unwrap();
         assert_eq!(got.dims(), &[2, 3, 16]);
         let v = |t: Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
         assert_eq!(v(got), v(flat));
@@ -179,17 +185,17 @@ mod tests {
     fn it_declines_what_the_kernel_cannot_take() {
         let dev = Device::Cpu;
         let bf = |s: (usize, usize)| Tensor::zeros(s, DType::BF16, &dev).unwrap();
-        let w = bf((16, 32));
-        assert!(Gemv::fits(&bf((8, 32)), &w));
-        assert!(!Gemv::fits(&bf((9, 32)), &w), "more than MAX_ROWS rows");
-        assert!(!Gemv::fits(&bf((2, 24)), &bf((16, 24))), "K not a multiple of 32");
-        assert!(!Gemv::fits(&bf((2, 64)), &w), "K mismatch");
-        assert!(!Gemv::fits(&Tensor::zeros((2, 32), DType::F32, &dev).unwrap(), &w), "not bf16");
-        assert!(!Gemv::fits(&bf((32, 2)).t().unwrap(), &w), "not contiguous");
-        let flat = Tensor::zeros(48, DType::BF16, &dev).unwrap();
-        let at = |off: usize| flat.narrow(0, off, 32).unwrap().reshape((1, 32)).unwrap();
+        let w = bf((16, 256));
+        assert!(Gemv::fits(&bf((8, 256)), &w));
+        assert!(!Gemv::fits(&bf((9, 256)), &w), "more than MAX_ROWS rows");
+        assert!(!Gemv::fits(&bf((2, 32)), &bf((16, 32))), "K not a multiple of 256");
+        assert!(!Gemv::fits(&bf((2, 512)), &w), "K mismatch");
+        assert!(!Gemv::fits(&Tensor::zeros((2, 256), DType::F32, &dev).unwrap(), &w), "not bf16");
+        assert!(!Gemv::fits(&bf((256, 2)).t().unwrap(), &w), "not contiguous");
+        let flat = Tensor::zeros(272, DType::BF16, &dev).unwrap();
+        let at = |off: usize| flat.narrow(0, off, 256).unwrap().reshape((1, 256)).unwrap();
         assert!(Gemv::fits(&at(8), &w), "an offset of 8 values keeps 16-byte alignment");
         assert!(!Gemv::fits(&at(4), &w), "an offset of 4 values breaks it");
-        assert!(Gemv::forward(&bf((9, 32)), &w).is_err(), "the op itself refuses too many rows");
+        assert!(Gemv::forward(&bf((9, 256)), &w).is_err(), "the op itself refuses too many rows");
     }
 }

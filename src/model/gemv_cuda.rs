@@ -3,12 +3,13 @@
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 
-use super::gemv::{split, WARPS};
+use super::gemv::{split, SMEM_BYTES, WARPS};
 
 pub const SOURCE: &str = include_str!("../../kernels/gemv.cu");
 const MODULE: &str = "unmask_gemv";
@@ -40,6 +41,8 @@ pub fn launch(t: usize, n: usize, k: usize, (sx, lx): (&CudaStorage, &Layout), (
     let dev = sx.device().clone();
     let s = split(n);
     let f = dev.get_or_load_custom_func(&format!("unmask_gemv_ks{}", s.ks), MODULE, ptx()?)?;
+    // over the default 48 KiB: the two staging buffers of every warp
+    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, SMEM_BYTES as i32).w()?;
     let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
         candle_core::bail!("gemv: x and w must be contiguous");
     };
@@ -49,10 +52,10 @@ pub fn launch(t: usize, n: usize, k: usize, (sx, lx): (&CudaStorage, &Layout), (
     let x = sx.as_cuda_slice::<half::bf16>()?.slice(xa..xb);
     let w = sw.as_cuda_slice::<half::bf16>()?.slice(wa..wb);
     let y = unsafe { dev.alloc::<half::bf16>(t * n)? };
-    let (t_i, n_i, k8) = (t as i32, n as i32, (k / 8) as i32);
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: 0 };
+    let (t_i, n_i, k_i) = (t as i32, n as i32, k as i32);
+    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (32 * WARPS as u32, 1, 1), shared_mem_bytes: SMEM_BYTES as u32 };
     let mut b = f.builder();
-    b.arg(&w).arg(&x).arg(&y).arg(&t_i).arg(&n_i).arg(&k8);
+    b.arg(&w).arg(&x).arg(&y).arg(&t_i).arg(&n_i).arg(&k_i);
     unsafe { b.launch(cfg) }.w()?;
     Ok(half::bf16::wrap_cuda_slice(y, dev))
 }
