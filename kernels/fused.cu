@@ -293,6 +293,88 @@ __device__ void kv_write(T* __restrict__ cache, const T* __restrict__ kv, const 
 KVW(unmask_kv_write_f32, float)
 KVW(unmask_kv_write_bf16, unsigned short)
 
+// add_rms_norm for bf16 rows with h % 256 == 0 and h <= 8192: block h / 8 threads (whole
+// warps, for block_sum's shuffles), each owns 8
+// consecutive values, moved with one 16-byte load per input and one store per output.
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
+    unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
+}
+__device__ __forceinline__ uint4 pack8(const float* f) {
+    unsigned short b[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) st(b, i, f[i]);
+    return make_uint4(b[0] | ((unsigned)b[1] << 16), b[2] | ((unsigned)b[3] << 16), b[4] | ((unsigned)b[5] << 16),
+                      b[6] | ((unsigned)b[7] << 16));
+}
+extern "C" __global__ void unmask_add_rms_norm_bf16_v8(const uint4* x, const uint4* delta, const uint4* w, uint4* out,
+                                                       int t_len, int h, float eps) {
+    __shared__ float red[32];
+    const int t = blockIdx.x, tid = threadIdx.x, h8 = h / 8;
+    const long base = (long)t * h8 + tid;
+    float a[8], b[8], wv[8], v[8];
+    unpack8(x[base], a);
+    unpack8(delta[base], b);
+    unpack8(w[tid], wv);
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        v[i] = rounded((const unsigned short*)0, a[i] + b[i]);  // the stored sum, as unfused
+        ss += v[i] * v[i];
+    }
+    ss = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(ss / (float)h + eps);
+    float nv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) nv[i] = v[i] * r * wv[i];
+    out[base] = pack8(v);
+    out[(long)t_len * h8 + base] = pack8(nv);
+}
+
+// qkv_prep for bf16 with d = 128: one warp per head (block 4 warps = 4 heads, grid
+// (ceil((H + 2 KV) / 4), T)), lane l owning values 4l .. 4l+3 (one 8-byte load each of the row,
+// the norm weight and, with RoPE's half split at 64, its cos/sin: lane l and lane l ^ 16 hold
+// partners), so the norm is a warp reduction and nothing waits on a block barrier.
+extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
+                                                     const uint2* cos, const uint2* sin, uint2* out, int t_len,
+                                                     int heads, int kvh, float eps) {
+    const int lane = threadIdx.x & 31, hh = blockIdx.x * 4 + (threadIdx.x >> 5), t = blockIdx.y;
+    const int nh = heads + 2 * kvh;
+    if (hh >= nh) return;
+    const uint2 raw = qkv[((long)t * nh + hh) * 32 + lane];
+    uint2* dst = out + ((long)hh * t_len + t) * 32;
+    if (hh >= heads + kvh) {  // v: copied
+        dst[lane] = raw;
+        return;
+    }
+    const uint2 wr = (hh < heads ? q_norm : k_norm)[lane];
+    const uint2 cr = cos[(long)t * 16 + (lane & 15)], sr = sin[(long)t * 16 + (lane & 15)];
+    float x[4] = {__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u), __uint_as_float(raw.y << 16),
+                  __uint_as_float(raw.y & 0xffff0000u)};
+    const float w[4] = {__uint_as_float(wr.x << 16), __uint_as_float(wr.x & 0xffff0000u), __uint_as_float(wr.y << 16),
+                        __uint_as_float(wr.y & 0xffff0000u)};
+    const float c[4] = {__uint_as_float(cr.x << 16), __uint_as_float(cr.x & 0xffff0000u), __uint_as_float(cr.y << 16),
+                        __uint_as_float(cr.y & 0xffff0000u)};
+    const float sn[4] = {__uint_as_float(sr.x << 16), __uint_as_float(sr.x & 0xffff0000u), __uint_as_float(sr.y << 16),
+                         __uint_as_float(sr.y & 0xffff0000u)};
+    float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = 1.0f / sqrtf(ss / 128.0f + eps);
+    float o4[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float v = x[i] * r * w[i];
+        const float p = __shfl_xor_sync(0xffffffffu, v, 16);  // the partner half
+        // first half (lanes 0-15): a*c - b*s; second half: b*s... as the generic kernel: out[i+64] = a*s + b*c
+        o4[i] = lane < 16 ? v * c[i] - p * sn[i] : p * sn[i] + v * c[i];
+    }
+    unsigned short b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st(b, i, o4[i]);
+    dst[lane] = make_uint2(b[0] | ((unsigned)b[1] << 16), b[2] | ((unsigned)b[3] << 16));
+}
+
 #define QKV(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* qkv, const T* qn, const T* kn, const T* cos, const T* sin,    \
                                     T* out, int t_len, int heads, int kvh, int d, float eps) {             \

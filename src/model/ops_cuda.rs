@@ -73,9 +73,19 @@ pub fn qkv_prep(
     let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
     let nh = h + 2 * kv;
     let n = nh * t_len * d;
-    let cfg = LaunchConfig { grid_dim: (nh as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (3 * d * 4) as u32 };
     let dt = s1.dtype();
-    let f = dev.get_or_load_custom_func(&func_name("unmask_qkv_prep", dt)?, MODULE, ptx()?)?;
+    // a warp per head where the head is 128 wide (every Qwen3) and the rows 8-byte aligned
+    let by_warp = dt == DType::BF16 && d == 128 && [l1, l2, l3].iter().all(|l| l.start_offset() % 4 == 0);
+    let cfg = if by_warp {
+        LaunchConfig { grid_dim: (nh.div_ceil(4) as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
+    } else {
+        LaunchConfig { grid_dim: (nh as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (3 * d * 4) as u32 }
+    };
+    let f = if by_warp {
+        dev.get_or_load_custom_func("unmask_qkv_prep_bf16_d128", MODULE, ptx()?)?
+    } else {
+        dev.get_or_load_custom_func(&func_name("unmask_qkv_prep", dt)?, MODULE, ptx()?)?
+    };
     let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
     macro_rules! go {
         ($T:ty) => {{
@@ -89,7 +99,11 @@ pub fn qkv_prep(
                     let kn = view::<$T>(ks, kl, "k_norm")?;
                     let mut b = f.builder();
                     b.arg(&qkv).arg(&qn).arg(&kn).arg(&cos).arg(&sin).arg(&out);
-                    b.arg(&t_i).arg(&h_i).arg(&kv_i).arg(&d_i).arg(&op.eps);
+                    if by_warp {
+                        b.arg(&t_i).arg(&h_i).arg(&kv_i).arg(&op.eps);
+                    } else {
+                        b.arg(&t_i).arg(&h_i).arg(&kv_i).arg(&d_i).arg(&op.eps);
+                    }
                     unsafe { b.launch(cfg) }.w()?;
                     Ok(())
                 })
@@ -194,6 +208,10 @@ pub fn add_rms_norm(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     let dev = sx.device().clone();
+    // whole warps of 8 values a thread: h a multiple of 256 (every Qwen3 hidden size)
+    if sx.dtype() == DType::BF16 && h % 256 == 0 && h <= 8 * 1024 {
+        return add_rms_norm_v8(op, t_len, h, (sx, lx), (sd, ld), (sw, lw));
+    }
     // kernels/fused.cu keeps NORM_PER_THREAD (16) values per thread in registers
     let threads = if h <= 16 * 256 { 256 } else { 1024 };
     if h > 16 * 1024 {
@@ -251,4 +269,31 @@ pub fn kv_write(
         other => candle_core::bail!("kv-write: {other:?}"),
     }
     Ok(())
+}
+
+/// The bf16 kernel with 8 values per thread (h / 8 threads, h % 256 == 0, h <= 8192).
+fn add_rms_norm_v8(
+    op: &AddRmsNorm,
+    t_len: usize,
+    h: usize,
+    (sx, lx): (&CudaStorage, &Layout),
+    (sd, ld): (&CudaStorage, &Layout),
+    (sw, lw): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let dev = sx.device().clone();
+    let aligned = [lx, ld, lw].iter().all(|l| l.start_offset() % 8 == 0);
+    if !aligned {
+        candle_core::bail!("add-rms-norm: inputs must start 16-byte aligned");
+    }
+    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: ((h / 8) as u32, 1, 1), shared_mem_bytes: 0 };
+    let f = dev.get_or_load_custom_func("unmask_add_rms_norm_bf16_v8", MODULE, ptx()?)?;
+    let (t_i, h_i) = (t_len as i32, h as i32);
+    let x = view::<half::bf16>(sx, lx, "add-rms-norm x")?;
+    let d = view::<half::bf16>(sd, ld, "add-rms-norm delta")?;
+    let w = view::<half::bf16>(sw, lw, "add-rms-norm w")?;
+    let out = unsafe { dev.alloc::<half::bf16>(2 * t_len * h)? };
+    let mut b = f.builder();
+    b.arg(&x).arg(&d).arg(&w).arg(&out).arg(&t_i).arg(&h_i).arg(&op.eps);
+    unsafe { b.launch(cfg) }.w()?;
+    Ok((wrap(out, &dev), Shape::from((2, t_len, h))))
 }
