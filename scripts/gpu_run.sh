@@ -107,7 +107,7 @@ run_trace gpu-f32-sampled X=1 -- --device $DEV --dtype f32 $S
 run_trace gpu-f32-nograph UNMASK_CUDA_GRAPH=0 -- --device $DEV --dtype f32
 run_trace gpu-f32-eager UNMASK_FIXED_PASSES=0 -- --device $DEV --dtype f32
 run_trace gpu-f32-hostsampler UNMASK_DEVICE_SAMPLER=0 -- --device $DEV --dtype f32
-run_trace gpu-f32-fused UNMASK_FUSED=1 -- --device $DEV --dtype f32
+run_trace gpu-f32-generic UNMASK_FUSED=0 -- --device $DEV --dtype f32
 run_trace cpu-default X=1 -- --device cpu
 timeout 60 python3 - "$TR" "$OUT/traces.json" <<'EOF' && record traces PASS || record traces FAIL
 import json, os, sys
@@ -135,7 +135,7 @@ pairs = []
 for s in ["low_confidence_dynamic", "entropy_bounded", "low_confidence_static"]:
     pairs += [(f"cpu-{s}", f"gpu-f32-{s}", True), (f"cpu-{s}", f"gpu-bf16-{s}", False), (f"cpu-bf16-{s}", f"gpu-bf16-{s}", False)]
 pairs += [("cpu-sampled", "gpu-f32-sampled", True)]
-pairs += [("cpu-default", n, True) for n in ["gpu-f32-nograph", "gpu-f32-eager", "gpu-f32-hostsampler", "gpu-f32-fused"]]
+pairs += [("cpu-default", n, True) for n in ["gpu-f32-nograph", "gpu-f32-eager", "gpu-f32-hostsampler", "gpu-f32-generic"]]
 res, ok = [], True
 for a, b, must in pairs:
     r = compare(a, b); r["required"] = must; res.append(r)
@@ -152,8 +152,8 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / fused ops on / gemv off / fused ops off"
-for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "fused UNMASK_FUSED=1" "nogemv UNMASK_GEMV=0" "generic UNMASK_FUSED=0"; do
+stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / gemv kernel on / fused ops off"
+for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "gemv UNMASK_GEMV=1" "generic UNMASK_FUSED=0"; do
   set -- $v
   env "$2" timeout 150 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --max-new-tokens 128 \
     --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/$1.json" \
@@ -223,7 +223,7 @@ if main and "rows" in main:
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
         if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
-    for name in ["nograph", "eager", "hostsampler", "fused", "nogemv", "generic"]:
+    for name in ["nograph", "eager", "hostsampler", "gemv", "generic"]:
         b = bench.get(name)
         if b and "rows" in b:
             r = b["rows"][0]
