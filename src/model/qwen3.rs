@@ -437,9 +437,8 @@ pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> O
 }
 
 /// Fused ops unless turned off (`UNMASK_FUSED=0`), or their CUDA kernels cannot take this
-/// dtype or compile here. On every device: with the gemv kernel for the projections and the
-/// latency-bound attention kernel rewritten, the fused path is the faster one on the H200 too
-/// (docs/perf.md, run 4).
+/// dtype or compile here. On every device: on the H200 a forward costs 1.87 ms fused against
+/// 2.56 ms with the generic chains (docs/perf.md, run 5).
 fn fused_here(device: &Device, dtype: DType) -> bool {
     let wanted = ops::fused_override().unwrap_or(true);
     if !wanted {
@@ -461,7 +460,8 @@ fn fused_here(device: &Device, dtype: DType) -> bool {
 
 /// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]): only with
 /// `UNMASK_GEMV=1`, on a GPU in bf16 where the kernel compiles. Off by default: on the H200
-/// cuBLAS streams these shapes faster (docs/perf.md, run 4: 1.77 against 2.11 ms per forward).
+/// cuBLAS streams these shapes faster in the graph (docs/perf.md, run 5: 1.87 against 2.11 ms
+/// per forward).
 fn gemv_here(device: &Device, dtype: DType) -> bool {
     if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() != Ok("1") {
         return false;
