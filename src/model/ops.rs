@@ -40,6 +40,11 @@ pub struct QkvPrep {
     pub k_norm: Tensor,
 }
 
+/// Longest cache (plus head size) the attention kernel takes: its scores and q live in dynamic
+/// shared memory, 4 bytes each, beside 16 KiB of static partial sums, within the default 48 KiB.
+/// Longer caches run the generic chain.
+pub const ATTENTION_MAX_KEYS_PLUS_D: usize = 6 * 1024;
+
 #[derive(Clone, Debug)]
 pub struct Attention {
     pub heads: usize,

@@ -133,8 +133,8 @@ pub fn attention(
         candle_core::bail!("attention kernel: head_dim {d} (takes a multiple of 8 up to 256)");
     }
     let smem = (d + keys) * 4;
-    if smem > 48 * 1024 {
-        candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (48 KiB)");
+    if d + keys > super::ops::ATTENTION_MAX_KEYS_PLUS_D {
+        candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (24 KiB beside 16 KiB static)");
     }
     let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem as u32 };
     let dt = sq.dtype();

@@ -351,7 +351,7 @@ impl Qwen3 {
         ops::kv_write(&cache.kv[l], &kv_new, &input.positions)?;
         let keys = input.keys;
         let scale = 1.0 / (d as f64).sqrt();
-        let out = if self.fused && keys + d <= 12 * 1024 {
+        let out = if self.fused && keys + d <= ops::ATTENTION_MAX_KEYS_PLUS_D {
             let op = ops::Attention { heads, kv_heads: kvh, head_dim: d, keys, scale: scale as f32 };
             ops::attention(&q, &cache.kv[l], input.mask.as_ref(), &op)?
         } else {
