@@ -97,26 +97,22 @@ __device__ void qkv_prep(const T* __restrict__ qkv, const T* __restrict__ q_norm
     }
 }
 
-// 8 / 4 consecutive values as f32 (16- / 8-byte loads of bf16; float4 loads of f32).
+// Packed bf16 values widened to f32: 4 from a uint2, 8 from a uint4.
+__device__ __forceinline__ void unpack4(uint2 v, float* f) {
+    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
+    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
+}
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
+    unpack4(make_uint2(v.x, v.y), f);
+    unpack4(make_uint2(v.z, v.w), f + 4);
+}
+
+// 8 consecutive values as f32 (one 16-byte load of bf16; two float4 loads of f32).
 __device__ __forceinline__ void ld8(const float* p, float* f) {
     float4 a = __ldg((const float4*)p), b = __ldg((const float4*)p + 1);
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
-__device__ __forceinline__ void ld8(const unsigned short* p, float* f) {
-    uint4 v = __ldg((const uint4*)p);
-    unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
-}
-__device__ __forceinline__ void ld4(const float* p, float* f) {
-    float4 a = __ldg((const float4*)p);
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
-}
-__device__ __forceinline__ void ld4(const unsigned short* p, float* f) {
-    uint2 v = __ldg((const uint2*)p);
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-}
+__device__ __forceinline__ void ld8(const unsigned short* p, float* f) { unpack8(__ldg((const uint4*)p), f); }
 
 // grid (H, T), block 256 (8 warps), dynamic smem (d + keys) floats; d % 8 == 0, d <= 256.
 // Latency, not bandwidth, bounds this kernel (a few hundred keys of one head), so every loop
@@ -296,11 +292,6 @@ KVW(unmask_kv_write_bf16, unsigned short)
 // add_rms_norm for bf16 rows with h % 256 == 0 and h <= 8192: block h / 8 threads (whole
 // warps, for block_sum's shuffles), each owns 8
 // consecutive values, moved with one 16-byte load per input and one store per output.
-__device__ __forceinline__ void unpack8(uint4 v, float* f) {
-    unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
-}
 __device__ __forceinline__ uint4 pack8(const float* f) {
     unsigned short b[8];
 #pragma unroll
@@ -350,14 +341,11 @@ extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uin
     }
     const uint2 wr = (hh < heads ? q_norm : k_norm)[lane];
     const uint2 cr = cos[(long)t * 16 + (lane & 15)], sr = sin[(long)t * 16 + (lane & 15)];
-    float x[4] = {__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u), __uint_as_float(raw.y << 16),
-                  __uint_as_float(raw.y & 0xffff0000u)};
-    const float w[4] = {__uint_as_float(wr.x << 16), __uint_as_float(wr.x & 0xffff0000u), __uint_as_float(wr.y << 16),
-                        __uint_as_float(wr.y & 0xffff0000u)};
-    const float c[4] = {__uint_as_float(cr.x << 16), __uint_as_float(cr.x & 0xffff0000u), __uint_as_float(cr.y << 16),
-                        __uint_as_float(cr.y & 0xffff0000u)};
-    const float sn[4] = {__uint_as_float(sr.x << 16), __uint_as_float(sr.x & 0xffff0000u), __uint_as_float(sr.y << 16),
-                         __uint_as_float(sr.y & 0xffff0000u)};
+    float x[4], w[4], c[4], sn[4];
+    unpack4(raw, x);
+    unpack4(wr, w);
+    unpack4(cr, c);
+    unpack4(sr, sn);
     float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float r = 1.0f / sqrtf(ss / 128.0f + eps);

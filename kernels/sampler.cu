@@ -216,7 +216,6 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     const T* r = logits + (size_t)row * vocab;
     const bool scale = !greedy;
 
-    __shared__ Acc warp_acc[WARPS];
     __shared__ Acc total_acc;
     __shared__ unsigned hist[256];
     __shared__ unsigned sel[4];  // prefix, remaining rank, K, mode

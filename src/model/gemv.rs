@@ -9,7 +9,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
-/// Most rows one launch multiplies (the kernel keeps `R * T` sums per warp in registers).
+/// Most rows one launch multiplies: the 8 columns of the m16n8k16 product's B operand.
 pub const MAX_ROWS: usize = 8;
 
 /// Output rows one warp group owns (one 16-row tile of the tensor-core product).
@@ -56,7 +56,7 @@ impl Gemv {
     pub fn fits(x: &Tensor, w: &Tensor) -> bool {
         let (Some(&k), Ok((_, wk))) = (x.dims().last(), w.dims2()) else { return false };
         let rows = x.elem_count() / k.max(1);
-        let aligned = |t: &Tensor| t.is_contiguous() && t.layout().start_offset() % 8 == 0;
+        let aligned = |t: &Tensor| t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
         x.dtype() == DType::BF16
             && w.dtype() == DType::BF16
             && k == wk

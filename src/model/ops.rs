@@ -99,8 +99,8 @@ pub fn kv_write(cache: &Tensor, kv: &Tensor, positions: &Tensor) -> Result<()> {
 }
 
 impl KvWrite {
-    /// `(kv_heads * 2, T, d, cap)`, after checking shapes, contiguity and that every slot is
-    /// inside the cache (on the CPU; the GPU checks the shapes, the caller the positions).
+    /// `(kv_heads * 2, T, d, cap)`, after checking shapes and contiguity. The slots themselves
+    /// are checked against the cache by the CPU body; on the GPU, by the caller.
     fn check(lc: &Layout, lk: &Layout, lp: &Layout) -> Result<(usize, usize, usize, usize)> {
         let (two, kv, cap, d) = lc.shape().dims4()?;
         let (two_k, kv_k, t, d_k) = lk.shape().dims4()?;

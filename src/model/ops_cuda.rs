@@ -76,16 +76,13 @@ pub fn qkv_prep(
     let dt = s1.dtype();
     // a warp per head where the head is 128 wide (every Qwen3) and the rows 8-byte aligned
     let by_warp = dt == DType::BF16 && d == 128 && [l1, l2, l3].iter().all(|l| l.start_offset() % 4 == 0);
-    let cfg = if by_warp {
-        LaunchConfig { grid_dim: (nh.div_ceil(4) as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
+    let (name, blocks, smem) = if by_warp {
+        ("unmask_qkv_prep_bf16_d128".to_string(), nh.div_ceil(4), 0)
     } else {
-        LaunchConfig { grid_dim: (nh as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (3 * d * 4) as u32 }
+        (func_name("unmask_qkv_prep", dt)?, nh, 3 * d * 4)
     };
-    let f = if by_warp {
-        dev.get_or_load_custom_func("unmask_qkv_prep_bf16_d128", MODULE, ptx()?)?
-    } else {
-        dev.get_or_load_custom_func(&func_name("unmask_qkv_prep", dt)?, MODULE, ptx()?)?
-    };
+    let cfg = LaunchConfig { grid_dim: (blocks as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 };
+    let f = dev.get_or_load_custom_func(&name, MODULE, ptx()?)?;
     let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
     macro_rules! go {
         ($T:ty) => {{
@@ -208,18 +205,23 @@ pub fn add_rms_norm(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     let dev = sx.device().clone();
-    // whole warps of 8 values a thread: h a multiple of 256 (every Qwen3 hidden size)
-    if sx.dtype() == DType::BF16 && h % 256 == 0 && h <= 8 * 1024 {
-        return add_rms_norm_v8(op, t_len, h, (sx, lx), (sd, ld), (sw, lw));
+    let dt = sx.dtype();
+    // 8 values a thread in whole warps where h is a multiple of 256 (every Qwen3 hidden size);
+    // else kernels/fused.cu's NORM_PER_THREAD (16) values a thread in registers
+    let v8 = dt == DType::BF16 && h % 256 == 0 && h <= 8 * 1024;
+    if v8 && ![lx, ld, lw].iter().all(|l| l.start_offset() % 8 == 0) {
+        candle_core::bail!("add-rms-norm: inputs must start 16-byte aligned");
     }
-    // kernels/fused.cu keeps NORM_PER_THREAD (16) values per thread in registers
-    let threads = if h <= 16 * 256 { 256 } else { 1024 };
     if h > 16 * 1024 {
         candle_core::bail!("add-rms-norm kernel: hidden size {h} (takes up to 16384)");
     }
+    let (name, threads) = match (v8, h <= 16 * 256) {
+        (true, _) => ("unmask_add_rms_norm_bf16_v8".to_string(), (h / 8) as u32),
+        (false, true) => (func_name("unmask_add_rms_norm", dt)?, 256),
+        (false, false) => (func_name("unmask_add_rms_norm", dt)?, 1024),
+    };
     let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-    let dt = sx.dtype();
-    let f = dev.get_or_load_custom_func(&func_name("unmask_add_rms_norm", dt)?, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&name, MODULE, ptx()?)?;
     let (t_i, h_i) = (t_len as i32, h as i32);
     macro_rules! go {
         ($T:ty) => {{
@@ -269,31 +271,4 @@ pub fn kv_write(
         other => candle_core::bail!("kv-write: {other:?}"),
     }
     Ok(())
-}
-
-/// The bf16 kernel with 8 values per thread (h / 8 threads, h % 256 == 0, h <= 8192).
-fn add_rms_norm_v8(
-    op: &AddRmsNorm,
-    t_len: usize,
-    h: usize,
-    (sx, lx): (&CudaStorage, &Layout),
-    (sd, ld): (&CudaStorage, &Layout),
-    (sw, lw): (&CudaStorage, &Layout),
-) -> Result<(CudaStorage, Shape)> {
-    let dev = sx.device().clone();
-    let aligned = [lx, ld, lw].iter().all(|l| l.start_offset() % 8 == 0);
-    if !aligned {
-        candle_core::bail!("add-rms-norm: inputs must start 16-byte aligned");
-    }
-    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: ((h / 8) as u32, 1, 1), shared_mem_bytes: 0 };
-    let f = dev.get_or_load_custom_func("unmask_add_rms_norm_bf16_v8", MODULE, ptx()?)?;
-    let (t_i, h_i) = (t_len as i32, h as i32);
-    let x = view::<half::bf16>(sx, lx, "add-rms-norm x")?;
-    let d = view::<half::bf16>(sd, ld, "add-rms-norm delta")?;
-    let w = view::<half::bf16>(sw, lw, "add-rms-norm w")?;
-    let out = unsafe { dev.alloc::<half::bf16>(2 * t_len * h)? };
-    let mut b = f.builder();
-    b.arg(&x).arg(&d).arg(&w).arg(&out).arg(&t_i).arg(&h_i).arg(&op.eps);
-    unsafe { b.launch(cfg) }.w()?;
-    Ok((wrap(out, &dev), Shape::from((2, t_len, h))))
 }

@@ -61,31 +61,24 @@ pub fn launch(
     let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
     let (vocab_u, mask, greedy) = (vocab as u32, p.mask_id, i32::from(p.greedy));
     let (inv_t, top_k, top_p) = (p.inv_t, p.top_k, p.top_p);
+    // the row statistics over SEG spans, then the decision per row
+    macro_rules! go {
+        ($x:expr, $suffix:literal) => {{
+            let x = $x.slice(o1..o1 + rows * vocab);
+            let f = dev.get_or_load_custom_func(concat!("unmask_sample_stats_", $suffix), MODULE, ptx)?;
+            let mut b = f.builder();
+            b.arg(&x).arg(&part).arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t);
+            unsafe { b.launch(stats) }.w()?;
+            let f = dev.get_or_load_custom_func(concat!("unmask_sample_", $suffix), MODULE, ptx)?;
+            let mut b = f.builder();
+            b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
+            b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p);
+            unsafe { b.launch(cfg) }.w()?;
+        }};
+    }
     match &s1.slice {
-        CudaStorageSlice::F32(x) => {
-            let x = x.slice(o1..o1 + rows * vocab);
-            let f = dev.get_or_load_custom_func("unmask_sample_stats_f32", MODULE, ptx)?;
-            let mut b = f.builder();
-            b.arg(&x).arg(&part).arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t);
-            unsafe { b.launch(stats) }.w()?;
-            let f = dev.get_or_load_custom_func("unmask_sample_f32", MODULE, ptx)?;
-            let mut b = f.builder();
-            b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
-            b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p);
-            unsafe { b.launch(cfg) }.w()?;
-        }
-        CudaStorageSlice::BF16(x) => {
-            let x = x.slice(o1..o1 + rows * vocab);
-            let f = dev.get_or_load_custom_func("unmask_sample_stats_bf16", MODULE, ptx)?;
-            let mut b = f.builder();
-            b.arg(&x).arg(&part).arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t);
-            unsafe { b.launch(stats) }.w()?;
-            let f = dev.get_or_load_custom_func("unmask_sample_bf16", MODULE, ptx)?;
-            let mut b = f.builder();
-            b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
-            b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p);
-            unsafe { b.launch(cfg) }.w()?;
-        }
+        CudaStorageSlice::F32(x) => go!(x, "f32"),
+        CudaStorageSlice::BF16(x) => go!(x, "bf16"),
         _ => candle_core::bail!("unmask-sample: logits must be f32 or bf16 on the GPU"),
     }
     Ok((CudaStorage { slice: CudaStorageSlice::F32(out), device: dev }, Shape::from((rows, 4))))
