@@ -3,8 +3,8 @@
 //! `gemv_cuda.rs`), the same algorithm in Rust here on the CPU, which is what the tests check.
 //!
 //! A block pass multiplies 4 or 8 rows by every weight once, so it is bound by streaming the
-//! weights. This kernel is opt-in (`UNMASK_GEMV=1`): on the H200 it streams 1.9-3.8 TB/s,
-//! cuBLAS 1.2-4.3 TB/s and more in total inside a CUDA graph (docs/perf.md, "The gemv kernel").
+//! weights. This kernel is opt-in (`UNMASK_GEMV=1`): on the H200, inside a CUDA graph, cuBLAS
+//! is faster on every SDAR-1.7B projection (docs/perf.md, "The gemv kernel").
 //! [`Gemv::fits`] says where the kernel applies; elsewhere callers use candle's matmul.
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
