@@ -1,56 +1,71 @@
 // y [T, N] = x [T, K] . W^T for the few rows of a block pass (T <= 8), W stored [N, K] (the
 // checkpoint's own [out, in] layout), everything bf16, sums in f32, on the tensor cores.
+// The paired form multiplies the gate and the up halves of a stacked [2 N, K] weight together
+// and writes silu(gate) * up [T, N], so the MLP's activation costs no kernel of its own.
 //
-// A block pass multiplies 4 or 8 rows, so it is bound by streaming W once from HBM. Measured on
-// the H200 (docs/perf.md): FMAs leave the loop issue-bound at T = 8 (1.7 TB/s); tensor-core
-// fragments loaded straight from global memory read 64 scattered bytes per row per load and
-// reach 2.5 TB/s. So each warp streams its 16-row tile of W through shared memory, 512
-// contiguous bytes per row per load (cp.async, two stages so one is in flight while the other
-// is multiplied), and feeds mma.sync m16n8k16 from there: A = 16 rows x 16 k of W, B = 16 k x 8
-// columns of x (T padded to 8 with zeros), C in f32.
+// A block pass multiplies 4 or 8 rows, so it is bound by streaming W once from HBM; what
+// matters is how many bytes are in flight and how soon the first ones are asked for.
+//  - One mma.sync m16n8k16 multiplies a 16 x 16 tile of W by a 16 x 8 tile of x (T padded to
+//    8), so instructions per weight byte are few and the same for any T <= 8.
+//  - The dot product is a sum over k, so any permutation of k that A (W) and B (x) share gives
+//    the same result. The fragment layout gives lane (g = lane / 4, q = lane % 4) the k slots
+//    {2q, 2q+1, 2q+8, 2q+9} of rows g and g+8 of A and of column g of B; we feed those slots
+//    from 8 consecutive k, k0 + 8q .. k0 + 8q + 7 of each row, one 16-byte load, so a warp
+//    step covers 32 k of 16 rows (64 contiguous bytes a row) with two mma.
+//  - A warp issues the W loads of U steps back to back before its first mma (a batch: 16 U
+//    bytes a row a lane, U KiB a warp in flight), so it waits on memory once per batch, not
+//    once per step (an earlier version of this kernel, one step per wait, reached 2.5 TB/s).
+//  - Shapes are cut into many small blocks (src/model/gemv.rs picks the split), so the last
+//    wave of blocks is short and every SM keeps streaming to the end.
+//  - On sm_90, under programmatic dependent launch, a block asks for its first batch of W
+//    (which no earlier kernel writes) before it waits for the kernel before it to finish, and
+//    lets the next kernel launch at once: the weights of one projection start streaming while
+//    the small kernels before it still run. Elsewhere both instructions compile away.
 //
-// The dot product is a sum over k, so any permutation of k that A and B share gives the same
-// result. The fragment layout gives lane (g = lane / 4, q = lane % 4) the k slots {2q, 2q+1} and
-// {2q+8, 2q+9} of rows g and g+8 of A and of column g of B; we feed them from k = 4q .. 4q+3 of
-// the 16-k chunk, so each is one 8-byte load. Staged rows are 544 bytes apart (512 + 32), which
-// spreads those 8-byte loads of a half-warp over all 32 banks.
-//
-// Launch (src/model/gemv.rs picks KS so that the grid fills the card):
-//   block 256 threads = 8 warps; warps in groups of KS split K's 256-wide stages between them;
-//   each group owns a tile of 16 consecutive output rows, so a block covers 16 * 8 / KS rows;
-//   grid ceil(N / that); dynamic shared memory SMEM_BYTES. K % 256 == 0 and x, W 16-byte
-//   aligned (the launcher checks; otherwise cuBLAS runs instead). Rows past N read row N-1 again
-//   (in bounds) and are never written.
+// Launch (gemv.rs): block = TB tiles x KS warps (32 TB KS threads); a tile is 16 output rows;
+// the KS warps of a tile take its K steps in turn (warp kw: steps kw, kw + KS, ...) and add
+// their sums through shared memory (4 floats a lane a warp, 8 for the paired form). grid =
+// ceil(N / 16 / TB). K % 32 == 0 and x, W 16-byte aligned (the launcher checks). Rows past N
+// read row N-1 again (in bounds) and are never written.
 // Math: products of bf16 values are exact in f32; sums in f32 in another order than
 // src/model/gemv.rs's CPU body, so results agree before the final rounding to bf16.
 
-#define WARPS 8
-#define TILE 16                       // rows per warp group
-#define STAGE_K 256                   // k per stage: 512 bytes of each row
-#define STAGES 2
-#define ROW_BYTES 544                 // a staged row, padded against bank conflicts
-#define WARP_BYTES (STAGES * TILE * ROW_BYTES)
-// SMEM_BYTES = WARPS * WARP_BYTES = 139264 (src/model/gemv_cuda.rs sets the same)
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
+// x, staged into shared memory with cp.async: a thread's copies are all in flight at once (a
+// load into registers and a store would wait on each load in turn).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
 }
 
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-__device__ __forceinline__ void mma(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                    unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+__device__ __forceinline__ void dependency_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mma(float* c, uint4 a, uint4 b, unsigned x0, unsigned x1, bool hi) {
+    const unsigned a0 = hi ? a.z : a.x, a2 = hi ? a.w : a.y, a1 = hi ? b.z : b.x, a3 = hi ? b.w : b.y;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(x0), "r"(x1));
 }
 
 __device__ __forceinline__ unsigned short to_bf16(float v) {
@@ -60,80 +75,109 @@ __device__ __forceinline__ unsigned short to_bf16(float v) {
     return (unsigned short)(u >> 16);
 }
 
-template <int KS>
-__device__ void gemv(const unsigned short* __restrict__ w, const unsigned short* __restrict__ x,
-                     unsigned short* __restrict__ y, int t_len, int n, int k) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float part[WARPS][4][32];
+__device__ __forceinline__ float bf16_round(float v) { return __uint_as_float(((unsigned)to_bf16(v)) << 16); }
+
+// PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
+template <int U, bool PAIR>
+__device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
+                     int t_len, int n, int k8, int ks) {
+    // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
+    // reads at the same k fall in different banks); then the sums of the K split.
+    extern __shared__ uint4 xs[];
+    launch_dependents();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int group = warp / KS, kw = warp % KS;
+    const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
-    const int n0 = (blockIdx.x * (WARPS / KS) + group) * TILE;
-    unsigned char* buf = smem + warp * WARP_BYTES;
-    const unsigned buf_s = smem_addr(buf);
-    const int stages = k / STAGE_K;
-
-    // Stage `st` (k from st * STAGE_K) of the tile's 16 rows into buffer b: row r by one
-    // 512-byte load of the whole warp (16 bytes a lane).
-    auto issue = [&](int st, int b) {
-        const long k0 = (long)st * STAGE_K + lane * 8;
-#pragma unroll
-        for (int r = 0; r < TILE; ++r) {
-            const unsigned short* src = w + (long)min(n0 + r, n - 1) * k + k0;
-            cp_async16(buf_s + (b * TILE + r) * ROW_BYTES + lane * 16, src);
-        }
-    };
-
+    const int n0 = tile * 16;
+    const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
+    const uint4* w0 = w + r0 * k8 + q;
+    const uint4* w8 = w + r8 * k8 + q;
+    const uint4* u0 = w + (r0 + n) * k8 + q;  // PAIR only
+    const uint4* u8 = w + (r8 + n) * k8 + q;
+    const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < t_len;
-    const unsigned short* xr = x + (long)(live ? g : 0) * k + 4 * q;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (kw < stages) issue(kw, 0);
-    cp_commit();
-    int it = 0;
-    for (int s = kw; s < stages; s += KS, ++it) {
-        // the next stage goes in flight before this one is multiplied; an empty group at the end
-        // keeps "all but the newest group landed" meaning "this stage landed"
-        if (s + KS < stages) issue(s + KS, (it + 1) & 1);
-        cp_commit();
-        cp_wait_one();
-        __syncwarp();
-        const unsigned char* a_row = buf + ((it & 1) * TILE + g) * ROW_BYTES + 8 * q;
-        const unsigned short* xs = xr + (long)s * STAGE_K;
+    const uint4* xr = xs + (live ? g : 0) * XROW + q;
+    const int steps = k8 / 4;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s0 = kw, batch = 0; batch == 0 || s0 < steps; s0 += ks * U, ++batch) {
+        uint4 a[U], b[U], au[U], bu[U];
 #pragma unroll
-        for (int m = 0; m < STAGE_K / 16; ++m) {
-            const uint2 a = *(const uint2*)(a_row + 32 * m);
-            const uint2 b = *(const uint2*)(a_row + 8 * ROW_BYTES + 32 * m);
-            uint2 xv = __ldg((const uint2*)(xs + 16 * m));
-            if (!live) xv = make_uint2(0u, 0u);
-            mma(c, a.x, b.x, a.y, b.y, xv.x, xv.y);
+        for (int u = 0; u < U; ++u) {
+            const int s = s0 + ks * u;
+            a[u] = b[u] = au[u] = bu[u] = zero;
+            if (s < steps) {
+                a[u] = ld_stream(w0 + 4 * s);
+                b[u] = ld_stream(w8 + 4 * s);
+                if (PAIR) {
+                    au[u] = ld_stream(u0 + 4 * s);
+                    bu[u] = ld_stream(u8 + 4 * s);
+                }
+            }
         }
-        __syncwarp();  // every lane is done with this buffer before it is refilled
-    }
-    if (KS > 1) {
+        if (batch == 0) {
+            // W is in flight; x is the previous kernel's output, so wait for it, then stage it
+            dependency_wait();
+            const int total = t_len * k8;
+            for (int i = threadIdx.x; i < total; i += blockDim.x) cp_async16(xs + (i / k8) * XROW + i % k8, x + i);
+            cp_async_wait_all();
+            __syncthreads();
+        }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) part[warp][i][lane] = c[i];
+        for (int u = 0; u < U; ++u) {
+            const int s = s0 + ks * u;
+            const uint4 xv = (live && s < steps) ? xr[4 * s] : zero;
+            mma(c, a[u], b[u], xv.x, xv.y, false);
+            mma(c, a[u], b[u], xv.z, xv.w, true);
+            if (PAIR) {
+                mma(cu, au[u], bu[u], xv.x, xv.y, false);
+                mma(cu, au[u], bu[u], xv.z, xv.w, true);
+            }
+        }
+    }
+    if (ks > 1) {
+        const int np = PAIR ? 8 : 4;
+        float* part = (float*)xs;  // every warp is done with x after the barrier
+        float* mine = part + warp * np * 32;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            mine[i * 32 + lane] = c[i];
+            if (PAIR) mine[(4 + i) * 32 + lane] = cu[i];
+        }
         __syncthreads();
         if (kw != 0) return;
-        for (int o = 1; o < KS; ++o)
+        for (int o = 1; o < ks; ++o) {
+            const float* other = mine + o * np * 32;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) c[i] += part[warp + o][i][lane];
+            for (int i = 0; i < 4; ++i) {
+                c[i] += other[i * 32 + lane];
+                if (PAIR) cu[i] += other[(4 + i) * 32 + lane];
+            }
+        }
     }
     // c0, c1: row g, columns 2q, 2q+1; c2, c3: row g+8, the same columns. Column = x row.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
-        if (t < t_len && row < n) y[(long)t * n + row] = to_bf16(c[i]);
+        if (t >= t_len || row >= n) continue;
+        float v = c[i];
+        if (PAIR) {
+            // as the unfused chain rounds: gate and up to bf16, silu(gate) * up in f32
+            const float gt = bf16_round(c[i]), up = bf16_round(cu[i]);
+            v = gt / (1.0f + expf(-gt)) * up;
+        }
+        y[(long)t * n + row] = to_bf16(v);
     }
 }
 
-#define GEMV(KK)                                                                                           \
-    extern "C" __global__ void __launch_bounds__(256) unmask_gemv_ks##KK(                                  \
-        const unsigned short* w, const unsigned short* x, unsigned short* y, int t_len, int n, int k) {    \
-        gemv<KK>(w, x, y, t_len, n, k);                                                                    \
+#define GEMV(NAME, U, PAIR)                                                                                \
+    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* y, int t_len, int n,   \
+                                    int k8, int ks) {                                                      \
+        gemv<U, PAIR>(w, x, y, t_len, n, k8, ks);                                                          \
     }
 
-GEMV(1)
-GEMV(2)
-GEMV(4)
-GEMV(8)
+GEMV(unmask_gemv_u4, 4, false)
+GEMV(unmask_gemv_u8, 8, false)
+GEMV(unmask_gemv_silu_u4, 4, true)

@@ -152,8 +152,8 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off): graphs off / fixed passes off / host sampler / gemv kernel on / fused ops off"
-for v in "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "gemv UNMASK_GEMV=1" "generic UNMASK_FUSED=0"; do
+stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison / graphs off / fixed passes off / host sampler / gemv kernel on / PDL launches / fused ops off"
+for v in "default UNMASK_ABLATION=default" "nograph UNMASK_CUDA_GRAPH=0" "eager UNMASK_FIXED_PASSES=0" "hostsampler UNMASK_DEVICE_SAMPLER=0" "gemv UNMASK_GEMV=1" "pdl UNMASK_PDL=1" "generic UNMASK_FUSED=0"; do
   set -- $v
   env "$2" timeout 150 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --max-new-tokens 128 \
     --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/$1.json" \
@@ -223,7 +223,7 @@ if main and "rows" in main:
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
         if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
-    for name in ["nograph", "eager", "hostsampler", "gemv", "generic"]:
+    for name in ["default", "nograph", "eager", "hostsampler", "gemv", "pdl", "generic"]:
         b = bench.get(name)
         if b and "rows" in b:
             r = b["rows"][0]

@@ -153,9 +153,19 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
             .collect::<candle_core::Result<Vec<_>>>()?;
         for t in [1, 4, 8] {
             let x = Tensor::randn(0f32, 1.0, (t, k), dev)?.to_dtype(DType::BF16)?;
-            let got = Gemv::forward(&x, &ws[0])?;
+            let got = Gemv::PLAIN.forward(&x, &ws[0])?;
             let want = x.matmul(&ws[0].t()?)?;
             rep.check(format!("gemv {name} [{t}x{k}]·[{n}x{k}]ᵀ vs matmul"), rel_err(&got, &want)?, 1e-2, "rel. L2 error, bf16");
+            let paired = |w: &Tensor| -> candle_core::Result<Tensor> {
+                let gu = x.matmul(&w.t()?)?;
+                let i = n / 2;
+                candle_nn::ops::silu(&gu.narrow(1, 0, i)?)? * gu.narrow(1, i, i)?
+            };
+            if name == "gate_up" {
+                // the paired form: silu(gate) * up from one kernel, against matmul + the chain
+                let got = Gemv::SILU_MUL.forward(&x, &ws[0])?;
+                rep.check(format!("gemv silu(gate)*up [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + silu"), rel_err(&got, &paired(&ws[0])?)?, 1e-2, "rel. L2 error, bf16");
+            }
             let mut time = |label: &str, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| -> Result<()> {
                 for w in &ws {
                     f(w)?;
@@ -173,8 +183,12 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
                 rep.timings_us.push((format!("{label} {name} T={t}"), us));
                 Ok(())
             };
-            time("gemv", &|w| Gemv::forward(&x, w))?;
+            time("gemv", &|w| Gemv::PLAIN.forward(&x, w))?;
             time("matmul", &|w| x.matmul(&w.t()?))?;
+            if name == "gate_up" {
+                time("gemv+silu", &|w| Gemv::SILU_MUL.forward(&x, w))?;
+                time("matmul+silu", &paired)?;
+            }
         }
     }
     Ok(())

@@ -33,9 +33,19 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Linear::Dense(w) => x.matmul(w),
-            Linear::Rows(w) if Gemv::fits(x, w) => Gemv::forward(x, w),
+            Linear::Rows(w) if Gemv::fits(x, w) => Gemv::PLAIN.forward(x, w),
             Linear::Rows(w) => x.matmul(&w.t()?),
             Linear::Bf16(p) => x.apply_op1_no_bwd(p),
+        }
+    }
+
+    /// `silu(x Wg) * (x Wu)` for a stacked gate|up weight in one kernel, where the gemv kernel
+    /// takes `x` ([`Linear::Rows`] and a block pass's few rows); `None` elsewhere (the caller
+    /// runs the product and the activation apart).
+    pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        match self {
+            Linear::Rows(w) if Gemv::fits(x, w) => Gemv::SILU_MUL.forward(x, w).map(Some),
+            _ => Ok(None),
         }
     }
 

@@ -5,6 +5,8 @@ pub mod config;
 pub mod gemv;
 #[cfg(feature = "cuda")]
 mod gemv_cuda;
+#[cfg(feature = "cuda")]
+mod launch_cuda;
 pub mod linear;
 pub mod ops;
 #[cfg(feature = "cuda")]

@@ -3,20 +3,23 @@
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::cuda_backend::CudaDType;
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
+use super::launch_cuda::{pdl, Args};
 use super::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
 
 pub const SOURCE: &str = include_str!("../../kernels/fused.cu");
 const MODULE: &str = "unmask_fused";
 
-fn ptx() -> Result<&'static str> {
+fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    // compute_90 where the kernels can let the next one launch early (see fused.cu)
+    let arch = super::launch_cuda::nvrtc_arch(dev, None)?;
     let r = PTX.get_or_init(|| {
-        let opts = CompileOptions { name: Some("fused.cu".into()), ..Default::default() };
+        let opts = CompileOptions { name: Some("fused.cu".into()), arch, ..Default::default() };
         compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
     });
     match r {
@@ -26,8 +29,8 @@ fn ptx() -> Result<&'static str> {
 }
 
 /// Compiles kernels/fused.cu now; an error means the fused ops cannot run here.
-pub fn probe() -> Result<()> {
-    ptx().map(drop)
+pub fn probe(dev: &CudaDevice) -> Result<()> {
+    ptx(dev).map(drop)
 }
 
 fn suffix(dt: DType) -> Result<&'static str> {
@@ -82,27 +85,27 @@ pub fn qkv_prep(
         (func_name("unmask_qkv_prep", dt)?, nh, 3 * d * 4)
     };
     let cfg = LaunchConfig { grid_dim: (blocks as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 };
-    let f = dev.get_or_load_custom_func(&name, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&name, MODULE, ptx(&dev)?)?;
+    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
     let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
     macro_rules! go {
         ($T:ty) => {{
             let qkv = view::<$T>(s1, l1, "qkv-prep")?;
             let cos = view::<$T>(s2, l2, "qkv-prep cos")?;
             let sin = view::<$T>(s3, l3, "qkv-prep sin")?;
-            let out = unsafe { dev.alloc::<$T>(n)? };
+            let mut out = unsafe { dev.alloc::<$T>(n)? };
             with_storage(&op.q_norm, |qs, ql| {
                 with_storage(&op.k_norm, |ks, kl| {
                     let qn = view::<$T>(qs, ql, "q_norm")?;
                     let kn = view::<$T>(ks, kl, "k_norm")?;
-                    let mut b = f.builder();
-                    b.arg(&qkv).arg(&qn).arg(&kn).arg(&cos).arg(&sin).arg(&out);
-                    if by_warp {
-                        b.arg(&t_i).arg(&h_i).arg(&kv_i).arg(&op.eps);
-                    } else {
-                        b.arg(&t_i).arg(&h_i).arg(&kv_i).arg(&d_i).arg(&op.eps);
+                    let mut b = Args::new(&stream);
+                    b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut out);
+                    b.i32(t_i).i32(h_i).i32(kv_i);
+                    if !by_warp {
+                        b.i32(d_i);
                     }
-                    unsafe { b.launch(cfg) }.w()?;
-                    Ok(())
+                    b.f32(op.eps);
+                    unsafe { b.launch(&f, cfg, pdl) }
                 })
             })?;
             wrap(out, &dev)
@@ -135,29 +138,24 @@ pub fn attention(
     }
     let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem as u32 };
     let dt = sq.dtype();
-    let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, h_i, kv_i, d_i, cap_i, keys_i) = (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
-    let null = 0u64;
+    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
     macro_rules! go {
         ($T:ty) => {{
             let q = view::<$T>(sq, lq, "attention q")?;
             let kvv = view::<$T>(skv, lkv, "attention kv")?;
             let (kpart, vpart) = (kvv.slice(0..kv * cap * d), kvv.slice(kv * cap * d..2 * kv * cap * d));
-            let out = unsafe { dev.alloc::<$T>(t_len * h * d)? };
-            let mut b = f.builder();
-            b.arg(&q).arg(&kpart).arg(&vpart);
-            let m;
-            match mask {
-                Some((s, l)) => {
-                    m = view::<$T>(s, l, "attention mask")?;
-                    b.arg(&m);
-                }
-                None => {
-                    b.arg(&null);
-                }
-            }
-            b.arg(&out).arg(&t_i).arg(&h_i).arg(&kv_i).arg(&d_i).arg(&cap_i).arg(&keys_i).arg(&op.scale);
-            unsafe { b.launch(cfg) }.w()?;
+            let mut out = unsafe { dev.alloc::<$T>(t_len * h * d)? };
+            let m = mask.map(|(s, l)| view::<$T>(s, l, "attention mask")).transpose()?;
+            let mut b = Args::new(&stream);
+            b.input(&q).input(&kpart).input(&vpart);
+            match &m {
+                Some(m) => b.input(m),
+                None => b.null(),
+            };
+            b.output(&mut out).i32(t_i).i32(h_i).i32(kv_i).i32(d_i).i32(cap_i).i32(keys_i).f32(op.scale);
+            unsafe { b.launch(&f, cfg, pdl) }?;
             wrap(out, &dev)
         }};
     }
@@ -176,15 +174,16 @@ pub fn silu_mul(op: &SiluMul, t_len: usize, (s, l): (&CudaStorage, &Layout)) -> 
     let blocks = n.div_ceil(256).min(65535) as u32;
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let dt = s.dtype();
-    let f = dev.get_or_load_custom_func(&func_name("unmask_silu_mul", dt)?, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&func_name("unmask_silu_mul", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, i_i) = (t_len as i32, i as i32);
+    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
     macro_rules! go {
         ($T:ty) => {{
             let x = view::<$T>(s, l, "silu-mul")?;
-            let out = unsafe { dev.alloc::<$T>(n)? };
-            let mut b = f.builder();
-            b.arg(&x).arg(&out).arg(&t_i).arg(&i_i);
-            unsafe { b.launch(cfg) }.w()?;
+            let mut out = unsafe { dev.alloc::<$T>(n)? };
+            let mut b = Args::new(&stream);
+            b.input(&x).output(&mut out).i32(t_i).i32(i_i);
+            unsafe { b.launch(&f, cfg, pdl) }?;
             wrap(out, &dev)
         }};
     }
@@ -221,17 +220,18 @@ pub fn add_rms_norm(
         (false, false) => (func_name("unmask_add_rms_norm", dt)?, 1024),
     };
     let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-    let f = dev.get_or_load_custom_func(&name, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&name, MODULE, ptx(&dev)?)?;
     let (t_i, h_i) = (t_len as i32, h as i32);
+    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
     macro_rules! go {
         ($T:ty) => {{
             let x = view::<$T>(sx, lx, "add-rms-norm x")?;
             let d = view::<$T>(sd, ld, "add-rms-norm delta")?;
             let w = view::<$T>(sw, lw, "add-rms-norm w")?;
-            let out = unsafe { dev.alloc::<$T>(2 * t_len * h)? };
-            let mut b = f.builder();
-            b.arg(&x).arg(&d).arg(&w).arg(&out).arg(&t_i).arg(&h_i).arg(&op.eps);
-            unsafe { b.launch(cfg) }.w()?;
+            let mut out = unsafe { dev.alloc::<$T>(2 * t_len * h)? };
+            let mut b = Args::new(&stream);
+            b.input(&x).input(&d).input(&w).output(&mut out).i32(t_i).i32(h_i).f32(op.eps);
+            unsafe { b.launch(&f, cfg, pdl) }?;
             wrap(out, &dev)
         }};
     }
@@ -252,17 +252,18 @@ pub fn kv_write(
     let dev = sc.device().clone();
     let cfg = LaunchConfig { grid_dim: (rows as u32, t_len as u32, 1), block_dim: (d.min(1024) as u32, 1, 1), shared_mem_bytes: 0 };
     let dt = sc.dtype();
-    let f = dev.get_or_load_custom_func(&func_name("unmask_kv_write", dt)?, MODULE, ptx()?)?;
+    let f = dev.get_or_load_custom_func(&func_name("unmask_kv_write", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, d_i, cap_i) = (t_len as i32, d as i32, cap as i32);
     let pos = view::<u32>(sp, lp, "kv-write positions")?;
+    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
     macro_rules! go {
         ($T:ty) => {{
             let k = view::<$T>(sk, lk, "kv-write block")?;
             let (a, b) = lc.contiguous_offsets().expect("checked contiguous");
             let mut c = sc.as_cuda_slice_mut::<$T>()?.slice_mut(a..b);
-            let mut bld = f.builder();
-            bld.arg(&mut c).arg(&k).arg(&pos).arg(&t_i).arg(&d_i).arg(&cap_i);
-            unsafe { bld.launch(cfg) }.w()?;
+            let mut bld = Args::new(&stream);
+            bld.output(&mut c).input(&k).input(&pos).i32(t_i).i32(d_i).i32(cap_i);
+            unsafe { bld.launch(&f, cfg, pdl) }?;
         }};
     }
     match dt {

@@ -404,6 +404,9 @@ impl Qwen3 {
     }
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let Some(h) = layer.gate_up_proj.forward_silu_mul(x)? {
+            return layer.down_proj.forward(&h);
+        }
         let gate_up = layer.gate_up_proj.forward(x)?;
         let h = if self.fused {
             ops::silu_mul(&gate_up, &ops::SiluMul { intermediate: self.intermediate })?
@@ -451,17 +454,18 @@ fn fused_here(device: &Device, dtype: DType) -> bool {
         return false;
     }
     #[cfg(feature = "cuda")]
-    if let Err(e) = super::ops_cuda::probe() {
-        eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
-        return false;
+    if let Device::Cuda(d) = device {
+        if let Err(e) = super::ops_cuda::probe(d) {
+            eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
+            return false;
+        }
     }
     true
 }
 
 /// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]): only with
 /// `UNMASK_GEMV=1`, on a GPU in bf16 where the kernel compiles. Off by default: on the H200
-/// cuBLAS streams these shapes faster in the graph (docs/perf.md, run 5: 1.87 against 2.11 ms
-/// per forward).
+/// cuBLAS streams these shapes faster in the graph (docs/perf.md).
 fn gemv_here(device: &Device, dtype: DType) -> bool {
     if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() != Ok("1") {
         return false;

@@ -1,0 +1,303 @@
+// Microbenchmark of kernels/gemv.cu against cuBLAS on the H200, for the few-row projections of
+// an SDAR-1.7B block pass, in CUDA graphs like the decode's own. Needs only nvcc and cuBLAS (the
+// GPU host has both; no cargo there), so kernel designs are compared in one device call:
+//
+//   nvcc -O3 -arch=sm_90 -o /tmp/gemv_bench scripts/gemv_bench.cu -lcublas && /tmp/gemv_bench
+//
+// Every projection of every layer has its own weights (28 layers x 100 MB, far past the 50 MB
+// L2), so each graph replay streams them from HBM as a forward does. Prints, for T = 4 and 8:
+// per-projection time (28 launches of one kind in a graph), the whole projection chain of a
+// forward, and the chain with a small dependent kernel between projections (the decode's
+// norms and attention), each with cuBLAS, with the kernel, and with the kernel under
+// programmatic dependent launch. Checks every kernel result against cuBLAS.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "../kernels/gemv.cu"
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e = (x);                                                                    \
+        if (e != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+#define CB(x)                                                                        \
+    do {                                                                             \
+        cublasStatus_t s = (x);                                                      \
+        if (s != CUBLAS_STATUS_SUCCESS) {                                            \
+            fprintf(stderr, "%s:%d %s: cublas %d\n", __FILE__, __LINE__, #x, (int)s); \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+typedef unsigned short bf;
+
+__global__ void fill(bf* p, long n, unsigned seed, float scale) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        float v = ((h & 0xffff) / 65535.0f - 0.5f) * scale;
+        p[i] = to_bf16(v);
+    }
+}
+
+// Stand-in for the small kernels between projections: reads the projection's output, writes the
+// next projection's input (a few KB), one block; lets dependents launch at once.
+__global__ void small_kernel(const bf* in, bf* out, int n_in, int n_out, int pdl) {
+    if (pdl) launch_dependents();
+    dependency_wait();
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n_in; i += blockDim.x) s += __uint_as_float(((unsigned)in[i]) << 16);
+    for (int i = threadIdx.x; i < n_out; i += blockDim.x) out[i] = to_bf16(1e-3f * s + 0.01f * (i % 7));
+}
+
+struct Proj {
+    const char* name;
+    int n, k;   // output rows (for the paired form: gate rows), input features
+    int wrows;  // rows of W (2 n for gate|up)
+};
+
+struct Cfg {
+    int u, ks, tb;  // unroll, warps per tile, tiles per block
+    bool pair;
+};
+
+static cublasHandle_t H;
+static int T;  // rows
+
+static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, int n, int k, bool pdl, cudaStream_t st) {
+    int tiles = (n + 15) / 16;
+    dim3 grid((tiles + c.tb - 1) / c.tb), block(32 * c.ks * c.tb);
+    size_t smem = std::max((size_t)T * (k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * (c.pair ? 8 : 4) * 32 * 4 : 0);
+    void (*f)(const uint4*, const uint4*, unsigned short*, int, int, int, int) =
+        c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4);
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = grid;
+    lc.blockDim = block;
+    lc.dynamicSmemBytes = smem;
+    lc.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = at;
+    lc.numAttrs = pdl ? 1 : 0;
+    int k8 = k / 8;
+    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, T, n, k8, c.ks);
+}
+
+static void launch_cublas(const bf* w, const bf* x, bf* y, int n, int k) {
+    float one = 1.f, zero = 0.f;
+    // y^T [n, T] (column-major, ld n) = W [n, k] (row-major = col-major k x n, transposed) . x^T
+    CB(cublasGemmEx(H, CUBLAS_OP_T, CUBLAS_OP_N, n, T, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y,
+                    CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+__global__ void silu_mul_ref(const bf* gu, bf* out, int t_len, int inter) {
+    long n = (long)t_len * inter;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long t = i / inter, j = i % inter;
+        float g = __uint_as_float(((unsigned)gu[t * 2 * inter + j]) << 16);
+        float u = __uint_as_float(((unsigned)gu[t * 2 * inter + inter + j]) << 16);
+        out[i] = to_bf16(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(a, st));
+    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms * 1000.f / reps;  // us per replay
+}
+
+template <class F>
+static float capture_and_time(cudaStream_t st, F body, int reps = 30) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    body();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    float us = time_graph(ge, st, reps);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return us;
+}
+
+static double max_rel(const bf* a_d, const bf* b_d, long n) {
+    std::vector<bf> a(n), b(n);
+    CK(cudaMemcpy(a.data(), a_d, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), b_d, n * 2, cudaMemcpyDeviceToHost));
+    double m = 0;
+    auto f = [](bf v) {
+        unsigned u = ((unsigned)v) << 16;
+        float r;
+        memcpy(&r, &u, 4);
+        return r;
+    };
+    for (long i = 0; i < n; ++i) m = fmax(m, fabs(f(a[i]) - f(b[i])) / (fabs(f(b[i])) + 1e-2));
+    return m;
+}
+
+int main() {
+    const int L = 28;
+    Proj P[4] = {{"qkv", 4096, 2048, 4096}, {"o", 2048, 2048, 2048}, {"gate_up", 12288, 2048, 12288}, {"down", 2048, 6144, 2048}};
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CB(cublasCreate(&H));
+    for (auto f : {unmask_gemv_u4, unmask_gemv_u8, unmask_gemv_silu_u4})
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+    CB(cublasSetStream(H, st));
+    void* ws;
+    CK(cudaMalloc(&ws, 32 << 20));
+    CB(cublasSetWorkspace(H, ws, 32 << 20));
+    std::vector<bf*> W[4];
+    double bytes_layer = 0;
+    for (int p = 0; p < 4; ++p) {
+        bytes_layer += 2.0 * P[p].wrows * P[p].k;
+        for (int l = 0; l < L; ++l) {
+            bf* w;
+            CK(cudaMalloc(&w, 2L * P[p].wrows * P[p].k));
+            fill<<<1024, 256>>>(w, (long)P[p].wrows * P[p].k, 1234u + 97u * p + 7919u * l, 0.25f);
+            W[p].push_back(w);
+        }
+    }
+    bf *x, *y, *y2, *h;
+    CK(cudaMalloc(&x, 2L * 8 * 12288));
+    CK(cudaMalloc(&y, 2L * 8 * 12288));
+    CK(cudaMalloc(&y2, 2L * 8 * 12288));
+    CK(cudaMalloc(&h, 2L * 8 * 12288));
+    fill<<<64, 256>>>(x, 8L * 12288, 42u, 2.0f);
+    CK(cudaDeviceSynchronize());
+    printf("layer weights %.1f MB, forward (28 layers) %.1f MB\n", bytes_layer / 1e6, L * bytes_layer / 1e6);
+
+    // candidate splits per projection: {u, ks, tb}
+    std::vector<Cfg> cands[4] = {
+        {{4, 8, 1}, {8, 8, 1}, {4, 4, 2}, {8, 4, 2}, {4, 16, 1}, {8, 2, 4}, {4, 2, 4}},
+        {{4, 8, 1}, {8, 8, 1}, {4, 16, 1}, {8, 16, 1}, {4, 4, 2}, {8, 4, 1}},
+        {{4, 8, 1}, {8, 8, 1}, {4, 4, 2}, {8, 4, 2}, {8, 2, 4}, {4, 2, 4}, {8, 4, 1}},
+        {{4, 16, 1}, {8, 16, 1}, {4, 32, 1}, {8, 12, 1}, {8, 24, 1}, {4, 8, 1}, {8, 8, 1}, {8, 8, 2}},
+    };
+    std::vector<Cfg> pair_cands = {{4, 8, 1, true}, {4, 4, 2, true}, {4, 4, 1, true}, {4, 16, 1, true}, {4, 2, 4, true}};
+
+    for (int tt : {4, 8}) {
+        T = tt;
+        printf("\n=== T = %d\n", T);
+        Cfg best[4];
+        float best_us[4];
+        for (int p = 0; p < 4; ++p) {
+            const Proj& pr = P[p];
+            double mb = L * 2.0 * pr.wrows * pr.k;
+            float cub = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l) launch_cublas(W[p][l], x, y, pr.n, pr.k);
+            });
+            printf("%-8s cublas           %7.2f us/launch  %.2f TB/s\n", pr.name, cub / L, mb / (cub * 1e-6) / 1e12);
+            launch_cublas(W[p][0], x, y2, pr.n, pr.k);
+            best_us[p] = 1e9;
+            for (const Cfg& c : cands[p]) {
+                if (launch_kernel(c, W[p][0], x, y, pr.n, pr.k, false, st) != cudaSuccess) {
+                    printf("%-8s u%d ks%-2d tb%d: does not launch (%s)\n", pr.name, c.u, c.ks, c.tb, cudaGetErrorString(cudaGetLastError()));
+                    continue;
+                }
+                CK(cudaStreamSynchronize(st));
+                double err = max_rel(y, y2, (long)T * pr.n);
+                for (int pdl = 0; pdl < 2; ++pdl) {
+                    float us = capture_and_time(st, [&] {
+                        for (int l = 0; l < L; ++l) launch_kernel(c, W[p][l], x, y, pr.n, pr.k, pdl, st);
+                    });
+                    printf("%-8s u%d ks%-2d tb%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", pr.name, c.u, c.ks,
+                           c.tb, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
+                    if (!pdl && us < best_us[p]) best_us[p] = us, best[p] = c;
+                }
+            }
+        }
+        // gate|up with silu fused against cuBLAS + the silu kernel
+        {
+            const Proj& pr = P[2];
+            int inter = pr.n / 2;
+            double mb = L * 2.0 * pr.wrows * pr.k;
+            float cub = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l) {
+                    launch_cublas(W[2][l], x, y, pr.n, pr.k);
+                    silu_mul_ref<<<(T * inter + 255) / 256, 256, 0, st>>>(y, h, T, inter);
+                }
+            });
+            printf("gate_up+silu cublas+silu   %7.2f us/launch  %.2f TB/s\n", cub / L, mb / (cub * 1e-6) / 1e12);
+            launch_cublas(W[2][0], x, y, pr.n, pr.k);
+            silu_mul_ref<<<(T * inter + 255) / 256, 256, 0, st>>>(y, y2, T, inter);
+            for (const Cfg& c : pair_cands) {
+                if (launch_kernel(c, W[2][0], x, h, inter, pr.k, false, st) != cudaSuccess) {
+                    printf("gate_up+silu u%d ks%-2d tb%d: does not launch (%s)\n", c.u, c.ks, c.tb, cudaGetErrorString(cudaGetLastError()));
+                    continue;
+                }
+                CK(cudaStreamSynchronize(st));
+                double err = max_rel(h, y2, (long)T * inter);
+                for (int pdl = 0; pdl < 2; ++pdl) {
+                    float us = capture_and_time(st, [&] {
+                        for (int l = 0; l < L; ++l) launch_kernel(c, W[2][l], x, h, inter, pr.k, pdl, st);
+                    });
+                    printf("gate_up+silu u%d ks%-2d tb%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", c.u, c.ks, c.tb,
+                           pdl, us / L, mb / (us * 1e-6) / 1e12, err);
+                }
+            }
+        }
+        // the chain of a forward: per layer qkv, o, gate|up, down; with and without a small kernel
+        // between projections
+        for (int between = 0; between < 2; ++between) {
+            auto small = [&](int n_in, int n_out, bool pdl) {
+                if (!between) return;
+                small_kernel<<<1, 256, 0, st>>>(y, x, T * n_in, T * n_out, pdl);
+            };
+            float cub = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l)
+                    for (int p = 0; p < 4; ++p) {
+                        launch_cublas(W[p][l], x, y, P[p].n, P[p].k);
+                        small(P[p].n, P[(p + 1) % 4].k, false);
+                    }
+            });
+            printf("chain%s cublas: %.1f us per forward = %.2f TB/s\n", between ? "+small" : "", cub,
+                   L * bytes_layer / (cub * 1e-6) / 1e12);
+            for (int v = 0; v < 4; ++v) {
+                const int pdl = v & 1, fuse_silu = v >> 1;
+                float us = capture_and_time(st, [&] {
+                    for (int l = 0; l < L; ++l)
+                        for (int p = 0; p < 4; ++p) {
+                            if (p == 2 && fuse_silu)
+                                launch_kernel({4, 4, 2, true}, W[p][l], x, y, P[p].n / 2, P[p].k, pdl, st);
+                            else
+                                launch_kernel(best[p], W[p][l], x, y, P[p].n, P[p].k, pdl, st);
+                            small(P[p].n, P[(p + 1) % 4].k, pdl);
+                        }
+                });
+                printf("chain%s kernel (best splits) pdl%d silu-fused%d: %.1f us per forward = %.2f TB/s\n",
+                       between ? "+small" : "", pdl, fuse_silu, us, L * bytes_layer / (us * 1e-6) / 1e12);
+            }
+        }
+        for (int p = 0; p < 4; ++p)
+            printf("best %s: u%d ks%d tb%d %.2f us\n", P[p].name, best[p].u, best[p].ks, best[p].tb, best_us[p] / L);
+    }
+    CK(cudaDeviceSynchronize());
+    printf("done\n");
+    return 0;
+}

@@ -1,0 +1,126 @@
+//! Launching the fused kernels (kernels/fused.cu), optionally (`UNMASK_PDL=1`, on compute
+//! capability 9.0+) with programmatic dependent launch.
+//!
+//! Measured on the H200 (docs/perf.md), it does not pay: 1.86-1.92 ms per forward with it,
+//! 1.75-1.79 without, so it is off by default. What does pay is the other half: every fused
+//! kernel, launched the ordinary way, still triggers griddepcontrol.launch_dependents at its
+//! start, and cuBLAS's Hopper kernels, which cuBLAS launches this way, start during it (1.87 ms
+//! per forward before the kernels triggered, 1.75-1.79 after).
+//!
+//! A block pass is a chain of ~320 short kernels; each one's launch (block scheduling, its
+//! prologue) normally starts only when the kernel before it has finished. Launched this way, a
+//! kernel may start as soon as every block of the previous one has started (every fused kernel
+//! and cuBLAS's Hopper kernels say so early, with griddepcontrol.launch_dependents), and its
+//! first instruction, griddepcontrol.wait, holds it until that kernel has finished and its
+//! writes are visible: the launch overlaps the previous kernel's tail, and nothing is read
+//! early. A CUDA graph captured from the stream keeps these relaxed edges.
+//!
+//! cudarc's launch builder has no launch attributes, so [`Args`] collects the parameters itself
+//! (one 8-byte slot each; the driver reads as many bytes as the kernel's parameter has) and
+//! calls `cuLaunchKernelEx`.
+
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use candle_core::cuda_backend::cudarc::driver::sys;
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{CudaDevice, Result};
+
+/// Whether `dev` runs programmatic dependent launch (Hopper and later).
+pub fn has_pdl(dev: &CudaDevice) -> Result<bool> {
+    let (major, _) = dev.cuda_stream().context().compute_capability().w()?;
+    Ok(major >= 9)
+}
+
+/// The NVRTC target for `dev`'s kernels: compute_90 where griddepcontrol exists (the kernels'
+/// `__CUDA_ARCH__ >= 900` branches), else `fallback`.
+pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Option<&'static str>> {
+    Ok(if has_pdl(dev)? { Some("compute_90") } else { fallback })
+}
+
+/// Whether fused kernels launch with programmatic dependent launch here: `UNMASK_PDL=1` on a
+/// GPU that has it.
+pub fn pdl(dev: &CudaDevice) -> Result<bool> {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("UNMASK_PDL").as_deref() == Ok("1"));
+    Ok(on && has_pdl(dev)?)
+}
+
+/// A kernel's parameters, in order, and the cudarc guards that record the buffers' use on the
+/// stream (kept until the launch is enqueued).
+pub struct Args<'a> {
+    stream: &'a CudaStream,
+    slots: Vec<u64>,
+    guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl<'a> Args<'a> {
+    pub fn new(stream: &'a CudaStream) -> Self {
+        Args { stream, slots: Vec::with_capacity(16), guards: Vec::with_capacity(8) }
+    }
+
+    /// A buffer the kernel reads.
+    pub fn input<T>(&mut self, v: &'a impl DevicePtr<T>) -> &mut Self {
+        let (p, g) = v.device_ptr(self.stream);
+        self.slots.push(p);
+        self.guards.push(g);
+        self
+    }
+
+    /// A buffer the kernel writes.
+    pub fn output<T>(&mut self, v: &'a mut impl DevicePtrMut<T>) -> &mut Self {
+        let (p, g) = v.device_ptr_mut(self.stream);
+        self.slots.push(p);
+        self.guards.push(g);
+        self
+    }
+
+    /// A null pointer (an absent optional input).
+    pub fn null(&mut self) -> &mut Self {
+        self.slots.push(0);
+        self
+    }
+
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.slots.push(v as u32 as u64);
+        self
+    }
+
+    pub fn f32(&mut self, v: f32) -> &mut Self {
+        self.slots.push(v.to_bits() as u64);
+        self
+    }
+
+    /// Enqueues `f` on the stream, under programmatic dependent launch when `pdl`.
+    ///
+    /// # Safety
+    /// The parameters pushed must match `f`'s signature in number, order and type, and the
+    /// kernel must stay inside the buffers it is given.
+    pub unsafe fn launch(mut self, f: &CudaFunction, cfg: LaunchConfig, pdl: bool) -> Result<()> {
+        let mut params: Vec<*mut c_void> = self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: u32::from(pdl),
+        };
+        self.stream.context().bind_to_thread().w()?;
+        sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()).result().w()?;
+        drop(self.guards);
+        Ok(())
+    }
+}
