@@ -78,7 +78,12 @@ __device__ __forceinline__ unsigned short to_bf16(float v) {
 __device__ __forceinline__ float bf16_round(float v) { return __uint_as_float(((unsigned)to_bf16(v)) << 16); }
 
 // PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
-template <int U, bool PAIR>
+// PACKED: W in the tile order pack_rows() (src/model/gemv.rs) writes, so that every load of a
+// warp reads 512 contiguous bytes: for tile i (rows 16 i ..) and K step s, 1 KiB at
+// (i * steps + s) KiB: the 16 bytes of row 16 i + g for lane (g, q) at k 32 s + 8 q, lanes in
+// order, then the same for row 16 i + g + 8. Unpacked, a warp's load touches 8 rows 64 bytes
+// each, one DRAM page apiece.
+template <int U, bool PAIR, bool PACKED>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      int t_len, int n, int k8, int ks) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
@@ -90,15 +95,18 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     const int g = lane >> 2, q = lane & 3;
     const int n0 = tile * 16;
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
-    const uint4* w0 = w + r0 * k8 + q;
-    const uint4* w8 = w + r8 * k8 + q;
-    const uint4* u0 = w + (r0 + n) * k8 + q;  // PAIR only
-    const uint4* u8 = w + (r8 + n) * k8 + q;
+    const int steps = k8 / 4;
+    // uint4 offset of step s from w0 / u0; packed, row g + 8 is 32 uint4 after row g
+    const long wstep = PACKED ? 64 : 4;
+    const uint4* w0 = PACKED ? w + (long)tile * steps * 64 + lane : w + r0 * k8 + q;
+    const uint4* w8 = PACKED ? w0 + 32 : w + r8 * k8 + q;
+    // PAIR only: the up half; packed, it starts n / 16 tiles on (n % 16 == 0)
+    const uint4* u0 = PACKED ? w0 + (long)(n / 16) * steps * 64 : w + (r0 + n) * k8 + q;
+    const uint4* u8 = PACKED ? u0 + 32 : w + (r8 + n) * k8 + q;
     const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < t_len;
     const uint4* xr = xs + (live ? g : 0) * XROW + q;
-    const int steps = k8 / 4;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int s0 = kw, batch = 0; batch == 0 || s0 < steps; s0 += ks * U, ++batch) {
@@ -108,11 +116,11 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             const int s = s0 + ks * u;
             a[u] = b[u] = au[u] = bu[u] = zero;
             if (s < steps) {
-                a[u] = ld_stream(w0 + 4 * s);
-                b[u] = ld_stream(w8 + 4 * s);
+                a[u] = ld_stream(w0 + wstep * s);
+                b[u] = ld_stream(w8 + wstep * s);
                 if (PAIR) {
-                    au[u] = ld_stream(u0 + 4 * s);
-                    bu[u] = ld_stream(u8 + 4 * s);
+                    au[u] = ld_stream(u0 + wstep * s);
+                    bu[u] = ld_stream(u8 + wstep * s);
                 }
             }
         }
@@ -172,12 +180,29 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     }
 }
 
-#define GEMV(NAME, U, PAIR)                                                                                \
+#define GEMV(NAME, U, PAIR, PACKED)                                                                        \
     extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* y, int t_len, int n,   \
                                     int k8, int ks) {                                                      \
-        gemv<U, PAIR>(w, x, y, t_len, n, k8, ks);                                                          \
+        gemv<U, PAIR, PACKED>(w, x, y, t_len, n, k8, ks);                                                  \
     }
 
-GEMV(unmask_gemv_u4, 4, false)
-GEMV(unmask_gemv_u8, 8, false)
-GEMV(unmask_gemv_silu_u4, 4, true)
+GEMV(unmask_gemv_u4, 4, false, false)
+GEMV(unmask_gemv_u8, 8, false, false)
+GEMV(unmask_gemv_silu_u4, 4, true, false)
+GEMV(unmask_gemv_packed_u4, 4, false, true)
+GEMV(unmask_gemv_packed_u8, 8, false, true)
+GEMV(unmask_gemv_packed_silu_u4, 4, true, true)
+
+// [n, K] row-major -> the PACKED order, rows past n (to a whole tile) as zeros. One thread per
+// uint4 of the output; grid-stride.
+extern "C" __global__ void unmask_gemv_pack(const uint4* __restrict__ w, uint4* __restrict__ out, int n, int k8) {
+    const int steps = k8 / 4;
+    const long total = (long)((n + 15) / 16) * steps * 64;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int lane = i & 31, h = (i >> 5) & 1;
+        const long ts = i >> 6;  // tile * steps + s
+        const int s = ts % steps, tile = ts / steps;
+        const int row = tile * 16 + (lane >> 2) + 8 * h, q = lane & 3;
+        out[i] = row < n ? w[(long)row * k8 + s * 4 + q] : make_uint4(0u, 0u, 0u, 0u);
+    }
+}

@@ -72,6 +72,7 @@ struct Proj {
 struct Cfg {
     int u, ks, tb;  // unroll, warps per tile, tiles per block
     bool pair;
+    bool packed;  // W in the kernel's tile order (unmask_gemv_pack)
 };
 
 static cublasHandle_t H;
@@ -82,7 +83,8 @@ static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, 
     dim3 grid((tiles + c.tb - 1) / c.tb), block(32 * c.ks * c.tb);
     size_t smem = std::max((size_t)T * (k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * (c.pair ? 8 : 4) * 32 * 4 : 0);
     void (*f)(const uint4*, const uint4*, unsigned short*, int, int, int, int) =
-        c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4);
+        c.packed ? (c.pair ? unmask_gemv_packed_silu_u4 : (c.u == 8 ? unmask_gemv_packed_u8 : unmask_gemv_packed_u4))
+                 : (c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4));
     cudaLaunchConfig_t lc = {};
     lc.gridDim = grid;
     lc.blockDim = block;
@@ -166,7 +168,8 @@ int main() {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CB(cublasCreate(&H));
-    for (auto f : {unmask_gemv_u4, unmask_gemv_u8, unmask_gemv_silu_u4})
+    for (auto f : {unmask_gemv_u4, unmask_gemv_u8, unmask_gemv_silu_u4, unmask_gemv_packed_u4, unmask_gemv_packed_u8,
+                   unmask_gemv_packed_silu_u4})
         CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
     CB(cublasSetStream(H, st));
     void* ws;
@@ -183,6 +186,15 @@ int main() {
             W[p].push_back(w);
         }
     }
+    std::vector<bf*> WP[4];  // the same weights in the kernel's packed tile order
+    for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < L; ++l) {
+            bf* w;
+            CK(cudaMalloc(&w, 2L * ((P[p].wrows + 15) / 16 * 16) * P[p].k));
+            unmask_gemv_pack<<<2048, 256>>>((const uint4*)W[p][l], (uint4*)w, P[p].wrows, P[p].k / 8);
+            WP[p].push_back(w);
+        }
+    CK(cudaDeviceSynchronize());
     bf *x, *y, *y2, *h;
     CK(cudaMalloc(&x, 2L * 8 * 12288));
     CK(cudaMalloc(&y, 2L * 8 * 12288));
@@ -192,16 +204,24 @@ int main() {
     CK(cudaDeviceSynchronize());
     printf("layer weights %.1f MB, forward (28 layers) %.1f MB\n", bytes_layer / 1e6, L * bytes_layer / 1e6);
 
-    // candidate splits per projection: {u, ks, tb}
-    std::vector<Cfg> cands[4] = {
-        {{4, 8, 1}, {8, 8, 1}, {4, 4, 2}, {8, 4, 2}, {4, 16, 1}, {8, 2, 4}, {4, 2, 4}},
-        {{4, 8, 1}, {8, 8, 1}, {4, 16, 1}, {8, 16, 1}, {4, 4, 2}, {8, 4, 1}},
-        {{4, 8, 1}, {8, 8, 1}, {4, 4, 2}, {8, 4, 2}, {8, 2, 4}, {4, 2, 4}, {8, 4, 1}},
-        {{4, 16, 1}, {8, 16, 1}, {4, 32, 1}, {8, 12, 1}, {8, 24, 1}, {4, 8, 1}, {8, 8, 1}, {8, 8, 2}},
+    // candidate splits per projection (the best of the earlier sweep, docs/gpu-runs/2026-12-03-gemv-sweep),
+    // each unpacked and packed
+    std::vector<Cfg> base[4] = {
+        {{8, 8, 1}, {4, 16, 1}, {8, 4, 2}},
+        {{8, 8, 1}, {4, 16, 1}, {8, 16, 1}},
+        {{8, 4, 2}, {8, 2, 4}, {4, 2, 4}, {8, 8, 1}},
+        {{8, 16, 1}, {4, 16, 1}, {8, 12, 1}},
     };
-    std::vector<Cfg> pair_cands = {{4, 8, 1, true}, {4, 4, 2, true}, {4, 4, 1, true}, {4, 16, 1, true}, {4, 2, 4, true}};
+    std::vector<Cfg> cands[4];
+    for (int p = 0; p < 4; ++p)
+        for (int pk = 0; pk < 2; ++pk)
+            for (Cfg c : base[p]) {
+                c.packed = pk;
+                cands[p].push_back(c);
+            }
+    std::vector<Cfg> pair_cands = {{4, 8, 1, true}, {4, 4, 2, true}, {4, 8, 1, true, true}, {4, 4, 2, true, true}};
 
-    for (int tt : {4, 8}) {
+    for (int tt : {4}) {
         T = tt;
         printf("\n=== T = %d\n", T);
         Cfg best[4];
@@ -224,10 +244,10 @@ int main() {
                 double err = max_rel(y, y2, (long)T * pr.n);
                 for (int pdl = 0; pdl < 2; ++pdl) {
                     float us = capture_and_time(st, [&] {
-                        for (int l = 0; l < L; ++l) launch_kernel(c, W[p][l], x, y, pr.n, pr.k, pdl, st);
+                        for (int l = 0; l < L; ++l) launch_kernel(c, (c.packed ? WP : W)[p][l], x, y, pr.n, pr.k, pdl, st);
                     });
-                    printf("%-8s u%d ks%-2d tb%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", pr.name, c.u, c.ks,
-                           c.tb, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
+                    printf("%-8s u%d ks%-2d tb%d packed%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", pr.name, c.u,
+                           c.ks, c.tb, c.packed, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
                     if (!pdl && us < best_us[p]) best_us[p] = us, best[p] = c;
                 }
             }
@@ -247,7 +267,7 @@ int main() {
             launch_cublas(W[2][0], x, y, pr.n, pr.k);
             silu_mul_ref<<<(T * inter + 255) / 256, 256, 0, st>>>(y, y2, T, inter);
             for (const Cfg& c : pair_cands) {
-                if (launch_kernel(c, W[2][0], x, h, inter, pr.k, false, st) != cudaSuccess) {
+                if (launch_kernel(c, (c.packed ? WP : W)[2][0], x, h, inter, pr.k, false, st) != cudaSuccess) {
                     printf("gate_up+silu u%d ks%-2d tb%d: does not launch (%s)\n", c.u, c.ks, c.tb, cudaGetErrorString(cudaGetLastError()));
                     continue;
                 }
@@ -255,10 +275,10 @@ int main() {
                 double err = max_rel(h, y2, (long)T * inter);
                 for (int pdl = 0; pdl < 2; ++pdl) {
                     float us = capture_and_time(st, [&] {
-                        for (int l = 0; l < L; ++l) launch_kernel(c, W[2][l], x, h, inter, pr.k, pdl, st);
+                        for (int l = 0; l < L; ++l) launch_kernel(c, (c.packed ? WP : W)[2][l], x, h, inter, pr.k, pdl, st);
                     });
-                    printf("gate_up+silu u%d ks%-2d tb%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", c.u, c.ks, c.tb,
-                           pdl, us / L, mb / (us * 1e-6) / 1e12, err);
+                    printf("gate_up+silu u%d ks%-2d tb%d packed%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", c.u, c.ks,
+                           c.tb, c.packed, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
                 }
             }
         }
@@ -283,10 +303,11 @@ int main() {
                 float us = capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l)
                         for (int p = 0; p < 4; ++p) {
+                            const bool pk = best[p].packed;
                             if (p == 2 && fuse_silu)
-                                launch_kernel({4, 4, 2, true}, W[p][l], x, y, P[p].n / 2, P[p].k, pdl, st);
+                                launch_kernel({4, 4, 2, true, pk}, (pk ? WP : W)[p][l], x, y, P[p].n / 2, P[p].k, pdl, st);
                             else
-                                launch_kernel(best[p], W[p][l], x, y, P[p].n, P[p].k, pdl, st);
+                                launch_kernel(best[p], (pk ? WP : W)[p][l], x, y, P[p].n, P[p].k, pdl, st);
                             small(P[p].n, P[(p + 1) % 4].k, pdl);
                         }
                 });
@@ -295,7 +316,8 @@ int main() {
             }
         }
         for (int p = 0; p < 4; ++p)
-            printf("best %s: u%d ks%d tb%d %.2f us\n", P[p].name, best[p].u, best[p].ks, best[p].tb, best_us[p] / L);
+            printf("best %s: u%d ks%d tb%d packed%d %.2f us\n", P[p].name, best[p].u, best[p].ks, best[p].tb,
+                   best[p].packed, best_us[p] / L);
     }
     CK(cudaDeviceSynchronize());
     printf("done\n");

@@ -171,6 +171,34 @@ pub fn gemv_bf16(x: &[half::bf16], w: &[half::bf16], t: usize, n: usize, k: usiz
     y
 }
 
+/// Where `W[row][8 k8 .. 8 k8 + 8]` (one 16-byte chunk) goes in the kernel's packed order
+/// (kernels/gemv.cu, `PACKED`), in 16-byte units: tile `row / 16`, K step `k8 / 4`, then the
+/// half (`row % 16 >= 8`), then the lane `(row % 8) * 4 + k8 % 4`. A warp's load for one step
+/// and half is then 32 consecutive chunks (512 bytes).
+pub fn packed_chunk(row: usize, k8: usize, steps: usize) -> usize {
+    let (tile, r) = (row / TILE_ROWS, row % TILE_ROWS);
+    let (s, q) = (k8 / 4, k8 % 4);
+    let lane = (r % 8) * 4 + q;
+    ((tile * steps + s) * 2 + r / 8) * 32 + lane
+}
+
+/// `W [n, k]` (bf16 bits, row-major) in the packed order, rows past `n` up to a whole tile as
+/// zeros: what the GPU's `unmask_gemv_pack` writes, for the kernel's `PACKED` form (measured
+/// in scripts/gemv_bench.cu; not used by the model yet).
+pub fn pack_rows(w: &[u16], n: usize, k: usize) -> Vec<u16> {
+    assert_eq!(w.len(), n * k, "weight of {n}x{k} holds {} values", w.len());
+    assert!(k % K_STEP == 0, "K = {k} is not a multiple of {K_STEP}");
+    let (k8s, steps) = (k / 8, k / K_STEP);
+    let mut out = vec![0u16; n.div_ceil(TILE_ROWS) * TILE_ROWS * k];
+    for row in 0..n {
+        for k8 in 0..k8s {
+            let dst = packed_chunk(row, k8, steps) * 8;
+            out[dst..dst + 8].copy_from_slice(&w[row * k + 8 * k8..row * k + 8 * k8 + 8]);
+        }
+    }
+    out
+}
+
 /// `[t, 2 i]` gate|up (already rounded to bf16) -> `[t, i]` silu(gate) * up, in f32, rounded once.
 pub fn silu_mul_rows(gu: &[half::bf16], t: usize, i: usize) -> Vec<half::bf16> {
     let mut y = Vec::with_capacity(t * i);
@@ -282,6 +310,47 @@ mod tests {
         let odd = Tensor::zeros((7, k), DType::BF16, &dev).unwrap();
         let x = Tensor::zeros((1, k), DType::BF16, &dev).unwrap();
         assert!(Gemv::SILU_MUL.forward(&x, &odd).is_err(), "a gate|up weight has an even row count");
+    }
+
+    #[test]
+    fn the_packed_order_is_a_bijection_with_512_contiguous_bytes_a_warp_load() {
+        let (n, k) = (40usize, 96usize); // 3 tiles (the last ragged), 3 K steps
+        let (k8s, steps) = (k / 8, k / K_STEP);
+        let tiles = n.div_ceil(TILE_ROWS);
+        let mut seen = vec![false; tiles * TILE_ROWS * k8s];
+        for row in 0..tiles * TILE_ROWS {
+            for k8 in 0..k8s {
+                let c = packed_chunk(row, k8, steps);
+                assert!(!seen[c], "chunk {c} taken twice");
+                seen[c] = true;
+            }
+        }
+        assert!(seen.iter().all(|&b| b), "every chunk of the packed buffer is some row's");
+        // what one warp loads for tile 1, step 2, the lower half: lanes (g, q) -> rows 16 + g,
+        // k8 = 8 + q, 32 consecutive chunks in lane order
+        let base = packed_chunk(16, 8, steps);
+        for lane in 0..32 {
+            assert_eq!(packed_chunk(16 + lane / 4, 8 + lane % 4, steps), base + lane);
+        }
+        // the upper half (rows g + 8) follows right after
+        assert_eq!(packed_chunk(24, 8, steps), base + 32);
+        // and the next step after that
+        assert_eq!(packed_chunk(16, 12, steps), base + 64);
+    }
+
+    #[test]
+    fn packing_moves_every_value_once_and_pads_the_last_tile_with_zeros() {
+        let (n, k) = (20, 64);
+        let w: Vec<u16> = (0..n * k).map(|i| i as u16 + 1).collect();
+        let p = pack_rows(&w, n, k);
+        assert_eq!(p.len(), 32 * k, "two whole tiles");
+        for row in 0..n {
+            for kk in 0..k {
+                let at = packed_chunk(row, kk / 8, k / K_STEP) * 8 + kk % 8;
+                assert_eq!(p[at], w[row * k + kk], "row {row} k {kk}");
+            }
+        }
+        assert_eq!(p.iter().filter(|&&v| v == 0).count(), (32 - n) * k, "padding rows are zeros");
     }
 
     #[test]

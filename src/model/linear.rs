@@ -261,4 +261,23 @@ mod tests {
         }
         assert_eq!(rows.bytes(), 48 * 256 * 2);
     }
+
+    #[test]
+    fn only_the_rows_form_folds_silu_into_the_product() {
+        let dev = candle_core::Device::Cpu;
+        let w = Tensor::randn(0f32, 0.3, (64, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (4, 32), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let rows = Linear::Rows(w.clone());
+        let got = rows.forward_silu_mul(&x).unwrap().expect("a block pass's rows take the kernel");
+        assert_eq!(got.dims(), &[4, 32]);
+        let gu = rows.forward(&x).unwrap().to_dtype(DType::F32).unwrap();
+        let want = (candle_nn::ops::silu(&gu.narrow(1, 0, 32).unwrap()).unwrap() * gu.narrow(1, 32, 32).unwrap()).unwrap();
+        let diff = (got.to_dtype(DType::F32).unwrap() - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() < 2e-2, "silu(gate) * up of the same products");
+        // a prefill's many rows, and the dense form, leave the activation to the caller
+        let many = Tensor::zeros((9, 32), DType::BF16, &dev).unwrap();
+        assert!(rows.forward_silu_mul(&many).unwrap().is_none());
+        let dense = Linear::Dense(w.t().unwrap().contiguous().unwrap());
+        assert!(dense.forward_silu_mul(&x).unwrap().is_none());
+    }
 }
