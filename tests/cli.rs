@@ -195,3 +195,23 @@ fn compare_headless_prints_both_sides_and_where_they_differ() {
     assert!(fwd[1] < fwd[0], "{text}");
     assert!(text.contains("outputs diverge at token") || text.contains("outputs are identical"));
 }
+
+#[test]
+fn bench_with_events_both_reports_an_on_and_an_off_row_per_strategy() {
+    let json = std::env::temp_dir().join(format!("unmask-bench-{}.json", std::process::id()));
+    let out = unmask(&[
+        "bench", "--strategy", "sequential", "--max-new-tokens", "4", "--prompt-len", "4", "--warmup", "0",
+        "--repeat", "2", "--events", "both", "--json", json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).ok();
+    let rows = report["rows"].as_array().unwrap();
+    let modes: Vec<(&str, &str)> = rows.iter().map(|r| (r["strategy"].as_str().unwrap(), r["events"].as_str().unwrap())).collect();
+    assert_eq!(modes, [("sequential", "on"), ("sequential", "off")]);
+    for r in rows {
+        assert!(r["ms_per_forward"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["tokens_per_forward"].as_f64().unwrap(), 1.0, "sequential commits one token a forward");
+    }
+    assert!(String::from_utf8_lossy(&out.stdout).contains("# events cost, sequential:"));
+}

@@ -3,7 +3,8 @@
 //!
 //! What is measured, per (strategy, events) configuration: `--warmup` untimed decodes, then
 //! `--repeat` timed ones of `--max-new-tokens` tokens after a `--prompt-len` prompt (no EOS:
-//! every decode runs to its length). Per decode: the wall time of the whole decode (prefill
+//! every decode runs to its length); with `--events both` the on and off decodes of a strategy
+//! alternate. Per decode: the wall time of the whole decode (prefill
 //! included), and the time of every forward call. The device is synchronised after each call
 //! so each forward's time is its own (denoising calls synchronise anyway: they read the
 //! samples back). Medians over the timed decodes are reported.
@@ -123,6 +124,15 @@ struct Report {
     rows: Vec<Row>,
 }
 
+/// The order of the modes in round `i`: forwards in even rounds, backwards in odd ones.
+fn interleaved(modes: usize, i: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..modes).collect();
+    if i % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -212,24 +222,29 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
     let mut rows = Vec::new();
     for &strategy in &strategies {
-        for &events in &modes {
-            let settings = DecodeSettings { strategy, ..base.clone() };
-            let req = Request {
-                prompt: String::new(),
-                prompt_ids: prompt_ids.clone(),
-                settings,
-                mask_id,
-                eos_ids: vec![],
-                model: info.clone(),
-                device: args.decode.device.clone(),
-            };
-            let mut per = Vec::new();
-            for i in 0..args.warmup + args.repeat {
-                let r = one_decode(&mut den, &device, detok.as_ref(), &req, events)?;
+        let settings = DecodeSettings { strategy, ..base.clone() };
+        let req = Request {
+            prompt: String::new(),
+            prompt_ids: prompt_ids.clone(),
+            settings,
+            mask_id,
+            eos_ids: vec![],
+            model: info.clone(),
+            device: args.decode.device.clone(),
+        };
+        // With events both on and off, their decodes alternate (on, off, then off, on, ...), so
+        // a drift of the machine's speed during the run falls on both alike: the cost is a
+        // difference of a few percent, about the size of run-to-run drift.
+        let mut per: Vec<Vec<OneDecode>> = modes.iter().map(|_| Vec::new()).collect();
+        for i in 0..args.warmup + args.repeat {
+            for m in interleaved(modes.len(), i) {
+                let r = one_decode(&mut den, &device, detok.as_ref(), &req, modes[m])?;
                 if i >= args.warmup {
-                    per.push(r);
+                    per[m].push(r);
                 }
             }
+        }
+        for (&events, per) in modes.iter().zip(per) {
             rows.push(summarise(strategy, events, per));
         }
     }
@@ -403,5 +418,18 @@ fn print_table(r: &Report) {
                 off.decode_ms
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interleaved;
+
+    #[test]
+    fn events_on_and_off_alternate_which_goes_first() {
+        assert_eq!(interleaved(2, 0), vec![0, 1]);
+        assert_eq!(interleaved(2, 1), vec![1, 0]);
+        assert_eq!(interleaved(2, 2), vec![0, 1]);
+        assert_eq!(interleaved(1, 1), vec![0], "one mode: nothing to alternate");
     }
 }

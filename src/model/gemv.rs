@@ -187,7 +187,7 @@ pub fn packed_chunk(row: usize, k8: usize, steps: usize) -> usize {
 /// in scripts/gemv_bench.cu; not used by the model yet).
 pub fn pack_rows(w: &[u16], n: usize, k: usize) -> Vec<u16> {
     assert_eq!(w.len(), n * k, "weight of {n}x{k} holds {} values", w.len());
-    assert!(k % K_STEP == 0, "K = {k} is not a multiple of {K_STEP}");
+    assert!(k.is_multiple_of(K_STEP), "K = {k} is not a multiple of {K_STEP}");
     let (k8s, steps) = (k / 8, k / K_STEP);
     let mut out = vec![0u16; n.div_ceil(TILE_ROWS) * TILE_ROWS * k];
     for row in 0..n {
