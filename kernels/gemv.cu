@@ -20,7 +20,8 @@
 //  - On sm_90, under programmatic dependent launch, a block asks for its first batch of W
 //    (which no earlier kernel writes) before it waits for the kernel before it to finish, and
 //    lets the next kernel launch at once: the weights of one projection start streaming while
-//    the small kernels before it still run. Elsewhere both instructions compile away.
+//    the small kernels before it still run. Elsewhere both instructions compile away. (The
+//    launcher, src/model/gemv_cuda.rs, does not launch it so: no gain measured in a forward.)
 //
 // Launch (gemv.rs): block = TB tiles x KS warps (32 TB KS threads); a tile is 16 output rows;
 // the KS warps of a tile take its K steps in turn (warp kw: steps kw, kw + KS, ...) and add

@@ -1,7 +1,7 @@
 //! CUDA side of `gemv.rs`: kernels/gemv.cu, compiled once by NVRTC, launched through cudarc.
-//! An ordinary launch: under programmatic dependent launch (which the kernel supports) a
-//! forward measured 1.99 against 1.87 ms on the H200, the early blocks' weight streams slowing
-//! the latency-bound kernels they overlap (docs/perf.md).
+//! An ordinary launch: programmatic dependent launch (which the kernel supports: it asks for its
+//! first weights before griddepcontrol.wait) sped up a chain of projections alone on the H200,
+//! but showed no gain inside a forward (docs/perf.md, session 4).
 
 use std::sync::OnceLock;
 

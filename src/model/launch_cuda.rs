@@ -1,18 +1,17 @@
 //! Launching the fused kernels (kernels/fused.cu), optionally (`UNMASK_PDL=1`, on compute
 //! capability 9.0+) with programmatic dependent launch.
 //!
-//! Measured on the H200 (docs/perf.md), it does not pay: 1.86-1.92 ms per forward with it,
-//! 1.75-1.79 without, so it is off by default. What does pay is the other half: every fused
-//! kernel, launched the ordinary way, still triggers griddepcontrol.launch_dependents at its
-//! start, and cuBLAS's Hopper kernels, which cuBLAS launches this way, start during it (1.87 ms
-//! per forward before the kernels triggered, 1.75-1.79 after).
+//! Measured on the H200 (docs/perf.md, run 6, 128-token decodes): 1.786 ms per forward with it
+//! against 1.750 without, so it is off by default. Whether the fused kernels trigger
+//! griddepcontrol.launch_dependents at all made no measurable difference either (run 5, before
+//! they did: 1.856-1.919 ms at 256 tokens; run 6: 1.859-1.916).
 //!
 //! A block pass is a chain of ~320 short kernels; each one's launch (block scheduling, its
 //! prologue) normally starts only when the kernel before it has finished. Launched this way, a
-//! kernel may start as soon as every block of the previous one has started (every fused kernel
-//! and cuBLAS's Hopper kernels say so early, with griddepcontrol.launch_dependents), and its
-//! first instruction, griddepcontrol.wait, holds it until that kernel has finished and its
-//! writes are visible: the launch overlaps the previous kernel's tail, and nothing is read
+//! kernel may start as soon as every block of the previous one has executed
+//! griddepcontrol.launch_dependents (every fused kernel does, after its own wait) or exited,
+//! and its first instruction, griddepcontrol.wait, holds it until that kernel has finished and
+//! its writes are visible: the launch overlaps the previous kernel's tail, and nothing is read
 //! early. A CUDA graph captured from the stream keeps these relaxed edges.
 //!
 //! cudarc's launch builder has no launch attributes, so [`Args`] collects the parameters itself
