@@ -272,8 +272,11 @@ mod tests {
         assert_eq!(got.dims(), &[4, 32]);
         let gu = rows.forward(&x).unwrap().to_dtype(DType::F32).unwrap();
         let want = (candle_nn::ops::silu(&gu.narrow(1, 0, 32).unwrap()).unwrap() * gu.narrow(1, 32, 32).unwrap()).unwrap();
-        let diff = (got.to_dtype(DType::F32).unwrap() - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
-        assert!(diff.to_scalar::<f32>().unwrap() < 2e-2, "silu(gate) * up of the same products");
+        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (g, w) in f(&got).iter().zip(f(&want)) {
+            // silu(gate) * up of the same products, rounded once to bf16
+            assert!((g - w).abs() <= w.abs() / 128.0 + 1e-3, "{g} vs {w}");
+        }
         // a prefill's many rows, and the dense form, leave the activation to the caller
         let many = Tensor::zeros((9, 32), DType::BF16, &dev).unwrap();
         assert!(rows.forward_silu_mul(&many).unwrap().is_none());
