@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_run.sh            # from the repo root, with .gpu/unmask.gz present
 #
-# Needs: .gpu/unmask.gz (scripts/build-cuda.sh), nvidia-smi, python3 with torch + transformers
+# Needs: .gpu/unmask.gz (scripts/build-cuda.sh), nvidia-smi, nvcc, python3 with torch + transformers
 # (the GPU host's image). Writes at most 8 flat files to $OUT (default /tmp/unmask-gpu-out):
 #   gpu_run.log     everything printed
 #   summary.md      the figures for docs/perf.md
@@ -12,6 +12,7 @@
 #   bench.json      unmask bench, SDAR-1.7B shape, all strategies, events on/off, + ablations
 #   torch.json      the PyTorch reference (scripts/torch_reference.py)
 #   bandwidth.json  device-to-device copy bandwidth
+#   gemv_bench.txt  scripts/gemv_bench.cu: the gemv kernel's designs against cuBLAS (nvcc; GEMV_BENCH=0 skips)
 # Every stage is guarded: a failing stage is reported and the next one still runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -167,6 +168,17 @@ for f in sorted(os.listdir(sys.argv[1])):
     except Exception as e: d[f[:-5]] = {"error": str(e)}
 json.dump(d, open(sys.argv[2], "w"), indent=2)
 EOF
+
+stage "gemv kernel designs vs cuBLAS (scripts/gemv_bench.cu, built here by nvcc)"
+if [[ ${GEMV_BENCH:-1} != 0 ]]; then
+  NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+  if [[ -n $NVCC ]] && "$NVCC" -O3 -arch=sm_90 -o "$W/gemv_bench" scripts/gemv_bench.cu -lcublas > "$OUT/gemv_bench.txt" 2>&1 \
+     && timeout 180 "$W/gemv_bench" >> "$OUT/gemv_bench.txt" 2>&1; then
+    record gemv-bench ok; grep -E "^(chain|best)" "$OUT/gemv_bench.txt"
+  else
+    record gemv-bench FAIL; tail -5 "$OUT/gemv_bench.txt" 2>/dev/null
+  fi
+fi
 
 stage "PyTorch reference: transformers Qwen3ForCausalLM, SDAR-1.7B shape, same algorithm"
 timeout 240 python3 scripts/torch_reference.py --shape $SHAPE --device $TDEV --prompt-len 64 --max-new-tokens "$NEW" \
