@@ -296,7 +296,8 @@ __device__ void kv_write(T* __restrict__ cache, const T* __restrict__ kv, const 
 }
 
 #define KVW(NAME, T)                                                                                        \
-    extern "C" __global__ void NAME(T* cache, const T* kv, const unsigned* pos, int t_len, int d, int cap) { pdl_enter(); \
+    extern "C" __global__ void NAME(T* cache, const T* kv, const unsigned* pos, int t_len, int d, int cap) { \
+        pdl_enter();                                                                                       \
         kv_write<T>(cache, kv, pos, t_len, d, cap);                                                         \
     }
 KVW(unmask_kv_write_f32, float)
@@ -313,7 +314,8 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
                       b[6] | ((unsigned)b[7] << 16));
 }
 extern "C" __global__ void unmask_add_rms_norm_bf16_v8(const uint4* x, const uint4* delta, const uint4* w, uint4* out,
-                                                       int t_len, int h, float eps) { pdl_enter();
+                                                       int t_len, int h, float eps) {
+    pdl_enter();
     __shared__ float red[32];
     const int t = blockIdx.x, tid = threadIdx.x, h8 = h / 8;
     const long base = (long)t * h8 + tid;
@@ -342,7 +344,8 @@ extern "C" __global__ void unmask_add_rms_norm_bf16_v8(const uint4* x, const uin
 // partners), so the norm is a warp reduction and nothing waits on a block barrier.
 extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
                                                      const uint2* cos, const uint2* sin, uint2* out, int t_len,
-                                                     int heads, int kvh, float eps) { pdl_enter();
+                                                     int heads, int kvh, float eps) {
+    pdl_enter();
     const int lane = threadIdx.x & 31, hh = blockIdx.x * 4 + (threadIdx.x >> 5), t = blockIdx.y;
     const int nh = heads + 2 * kvh;
     if (hh >= nh) return;
@@ -378,20 +381,26 @@ extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uin
 
 #define QKV(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* qkv, const T* qn, const T* kn, const T* cos, const T* sin,    \
-                                    T* out, int t_len, int heads, int kvh, int d, float eps) { pdl_enter();             \
+                                    T* out, int t_len, int heads, int kvh, int d, float eps) {             \
+        pdl_enter();                                                                                       \
         qkv_prep<T>(qkv, qn, kn, cos, sin, out, t_len, heads, kvh, d, eps);                                \
     }
 #define ATT(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* q, const T* k, const T* v, const T* mask, T* out, int t_len,  \
-                                    int heads, int kvh, int d, int cap, int keys, float scale) { pdl_enter();           \
+                                    int heads, int kvh, int d, int cap, int keys, float scale) {           \
+        pdl_enter();                                                                                       \
         if (d == 128) attention<T, 128>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);       \
         else attention<T, 0>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);                  \
     }
 #define SILU(NAME, T)                                                                                       \
-    extern "C" __global__ void NAME(const T* gu, T* out, int t_len, int inter) { pdl_enter(); silu_mul<T>(gu, out, t_len, inter); }
+    extern "C" __global__ void NAME(const T* gu, T* out, int t_len, int inter) {                           \
+        pdl_enter();                                                                                       \
+        silu_mul<T>(gu, out, t_len, inter);                                                                \
+    }
 
 #define ADDNORM(NAME, T)                                                                                    \
-    extern "C" __global__ void NAME(const T* x, const T* delta, const T* w, T* out, int t_len, int h, float eps) { pdl_enter(); \
+    extern "C" __global__ void NAME(const T* x, const T* delta, const T* w, T* out, int t_len, int h, float eps) { \
+        pdl_enter();                                                                                       \
         add_rms_norm<T>(x, delta, w, out, t_len, h, eps);                                                   \
     }
 

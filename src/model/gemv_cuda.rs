@@ -19,9 +19,9 @@ const MODULE: &str = "unmask_gemv";
 
 fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
-    let arch = super::launch_cuda::nvrtc_arch(dev, Some("compute_80"))?;
     let r = PTX.get_or_init(|| {
+        // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
+        let arch = super::launch_cuda::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
         let opts = CompileOptions { name: Some("gemv.cu".into()), arch, ..Default::default() };
         compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
     });

@@ -26,24 +26,24 @@ use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, Device
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaDevice, Result};
 
-/// Whether `dev` runs programmatic dependent launch (Hopper and later).
-pub fn has_pdl(dev: &CudaDevice) -> Result<bool> {
-    let (major, _) = dev.cuda_stream().context().compute_capability().w()?;
+/// Whether the GPU of `stream` runs programmatic dependent launch (Hopper and later).
+fn has_pdl(stream: &CudaStream) -> Result<bool> {
+    let (major, _) = stream.context().compute_capability().w()?;
     Ok(major >= 9)
 }
 
 /// The NVRTC target for `dev`'s kernels: compute_90 where griddepcontrol exists (the kernels'
 /// `__CUDA_ARCH__ >= 900` branches), else `fallback`.
 pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Option<&'static str>> {
-    Ok(if has_pdl(dev)? { Some("compute_90") } else { fallback })
+    Ok(if has_pdl(&dev.cuda_stream())? { Some("compute_90") } else { fallback })
 }
 
-/// Whether fused kernels launch with programmatic dependent launch here: `UNMASK_PDL=1` on a
-/// GPU that has it.
-pub fn pdl(dev: &CudaDevice) -> Result<bool> {
+/// Whether kernels launch with programmatic dependent launch on `stream`: `UNMASK_PDL=1` on a
+/// GPU that has it. The GPU is only asked when the switch is on (this runs at every launch).
+fn pdl(stream: &CudaStream) -> Result<bool> {
     static ON: OnceLock<bool> = OnceLock::new();
     let on = *ON.get_or_init(|| std::env::var("UNMASK_PDL").as_deref() == Ok("1"));
-    Ok(on && has_pdl(dev)?)
+    Ok(on && has_pdl(stream)?)
 }
 
 /// A kernel's parameters, in order, and the cudarc guards that record the buffers' use on the
@@ -91,12 +91,13 @@ impl<'a> Args<'a> {
         self
     }
 
-    /// Enqueues `f` on the stream, under programmatic dependent launch when `pdl`.
+    /// Enqueues `f` on the stream, under programmatic dependent launch where [`pdl`] says so.
     ///
     /// # Safety
     /// The parameters pushed must match `f`'s signature in number, order and type, and the
     /// kernel must stay inside the buffers it is given.
-    pub unsafe fn launch(mut self, f: &CudaFunction, cfg: LaunchConfig, pdl: bool) -> Result<()> {
+    pub unsafe fn launch(mut self, f: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
+        let pdl = pdl(self.stream)?;
         let mut params: Vec<*mut c_void> = self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
         let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
         value.programmaticStreamSerializationAllowed = 1;

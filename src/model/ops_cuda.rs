@@ -8,7 +8,7 @@ use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOpt
 use candle_core::cuda_backend::CudaDType;
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
-use super::launch_cuda::{pdl, Args};
+use super::launch_cuda::Args;
 use super::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
 
 pub const SOURCE: &str = include_str!("../../kernels/fused.cu");
@@ -16,9 +16,9 @@ const MODULE: &str = "unmask_fused";
 
 fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    // compute_90 where the kernels can let the next one launch early (see fused.cu)
-    let arch = super::launch_cuda::nvrtc_arch(dev, None)?;
     let r = PTX.get_or_init(|| {
+        // compute_90 where the kernels can let the next one launch early (see fused.cu)
+        let arch = super::launch_cuda::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
         let opts = CompileOptions { name: Some("fused.cu".into()), arch, ..Default::default() };
         compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
     });
@@ -86,7 +86,7 @@ pub fn qkv_prep(
     };
     let cfg = LaunchConfig { grid_dim: (blocks as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 };
     let f = dev.get_or_load_custom_func(&name, MODULE, ptx(&dev)?)?;
-    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
+    let stream = dev.cuda_stream();
     let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
     macro_rules! go {
         ($T:ty) => {{
@@ -105,7 +105,7 @@ pub fn qkv_prep(
                         b.i32(d_i);
                     }
                     b.f32(op.eps);
-                    unsafe { b.launch(&f, cfg, pdl) }
+                    unsafe { b.launch(&f, cfg) }
                 })
             })?;
             wrap(out, &dev)
@@ -140,7 +140,7 @@ pub fn attention(
     let dt = sq.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, h_i, kv_i, d_i, cap_i, keys_i) = (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
-    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
+    let stream = dev.cuda_stream();
     macro_rules! go {
         ($T:ty) => {{
             let q = view::<$T>(sq, lq, "attention q")?;
@@ -155,7 +155,7 @@ pub fn attention(
                 None => b.null(),
             };
             b.output(&mut out).i32(t_i).i32(h_i).i32(kv_i).i32(d_i).i32(cap_i).i32(keys_i).f32(op.scale);
-            unsafe { b.launch(&f, cfg, pdl) }?;
+            unsafe { b.launch(&f, cfg) }?;
             wrap(out, &dev)
         }};
     }
@@ -176,14 +176,14 @@ pub fn silu_mul(op: &SiluMul, t_len: usize, (s, l): (&CudaStorage, &Layout)) -> 
     let dt = s.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_silu_mul", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, i_i) = (t_len as i32, i as i32);
-    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
+    let stream = dev.cuda_stream();
     macro_rules! go {
         ($T:ty) => {{
             let x = view::<$T>(s, l, "silu-mul")?;
             let mut out = unsafe { dev.alloc::<$T>(n)? };
             let mut b = Args::new(&stream);
             b.input(&x).output(&mut out).i32(t_i).i32(i_i);
-            unsafe { b.launch(&f, cfg, pdl) }?;
+            unsafe { b.launch(&f, cfg) }?;
             wrap(out, &dev)
         }};
     }
@@ -222,7 +222,7 @@ pub fn add_rms_norm(
     let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
     let f = dev.get_or_load_custom_func(&name, MODULE, ptx(&dev)?)?;
     let (t_i, h_i) = (t_len as i32, h as i32);
-    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
+    let stream = dev.cuda_stream();
     macro_rules! go {
         ($T:ty) => {{
             let x = view::<$T>(sx, lx, "add-rms-norm x")?;
@@ -231,7 +231,7 @@ pub fn add_rms_norm(
             let mut out = unsafe { dev.alloc::<$T>(2 * t_len * h)? };
             let mut b = Args::new(&stream);
             b.input(&x).input(&d).input(&w).output(&mut out).i32(t_i).i32(h_i).f32(op.eps);
-            unsafe { b.launch(&f, cfg, pdl) }?;
+            unsafe { b.launch(&f, cfg) }?;
             wrap(out, &dev)
         }};
     }
@@ -255,7 +255,7 @@ pub fn kv_write(
     let f = dev.get_or_load_custom_func(&func_name("unmask_kv_write", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, d_i, cap_i) = (t_len as i32, d as i32, cap as i32);
     let pos = view::<u32>(sp, lp, "kv-write positions")?;
-    let (stream, pdl) = (dev.cuda_stream(), pdl(&dev)?);
+    let stream = dev.cuda_stream();
     macro_rules! go {
         ($T:ty) => {{
             let k = view::<$T>(sk, lk, "kv-write block")?;
@@ -263,7 +263,7 @@ pub fn kv_write(
             let mut c = sc.as_cuda_slice_mut::<$T>()?.slice_mut(a..b);
             let mut bld = Args::new(&stream);
             bld.output(&mut c).input(&k).input(&pos).i32(t_i).i32(d_i).i32(cap_i);
-            unsafe { bld.launch(&f, cfg, pdl) }?;
+            unsafe { bld.launch(&f, cfg) }?;
         }};
     }
     match dt {
