@@ -3,8 +3,8 @@
 //!
 //! Measured on the H200 (docs/perf.md, run 6, 128-token decodes): 1.786 ms per forward with it
 //! against 1.750 without, so it is off by default. Whether the fused kernels trigger
-//! griddepcontrol.launch_dependents at all made no measurable difference either (run 5, before
-//! they did: 1.856-1.919 ms at 256 tokens; run 6: 1.859-1.916).
+//! griddepcontrol.launch_dependents at all made no measurable difference either (256 tokens:
+//! 1.859-1.907 ms before they did, docs/gpu-runs/2026-12-03-session4-before; run 6: 1.859-1.916).
 //!
 //! A block pass is a chain of ~320 short kernels; each one's launch (block scheduling, its
 //! prologue) normally starts only when the kernel before it has finished. Launched this way, a
