@@ -127,7 +127,10 @@ __device__ __forceinline__ void ld8(const float* p, float* f) {
 }
 __device__ __forceinline__ void ld8(const unsigned short* p, float* f) { unpack8(__ldg((const uint4*)p), f); }
 
-// grid (H, T), block 256 (8 warps), dynamic smem (d + keys) floats; d % 8 == 0, d <= 256.
+// grid (H, T), block 512 (16 warps), dynamic smem (d + keys + 16 d) floats (q, the scores, the
+// warps' partial sums); d % 8 == 0, d <= 256.
+// 512 threads so a cache of up to 512 keys is scored in one round of loads and the V sum of a
+// few hundred live keys takes one or two (256 took twice as many round trips).
 // Latency, not bandwidth, bounds this kernel (a few hundred keys of one head), so every loop
 // keeps many independent loads in flight: a thread per key for the scores (16-byte loads
 // along d, all in flight at once), and for V each half-warp takes a key with its lanes across
@@ -144,8 +147,8 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
     extern __shared__ float sm[];
     float* qf = sm;
     float* sc = sm + d;
+    float* part = sm + d + keys;  // [16][d]
     __shared__ float red[32];
-    __shared__ float part[8][256];
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int g = h / (heads / kvh);
@@ -216,7 +219,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
             const int ch = hl + 16 * c;
             if (ch < chunks)
 #pragma unroll
-                for (int e = 0; e < 8; ++e) part[warp][8 * ch + e] = acc[c][e];
+                for (int e = 0; e < 8; ++e) part[warp * d + 8 * ch + e] = acc[c][e];
         }
     }
     __syncthreads();
@@ -224,7 +227,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
     T* o = out + (long)t * heads * d + (long)h * d;
     for (int i = tid; i < d; i += nt) {
         float v = 0.0f;
-        for (int w = 0; w < nw; ++w) v += part[w][i];
+        for (int w = 0; w < nw; ++w) v += part[w * d + i];
         st(o, i, v * inv);
     }
 }
@@ -342,15 +345,18 @@ extern "C" __global__ void unmask_add_rms_norm_bf16_v8(const uint4* x, const uin
 // (ceil((H + 2 KV) / 4), T)), lane l owning values 4l .. 4l+3 (one 8-byte load each of the row,
 // the norm weight and, with RoPE's half split at 64, its cos/sin: lane l and lane l ^ 16 hold
 // partners), so the norm is a warp reduction and nothing waits on a block barrier.
-extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
-                                                     const uint2* cos, const uint2* sin, uint2* out, int t_len,
-                                                     int heads, int kvh, float eps) {
-    pdl_enter();
+// CACHE: the k and v heads go straight to their slots of the cache [2 KV][cap][128] (row
+// positions[t]) and only the q heads to out [H][T][128], so no kv_write kernel follows.
+template <bool CACHE>
+__device__ void qkv_prep_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm, const uint2* cos,
+                              const uint2* sin, uint2* out, uint2* cache, const unsigned* positions, int t_len,
+                              int heads, int kvh, int cap, float eps) {
     const int lane = threadIdx.x & 31, hh = blockIdx.x * 4 + (threadIdx.x >> 5), t = blockIdx.y;
     const int nh = heads + 2 * kvh;
     if (hh >= nh) return;
     const uint2 raw = qkv[((long)t * nh + hh) * 32 + lane];
-    uint2* dst = out + ((long)hh * t_len + t) * 32;
+    uint2* dst = (CACHE && hh >= heads) ? cache + ((long)(hh - heads) * cap + positions[t]) * 32
+                                        : out + ((long)hh * t_len + t) * 32;
     if (hh >= heads + kvh) {  // v: copied
         dst[lane] = raw;
         return;
@@ -379,6 +385,21 @@ extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uin
     dst[lane] = make_uint2(b[0] | ((unsigned)b[1] << 16), b[2] | ((unsigned)b[3] << 16));
 }
 
+extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
+                                                     const uint2* cos, const uint2* sin, uint2* out, int t_len,
+                                                     int heads, int kvh, float eps) {
+    pdl_enter();
+    qkv_prep_d128<false>(qkv, q_norm, k_norm, cos, sin, out, 0, 0, t_len, heads, kvh, 0, eps);
+}
+
+extern "C" __global__ void unmask_qkv_prep_kv_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
+                                                        const uint2* cos, const uint2* sin, uint2* q_out, uint2* cache,
+                                                        const unsigned* positions, int t_len, int heads, int kvh,
+                                                        int cap, float eps) {
+    pdl_enter();
+    qkv_prep_d128<true>(qkv, q_norm, k_norm, cos, sin, q_out, cache, positions, t_len, heads, kvh, cap, eps);
+}
+
 #define QKV(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* qkv, const T* qn, const T* kn, const T* cos, const T* sin,    \
                                     T* out, int t_len, int heads, int kvh, int d, float eps) {             \
@@ -386,8 +407,8 @@ extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uin
         qkv_prep<T>(qkv, qn, kn, cos, sin, out, t_len, heads, kvh, d, eps);                                \
     }
 #define ATT(NAME, T)                                                                                        \
-    extern "C" __global__ void NAME(const T* q, const T* k, const T* v, const T* mask, T* out, int t_len,  \
-                                    int heads, int kvh, int d, int cap, int keys, float scale) {           \
+    extern "C" __global__ void __launch_bounds__(512) NAME(const T* q, const T* k, const T* v, const T* mask, \
+                                    T* out, int t_len, int heads, int kvh, int d, int cap, int keys, float scale) { \
         pdl_enter();                                                                                       \
         if (d == 128) attention<T, 128>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);       \
         else attention<T, 0>(q, k, v, mask, out, t_len, heads, kvh, d, cap, keys, scale);                  \

@@ -2,6 +2,11 @@
 // checkpoint's own [out, in] layout), everything bf16, sums in f32, on the tensor cores.
 // The paired form multiplies the gate and the up halves of a stacked [2 N, K] weight together
 // and writes silu(gate) * up [T, N], so the MLP's activation costs no kernel of its own.
+// NORM forms take x un-normalised and W with the RMSNorm's weight already folded in (W[n, k]
+// w[k], src/model/qwen3.rs, fold_norms): they sum x's squares from the very fragments the
+// products read and scale each output by its row's 1 / rms, so the norm costs neither a kernel
+// nor a pass over x before the first product. ADD forms write bf16(bf16(y) + res), the residual
+// add. With both, a Qwen3 layer is six kernels (src/model/qwen3.rs, forward_streamed).
 //
 // A block pass multiplies 4 or 8 rows, so it is bound by streaming W once from HBM; what
 // matters is how many bytes are in flight and how soon the first ones are asked for.
@@ -20,13 +25,14 @@
 //  - On sm_90, under programmatic dependent launch, a block asks for its first batch of W
 //    (which no earlier kernel writes) before it waits for the kernel before it to finish, and
 //    lets the next kernel launch at once: the weights of one projection start streaming while
-//    the small kernels before it still run. Elsewhere both instructions compile away. (The
-//    launcher, src/model/gemv_cuda.rs, does not launch it so: no gain measured in a forward.)
+//    the small kernels before it still run. Elsewhere both instructions compile away.
+//    src/model/gemv_cuda.rs launches it so with UNMASK_PDL=1 (src/model/launch_cuda.rs).
 //
 // Launch (gemv.rs): block = TB tiles x KS warps (32 TB KS threads); a tile is 16 output rows;
 // the KS warps of a tile take its K steps in turn (warp kw: steps kw, kw + KS, ...) and add
 // their sums through shared memory (4 floats a lane a warp, 8 for the paired form). grid =
-// ceil(N / 16 / TB). K % 32 == 0 and x, W 16-byte aligned (the launcher checks). Rows past N
+// ceil(N / 16 / TB). K % 32 == 0 and x, W 16-byte aligned (the launcher checks). Dynamic shared
+// memory: the staged x, or the K split's sums (and for NORM the sums of squares) if larger. Rows past N
 // read row N-1 again (in bounds) and are never written.
 // Math: products of bf16 values are exact in f32; sums in f32 in another order than
 // src/model/gemv.rs's CPU body, so results agree before the final rounding to bf16.
@@ -78,15 +84,27 @@ __device__ __forceinline__ unsigned short to_bf16(float v) {
 
 __device__ __forceinline__ float bf16_round(float v) { return __uint_as_float(((unsigned)to_bf16(v)) << 16); }
 
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+
 // PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
-// PACKED: W in the tile order pack_rows() (src/model/gemv.rs) writes, so that every load of a
-// warp reads 512 contiguous bytes: for tile i (rows 16 i ..) and K step s, 1 KiB at
-// (i * steps + s) KiB: the 16 bytes of row 16 i + g for lane (g, q) at k 32 s + 8 q, lanes in
-// order, then the same for row 16 i + g + 8. Unpacked, a warp's load touches 8 rows 64 bytes
-// each, one DRAM page apiece.
-template <int U, bool PAIR, bool PACKED>
+// NORM: x is the residual stream and W carries the norm weight: y = r_t (x . W^T), r_t = 1 /
+// sqrt(mean(x_t^2) + eps), the sum of squares taken from the B fragments (each lane's k slots
+// of its row g, over the K split: every x value exactly once) and reduced with the products.
+// (Normalising the staged x first, a block-wide pass between the staging and the first
+// product, cost 5 us a layer on the H200: docs/perf.md.)
+// ADD: y = res + (x . W^T), the product rounded to bf16 first, then the sum (as an unfused
+// projection then add rounds): the projection writes the next residual stream itself.
+template <int U, bool PAIR, bool NORM, bool ADD>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
-                     int t_len, int n, int k8, int ks) {
+                     const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
@@ -97,19 +115,18 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     const int n0 = tile * 16;
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
     const int steps = k8 / 4;
-    // uint4 offset of step s from w0 / u0; packed, row g + 8 is 32 uint4 after row g
-    const long wstep = PACKED ? 64 : 4;
-    const uint4* w0 = PACKED ? w + (long)tile * steps * 64 + lane : w + r0 * k8 + q;
-    const uint4* w8 = PACKED ? w0 + 32 : w + r8 * k8 + q;
-    // PAIR only: the up half; packed, it starts n / 16 tiles on (n % 16 == 0)
-    const uint4* u0 = PACKED ? w0 + (long)(n / 16) * steps * 64 : w + (r0 + n) * k8 + q;
-    const uint4* u8 = PACKED ? u0 + 32 : w + (r8 + n) * k8 + q;
+    const uint4* w0 = w + r0 * k8 + q;
+    const uint4* w8 = w + r8 * k8 + q;
+    // PAIR only: the up half
+    const uint4* u0 = w + (r0 + n) * k8 + q;
+    const uint4* u8 = w + (r8 + n) * k8 + q;
     const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < t_len;
     const uint4* xr = xs + (live ? g : 0) * XROW + q;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f}, rv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;  // NORM: this lane's share of x row g's sum of squares
     for (int s0 = kw, batch = 0; batch == 0 || s0 < steps; s0 += ks * U, ++batch) {
         uint4 a[U], b[U], au[U], bu[U];
 #pragma unroll
@@ -117,11 +134,11 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             const int s = s0 + ks * u;
             a[u] = b[u] = au[u] = bu[u] = zero;
             if (s < steps) {
-                a[u] = ld_stream(w0 + wstep * s);
-                b[u] = ld_stream(w8 + wstep * s);
+                a[u] = ld_stream(w0 + 4 * s);
+                b[u] = ld_stream(w8 + 4 * s);
                 if (PAIR) {
-                    au[u] = ld_stream(u0 + wstep * s);
-                    bu[u] = ld_stream(u8 + wstep * s);
+                    au[u] = ld_stream(u0 + 4 * s);
+                    bu[u] = ld_stream(u8 + 4 * s);
                 }
             }
         }
@@ -130,6 +147,13 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             dependency_wait();
             const int total = t_len * k8;
             for (int i = threadIdx.x; i < total; i += blockDim.x) cp_async16(xs + (i / k8) * XROW + i % k8, x + i);
+            // ADD: this lane's residual values, asked for now so the epilogue does not wait
+            if (ADD)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
+                    if (t < t_len && row < n) rv[i] = __uint_as_float(((unsigned)res[(long)t * n + row]) << 16);
+                }
             cp_async_wait_all();
             __syncthreads();
         }
@@ -137,6 +161,12 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         for (int u = 0; u < U; ++u) {
             const int s = s0 + ks * u;
             const uint4 xv = (live && s < steps) ? xr[4 * s] : zero;
+            if (NORM) {
+                float f[8];
+                unpack8(xv, f);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+            }
             mma(c, a[u], b[u], xv.x, xv.y, false);
             mma(c, a[u], b[u], xv.z, xv.w, true);
             if (PAIR) {
@@ -145,8 +175,12 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             }
         }
     }
+    if (NORM) {  // over the 4 lanes of row g, then (below) over the K split
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    }
     if (ks > 1) {
-        const int np = PAIR ? 8 : 4;
+        const int np = (PAIR ? 8 : 4) + (NORM ? 1 : 0);
         float* part = (float*)xs;  // every warp is done with x after the barrier
         float* mine = part + warp * np * 32;
         __syncthreads();
@@ -155,6 +189,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             mine[i * 32 + lane] = c[i];
             if (PAIR) mine[(4 + i) * 32 + lane] = cu[i];
         }
+        if (NORM) mine[(np - 1) * 32 + lane] = ss;
         __syncthreads();
         if (kw != 0) return;
         for (int o = 1; o < ks; ++o) {
@@ -164,46 +199,44 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
                 c[i] += other[i * 32 + lane];
                 if (PAIR) cu[i] += other[(4 + i) * 32 + lane];
             }
+            if (NORM) ss += other[(np - 1) * 32 + lane];
         }
     }
+    // NORM: 1 / rms of x rows 2q and 2q + 1 (this lane's two columns), from lanes 8q and 8q + 4
+    float rs[2] = {1.0f, 1.0f};
+    if (NORM)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const float st = __shfl_sync(0xffffffffu, ss, 4 * (2 * q + j));
+            rs[j] = 1.0f / sqrtf(st / (float)(8 * k8) + eps);
+        }
     // c0, c1: row g, columns 2q, 2q+1; c2, c3: row g+8, the same columns. Column = x row.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
         if (t >= t_len || row >= n) continue;
-        float v = c[i];
+        float v = NORM ? c[i] * rs[i & 1] : c[i];
         if (PAIR) {
             // as the unfused chain rounds: gate and up to bf16, silu(gate) * up in f32
-            const float gt = bf16_round(c[i]), up = bf16_round(cu[i]);
+            const float gt = bf16_round(v), up = bf16_round(NORM ? cu[i] * rs[i & 1] : cu[i]);
             v = gt / (1.0f + expf(-gt)) * up;
         }
-        y[(long)t * n + row] = to_bf16(v);
+        const long at = (long)t * n + row;
+        if (ADD) v = bf16_round(v) + rv[i];
+        y[at] = to_bf16(v);
     }
 }
 
-#define GEMV(NAME, U, PAIR, PACKED)                                                                        \
-    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* y, int t_len, int n,   \
-                                    int k8, int ks) {                                                      \
-        gemv<U, PAIR, PACKED>(w, x, y, t_len, n, k8, ks);                                                  \
+#define GEMV(NAME, U, PAIR, NORM, ADD)                                                                     \
+    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, \
+                                    int t_len, int n, int k8, int ks, float eps) {                         \
+        gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);                                     \
     }
 
-GEMV(unmask_gemv_u4, 4, false, false)
-GEMV(unmask_gemv_u8, 8, false, false)
-GEMV(unmask_gemv_silu_u4, 4, true, false)
-GEMV(unmask_gemv_packed_u4, 4, false, true)
-GEMV(unmask_gemv_packed_u8, 8, false, true)
-GEMV(unmask_gemv_packed_silu_u4, 4, true, true)
-
-// [n, K] row-major -> the PACKED order, rows past n (to a whole tile) as zeros. One thread per
-// uint4 of the output; grid-stride.
-extern "C" __global__ void unmask_gemv_pack(const uint4* __restrict__ w, uint4* __restrict__ out, int n, int k8) {
-    const int steps = k8 / 4;
-    const long total = (long)((n + 15) / 16) * steps * 64;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
-        const int lane = i & 31, h = (i >> 5) & 1;
-        const long ts = i >> 6;  // tile * steps + s
-        const int s = ts % steps, tile = ts / steps;
-        const int row = tile * 16 + (lane >> 2) + 8 * h, q = lane & 3;
-        out[i] = row < n ? w[(long)row * k8 + s * 4 + q] : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
+// plain; the residual-adding form (o, down); the normed-input forms (qkv; gate|up paired)
+GEMV(unmask_gemv_u4, 4, false, false, false)
+GEMV(unmask_gemv_u8, 8, false, false, false)
+GEMV(unmask_gemv_silu_u4, 4, true, false, false)
+GEMV(unmask_gemv_add_u8, 8, false, false, true)
+GEMV(unmask_gemv_norm_u8, 8, false, true, false)
+GEMV(unmask_gemv_norm_silu_u4, 4, true, true, false)

@@ -72,7 +72,6 @@ struct Proj {
 struct Cfg {
     int u, ks, tb;  // unroll, warps per tile, tiles per block
     bool pair;
-    bool packed;  // W in the kernel's tile order (unmask_gemv_pack)
 };
 
 static cublasHandle_t H;
@@ -82,9 +81,8 @@ static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, 
     int tiles = (n + 15) / 16;
     dim3 grid((tiles + c.tb - 1) / c.tb), block(32 * c.ks * c.tb);
     size_t smem = std::max((size_t)T * (k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * (c.pair ? 8 : 4) * 32 * 4 : 0);
-    void (*f)(const uint4*, const uint4*, unsigned short*, int, int, int, int) =
-        c.packed ? (c.pair ? unmask_gemv_packed_silu_u4 : (c.u == 8 ? unmask_gemv_packed_u8 : unmask_gemv_packed_u4))
-                 : (c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4));
+    void (*f)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float) =
+        c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4);
     cudaLaunchConfig_t lc = {};
     lc.gridDim = grid;
     lc.blockDim = block;
@@ -96,7 +94,31 @@ static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, 
     lc.attrs = at;
     lc.numAttrs = pdl ? 1 : 0;
     int k8 = k / 8;
-    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, T, n, k8, c.ks);
+    // no norm, no residual: the plain and paired forms
+    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y,
+                              (const unsigned short*)nullptr, T, n, k8, c.ks, 0.f);
+}
+
+typedef void (*GemvFn)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float);
+
+// One launch of any form (norm: a norm form, its weight folded into W; res: the residual or null).
+static cudaError_t launch_form(GemvFn f, int ks, int tb, bool pair, const bf* w, const bf* x, bf* y, bool norm,
+                               const bf* res, int n, int k, bool pdl, cudaStream_t st) {
+    int tiles = (n + 15) / 16;
+    size_t staged = (size_t)T * (k / 8 + 1) * 16;
+    size_t smem = std::max(staged, ks > 1 ? (size_t)ks * tb * ((pair ? 8 : 4) + norm) * 32 * 4 : 0);
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3((tiles + tb - 1) / tb);
+    lc.blockDim = dim3(32 * ks * tb);
+    lc.dynamicSmemBytes = smem;
+    lc.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = at;
+    lc.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)res, T,
+                              n, k / 8, ks, 1e-6f);
 }
 
 static void launch_cublas(const bf* w, const bf* x, bf* y, int n, int k) {
@@ -104,6 +126,16 @@ static void launch_cublas(const bf* w, const bf* x, bf* y, int n, int k) {
     // y^T [n, T] (column-major, ld n) = W [n, k] (row-major = col-major k x n, transposed) . x^T
     CB(cublasGemmEx(H, CUBLAS_OP_T, CUBLAS_OP_N, n, T, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &zero, y,
                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// Stand-in for q/k prep + attention between the q|k|v and o projections: 64 blocks that wait for
+// the kernel before, let the next launch, and spin for `ns` nanoseconds (HBM left idle).
+__global__ void spin_kernel(int ns) {
+    dependency_wait();
+    launch_dependents();
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < (unsigned long long)ns);
 }
 
 __global__ void silu_mul_ref(const bf* gu, bf* out, int t_len, int inter) {
@@ -168,8 +200,8 @@ int main() {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CB(cublasCreate(&H));
-    for (auto f : {unmask_gemv_u4, unmask_gemv_u8, unmask_gemv_silu_u4, unmask_gemv_packed_u4, unmask_gemv_packed_u8,
-                   unmask_gemv_packed_silu_u4})
+    for (auto f : {unmask_gemv_u4, unmask_gemv_u8, unmask_gemv_silu_u4, unmask_gemv_add_u8, unmask_gemv_norm_u8,
+                   unmask_gemv_norm_silu_u4})
         CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
     CB(cublasSetStream(H, st));
     void* ws;
@@ -186,14 +218,6 @@ int main() {
             W[p].push_back(w);
         }
     }
-    std::vector<bf*> WP[4];  // the same weights in the kernel's packed tile order
-    for (int p = 0; p < 4; ++p)
-        for (int l = 0; l < L; ++l) {
-            bf* w;
-            CK(cudaMalloc(&w, 2L * ((P[p].wrows + 15) / 16 * 16) * P[p].k));
-            unmask_gemv_pack<<<2048, 256>>>((const uint4*)W[p][l], (uint4*)w, P[p].wrows, P[p].k / 8);
-            WP[p].push_back(w);
-        }
     CK(cudaDeviceSynchronize());
     bf *x, *y, *y2, *h;
     CK(cudaMalloc(&x, 2L * 8 * 12288));
@@ -204,22 +228,14 @@ int main() {
     CK(cudaDeviceSynchronize());
     printf("layer weights %.1f MB, forward (28 layers) %.1f MB\n", bytes_layer / 1e6, L * bytes_layer / 1e6);
 
-    // candidate splits per projection (the best of the earlier sweep, docs/gpu-runs/2026-12-03-gemv-sweep),
-    // each unpacked and packed
-    std::vector<Cfg> base[4] = {
+    // candidate splits per projection (the best of the earlier sweep, docs/gpu-runs/2026-12-03-gemv-sweep)
+    std::vector<Cfg> cands[4] = {
         {{8, 8, 1}, {4, 16, 1}, {8, 4, 2}},
         {{8, 8, 1}, {4, 16, 1}, {8, 16, 1}},
         {{8, 4, 2}, {8, 2, 4}, {4, 2, 4}, {8, 8, 1}},
         {{8, 16, 1}, {4, 16, 1}, {8, 12, 1}},
     };
-    std::vector<Cfg> cands[4];
-    for (int p = 0; p < 4; ++p)
-        for (int pk = 0; pk < 2; ++pk)
-            for (Cfg c : base[p]) {
-                c.packed = pk;
-                cands[p].push_back(c);
-            }
-    std::vector<Cfg> pair_cands = {{4, 8, 1, true}, {4, 4, 2, true}, {4, 8, 1, true, true}, {4, 4, 2, true, true}};
+    std::vector<Cfg> pair_cands = {{4, 8, 1, true}, {4, 4, 2, true}};
 
     for (int tt : {4}) {
         T = tt;
@@ -244,10 +260,10 @@ int main() {
                 double err = max_rel(y, y2, (long)T * pr.n);
                 for (int pdl = 0; pdl < 2; ++pdl) {
                     float us = capture_and_time(st, [&] {
-                        for (int l = 0; l < L; ++l) launch_kernel(c, (c.packed ? WP : W)[p][l], x, y, pr.n, pr.k, pdl, st);
+                        for (int l = 0; l < L; ++l) launch_kernel(c, W[p][l], x, y, pr.n, pr.k, pdl, st);
                     });
-                    printf("%-8s u%d ks%-2d tb%d packed%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", pr.name, c.u,
-                           c.ks, c.tb, c.packed, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
+                    printf("%-8s u%d ks%-2d tb%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", pr.name, c.u,
+                           c.ks, c.tb, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
                     if (!pdl && us < best_us[p]) best_us[p] = us, best[p] = c;
                 }
             }
@@ -267,7 +283,7 @@ int main() {
             launch_cublas(W[2][0], x, y, pr.n, pr.k);
             silu_mul_ref<<<(T * inter + 255) / 256, 256, 0, st>>>(y, y2, T, inter);
             for (const Cfg& c : pair_cands) {
-                if (launch_kernel(c, (c.packed ? WP : W)[2][0], x, h, inter, pr.k, false, st) != cudaSuccess) {
+                if (launch_kernel(c, W[2][0], x, h, inter, pr.k, false, st) != cudaSuccess) {
                     printf("gate_up+silu u%d ks%-2d tb%d: does not launch (%s)\n", c.u, c.ks, c.tb, cudaGetErrorString(cudaGetLastError()));
                     continue;
                 }
@@ -275,10 +291,10 @@ int main() {
                 double err = max_rel(h, y2, (long)T * inter);
                 for (int pdl = 0; pdl < 2; ++pdl) {
                     float us = capture_and_time(st, [&] {
-                        for (int l = 0; l < L; ++l) launch_kernel(c, (c.packed ? WP : W)[2][l], x, h, inter, pr.k, pdl, st);
+                        for (int l = 0; l < L; ++l) launch_kernel(c, W[2][l], x, h, inter, pr.k, pdl, st);
                     });
-                    printf("gate_up+silu u%d ks%-2d tb%d packed%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", c.u, c.ks,
-                           c.tb, c.packed, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
+                    printf("gate_up+silu u%d ks%-2d tb%d pdl%d  %7.2f us/launch  %.2f TB/s  err %.2e\n", c.u, c.ks,
+                           c.tb, pdl, us / L, mb / (us * 1e-6) / 1e12, err);
                 }
             }
         }
@@ -303,11 +319,10 @@ int main() {
                 float us = capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l)
                         for (int p = 0; p < 4; ++p) {
-                            const bool pk = best[p].packed;
                             if (p == 2 && fuse_silu)
-                                launch_kernel({4, 4, 2, true, pk}, (pk ? WP : W)[p][l], x, y, P[p].n / 2, P[p].k, pdl, st);
+                                launch_kernel({4, 4, 2, true}, W[p][l], x, y, P[p].n / 2, P[p].k, pdl, st);
                             else
-                                launch_kernel(best[p], (pk ? WP : W)[p][l], x, y, P[p].n, P[p].k, pdl, st);
+                                launch_kernel(best[p], W[p][l], x, y, P[p].n, P[p].k, pdl, st);
                             small(P[p].n, P[(p + 1) % 4].k, pdl);
                         }
                 });
@@ -315,9 +330,67 @@ int main() {
                        between ? "+small" : "", pdl, fuse_silu, us, L * bytes_layer / (us * 1e-6) / 1e12);
             }
         }
+        // the streamed layer's chain (src/model/qwen3.rs, forward_streamed, less its two small
+        // kernels): qkv with the input norm folded in, o + residual, gate|up with the post norm
+        // and silu, down + residual; against the same launches of the plain forms
+        {
+            bf *mid, *act, *qkvb;
+            CK(cudaMalloc(&mid, 2L * 8 * 2048));
+            CK(cudaMalloc(&act, 2L * 8 * 6144));
+            CK(cudaMalloc(&qkvb, 2L * 8 * 4096));
+            fill<<<8, 256>>>(mid, 8L * 2048, 8u, 2.0f);
+            fill<<<8, 256>>>(act, 8L * 6144, 9u, 2.0f);
+            CK(cudaDeviceSynchronize());
+            // bit 0: the norm forms for qkv and gate|up; bit 1: the residual forms for o and down
+            for (int forms = 0; forms < 4; ++forms)
+                for (int pdl = 0; pdl < 2; ++pdl) {
+                    const bool norm = forms & 1, add = forms & 2;
+                    float us = capture_and_time(st, [&] {
+                        for (int l = 0; l < L; ++l) {
+                            launch_form(norm ? unmask_gemv_norm_u8 : unmask_gemv_u8, 8, 1, false, W[0][l], x, qkvb,
+                                        norm, nullptr, 4096, 2048, pdl, st);
+                            launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, 8, 1, false, W[1][l], qkvb, mid,
+                                        false, add ? x : nullptr, 2048, 2048, pdl, st);
+                            launch_form(norm ? unmask_gemv_norm_silu_u4 : unmask_gemv_silu_u4, 4, 2, true, W[2][l],
+                                        mid, act, norm, nullptr, 6144, 2048, pdl, st);
+                            launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, 16, 1, false, W[3][l], act, x,
+                                        false, add ? mid : nullptr, 2048, 6144, pdl, st);
+                        }
+                    });
+                    printf("chain streamed-layer forms norm%d add%d pdl%d: %.1f us per forward = %.2f TB/s\n", norm, add,
+                           pdl, us, L * bytes_layer / (us * 1e-6) / 1e12);
+                }
+            CK(cudaGetLastError());
+            // the streamed layer with ~11 us of latency-bound kernels between q|k|v and o (as q/k
+            // prep + attention take), under PDL
+            for (int spin = 0; spin < 2; ++spin) {
+                float us = capture_and_time(st, [&] {
+                    for (int l = 0; l < L; ++l) {
+                        launch_form(unmask_gemv_norm_u8, 8, 1, false, W[0][l], x, qkvb, true, nullptr, 4096, 2048, true, st);
+                        if (spin) {
+                            cudaLaunchConfig_t lc = {};
+                            lc.gridDim = dim3(64);
+                            lc.blockDim = dim3(512);
+                            lc.stream = st;
+                            cudaLaunchAttribute at[1];
+                            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                            at[0].val.programmaticStreamSerializationAllowed = 1;
+                            lc.attrs = at;
+                            lc.numAttrs = 1;
+                            cudaLaunchKernelEx(&lc, spin_kernel, 11000);
+                        }
+                            launch_form(unmask_gemv_add_u8, 8, 1, false, W[1][l], qkvb, mid, false, x, 2048, 2048, true, st);
+                            launch_form(unmask_gemv_norm_silu_u4, 4, 2, true, W[2][l], mid, act, true, nullptr, 6144, 2048, true, st);
+                            launch_form(unmask_gemv_add_u8, 16, 1, false, W[3][l], act, x, false, mid, 2048, 6144, true, st);
+                        }
+                    });
+                    printf("chain streamed%s pdl1: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "", us,
+                           L * bytes_layer / (us * 1e-6) / 1e12);
+                }
+            CK(cudaGetLastError());
+        }
         for (int p = 0; p < 4; ++p)
-            printf("best %s: u%d ks%d tb%d packed%d %.2f us\n", P[p].name, best[p].u, best[p].ks, best[p].tb,
-                   best[p].packed, best_us[p] / L);
+            printf("best %s: u%d ks%d tb%d %.2f us\n", P[p].name, best[p].u, best[p].ks, best[p].tb, best_us[p] / L);
     }
     CK(cudaDeviceSynchronize());
     printf("done\n");

@@ -380,10 +380,11 @@ fn print_table(r: &Report) {
     );
     if let Some(o) = &r.run.options {
         println!(
-            "# paths: device sampler {}, fixed passes {}, CUDA graphs {}{}",
+            "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}{}",
             o.device_sampler,
             o.fixed_passes,
             r.run.graphs_live,
+            r.run.streamed_layer,
             r.run.capture_error.as_ref().map(|e| format!(" (capture failed: {e})")).unwrap_or_default()
         );
     }

@@ -3,12 +3,14 @@
 //!
 //! 1. Logits of the test checkpoint on the device (bf16 and f32) against the CPU in f32: a
 //!    block-causal prefill, a cached denoising pass, and the same denoising pass in the
-//!    fixed-shape form that CUDA graphs replay (whole-cache window, mask).
+//!    fixed-shape form that CUDA graphs replay (whole-cache window, mask); with real head
+//!    geometry also through the streamed layer (`Qwen3::use_row_weights`).
 //! 2. The device sampler against the reference sampler on the same logits: the model's, and
 //!    synthetic rows of a real vocabulary (bf16 ties included) for greedy and for
 //!    temperature / top-k / top-p settings.
 //! 3. The sampler kernel's time per call for a block of 4 positions.
-//! 4. The gemv kernel against cuBLAS on the SDAR-1.7B projection shapes, checked and timed.
+//! 4. The gemv kernel against cuBLAS on the SDAR-1.7B projection shapes, checked and timed;
+//!    its norm and residual forms against the unfused chain.
 //!
 //! Prints one line per check (`PASS`/`FAIL`) and exits non-zero if any fails.
 
@@ -166,6 +168,9 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
                 let got = Gemv::SILU_MUL.forward(&x, &ws[0])?;
                 rep.check(format!("gemv silu(gate)*up [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + silu"), rel_err(&got, &paired(&ws[0])?)?, 1e-2, "rel. L2 error, bf16");
             }
+            if name != "lm_head" {
+                gemv_form_checks(rep, name, &x, &ws[0])?;
+            }
             let mut time = |label: &str, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| -> Result<()> {
                 for w in &ws {
                     f(w)?;
@@ -190,6 +195,43 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
                 time("matmul+silu", &paired)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The streamed layer's forms of one projection on the device against the unfused chain
+/// (f32 RMSNorm rounded to bf16, cuBLAS, the silu chain, a bf16 add): the norm form, with the
+/// norm weight folded into W, where the projection reads the residual stream (qkv, gate|up),
+/// the residual form where it writes it (o, down).
+fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Result<()> {
+    use crate::model::gemv::{Epilogue, GemvInto};
+    let (t, k) = x.dims2()?;
+    let n = w.dim(0)?;
+    let dev = x.device();
+    if matches!(name, "qkv" | "gate_up") {
+        let nw = (Tensor::rand(0.5f32, 1.5, k, dev)?).to_dtype(DType::BF16)?;
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32);
+        let normed = candle_nn::ops::rms_norm(&f32(x)?, &f32(&nw)?, 1e-6)?.to_dtype(DType::BF16)?;
+        let product = normed.matmul(&w.t()?)?;
+        let (epilogue, want) = match name {
+            "gate_up" => (Epilogue::SiluMul, (candle_nn::ops::silu(&product.narrow(1, 0, n / 2)?)? * product.narrow(1, n / 2, n / 2)?)?),
+            _ => (Epilogue::Plain, product),
+        };
+        let folded = w.broadcast_mul(&nw.unsqueeze(0)?)?.contiguous()?;
+        let op = GemvInto { epilogue, rms: Some(1e-6), residual: None };
+        if !op.fits(x, &folded) {
+            bail!("gemv {name}: the norm form does not take [{t}x{k}]");
+        }
+        let out = Tensor::zeros(want.shape(), DType::BF16, dev)?;
+        op.run(&out, x, &folded)?;
+        rep.check(format!("gemv {name} norm form [{t}x{k}] vs rms_norm + matmul"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+    }
+    if matches!(name, "o" | "down") {
+        let res = Tensor::randn(0f32, 1.0, (t, n), dev)?.to_dtype(DType::BF16)?;
+        let want = (x.matmul(&w.t()?)? + &res)?;
+        let out = Tensor::zeros((t, n), DType::BF16, dev)?;
+        GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&res) }.run(&out, x, w)?;
+        rep.check(format!("gemv {name} residual form [{t}x{k}] vs matmul + add"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
     }
     Ok(())
 }
@@ -252,6 +294,20 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
                     let got = three_passes(&g, &prompt, &block, cap)?;
                     for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
                         let what = format!("logits {label} cache {cap} {dt:?} {path} {name}");
+                        rep.check(what, rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+                    }
+                }
+                if dt == DType::BF16 {
+                    // the streamed layer: projections [out, in] through the gemv kernel's norm,
+                    // add and silu forms, q/k prep writing the cache, attention into its buffer
+                    g.set_fused(true);
+                    g.use_row_weights()?;
+                    if !g.streams(block.len(), cap) {
+                        bail!("{label}: the streamed layer does not take a block pass here");
+                    }
+                    let got = three_passes(&g, &prompt, &block, cap)?;
+                    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+                        let what = format!("logits {label} cache {cap} {dt:?} streamed {name}");
                         rep.check(what, rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
                     }
                 }

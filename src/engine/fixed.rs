@@ -66,6 +66,11 @@ impl FixedPass {
         self.store == store && self.block == block && self.capacity == capacity
     }
 
+    /// Whether these passes run the model's streamed layer (see `Qwen3::streams`).
+    pub fn streams(&self, model: &Qwen3) -> bool {
+        model.streams(self.store + self.block, self.capacity)
+    }
+
     pub fn capturing(&self) -> bool {
         self.capture
     }

@@ -69,6 +69,8 @@ pub struct RunStatus {
     pub graphs_live: bool,
     /// Positions the device sampler handed back to the host sampler.
     pub host_rows: usize,
+    /// Whether every fixed pass runs the streamed layer (six kernels a layer into a workspace).
+    pub streamed_layer: bool,
 }
 
 pub struct ModelDenoiser {
@@ -106,6 +108,7 @@ impl ModelDenoiser {
             capture_error: self.fixed.iter().find_map(|f| f.capture_error.clone()),
             graphs_live: !self.fixed.is_empty() && self.fixed.iter().all(|f| f.capturing()),
             host_rows: self.host_rows,
+            streamed_layer: !self.fixed.is_empty() && self.fixed.iter().all(|f| f.streams(&self.model)),
         }
     }
 

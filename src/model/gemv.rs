@@ -3,10 +3,11 @@
 //! `gemv_cuda.rs`), the same algorithm in Rust here on the CPU, which is what the tests check.
 //!
 //! A block pass multiplies 4 or 8 rows by every weight once, so it is bound by streaming the
-//! weights. Its paired form folds the MLP's silu(gate) * up into the gate|up product. It is
-//! opt-in (`UNMASK_GEMV=1`): on the H200, inside a CUDA graph, cuBLAS still streams the
-//! SDAR-1.7B projections faster (docs/perf.md, "The gemv kernel"). [`Gemv::fits`] says where
-//! the kernel applies; elsewhere callers use candle's matmul.
+//! weights. Its paired form folds the MLP's silu(gate) * up into the gate|up product; its norm
+//! and residual forms ([`GemvInto`]) fold the layer's RMSNorms and residual adds in, which is
+//! what the GPU's streamed layer runs (qwen3.rs, `forward_streamed`; the default in bf16,
+//! `UNMASK_GEMV=0` for cuBLAS: docs/perf.md, run 7). [`Gemv::fits`] says where the kernel
+//! applies; elsewhere callers use candle's matmul.
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
@@ -55,10 +56,11 @@ impl Split {
     }
 
     /// Dynamic shared memory: x staged (`t` rows of `k` bf16, one 16-byte pad a row), reused
-    /// afterwards for the K split's sums (4 floats a lane a warp, 8 paired).
-    pub fn smem_bytes(&self, t: usize, k: usize, epilogue: Epilogue) -> usize {
+    /// afterwards for the K split's sums (4 floats a lane a warp, 8 paired, one more for the
+    /// norm forms' sum of squares).
+    pub fn smem_bytes(&self, t: usize, k: usize, epilogue: Epilogue, norm: bool) -> usize {
         let staged = t * (k / 8 + 1) * 16;
-        let sums = if self.ks > 1 { self.ks * self.tb * 32 * 4 * epilogue.sums() } else { 0 };
+        let sums = if self.ks > 1 { self.ks * self.tb * 32 * 4 * (epilogue.sums() + usize::from(norm)) } else { 0 };
         staged.max(sums)
     }
 }
@@ -155,48 +157,36 @@ impl Gemv {
     }
 }
 
-/// The kernel's arithmetic: each output is an f32 sum of bf16 products, rounded to bf16 once.
-/// The GPU sums in a different order (lanes, then warps), so results agree to f32 rounding
-/// before the final bf16 rounding.
-pub fn gemv_bf16(x: &[half::bf16], w: &[half::bf16], t: usize, n: usize, k: usize) -> Vec<half::bf16> {
+/// The kernel's arithmetic: each output an f32 sum of bf16 products, times its row's `scale`
+/// (the norm forms' 1 / rms; else 1), rounded to bf16 once. The GPU sums in a different order
+/// (lanes, then warps), so results agree to f32 rounding before the final bf16 rounding.
+pub fn gemv_scaled(x: &[half::bf16], w: &[half::bf16], (t, n, k): (usize, usize, usize), scale: &[f32]) -> Vec<half::bf16> {
     let mut y = Vec::with_capacity(t * n);
     for r in 0..t {
         let xr = &x[r * k..(r + 1) * k];
         for o in 0..n {
             let wr = &w[o * k..(o + 1) * k];
             let s = xr.iter().zip(wr).fold(0f32, |a, (xv, wv)| xv.to_f32().mul_add(wv.to_f32(), a));
-            y.push(half::bf16::from_f32(s));
+            y.push(half::bf16::from_f32(s * scale[r]));
         }
     }
     y
 }
 
-/// Where `W[row][8 k8 .. 8 k8 + 8]` (one 16-byte chunk) goes in the kernel's packed order
-/// (kernels/gemv.cu, `PACKED`), in 16-byte units: tile `row / 16`, K step `k8 / 4`, then the
-/// half (`row % 16 >= 8`), then the lane `(row % 8) * 4 + k8 % 4`. A warp's load for one step
-/// and half is then 32 consecutive chunks (512 bytes).
-pub fn packed_chunk(row: usize, k8: usize, steps: usize) -> usize {
-    let (tile, r) = (row / TILE_ROWS, row % TILE_ROWS);
-    let (s, q) = (k8 / 4, k8 % 4);
-    let lane = (r % 8) * 4 + q;
-    ((tile * steps + s) * 2 + r / 8) * 32 + lane
+pub fn gemv_bf16(x: &[half::bf16], w: &[half::bf16], t: usize, n: usize, k: usize) -> Vec<half::bf16> {
+    gemv_scaled(x, w, (t, n, k), &vec![1.0; t])
 }
 
-/// `W [n, k]` (bf16 bits, row-major) in the packed order, rows past `n` up to a whole tile as
-/// zeros: what the GPU's `unmask_gemv_pack` writes, for the kernel's `PACKED` form (measured
-/// in scripts/gemv_bench.cu; not used by the model yet).
-pub fn pack_rows(w: &[u16], n: usize, k: usize) -> Vec<u16> {
-    assert_eq!(w.len(), n * k, "weight of {n}x{k} holds {} values", w.len());
-    assert!(k.is_multiple_of(K_STEP), "K = {k} is not a multiple of {K_STEP}");
-    let (k8s, steps) = (k / 8, k / K_STEP);
-    let mut out = vec![0u16; n.div_ceil(TILE_ROWS) * TILE_ROWS * k];
-    for row in 0..n {
-        for k8 in 0..k8s {
-            let dst = packed_chunk(row, k8, steps) * 8;
-            out[dst..dst + 8].copy_from_slice(&w[row * k + 8 * k8..row * k + 8 * k8 + 8]);
-        }
-    }
-    out
+/// `1 / sqrt(mean(x²) + eps)` of each of `t` rows of `k` (the sum of squares in f32), the
+/// scale the norm forms give each row's outputs.
+pub fn rms_inv_rows(x: &[half::bf16], t: usize, k: usize, eps: f32) -> Vec<f32> {
+    x.chunks(k)
+        .take(t)
+        .map(|row| {
+            let ss: f32 = row.iter().map(|v| v.to_f32() * v.to_f32()).sum();
+            1.0 / (ss / k as f32 + eps).sqrt()
+        })
+        .collect()
 }
 
 /// `[t, 2 i]` gate|up (already rounded to bf16) -> `[t, i]` silu(gate) * up, in f32, rounded once.
@@ -210,6 +200,117 @@ pub fn silu_mul_rows(gu: &[half::bf16], t: usize, i: usize) -> Vec<half::bf16> {
         }));
     }
     y
+}
+
+/// The product with what surrounds it, written into an existing `[T, N]` tensor (`out`):
+/// `out = residual + epilogue(r ⊙ (x · Wᵀ))`, each part optional. With `rms = Some(eps)`, `r`
+/// is each row's `1 / sqrt(mean(x²) + eps)`: an RMSNorm of `x` whose weight the caller has
+/// folded into `W` (columns scaled, see qwen3.rs, `fold_norms`). A block pass of the GPU's
+/// streamed layer runs every projection this way, into buffers allocated once for the pass, so
+/// a captured graph holds no allocation between its kernels (see qwen3.rs, `Workspace`).
+#[derive(Clone, Copy, Debug)]
+pub struct GemvInto<'a> {
+    pub epilogue: Epilogue,
+    pub rms: Option<f32>,
+    pub residual: Option<&'a Tensor>,
+}
+
+/// The kernels/gemv.cu entry point for a form and a batch depth, where that form is compiled.
+pub fn kernel_name(epilogue: Epilogue, norm: bool, add: bool, u: usize) -> Option<&'static str> {
+    Some(match (epilogue, norm, add, u) {
+        (Epilogue::Plain, false, false, 8) => "unmask_gemv_u8",
+        (Epilogue::Plain, false, false, 4) => "unmask_gemv_u4",
+        (Epilogue::Plain, false, true, 8) => "unmask_gemv_add_u8",
+        (Epilogue::Plain, true, false, 8) => "unmask_gemv_norm_u8",
+        (Epilogue::SiluMul, false, false, 4) => "unmask_gemv_silu_u4",
+        (Epilogue::SiluMul, true, false, 4) => "unmask_gemv_norm_silu_u4",
+        _ => return None,
+    })
+}
+
+impl GemvInto<'_> {
+    /// `out = …` for `x [.., K]`, `w [N, K]`.
+    pub fn run(&self, out: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
+        out.inplace_op3(x, w, self)
+    }
+
+    /// Whether the GPU has this form and it takes these operands (see [`Gemv::fits`]).
+    pub fn fits(&self, x: &Tensor, w: &Tensor) -> bool {
+        let Ok((n, k)) = w.dims2() else { return false };
+        let s = split(self.epilogue.out_rows(n), k, self.epilogue);
+        let plain = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
+        Gemv::fits(x, w)
+            && kernel_name(self.epilogue, self.rms.is_some(), self.residual.is_some(), s.u).is_some()
+            && self.residual.is_none_or(plain)
+    }
+
+    /// `(T, N, K)` after checking `out` and the residual against the product.
+    fn dims(&self, lo: &Layout, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize)> {
+        let g = Gemv { epilogue: self.epilogue };
+        let (t, n, k, shape) = g.dims(lx, lw)?;
+        if lo.shape() != &shape || !lo.is_contiguous() {
+            candle_core::bail!("gemv: output {:?} for a product of shape {shape:?}", lo.shape());
+        }
+        if let Some(r) = self.residual {
+            if r.elem_count() != shape.elem_count() || !r.is_contiguous() {
+                candle_core::bail!("gemv: residual {:?} for an output of {shape:?}", r.shape());
+            }
+        }
+        Ok((t, n, k))
+    }
+}
+
+/// bf16 values of a contiguous CPU tensor.
+fn cpu_bf16(t: &Tensor) -> Result<Vec<half::bf16>> {
+    t.flatten_all()?.to_vec1::<half::bf16>()
+}
+
+impl candle_core::InplaceOp3 for GemvInto<'_> {
+    fn name(&self) -> &'static str {
+        "unmask-gemv-into"
+    }
+
+    fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+        let (t, n, k) = self.dims(lo, lx, lw)?;
+        let (CpuStorage::BF16(out), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (so, sx, sw) else {
+            candle_core::bail!("gemv: out, x and w must be bf16");
+        };
+        let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
+            candle_core::bail!("gemv: x and w must be contiguous");
+        };
+        let x = &x[xa..xb];
+        let scale = match self.rms {
+            Some(eps) => rms_inv_rows(x, t, k, eps),
+            None => vec![1.0; t],
+        };
+        let y = gemv_scaled(x, &w[wa..wb], (t, n, k), &scale);
+        let mut y = match self.epilogue {
+            Epilogue::Plain => y,
+            Epilogue::SiluMul => silu_mul_rows(&y, t, n / 2),
+        };
+        if let Some(r) = self.residual {
+            for (v, r) in y.iter_mut().zip(cpu_bf16(r)?) {
+                *v = half::bf16::from_f32(v.to_f32() + r.to_f32());
+            }
+        }
+        let o = lo.start_offset();
+        out[o..o + y.len()].copy_from_slice(&y);
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        so: &mut candle_core::CudaStorage,
+        lo: &Layout,
+        sx: &candle_core::CudaStorage,
+        lx: &Layout,
+        sw: &candle_core::CudaStorage,
+        lw: &Layout,
+    ) -> Result<()> {
+        let (t, n, k) = self.dims(lo, lx, lw)?;
+        super::gemv_cuda::launch_into(self, (t, n, k), (so, lo), (sx, lx), (sw, lw))
+    }
 }
 
 impl CustomOp2 for Gemv {
@@ -264,9 +365,12 @@ mod tests {
         let s = split(2048, 6144, Epilogue::Plain);
         assert_eq!(s.threads(), 512);
         // 8 rows of 6144 staged (98 KB) outweigh 16 warps' sums (8 KB)
-        assert_eq!(s.smem_bytes(8, 6144, Epilogue::Plain), 8 * 769 * 16);
+        assert_eq!(s.smem_bytes(8, 6144, Epilogue::Plain, false), 8 * 769 * 16);
+        assert_eq!(s.smem_bytes(8, 6144, Epilogue::Plain, true), 8 * 769 * 16);
+        let s8 = split(2048, 2048, Epilogue::Plain);
+        assert_eq!(s8.smem_bytes(1, 2048, Epilogue::Plain, true), 8 * 32 * 4 * 5, "sums and sums of squares");
         // one row of 2048 (4 KB) is less than 8 warps' paired sums (8 KB)
-        assert_eq!(split(6144, 2048, Epilogue::SiluMul).smem_bytes(1, 2048, Epilogue::SiluMul), 8 * 32 * 4 * 8);
+        assert_eq!(split(6144, 2048, Epilogue::SiluMul).smem_bytes(1, 2048, Epilogue::SiluMul, false), 8 * 32 * 4 * 8);
     }
 
     #[test]
@@ -313,47 +417,6 @@ mod tests {
     }
 
     #[test]
-    fn the_packed_order_is_a_bijection_with_512_contiguous_bytes_a_warp_load() {
-        let (n, k) = (40usize, 96usize); // 3 tiles (the last ragged), 3 K steps
-        let (k8s, steps) = (k / 8, k / K_STEP);
-        let tiles = n.div_ceil(TILE_ROWS);
-        let mut seen = vec![false; tiles * TILE_ROWS * k8s];
-        for row in 0..tiles * TILE_ROWS {
-            for k8 in 0..k8s {
-                let c = packed_chunk(row, k8, steps);
-                assert!(!seen[c], "chunk {c} taken twice");
-                seen[c] = true;
-            }
-        }
-        assert!(seen.iter().all(|&b| b), "every chunk of the packed buffer is some row's");
-        // what one warp loads for tile 1, step 2, the lower half: lanes (g, q) -> rows 16 + g,
-        // k8 = 8 + q, 32 consecutive chunks in lane order
-        let base = packed_chunk(16, 8, steps);
-        for lane in 0..32 {
-            assert_eq!(packed_chunk(16 + lane / 4, 8 + lane % 4, steps), base + lane);
-        }
-        // the upper half (rows g + 8) follows right after
-        assert_eq!(packed_chunk(24, 8, steps), base + 32);
-        // and the next step after that
-        assert_eq!(packed_chunk(16, 12, steps), base + 64);
-    }
-
-    #[test]
-    fn packing_moves_every_value_once_and_pads_the_last_tile_with_zeros() {
-        let (n, k) = (20, 64);
-        let w: Vec<u16> = (0..n * k).map(|i| i as u16 + 1).collect();
-        let p = pack_rows(&w, n, k);
-        assert_eq!(p.len(), 32 * k, "two whole tiles");
-        for row in 0..n {
-            for kk in 0..k {
-                let at = packed_chunk(row, kk / 8, k / K_STEP) * 8 + kk % 8;
-                assert_eq!(p[at], w[row * k + kk], "row {row} k {kk}");
-            }
-        }
-        assert_eq!(p.iter().filter(|&&v| v == 0).count(), (32 - n) * k, "padding rows are zeros");
-    }
-
-    #[test]
     fn leading_dims_flatten_into_rows() {
         let dev = Device::Cpu;
         let w = Tensor::randn(0f32, 1.0, (16, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
@@ -383,5 +446,92 @@ mod tests {
         assert!(Gemv::fits(&at(8), &w), "an offset of 8 values keeps 16-byte alignment");
         assert!(!Gemv::fits(&at(4), &w), "an offset of 4 values breaks it");
         assert!(Gemv::PLAIN.forward(&bf((9, 256)), &w).is_err(), "the op itself refuses too many rows");
+    }
+
+    fn bf(shape: (usize, usize), seed: f32) -> Tensor {
+        let n = shape.0 * shape.1;
+        // a hash of the index: values in [-1.5, 1.5) with no pattern a sum could cancel
+        let v: Vec<f32> = (0..n)
+            .map(|i| {
+                let h = (i as u32 ^ seed.to_bits()).wrapping_mul(2654435761).rotate_left(13).wrapping_mul(0x5bd1e995);
+                (h >> 8) as f32 / (1u32 << 24) as f32 * 3.0 - 1.5
+            })
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap()
+    }
+
+    fn vals(t: &Tensor) -> Vec<f32> {
+        t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    }
+
+    /// Relative L2 distance within 2^-7: the chain rounds each normed value `x r w` to bf16,
+    /// the folded form each weight `W w` instead, so every product carries a different
+    /// rounding of relative size up to 2^-9, twice over for silu(gate) * up.
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len());
+        let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+        let den: f32 = b.iter().map(|y| y * y).sum();
+        let e = (num / den).sqrt();
+        assert!(e < 1.0 / 128.0, "{what}: relative error {e}");
+    }
+
+    #[test]
+    fn the_norm_form_with_the_weight_folded_in_equals_rms_norm_then_the_product() {
+        let (t, k, n) = (4, 256, 48);
+        let (x, w) = (bf((t, k), 0.1), bf((n, k), 0.7));
+        let nw = (bf((1, k), 2.0).flatten_all().unwrap() * 0.5).unwrap();
+        // the norm weight folded into W's columns, as qwen3.rs does for the streamed layer
+        let folded = w.broadcast_mul(&nw.unsqueeze(0).unwrap()).unwrap();
+        for (epilogue, rows) in [(Epilogue::Plain, n), (Epilogue::SiluMul, n / 2)] {
+            let op = GemvInto { epilogue, rms: Some(1e-6), residual: None };
+            assert!(op.fits(&x, &folded));
+            let out = Tensor::zeros((t, rows), DType::BF16, &Device::Cpu).unwrap();
+            op.run(&out, &x, &folded).unwrap();
+            // the unfused chain: RMSNorm in f32 rounded once (candle's CPU rms_norm rounds the
+            // rms itself to bf16 first), then the product with the unfolded W
+            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+            let normed = candle_nn::ops::rms_norm(&f(&x), &f(&nw), 1e-6).unwrap().to_dtype(DType::BF16).unwrap();
+            let want = Gemv { epilogue }.forward(&normed, &w).unwrap();
+            close(&vals(&out), &vals(&want), &format!("{epilogue:?}"));
+            // and the norm is not a no-op here
+            let raw = Gemv { epilogue }.forward(&x, &folded).unwrap();
+            assert!(vals(&raw).iter().zip(vals(&want)).any(|(a, b)| (a - b).abs() > 0.1));
+        }
+    }
+
+    #[test]
+    fn the_add_form_rounds_the_product_then_adds_the_residual() {
+        let (t, k, n) = (3, 128, 40);
+        let (x, w, r) = (bf((t, k), 0.3), bf((n, k), 1.1), bf((t, n), 4.0));
+        let op = GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&r) };
+        let out = Tensor::zeros((t, n), DType::BF16, &Device::Cpu).unwrap();
+        op.run(&out, &x, &w).unwrap();
+        // the unfused chain: a bf16 product, then a bf16 add
+        let want = (Gemv::PLAIN.forward(&x, &w).unwrap() + &r).unwrap();
+        assert_eq!(vals(&out), vals(&want));
+        let wrong = Tensor::zeros((t, n + 1), DType::BF16, &Device::Cpu).unwrap();
+        assert!(GemvInto { residual: Some(&wrong), ..op }.run(&out, &x, &w).is_err(), "a residual of another shape");
+        let bad_out = Tensor::zeros((t, n - 1), DType::BF16, &Device::Cpu).unwrap();
+        assert!(op.run(&bad_out, &x, &w).is_err(), "an output of another shape");
+    }
+
+    #[test]
+    fn every_form_the_streamed_layer_uses_has_a_kernel() {
+        let u = |n, k, e| split(n, k, e).u;
+        // qkv (norm), o and down (add), gate|up (norm + silu) of SDAR-1.7B
+        assert_eq!(kernel_name(Epilogue::Plain, true, false, u(4096, 2048, Epilogue::Plain)), Some("unmask_gemv_norm_u8"));
+        assert_eq!(kernel_name(Epilogue::Plain, false, true, u(2048, 2048, Epilogue::Plain)), Some("unmask_gemv_add_u8"));
+        assert_eq!(kernel_name(Epilogue::Plain, false, true, u(2048, 6144, Epilogue::Plain)), Some("unmask_gemv_add_u8"));
+        assert_eq!(kernel_name(Epilogue::SiluMul, true, false, u(6144, 2048, Epilogue::SiluMul)), Some("unmask_gemv_norm_silu_u4"));
+        assert_eq!(kernel_name(Epilogue::SiluMul, true, true, 4), None, "not compiled");
+        let (x, w) = (bf((2, 64), 0.0), bf((16, 64), 1.0));
+        let op = GemvInto { epilogue: Epilogue::Plain, rms: Some(1e-6), residual: None };
+        assert!(op.fits(&x, &w));
+        let add = |residual| GemvInto { epilogue: Epilogue::Plain, rms: None, residual };
+        let res = bf((2, 16), 0.0);
+        assert!(add(Some(&res)).fits(&x, &w));
+        let transposed = bf((16, 2), 0.0).t().unwrap();
+        assert!(!add(Some(&transposed)).fits(&x, &w), "a transposed residual");
+        assert!(!GemvInto { rms: Some(1e-6), ..add(Some(&res)) }.fits(&x, &w), "no norm + add form");
     }
 }

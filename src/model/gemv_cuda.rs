@@ -1,18 +1,19 @@
-//! CUDA side of `gemv.rs`: kernels/gemv.cu, compiled once by NVRTC, launched through cudarc.
-//! An ordinary launch: programmatic dependent launch (which the kernel supports: it asks for its
-//! first weights before griddepcontrol.wait) sped up a chain of projections alone on the H200,
-//! but showed no gain inside a forward (docs/perf.md, session 4).
+//! CUDA side of `gemv.rs`: kernels/gemv.cu, compiled once by NVRTC, launched through
+//! `launch_cuda::Args` like the fused kernels (so under programmatic dependent launch unless
+//! `UNMASK_PDL=0`; the kernel asks for its first weights before griddepcontrol.wait).
 
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CudaDevice, CudaStorage, Layout, Result};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
+use half::bf16;
 
-use super::gemv::{split, Epilogue};
+use super::gemv::{kernel_name, split, Epilogue, GemvInto};
+use super::launch_cuda::Args;
 
 pub const SOURCE: &str = include_str!("../../kernels/gemv.cu");
 const MODULE: &str = "unmask_gemv";
@@ -41,6 +42,60 @@ pub fn probe(dev: &CudaDevice) -> Result<()> {
     ptx(dev).map(drop)
 }
 
+/// `y = …` of one form (`kernel_name`) into `y`, through [`Args`] (so under programmatic dependent
+/// launch unless `UNMASK_PDL=0`: the kernel asks for its first weights before it waits).
+/// `rms`: the norm forms' epsilon; `res`: the residual of the add forms.
+#[allow(clippy::too_many_arguments)]
+fn launch_raw(
+    dev: &CudaDevice,
+    epilogue: Epilogue,
+    (t, n, k): (usize, usize, usize),
+    x: &CudaView<'_, bf16>,
+    w: &CudaView<'_, bf16>,
+    y: &mut CudaViewMut<'_, bf16>,
+    rms: Option<f32>,
+    res: Option<&CudaView<'_, bf16>>,
+) -> Result<()> {
+    let n_out = epilogue.out_rows(n);
+    let s = split(n_out, k, epilogue);
+    let Some(name) = kernel_name(epilogue, rms.is_some(), res.is_some(), s.u) else {
+        candle_core::bail!("gemv: no kernel for {epilogue:?} with norm {} and residual {}", rms.is_some(), res.is_some());
+    };
+    let f = dev.get_or_load_custom_func(name, MODULE, ptx(dev)?)?;
+    let smem = s.smem_bytes(t, k, epilogue, rms.is_some());
+    // x staged whole: past the default 48 KiB for K = 6144 and 8 rows
+    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
+    let stream = dev.cuda_stream();
+    let mut b = Args::new(&stream);
+    b.input(w).input(x).output(y);
+    match res {
+        Some(r) => b.input(r),
+        None => b.null(),
+    };
+    b.i32(t as i32).i32(n_out as i32).i32((k / 8) as i32).i32(s.ks as i32).f32(rms.unwrap_or(0.0));
+    // SAFETY: the parameters follow kernels/gemv.cu's GEMV signature; the callers checked the
+    // shapes (x [t, k], w [n, k], y and res [t, n_out]) and 16-byte alignment.
+    unsafe { b.launch(&f, cfg) }
+}
+
+fn aligned<'a>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, bf16>> {
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("gemv: {what} must be contiguous") };
+    if a % 8 != 0 {
+        candle_core::bail!("gemv: {what} must start 16-byte aligned");
+    }
+    Ok(s.as_cuda_slice::<bf16>()?.slice(a..b))
+}
+
+/// A bf16 view of a tensor that is not one of the op's operands, under its read lock.
+fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, bf16>) -> Result<R>) -> Result<R> {
+    let (st, l) = t.storage_and_layout();
+    match &*st {
+        Storage::Cuda(s) => f(&aligned(s, l, what)?),
+        _ => candle_core::bail!("gemv: {what} is not on the GPU"),
+    }
+}
+
 pub fn launch(
     epilogue: Epilogue,
     t: usize,
@@ -50,30 +105,25 @@ pub fn launch(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<CudaStorage> {
     let dev = sx.device().clone();
-    let n_out = epilogue.out_rows(n);
-    let s = split(n_out, k, epilogue);
-    let name = match (epilogue, s.u) {
-        (Epilogue::Plain, 8) => "unmask_gemv_u8",
-        (Epilogue::Plain, _) => "unmask_gemv_u4",
-        (Epilogue::SiluMul, _) => "unmask_gemv_silu_u4",
-    };
-    let f = dev.get_or_load_custom_func(name, MODULE, ptx(&dev)?)?;
-    let smem = s.smem_bytes(t, k, epilogue);
-    // x staged whole: past the default 48 KiB for K = 6144 and 8 rows
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
-    let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
-        candle_core::bail!("gemv: x and w must be contiguous");
-    };
-    if xa % 8 != 0 || wa % 8 != 0 {
-        candle_core::bail!("gemv: x and w must start 16-byte aligned");
+    let (x, w) = (aligned(sx, lx, "x")?, aligned(sw, lw, "w")?);
+    let mut y = unsafe { dev.alloc::<bf16>(t * epilogue.out_rows(n))? };
+    launch_raw(&dev, epilogue, (t, n, k), &x, &w, &mut y.as_view_mut(), None, None)?;
+    Ok(bf16::wrap_cuda_slice(y, dev))
+}
+
+pub fn launch_into(
+    op: &GemvInto<'_>,
+    dims: (usize, usize, usize),
+    (so, lo): (&mut CudaStorage, &Layout),
+    (sx, lx): (&CudaStorage, &Layout),
+    (sw, lw): (&CudaStorage, &Layout),
+) -> Result<()> {
+    let dev = sx.device().clone();
+    let (x, w) = (aligned(sx, lx, "x")?, aligned(sw, lw, "w")?);
+    let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("gemv: out must be contiguous") };
+    let mut y = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
+    match op.residual {
+        Some(r) => with_view(r, "residual", |rv| launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, Some(rv))),
+        None => launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, None),
     }
-    let x = sx.as_cuda_slice::<half::bf16>()?.slice(xa..xb);
-    let w = sw.as_cuda_slice::<half::bf16>()?.slice(wa..wb);
-    let y = unsafe { dev.alloc::<half::bf16>(t * n_out)? };
-    let (t_i, n_i, k8, ks) = (t as i32, n_out as i32, (k / 8) as i32, s.ks as i32);
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
-    let mut b = f.builder();
-    b.arg(&w).arg(&x).arg(&y).arg(&t_i).arg(&n_i).arg(&k8).arg(&ks);
-    unsafe { b.launch(cfg) }.w()?;
-    Ok(half::bf16::wrap_cuda_slice(y, dev))
 }

@@ -1,12 +1,12 @@
-//! Launching the fused kernels (kernels/fused.cu), optionally (`UNMASK_PDL=1`, on compute
-//! capability 9.0+) with programmatic dependent launch.
+//! Launching the fused kernels (kernels/fused.cu) and the gemv kernel (kernels/gemv.cu), on
+//! compute capability 9.0+ with programmatic dependent launch unless `UNMASK_PDL=0`.
 //!
-//! Measured on the H200 (docs/perf.md, run 6, 128-token decodes): 1.786 ms per forward with it
-//! against 1.750 without, so it is off by default. Whether the fused kernels trigger
-//! griddepcontrol.launch_dependents at all made no measurable difference either (256 tokens:
-//! 1.859-1.907 ms before they did, docs/gpu-runs/2026-12-03-session4-before; run 6: 1.859-1.916).
+//! Measured on the H200 (docs/perf.md, run 7, 128-token decodes): the streamed layer (six
+//! kernels a layer, every one launched here) takes 1.560 ms per forward with it against 1.796
+//! without; on the standard layer, whose projections are cuBLAS's and launched normally, it
+//! gained little (1.739 against 1.781; in run 6 1.786 against 1.750, i.e. noise).
 //!
-//! A block pass is a chain of ~320 short kernels; each one's launch (block scheduling, its
+//! A block pass is a chain of short kernels; each one's launch (block scheduling, its
 //! prologue) normally starts only when the kernel before it has finished. Launched this way, a
 //! kernel may start as soon as every block of the previous one has executed
 //! griddepcontrol.launch_dependents (every fused kernel does, after its own wait) or exited,
@@ -38,11 +38,12 @@ pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Op
     Ok(if has_pdl(&dev.cuda_stream())? { Some("compute_90") } else { fallback })
 }
 
-/// Whether kernels launch with programmatic dependent launch on `stream`: `UNMASK_PDL=1` on a
-/// GPU that has it. The GPU is only asked when the switch is on (this runs at every launch).
+/// Whether kernels launch with programmatic dependent launch on `stream`: on a GPU that has
+/// it, unless `UNMASK_PDL=0`. The GPU is only asked when the switch is on (this runs at every
+/// launch).
 fn pdl(stream: &CudaStream) -> Result<bool> {
     static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("UNMASK_PDL").as_deref() == Ok("1"));
+    let on = *ON.get_or_init(|| std::env::var("UNMASK_PDL").as_deref() != Ok("0"));
     Ok(on && has_pdl(stream)?)
 }
 

@@ -1,10 +1,11 @@
 //! A projection `y = x W`, in one of three forms:
 //!
 //! - [`Linear::Dense`]: a contiguous `[in, out]` tensor in the compute dtype, multiplied by
-//!   candle's matmul (every GPU path by default; the CPU when the checkpoint is not bf16).
-//! - [`Linear::Rows`]: the checkpoint's own `[out, in]` tensor in bf16, on the GPU with
-//!   `UNMASK_GEMV=1`: a block pass's few rows go through the kernel of gemv.rs, a prefill's
-//!   many rows through cuBLAS with the weight read transposed (no second copy).
+//!   candle's matmul (the GPU in f32/f16 or with `UNMASK_GEMV=0`, and the lm_head; the CPU
+//!   when the checkpoint is not bf16).
+//! - [`Linear::Rows`]: the checkpoint's own `[out, in]` tensor in bf16, the GPU's default in
+//!   bf16: a block pass's few rows go through the kernel of gemv.rs, a prefill's many rows
+//!   through cuBLAS with the weight read transposed (no second copy).
 //! - [`Linear::Bf16`]: on the CPU with f32 compute and a bf16 checkpoint, the stored bf16 values
 //!   kept as they are and widened to f32 inside a hand-written kernel. A block pass multiplies
 //!   only a few rows, so it is bound by reading the weights; bf16 halves those bytes and the
@@ -46,6 +47,14 @@ impl Linear {
         match self {
             Linear::Rows(w) if Gemv::fits(x, w) => Gemv::SILU_MUL.forward(x, w).map(Some),
             _ => Ok(None),
+        }
+    }
+
+    /// The `[out, in]` weight of a [`Linear::Rows`] projection.
+    pub fn rows(&self) -> Option<&Tensor> {
+        match self {
+            Linear::Rows(w) => Some(w),
+            _ => None,
         }
     }
 

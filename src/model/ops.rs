@@ -41,7 +41,8 @@ pub struct QkvPrep {
 }
 
 /// Longest cache (plus head size) the attention kernel takes: its scores and q live in dynamic
-/// shared memory, 4 bytes each, beside 16 KiB of static partial sums, within the default 48 KiB.
+/// shared memory, 4 bytes each, beside 16 warps' partial sums (16 KiB at d = 256), within the
+/// default 48 KiB.
 /// Longer caches run the generic chain.
 pub const ATTENTION_MAX_KEYS_PLUS_D: usize = 6 * 1024;
 
@@ -160,6 +161,42 @@ impl candle_core::InplaceOp3 for KvWrite {
     }
 }
 
+/// [`qkv_prep`] with its outputs where the pass needs them: the q heads into `q_out [H, T, d]`,
+/// the k/v heads straight into the cache `[2, KV, cap, d]` at the slots `positions`. On the GPU
+/// (bf16, d = 128) one kernel, with no tensor allocated; elsewhere [`qkv_prep`], a copy of its
+/// q heads and [`kv_write`], which is what that kernel is checked against.
+pub fn qkv_prep_into_cache(
+    q_out: &Tensor,
+    cache: &Tensor,
+    (qkv, cos, sin): (&Tensor, &Tensor, &Tensor),
+    positions: &Tensor,
+    op: &QkvPrep,
+) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if super::ops_cuda::QkvPrepCache::fits(op, q_out, qkv) {
+        let fused = super::ops_cuda::QkvPrepCache { prep: op, q_out, cos, sin };
+        return cache.inplace_op3(qkv, positions, &fused);
+    }
+    let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
+    let t = qkv.dim(0)?;
+    if q_out.dims() != [h, t, d] {
+        candle_core::bail!("qkv-prep: q buffer {:?} for {h} heads of {t} x {d}", q_out.shape());
+    }
+    let all = qkv_prep(qkv, cos, sin, op)?;
+    q_out.slice_set(&all.narrow(0, 0, h)?, 0, 0)?;
+    kv_write(cache, &all.narrow(0, h, 2 * kv)?.reshape((2, kv, t, d))?, positions)
+}
+
+/// [`attention`] written into `out [T, H * d]`: on the GPU the kernel stores there directly
+/// (no tensor allocated between the pass's kernels); elsewhere a copy of [`attention`]'s result.
+pub fn attention_into(out: &Tensor, q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, op: &Attention) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if out.device().is_cuda() {
+        return out.inplace_op3(q, kv, &super::ops_cuda::AttentionInto { op, mask });
+    }
+    out.slice_set(&attention(q, kv, mask, op)?, 0, 0)
+}
+
 // ---------------------------------------------------------------------------------------------
 // CPU implementations: f32 math whatever the storage dtype, like the kernels.
 
@@ -276,7 +313,7 @@ impl CustomOp3 for QkvPrep {
 }
 
 impl Attention {
-    fn check(&self, lq: &Layout, lkv: &Layout, lm: Option<&Layout>) -> Result<(usize, usize)> {
+    pub(super) fn check(&self, lq: &Layout, lkv: &Layout, lm: Option<&Layout>) -> Result<(usize, usize)> {
         let (h, t, d) = lq.shape().dims3()?;
         let (two, kv, cap, d2) = lkv.shape().dims4()?;
         if h != self.heads || d != self.head_dim || two != 2 || kv != self.kv_heads || d2 != d || self.keys > cap {

@@ -10,6 +10,7 @@ use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage
 
 use super::launch_cuda::Args;
 use super::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
+use half::bf16;
 
 pub const SOURCE: &str = include_str!("../../kernels/fused.cu");
 const MODULE: &str = "unmask_fused";
@@ -119,6 +120,20 @@ pub fn qkv_prep(
     Ok((st, Shape::from((nh, t_len, d))))
 }
 
+/// Grid (H, T), 512 threads (kernels/fused.cu says why), the scores and q of a row in dynamic
+/// shared memory.
+fn attention_cfg(op: &Attention, t_len: usize) -> Result<LaunchConfig> {
+    let (h, d, keys) = (op.heads, op.head_dim, op.keys);
+    if d % 8 != 0 || d > 256 {
+        candle_core::bail!("attention kernel: head_dim {d} (takes a multiple of 8 up to 256)");
+    }
+    if d + keys > super::ops::ATTENTION_MAX_KEYS_PLUS_D {
+        candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (48 KiB)");
+    }
+    let smem = (d + keys + 16 * d) * 4;
+    Ok(LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 })
+}
+
 pub fn attention(
     op: &Attention,
     t_len: usize,
@@ -129,14 +144,7 @@ pub fn attention(
 ) -> Result<(CudaStorage, Shape)> {
     let dev = sq.device().clone();
     let (h, kv, d, keys) = (op.heads, op.kv_heads, op.head_dim, op.keys);
-    if d % 8 != 0 || d > 256 {
-        candle_core::bail!("attention kernel: head_dim {d} (takes a multiple of 8 up to 256)");
-    }
-    let smem = (d + keys) * 4;
-    if d + keys > super::ops::ATTENTION_MAX_KEYS_PLUS_D {
-        candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (24 KiB beside 16 KiB static)");
-    }
-    let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem as u32 };
+    let cfg = attention_cfg(op, t_len)?;
     let dt = sq.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, h_i, kv_i, d_i, cap_i, keys_i) = (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
@@ -272,4 +280,127 @@ pub fn kv_write(
         other => candle_core::bail!("kv-write: {other:?}"),
     }
     Ok(())
+}
+
+/// [`super::ops::qkv_prep_into_cache`]'s kernel: an in-place op on the cache (the K/V slots it
+/// writes) with the stacked projection and the positions as operands. `q_out` is written too,
+/// through the pointer of a tensor the op only holds: it is the pass's own scratch buffer,
+/// which nothing else reads or writes while the pass runs.
+pub struct QkvPrepCache<'a> {
+    pub prep: &'a QkvPrep,
+    pub q_out: &'a Tensor,
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+}
+
+impl QkvPrepCache<'_> {
+    /// bf16 on the GPU, heads of 128 (the kernel's warp a head), every row 8-byte aligned.
+    pub fn fits(op: &QkvPrep, q_out: &Tensor, qkv: &Tensor) -> bool {
+        let ok = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset() % 4 == 0;
+        q_out.device().is_cuda() && op.head_dim == 128 && ok(q_out) && ok(qkv)
+    }
+}
+
+/// A bf16 view of a contiguous GPU tensor that is not one of the op's operands.
+fn with_bf16<R>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, bf16>) -> Result<R>) -> Result<R> {
+    with_storage(t, |s, l| f(&view::<bf16>(s, l, what)?))
+}
+
+impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
+    fn name(&self) -> &'static str {
+        "unmask-qkv-prep-cache"
+    }
+
+    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout) -> Result<()> {
+        candle_core::bail!("qkv-prep-cache is the GPU kernel; the CPU composes qkv_prep and kv_write")
+    }
+
+    fn cuda_fwd(&self, sc: &mut CudaStorage, lc: &Layout, sq: &CudaStorage, lq: &Layout, sp: &CudaStorage, lp: &Layout) -> Result<()> {
+        let op = self.prep;
+        let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
+        let (t_len, width) = lq.shape().dims2()?;
+        let (two, ckv, cap, cd) = lc.shape().dims4()?;
+        if width != (h + 2 * kv) * d || (two, ckv, cd) != (2, kv, d) || lp.shape().dims1()? != t_len {
+            candle_core::bail!("qkv-prep-cache: qkv {:?}, cache {:?}, positions {:?}", lq.shape(), lc.shape(), lp.shape());
+        }
+        if self.q_out.dims() != [h, t_len, d] || self.cos.dims() != [t_len, d / 2] || self.sin.dims() != [t_len, d / 2] {
+            candle_core::bail!("qkv-prep-cache: q buffer {:?}, cos {:?} for {t_len} rows", self.q_out.shape(), self.cos.shape());
+        }
+        let dev = sq.device().clone();
+        let nh = h + 2 * kv;
+        let cfg = LaunchConfig { grid_dim: (nh.div_ceil(4) as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let f = dev.get_or_load_custom_func("unmask_qkv_prep_kv_bf16_d128", MODULE, ptx(&dev)?)?;
+        let stream = dev.cuda_stream();
+        let qkv = view::<bf16>(sq, lq, "qkv-prep qkv")?;
+        let pos = view::<u32>(sp, lp, "qkv-prep positions")?;
+        let Some((a, b)) = lc.contiguous_offsets() else { candle_core::bail!("qkv-prep-cache: the cache must be contiguous") };
+        let mut cache = sc.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
+        with_bf16(self.q_out, "q buffer", |q_out| {
+            with_bf16(self.cos, "cos", |cos| {
+                with_bf16(self.sin, "sin", |sin| {
+                    with_bf16(&op.q_norm, "q_norm", |qn| {
+                        with_bf16(&op.k_norm, "k_norm", |kn| {
+                            let mut b = Args::new(&stream);
+                            b.input(&qkv).input(qn).input(kn).input(cos).input(sin).input(q_out).output(&mut cache);
+                            b.input(&pos).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).f32(op.eps);
+                            // SAFETY: kernels/fused.cu's unmask_qkv_prep_kv_bf16_d128 signature; shapes
+                            // checked above, slots checked by the caller (positions < capacity).
+                            unsafe { b.launch(&f, cfg) }
+                        })
+                    })
+                })
+            })
+        })
+    }
+}
+
+/// [`super::ops::attention_into`]'s kernel: in place on the output `[T, H * d]`, with q and
+/// the cache as operands and the optional mask held by the op.
+pub struct AttentionInto<'a> {
+    pub op: &'a Attention,
+    pub mask: Option<&'a Tensor>,
+}
+
+impl candle_core::InplaceOp3 for AttentionInto<'_> {
+    fn name(&self) -> &'static str {
+        "unmask-attention-into"
+    }
+
+    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout) -> Result<()> {
+        candle_core::bail!("attention-into is the GPU kernel; the CPU copies attention's result")
+    }
+
+    fn cuda_fwd(&self, so: &mut CudaStorage, lo: &Layout, sq: &CudaStorage, lq: &Layout, skv: &CudaStorage, lkv: &Layout) -> Result<()> {
+        let op = self.op;
+        let mask_layout = self.mask.map(|m| m.layout().clone());
+        let (t_len, cap) = op.check(lq, lkv, mask_layout.as_ref())?;
+        let (h, kv, d, keys) = (op.heads, op.kv_heads, op.head_dim, op.keys);
+        if lo.shape().dims2()? != (t_len, h * d) || sq.dtype() != DType::BF16 {
+            candle_core::bail!("attention-into: output {:?} ({:?}) for [{t_len}, {}] bf16", lo.shape(), sq.dtype(), h * d);
+        }
+        let cfg = attention_cfg(op, t_len)?;
+        let dev = sq.device().clone();
+        let f = dev.get_or_load_custom_func("unmask_attention_bf16", MODULE, ptx(&dev)?)?;
+        let stream = dev.cuda_stream();
+        let q = view::<bf16>(sq, lq, "attention q")?;
+        let kvv = view::<bf16>(skv, lkv, "attention kv")?;
+        let (kpart, vpart) = (kvv.slice(0..kv * cap * d), kvv.slice(kv * cap * d..2 * kv * cap * d));
+        let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
+        let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
+        let go = |m: Option<&CudaView<'_, bf16>>, out: &mut candle_core::cuda_backend::cudarc::driver::CudaViewMut<'_, bf16>| {
+            let mut b = Args::new(&stream);
+            b.input(&q).input(&kpart).input(&vpart);
+            match m {
+                Some(m) => b.input(m),
+                None => b.null(),
+            };
+            b.output(out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(d as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+            // SAFETY: kernels/fused.cu's unmask_attention_bf16 signature, shapes checked above.
+            unsafe { b.launch(&f, cfg) }
+        };
+        match self.mask {
+            Some(m) => with_bf16(m, "attention mask", |mv| go(Some(mv), &mut out)),
+            None => go(None, &mut out),
+        }
+    }
 }

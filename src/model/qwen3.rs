@@ -7,6 +7,7 @@ use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
 use super::config::ModelConfig;
+use super::gemv::{Epilogue, GemvInto};
 use super::linear::{Bf16Panels, Linear};
 use super::ops;
 use super::weights::WeightSource;
@@ -53,6 +54,9 @@ pub struct Qwen3 {
     tied: bool,
     /// Use the fused ops of `ops.rs` (default) rather than chains of generic candle ops.
     fused: bool,
+    /// The input and post-attention norm weights live in the q/k/v and gate|up projections
+    /// ([`Qwen3::fold_norms`]): what the streamed layer needs.
+    norms_folded: bool,
     eps: f32,
     max_positions: usize,
     dtype: DType,
@@ -169,9 +173,14 @@ impl Qwen3 {
         let lm_head = if tied {
             linear(embed.clone(), bf16(embed_name))?
         } else {
-            proj(&one("lm_head.weight".to_string(), cfg.vocab_size), h)?
+            // lm_head is cuBLAS's on every path (too wide for the gemv kernel), so it keeps
+            // the plain `[in, out]` layout the cuBLAS path has always used for it
+            match proj(&one("lm_head.weight".to_string(), cfg.vocab_size), h)? {
+                Linear::Rows(w) => Linear::Dense(w.t()?.contiguous()?),
+                other => other,
+            }
         };
-        Ok(Qwen3 {
+        let mut m = Qwen3 {
             embed,
             layers,
             norm: get("model.norm.weight", &[h])?,
@@ -184,11 +193,16 @@ impl Qwen3 {
             vocab: cfg.vocab_size,
             tied,
             fused: fused_here(device, dtype),
+            norms_folded: false,
             eps: cfg.rms_norm_eps as f32,
             max_positions: cfg.max_position_embeddings,
             dtype,
             device: device.clone(),
-        })
+        };
+        if rows {
+            m.fold_norms()?;
+        }
+        Ok(m)
     }
 
     pub fn device(&self) -> &Device {
@@ -282,6 +296,9 @@ impl Qwen3 {
         let mut x = self.embed.index_select(&input.ids, 0)?;
         let cos = cache.cos.index_select(&input.positions, 0)?;
         let sin = cache.sin.index_select(&input.positions, 0)?;
+        if let Some(ws) = self.workspace(x.dim(0)?, input.keys)? {
+            return self.forward_streamed(input, cache, &ws, x, (&cos, &sin));
+        }
         // Residual stream `x`; `h` its normed input to the next block. The add of each residual
         // and the norm after it are one op when fused.
         let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
@@ -293,6 +310,129 @@ impl Qwen3 {
             (x, h) = self.add_norm(&x, &mlp, next)?;
         }
         Ok(h)
+    }
+
+    /// The scratch of a streamed pass of `t` rows over `keys` keys, or `None` where the pass
+    /// runs the standard layer: the streamed one needs every projection kept `[out, in]` for the
+    /// gemv kernel ([`Linear::Rows`]), the fused ops, and the kernels to take these shapes.
+    fn workspace(&self, t: usize, keys: usize) -> Result<Option<Workspace>> {
+        if !self.norms_folded || !self.fused || self.dtype != DType::BF16 || t > super::gemv::MAX_ROWS {
+            return Ok(None);
+        }
+        if keys + self.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D {
+            return Ok(None);
+        }
+        let (d, h, kvh) = (self.head_dim, self.heads, self.kv_heads);
+        let hidden = self.embed.dim(1)?;
+        let buf = |shape: &[usize]| Tensor::zeros(shape, self.dtype, &self.device);
+        let ws = Workspace {
+            qkv: buf(&[t, (h + 2 * kvh) * d])?,
+            q: buf(&[h, t, d])?,
+            attn: buf(&[t, h * d])?,
+            mid: buf(&[t, hidden])?,
+            out: buf(&[t, hidden])?,
+            act: buf(&[t, self.intermediate])?,
+        };
+        let l = &self.layers[0];
+        let w = |p: &Linear| p.rows().expect("folded norms are on [out, in] projections").clone();
+        let rms = Some(self.eps);
+        let fits = GemvInto { epilogue: Epilogue::Plain, rms, residual: None }.fits(&ws.mid, &w(&l.qkv_proj))
+            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.attn, &w(&l.o_proj))
+            && GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }.fits(&ws.mid, &w(&l.gate_up_proj))
+            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.act, &w(&l.down_proj));
+        Ok(fits.then_some(ws))
+    }
+
+    /// Whether a pass of `t` rows over `keys` keys runs [`Qwen3::forward_streamed`].
+    pub fn streams(&self, t: usize, keys: usize) -> bool {
+        matches!(self.workspace(t, keys), Ok(Some(_)))
+    }
+
+    /// The layers as six kernels each, every one writing into `ws` (or the cache), so that a
+    /// captured graph holds no allocation between them and, under programmatic dependent
+    /// launch (sm_90's default, `UNMASK_PDL=0` off), each launch overlaps the tail of the one
+    /// before: the q/k/v product with the input RMSNorm folded
+    /// in; q/k norm, RoPE and the K/V to their cache slots; attention; the o product plus the
+    /// residual; the gate|up product with the post-attention norm folded in and silu(gate) *
+    /// up; the down product plus the residual. The norms' weights are in the projections
+    /// ([`Qwen3::fold_norms`]); each norm is the scale of its product's rows, so the values
+    /// round at other points than in the standard layer (tests check the two against each
+    /// other within bf16 error).
+    fn forward_streamed(&self, input: &PassInput, cache: &KvCache, ws: &Workspace, embedded: Tensor, (cos, sin): (&Tensor, &Tensor)) -> Result<Tensor> {
+        let mut x = embedded;
+        let d = self.head_dim;
+        let attn = ops::Attention {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: d,
+            keys: input.keys,
+            scale: (1.0 / (d as f64).sqrt()) as f32,
+        };
+        fn plain(residual: Option<&Tensor>) -> GemvInto<'_> {
+            GemvInto { epilogue: Epilogue::Plain, rms: None, residual }
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            let w = |p: &Linear| p.rows().cloned().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"));
+            let rms = Some(self.eps);
+            GemvInto { epilogue: Epilogue::Plain, rms, residual: None }.run(&ws.qkv, &x, &w(&layer.qkv_proj)?)?;
+            ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &self.qkv_op(layer))?;
+            ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &attn)?;
+            plain(Some(&x)).run(&ws.mid, &ws.attn, &w(&layer.o_proj)?)?;
+            GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }.run(&ws.act, &ws.mid, &w(&layer.gate_up_proj)?)?;
+            plain(Some(&ws.mid)).run(&ws.out, &ws.act, &w(&layer.down_proj)?)?;
+            x = ws.out.clone();
+        }
+        Ok(rms_norm(&x, &self.norm, self.eps)?)
+    }
+
+    /// Keeps every layer's projections `[out, in]` ([`Linear::Rows`]) with the norms folded in
+    /// ([`Qwen3::fold_norms`]), as the GPU loads them by default in bf16, so that block passes
+    /// run the streamed layer (and on the CPU its reference bodies, which is how tests compare
+    /// it with the standard layer). bf16 only.
+    pub fn use_row_weights(&mut self) -> Result<()> {
+        if self.dtype != DType::BF16 {
+            bail!("row weights are for the bf16 gemv kernel; this model computes in {:?}", self.dtype);
+        }
+        for l in &mut self.layers {
+            for p in [&mut l.qkv_proj, &mut l.o_proj, &mut l.gate_up_proj, &mut l.down_proj] {
+                *p = match std::mem::replace(p, Linear::Rows(self.norm.clone())) {
+                    Linear::Dense(w) => Linear::Rows(w.t()?.contiguous()?),
+                    Linear::Rows(w) => Linear::Rows(w),
+                    Linear::Bf16(_) => bail!("bf16 panels are the f32 CPU path's"),
+                };
+            }
+        }
+        self.fold_norms()
+    }
+
+    /// Folds each layer's input and post-attention RMSNorm weights into the projections that
+    /// read their output (q/k/v and gate|up: `W[n, k] w[k]`, rounded to bf16) and leaves
+    /// weights of ones in their place, so the standard layer computes the same function and
+    /// the streamed layer's products only scale their rows by 1 / rms. Once.
+    fn fold_norms(&mut self) -> Result<()> {
+        if self.norms_folded {
+            return Ok(());
+        }
+        for l in &mut self.layers {
+            for (p, w) in [(&mut l.qkv_proj, &mut l.input_norm), (&mut l.gate_up_proj, &mut l.post_norm)] {
+                let Linear::Rows(rows) = p else { bail!("norms fold only into [out, in] projections") };
+                *rows = rows.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
+                *w = w.ones_like()?;
+            }
+        }
+        self.norms_folded = true;
+        Ok(())
+    }
+
+    fn qkv_op(&self, layer: &Layer) -> ops::QkvPrep {
+        ops::QkvPrep {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            eps: self.eps,
+            q_norm: layer.q_norm.clone(),
+            k_norm: layer.k_norm.clone(),
+        }
     }
 
     /// Logits `[T, vocab]` in f32 for hidden states from [`Qwen3::forward`].
@@ -332,15 +472,7 @@ impl Qwen3 {
         // rotated, v as is.
         let qkv = layer.qkv_proj.forward(x)?;
         let all = if self.fused {
-            let op = ops::QkvPrep {
-                heads,
-                kv_heads: kvh,
-                head_dim: d,
-                eps: self.eps,
-                q_norm: layer.q_norm.clone(),
-                k_norm: layer.k_norm.clone(),
-            };
-            ops::qkv_prep(&qkv, cos, sin, &op)?
+            ops::qkv_prep(&qkv, cos, sin, &self.qkv_op(layer))?
         } else {
             self.qkv_prep_generic(layer, &qkv, cos, sin)?
         };
@@ -418,6 +550,19 @@ impl Qwen3 {
     }
 }
 
+/// Buffers a streamed pass writes, allocated before its first layer (so in a captured graph
+/// their allocations come first, not between kernels): the q/k/v product, the prepared q heads
+/// `[H, T, d]`, attention's output, the residual stream after attention (`mid`) and after the
+/// MLP (`out`, the next layer's input), and the MLP's activation.
+struct Workspace {
+    qkv: Tensor,
+    q: Tensor,
+    attn: Tensor,
+    mid: Tensor,
+    out: Tensor,
+    act: Tensor,
+}
+
 /// Row-major `[T, keys]` additive mask for `T` queries at `start..start+T` over cache slots
 /// `0..keys`: a query sees every slot of its own and earlier blocks that the pass has written
 /// (`< start + T`). `None` when nothing is masked (one block, `keys == start + T`).
@@ -463,11 +608,13 @@ fn fused_here(device: &Device, dtype: DType) -> bool {
     true
 }
 
-/// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]): only with
-/// `UNMASK_GEMV=1`, on a GPU in bf16 where the kernel compiles. Off by default: on the H200
-/// cuBLAS streams these shapes faster in the graph (docs/perf.md).
+/// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]), with the
+/// norms folded in, so that block passes run the streamed layer: on a GPU in bf16 where the
+/// kernel compiles, unless `UNMASK_GEMV=0` (cuBLAS and the standard layer, for comparisons).
+/// On the H200 with programmatic dependent launch it is the faster path: 1.560 against 1.739
+/// ms per forward, 128-token decodes (docs/perf.md, run 7).
 fn gemv_here(device: &Device, dtype: DType) -> bool {
-    if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() != Ok("1") {
+    if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() == Ok("0") {
         return false;
     }
     #[cfg(feature = "cuda")]

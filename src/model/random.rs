@@ -195,4 +195,52 @@ mod tests {
             assert!(num.sqrt() < 1e-3, "window vs exact keys");
         }
     }
+
+    /// The GPU's streamed layer (six kernels a layer writing into a workspace, projections
+    /// `[out, in]` with the norms and residual adds folded into them), run here through the
+    /// CPU bodies of the same ops, against the standard fused layer: prefill (standard in
+    /// both: too many rows), the committing pass, a cached denoise and the fixed-window pass.
+    #[test]
+    fn the_streamed_layer_matches_the_standard_one() {
+        use crate::model::PassInput;
+        for cfg in [check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), check_config(256, 2, 4, 2, 128, 768, 1000).unwrap()] {
+            let dev = Device::Cpu;
+            // each model from its own source of the same seed: a source draws as it is read
+            let load = || super::super::Qwen3::load(&cfg, &RandomWeights::on_host(&cfg, 5), DType::BF16, &dev).unwrap();
+            let (standard, mut streamed) = (load(), load());
+            streamed.use_row_weights().unwrap();
+            assert!(!standard.streams(4, 24));
+            assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
+            assert!(!streamed.streams(10, 24), "a prefill of more than 8 rows takes the standard layer");
+            let run = |m: &super::super::Qwen3| -> Vec<Vec<f32>> {
+                let mut cache = m.new_cache(24).unwrap();
+                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
+                let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
+                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap()).unwrap();
+                let (pos, mask) = PassInput::window(8, 4, 4, 24);
+                let input = PassInput {
+                    ids: Tensor::new(&[9u32, 10, 11, 12], &dev).unwrap(),
+                    positions: Tensor::from_vec(pos, 4, &dev).unwrap(),
+                    keys: 24,
+                    mask: Some(Tensor::from_vec(mask, (4, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap()),
+                };
+                let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
+                [pre, commit, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect()
+            };
+            let (a, b) = (run(&streamed), run(&standard));
+            for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+                let num: f32 = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum();
+                let den: f32 = y.iter().map(|q| q * q).sum();
+                let e = (num / den).sqrt();
+                // bf16 roundings at the same points, sums in another order
+                assert!(e < 2e-2, "d {} pass {k}: rel err {e}", cfg.head_dim());
+                if k == 0 {
+                    assert_eq!(x, y, "the prefill runs the same standard layer in both");
+                }
+            }
+            // the cached denoise and the window pass see the K/V the streamed commit wrote
+            let num: f32 = a[2].iter().zip(&a[3]).map(|(p, q)| (p - q) * (p - q)).sum();
+            assert!(num.sqrt() < 1e-3, "window vs exact keys");
+        }
+    }
 }
