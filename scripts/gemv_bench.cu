@@ -99,6 +99,13 @@ static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, 
                               (const unsigned short*)nullptr, T, n, k8, c.ks, 0.f);
 }
 
+// Any form at any batch depth (the kernel file compiles only the ones the model uses).
+template <int U, bool PAIR, bool NORM, bool ADD>
+__global__ void gk(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n,
+                   int k8, int ks, float eps) {
+    gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);
+}
+
 typedef void (*GemvFn)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float);
 
 // One launch of any form (norm: a norm form, its weight folded into W; res: the residual or null).
@@ -347,7 +354,7 @@ int main() {
                     const bool norm = forms & 1, add = forms & 2;
                     float us = capture_and_time(st, [&] {
                         for (int l = 0; l < L; ++l) {
-                            launch_form(norm ? unmask_gemv_norm_u8 : unmask_gemv_u8, 8, 1, false, W[0][l], x, qkvb,
+                            launch_form(norm ? unmask_gemv_norm_u8 : unmask_gemv_u8, 8, 2, false, W[0][l], x, qkvb,
                                         norm, nullptr, 4096, 2048, pdl, st);
                             launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, 8, 1, false, W[1][l], qkvb, mid,
                                         false, add ? x : nullptr, 2048, 2048, pdl, st);
@@ -366,7 +373,7 @@ int main() {
             for (int spin = 0; spin < 2; ++spin) {
                 float us = capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l) {
-                        launch_form(unmask_gemv_norm_u8, 8, 1, false, W[0][l], x, qkvb, true, nullptr, 4096, 2048, true, st);
+                        launch_form(unmask_gemv_norm_u8, 8, 2, false, W[0][l], x, qkvb, true, nullptr, 4096, 2048, true, st);
                         if (spin) {
                             cudaLaunchConfig_t lc = {};
                             lc.gridDim = dim3(64);
@@ -388,6 +395,74 @@ int main() {
                            L * bytes_layer / (us * 1e-6) / 1e12);
                 }
             CK(cudaGetLastError());
+        }
+        // The splits in the chain the model runs (under PDL, an 11 us stand-in for q/k prep +
+        // attention after q|k|v), one projection at a time, the others at the current best:
+        // where a split wins inside the chain, which the standalone sweep above cannot show.
+        {
+            bf *mid, *act, *qkvb;
+            CK(cudaMalloc(&mid, 2L * 8 * 2048));
+            CK(cudaMalloc(&act, 2L * 8 * 6144));
+            CK(cudaMalloc(&qkvb, 2L * 8 * 4096));
+            // the forms: qkv norm, o add, gate|up norm + silu, down add; fn[p][u == 8]
+            GemvFn fn[4][2] = {{gk<4, false, true, false>, gk<8, false, true, false>},
+                               {gk<4, false, false, true>, gk<8, false, false, true>},
+                               {gk<4, true, true, false>, gk<8, true, true, false>},
+                               {gk<4, false, false, true>, gk<8, false, false, true>}};
+            for (auto& f2 : fn)
+                for (auto f : f2) CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+            const int out_n[4] = {4096, 2048, 6144, 2048}, in_k[4] = {2048, 2048, 2048, 6144};
+            Cfg cur[4] = {{8, 8, 2}, {8, 8, 1}, {4, 4, 2, true}, {8, 16, 1}};  // src/model/gemv.rs, split()
+            auto chain = [&](const Cfg* c) {
+                return capture_and_time(st, [&] {
+                    for (int l = 0; l < L; ++l) {
+                        bf* outs[4] = {qkvb, mid, act, x};
+                        const bf* ins[4] = {x, qkvb, mid, act};
+                        const bf* res[4] = {nullptr, x, nullptr, mid};
+                        for (int p = 0; p < 4; ++p) {
+                            launch_form(fn[p][c[p].u == 8], c[p].ks, c[p].tb, p == 2, W[p][l], ins[p], outs[p],
+                                        p == 0 || p == 2, res[p], out_n[p], in_k[p], true, st);
+                            if (p == 0) {
+                                cudaLaunchConfig_t lc = {};
+                                lc.gridDim = dim3(64);
+                                lc.blockDim = dim3(512);
+                                lc.stream = st;
+                                cudaLaunchAttribute at[1];
+                                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                                at[0].val.programmaticStreamSerializationAllowed = 1;
+                                lc.attrs = at;
+                                lc.numAttrs = 1;
+                                cudaLaunchKernelEx(&lc, spin_kernel, 11000);
+                            }
+                        }
+                    }
+                });
+            };
+            float base = chain(cur);
+            printf("\nsweep: chain+11us with the model's splits: %.1f us per forward\n", base);
+            for (int pass = 0; pass < 1; ++pass)
+                for (int p = 0; p < 4; ++p) {
+                    const int steps = in_k[p] / 32;
+                    for (int u : {4, 8})
+                        for (int ks : {1, 2, 4, 8, 12, 16})
+                            for (int tb : {1, 2, 4}) {
+                                if (ks > steps || 32 * ks * tb > 512 || (p == 2 && u == 8 && ks * tb > 8)) continue;  // what fits an SM
+                                Cfg c[4] = {cur[0], cur[1], cur[2], cur[3]};
+                                c[p] = {u, ks, tb, p == 2};
+                                float us = chain(c);
+                                CK(cudaGetLastError());
+                                if (us < base) {
+                                    base = us;
+                                    cur[p] = c[p];
+                                }
+                                if (pass == 0) printf("sweep %s u%d ks%d tb%d: %.1f us\n", P[p].name, u, ks, tb, us);
+                            }
+                    printf("sweep best so far: %s u%d ks%d tb%d -> %.1f us per forward\n", P[p].name, cur[p].u,
+                           cur[p].ks, cur[p].tb, base);
+                }
+            for (int p = 0; p < 4; ++p)
+                printf("sweep final %s: u%d ks%d tb%d\n", P[p].name, cur[p].u, cur[p].ks, cur[p].tb);
+            printf("sweep final chain+11us: %.1f us per forward (again: %.1f)\n", base, chain(cur));
         }
         for (int p = 0; p < 4; ++p)
             printf("best %s: u%d ks%d tb%d %.2f us\n", P[p].name, best[p].u, best[p].ks, best[p].tb, best_us[p] / L);

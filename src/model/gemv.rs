@@ -87,7 +87,10 @@ impl Epilogue {
 /// (docs/gpu-runs/2026-12-03-gemv-sweep; each within 10 % of the best split for its shape): 8
 /// warps on a tile's K (8 steps each, one batch of loads) for the 2048-wide projections; 16 for
 /// K = 6144 (down); 4 warps and 2 tiles a block for gate|up, whose 12288 weight rows give
-/// blocks enough. Never more warps on a tile than it has steps.
+/// blocks enough. Never more warps on a tile than it has steps. Inside the streamed layer's chain
+/// (the same harness, every projection under PDL with a stand-in for attention, 2026-12-04)
+/// these were the best splits again, except q|k|v (4096 rows): 2 tiles a block, 1305 against
+/// 1321-1324 us a forward (docs/gpu-runs/2026-12-04-session5-trials/gemv_sweep.txt).
 pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     let steps = k / K_STEP;
     let w_rows = match epilogue {
@@ -98,6 +101,8 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
         (16, 1)
     } else if w_rows >= 8192 {
         (4, 2)
+    } else if w_rows >= 4096 {
+        (8, 2)
     } else {
         (8, 1)
     };
@@ -355,7 +360,7 @@ mod tests {
     #[test]
     fn the_split_follows_the_h200_sweep_for_each_sdar_projection() {
         // SDAR-1.7B: qkv, o, gate|up (plain and paired), down
-        assert_eq!(split(4096, 2048, Epilogue::Plain), Split { ks: 8, tb: 1, u: 8, blocks: 256 });
+        assert_eq!(split(4096, 2048, Epilogue::Plain), Split { ks: 8, tb: 2, u: 8, blocks: 128 });
         assert_eq!(split(2048, 2048, Epilogue::Plain), Split { ks: 8, tb: 1, u: 8, blocks: 128 });
         assert_eq!(split(12288, 2048, Epilogue::Plain), Split { ks: 4, tb: 2, u: 8, blocks: 384 });
         assert_eq!(split(6144, 2048, Epilogue::SiluMul), Split { ks: 4, tb: 2, u: 4, blocks: 192 });

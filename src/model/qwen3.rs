@@ -324,7 +324,9 @@ impl Qwen3 {
         }
         let (d, h, kvh) = (self.head_dim, self.heads, self.kv_heads);
         let hidden = self.embed.dim(1)?;
-        let buf = |shape: &[usize]| Tensor::zeros(shape, self.dtype, &self.device);
+        // SAFETY: uninitialised, but every kernel of the pass writes its whole buffer before
+        // the next reads it (zeroing them was one memset node each in the graph)
+        let buf = |shape: &[usize]| unsafe { Tensor::empty(shape, self.dtype, &self.device) };
         let ws = Workspace {
             qkv: buf(&[t, (h + 2 * kvh) * d])?,
             q: buf(&[h, t, d])?,
