@@ -322,6 +322,10 @@ impl Qwen3 {
         if keys + self.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D {
             return Ok(None);
         }
+        let l = &self.layers[0];
+        let (Some(qkv), Some(o), Some(gate_up), Some(down)) = (l.qkv_proj.rows(), l.o_proj.rows(), l.gate_up_proj.rows(), l.down_proj.rows()) else {
+            return Ok(None);
+        };
         let (d, h, kvh) = (self.head_dim, self.heads, self.kv_heads);
         let hidden = self.embed.dim(1)?;
         // SAFETY: uninitialised, but every kernel of the pass writes its whole buffer before
@@ -335,13 +339,11 @@ impl Qwen3 {
             out: buf(&[t, hidden])?,
             act: buf(&[t, self.intermediate])?,
         };
-        let l = &self.layers[0];
-        let w = |p: &Linear| p.rows().expect("folded norms are on [out, in] projections").clone();
         let rms = Some(self.eps);
-        let fits = GemvInto { epilogue: Epilogue::Plain, rms, residual: None }.fits(&ws.mid, &w(&l.qkv_proj))
-            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.attn, &w(&l.o_proj))
-            && GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }.fits(&ws.mid, &w(&l.gate_up_proj))
-            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.act, &w(&l.down_proj));
+        let fits = GemvInto { epilogue: Epilogue::Plain, rms, residual: None }.fits(&ws.mid, qkv)
+            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.attn, o)
+            && GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }.fits(&ws.mid, gate_up)
+            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.act, down);
         Ok(fits.then_some(ws))
     }
 
