@@ -9,7 +9,9 @@
 // per-projection time (28 launches of one kind in a graph), the whole projection chain of a
 // forward, and the chain with a small dependent kernel between projections (the decode's
 // norms and attention), each with cuBLAS, with the kernel, and with the kernel under
-// programmatic dependent launch. Checks every kernel result against cuBLAS.
+// programmatic dependent launch; then the streamed layer's chain (its norm and residual
+// forms), alone and with an 11 us stand-in for q/k prep + attention, and a sweep of each
+// projection's split inside that chain. Checks every kernel result against cuBLAS.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -143,6 +145,20 @@ __global__ void spin_kernel(int ns) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < (unsigned long long)ns);
+}
+
+// spin_kernel as q/k prep + attention would launch: 64 blocks of 512 threads, under PDL.
+static void launch_spin(cudaStream_t st, int ns) {
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(64);
+    lc.blockDim = dim3(512);
+    lc.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&lc, spin_kernel, ns));
 }
 
 __global__ void silu_mul_ref(const bf* gu, bf* out, int t_len, int inter) {
@@ -374,26 +390,15 @@ int main() {
                 float us = capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l) {
                         launch_form(unmask_gemv_norm_u8, 8, 2, false, W[0][l], x, qkvb, true, nullptr, 4096, 2048, true, st);
-                        if (spin) {
-                            cudaLaunchConfig_t lc = {};
-                            lc.gridDim = dim3(64);
-                            lc.blockDim = dim3(512);
-                            lc.stream = st;
-                            cudaLaunchAttribute at[1];
-                            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                            at[0].val.programmaticStreamSerializationAllowed = 1;
-                            lc.attrs = at;
-                            lc.numAttrs = 1;
-                            cudaLaunchKernelEx(&lc, spin_kernel, 11000);
-                        }
-                            launch_form(unmask_gemv_add_u8, 8, 1, false, W[1][l], qkvb, mid, false, x, 2048, 2048, true, st);
-                            launch_form(unmask_gemv_norm_silu_u4, 4, 2, true, W[2][l], mid, act, true, nullptr, 6144, 2048, true, st);
-                            launch_form(unmask_gemv_add_u8, 16, 1, false, W[3][l], act, x, false, mid, 2048, 6144, true, st);
-                        }
-                    });
-                    printf("chain streamed%s pdl1: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "", us,
-                           L * bytes_layer / (us * 1e-6) / 1e12);
-                }
+                        if (spin) launch_spin(st, 11000);
+                        launch_form(unmask_gemv_add_u8, 8, 1, false, W[1][l], qkvb, mid, false, x, 2048, 2048, true, st);
+                        launch_form(unmask_gemv_norm_silu_u4, 4, 2, true, W[2][l], mid, act, true, nullptr, 6144, 2048, true, st);
+                        launch_form(unmask_gemv_add_u8, 16, 1, false, W[3][l], act, x, false, mid, 2048, 6144, true, st);
+                    }
+                });
+                printf("chain streamed%s pdl1: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "", us,
+                       L * bytes_layer / (us * 1e-6) / 1e12);
+            }
             CK(cudaGetLastError());
         }
         // The splits in the chain the model runs (under PDL, an 11 us stand-in for q/k prep +
@@ -422,18 +427,7 @@ int main() {
                         for (int p = 0; p < 4; ++p) {
                             launch_form(fn[p][c[p].u == 8], c[p].ks, c[p].tb, p == 2, W[p][l], ins[p], outs[p],
                                         p == 0 || p == 2, res[p], out_n[p], in_k[p], true, st);
-                            if (p == 0) {
-                                cudaLaunchConfig_t lc = {};
-                                lc.gridDim = dim3(64);
-                                lc.blockDim = dim3(512);
-                                lc.stream = st;
-                                cudaLaunchAttribute at[1];
-                                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                                at[0].val.programmaticStreamSerializationAllowed = 1;
-                                lc.attrs = at;
-                                lc.numAttrs = 1;
-                                cudaLaunchKernelEx(&lc, spin_kernel, 11000);
-                            }
+                            if (p == 0) launch_spin(st, 11000);
                         }
                     }
                 });
