@@ -215,7 +215,7 @@ pub fn add_rms_norm(
     let dt = sx.dtype();
     // 8 values a thread in whole warps where h is a multiple of 256 (every Qwen3 hidden size);
     // else kernels/fused.cu's NORM_PER_THREAD (16) values a thread in registers
-    let v8 = dt == DType::BF16 && h % 256 == 0 && h <= 8 * 1024;
+    let v8 = dt == DType::BF16 && h.is_multiple_of(256) && h <= 8 * 1024;
     if v8 && ![lx, ld, lw].iter().all(|l| l.start_offset() % 8 == 0) {
         candle_core::bail!("add-rms-norm: inputs must start 16-byte aligned");
     }
@@ -296,7 +296,7 @@ pub struct QkvPrepCache<'a> {
 impl QkvPrepCache<'_> {
     /// bf16 on the GPU, heads of 128 (the kernel's warp a head), every row 8-byte aligned.
     pub fn fits(op: &QkvPrep, q_out: &Tensor, qkv: &Tensor) -> bool {
-        let ok = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset() % 4 == 0;
+        let ok = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset().is_multiple_of(4);
         q_out.device().is_cuda() && op.head_dim == 128 && ok(q_out) && ok(qkv)
     }
 }
