@@ -79,28 +79,6 @@ struct Cfg {
 static cublasHandle_t H;
 static int T;  // rows
 
-static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, int n, int k, bool pdl, cudaStream_t st) {
-    int tiles = (n + 15) / 16;
-    dim3 grid((tiles + c.tb - 1) / c.tb), block(32 * c.ks * c.tb);
-    size_t smem = std::max((size_t)T * (k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * (c.pair ? 8 : 4) * 32 * 4 : 0);
-    void (*f)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float) =
-        c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4);
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = grid;
-    lc.blockDim = block;
-    lc.dynamicSmemBytes = smem;
-    lc.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = at;
-    lc.numAttrs = pdl ? 1 : 0;
-    int k8 = k / 8;
-    // no norm, no residual: the plain and paired forms
-    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y,
-                              (const unsigned short*)nullptr, T, n, k8, c.ks, 0.f);
-}
-
 // Any form at any batch depth (the kernel file compiles only the ones the model uses).
 template <int U, bool PAIR, bool NORM, bool ADD>
 __global__ void gk(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n,
@@ -128,6 +106,12 @@ static cudaError_t launch_form(GemvFn f, int ks, int tb, bool pair, const bf* w,
     lc.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)res, T,
                               n, k / 8, ks, 1e-6f);
+}
+
+// The plain and paired forms (no norm, no residual) with split c.
+static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, int n, int k, bool pdl, cudaStream_t st) {
+    GemvFn f = c.pair ? unmask_gemv_silu_u4 : (c.u == 8 ? unmask_gemv_u8 : unmask_gemv_u4);
+    return launch_form(f, c.ks, c.tb, c.pair, w, x, y, false, nullptr, n, k, pdl, st);
 }
 
 static void launch_cublas(const bf* w, const bf* x, bf* y, int n, int k) {
