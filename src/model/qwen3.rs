@@ -339,11 +339,8 @@ impl Qwen3 {
             out: buf(&[t, hidden])?,
             act: buf(&[t, self.intermediate])?,
         };
-        let rms = Some(self.eps);
-        let fits = GemvInto { epilogue: Epilogue::Plain, rms, residual: None }.fits(&ws.mid, qkv)
-            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.attn, o)
-            && GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }.fits(&ws.mid, gate_up)
-            && GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&ws.mid) }.fits(&ws.act, down);
+        // `mid` stands in for the layer input: the same shape, dtype and layout
+        let fits = ws.products(&ws.mid, self.eps).iter().zip([qkv, o, gate_up, down]).all(|((op, input, _), w)| op.fits(input, w));
         Ok(fits.then_some(ws))
     }
 
@@ -372,18 +369,18 @@ impl Qwen3 {
             keys: input.keys,
             scale: (1.0 / (d as f64).sqrt()) as f32,
         };
-        fn plain(residual: Option<&Tensor>) -> GemvInto<'_> {
-            GemvInto { epilogue: Epilogue::Plain, rms: None, residual }
-        }
         for (l, layer) in self.layers.iter().enumerate() {
-            let w = |p: &Linear| p.rows().cloned().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"));
-            let rms = Some(self.eps);
-            GemvInto { epilogue: Epilogue::Plain, rms, residual: None }.run(&ws.qkv, &x, &w(&layer.qkv_proj)?)?;
+            let run = |(op, input, out): (GemvInto, &Tensor, &Tensor), p: &Linear| -> Result<()> {
+                let w = p.rows().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"))?;
+                Ok(op.run(out, input, w)?)
+            };
+            let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
+            run(qkv, &layer.qkv_proj)?;
             ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &self.qkv_op(layer))?;
             ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &attn)?;
-            plain(Some(&x)).run(&ws.mid, &ws.attn, &w(&layer.o_proj)?)?;
-            GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }.run(&ws.act, &ws.mid, &w(&layer.gate_up_proj)?)?;
-            plain(Some(&ws.mid)).run(&ws.out, &ws.act, &w(&layer.down_proj)?)?;
+            run(o, &layer.o_proj)?;
+            run(gate_up, &layer.gate_up_proj)?;
+            run(down, &layer.down_proj)?;
             x = ws.out.clone();
         }
         Ok(rms_norm(&x, &self.norm, self.eps)?)
@@ -565,6 +562,22 @@ struct Workspace {
     mid: Tensor,
     out: Tensor,
     act: Tensor,
+}
+
+impl Workspace {
+    /// A layer's four products as the streamed layer runs them, each `(op, input, output)`, for
+    /// the layer input `x`: q|k|v (the input norm folded in), o (plus the residual `x`),
+    /// gate|up (the post-attention norm folded in, then SiLU) and down (plus `mid`). One list
+    /// for both the run and the check that the kernel takes every product.
+    fn products<'a>(&'a self, x: &'a Tensor, eps: f32) -> [(GemvInto<'a>, &'a Tensor, &'a Tensor); 4] {
+        let (rms, plain) = (Some(eps), Epilogue::Plain);
+        [
+            (GemvInto { epilogue: plain, rms, residual: None }, x, &self.qkv),
+            (GemvInto { epilogue: plain, rms: None, residual: Some(x) }, &self.attn, &self.mid),
+            (GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }, &self.mid, &self.act),
+            (GemvInto { epilogue: plain, rms: None, residual: Some(&self.mid) }, &self.act, &self.out),
+        ]
+    }
 }
 
 /// Row-major `[T, keys]` additive mask for `T` queries at `start..start+T` over cache slots
