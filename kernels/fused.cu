@@ -10,6 +10,8 @@
 //              additive [T, keys] mask, GQA by index: scores, softmax and the weighted sum of V
 //              in f32, written as [T, H * d]. Replaces 2 batched matmuls, a scale, a mask add, a
 //              softmax and a transposing copy.
+//   attention_staged: the same for the streamed layer (bf16, d = 128, up to 512 keys), with
+//              the cache's K rows copied into shared memory before its PDL wait.
 //   silu_mul:  [T, 2 I] (gate | up) -> [T, I] silu(gate) * up.
 //   add_rms_norm: x [T, h] + delta [T, h] -> [2, T, h]: the sum (the new residual stream, rounded
 //              to the storage dtype) and its RMSNorm with weight w. Replaces an add and an RMSNorm.
@@ -229,6 +231,112 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
         float v = 0.0f;
         for (int w = 0; w < nw; ++w) v += part[w * d + i];
         st(o, i, v * inv);
+    }
+}
+
+// attention_staged: the streamed layer's attention (bf16, d = 128, keys <= 512: a thread a
+// key). grid (H, T), block 512, dynamic smem ATT_STAGED_SMEM(keys) bytes.
+// The plain kernel above waits on memory three times after the kernel before it has finished
+// (q, then K, then V, each a round trip to the L2 or HBM). Here, before griddepcontrol.wait,
+// a block copies the K rows [0, keys) of its KV head into shared memory (cp.async, all in
+// flight at once) and asks the L2 for the V rows: no kernel of the pass writes the cache
+// except at the pass's own slots, so the HBM round trip overlaps q/k prep. After the wait it
+// reads q and re-reads the K rows of the pass's slots (`positions`, which q/k prep has just
+// written) in one L2 round trip; the scores come from shared memory and V from the L2.
+// K rows are ATT_PITCH bf16 apart (16 bytes of padding), so that the eight threads of a
+// quarter-warp, reading eight keys at the same offset, hit distinct banks. V is not staged:
+// K and V both (twice the shared memory) measured slower, because the shared memory a block
+// takes decides the SM's split between L1 and shared memory for the gemv blocks that follow
+// it there (docs/perf.md, session 6). Same arithmetic as the plain kernel: per key the same
+// dot product order, max, exp and sums in f32; V summed per half-warp then across warps.
+#define ATT_PITCH 136
+#define ATT_STAGED_SMEM(keys) ((keys) * ATT_PITCH * 2 + (128 + (keys) + 16 * 128) * 4)
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    unsigned a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d128(
+    const unsigned short* __restrict__ q, const uint4* __restrict__ k_cache, const uint4* __restrict__ v_cache,
+    const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
+    int t_len, int heads, int kvh, int cap, int keys, float scale) {
+    extern __shared__ uint4 stage[];
+    uint4* ks = stage;                                 // [keys][ATT_PITCH / 8]
+    float* qf = (float*)(ks + keys * (ATT_PITCH / 8));  // [128]
+    float* sc = qf + 128;                              // [keys]
+    float* part = sc + keys;                           // [16][128]
+    __shared__ float red[32];
+    const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = h / (heads / kvh);
+    const uint4* kb = k_cache + (long)g * cap * 16;
+    const uint4* vb = v_cache + (long)g * cap * 16;
+    // Before the wait: the cache, this key's mask value and the pass's slots (the host wrote
+    // the last two before the pass; no kernel writes them).
+    for (int i = tid; i < keys * 16; i += 512) cp_async16(ks + (i >> 4) * (ATT_PITCH / 8) + (i & 15), kb + i);
+    for (int i = tid; i < keys * 2; i += 512) asm volatile("prefetch.global.L2 [%0];" ::"l"(vb + 8 * i) : "memory");
+    const float mj = (mask && tid < keys) ? __uint_as_float(((unsigned)mask[(long)t * keys + tid]) << 16) : 0.0f;
+    // the K row of slot positions[w] is re-read by the first half of warp w
+    const int slot = (tid < 32 * t_len && lane < 16) ? (int)positions[warp] : keys;
+    pdl_enter();
+    if (tid < 16) {
+        float f[8];
+        unpack8(((const uint4*)(q + ((long)h * t_len + t) * 128))[tid], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qf[8 * tid + e] = f[e];
+    }
+    const bool refresh = slot < keys;
+    uint4 fresh = make_uint4(0u, 0u, 0u, 0u);
+    if (refresh) fresh = kb[(long)slot * 16 + lane];
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();  // every copy landed before the fresh rows overwrite theirs
+    if (refresh) ks[slot * (ATT_PITCH / 8) + lane] = fresh;
+    __syncthreads();
+    float s = NEG_INF;
+    if (tid < keys && mj != NEG_INF) {
+        const uint4* kr = ks + tid * (ATT_PITCH / 8);
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 16; ++c) {
+            float kf[8];
+            unpack8(kr[c], kf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) dot = fmaf(qf[8 * c + e], kf[e], dot);
+        }
+        s = dot * scale + mj;
+    }
+    const float m = block_max(s, red);
+    const int live = (int)block_max(s != NEG_INF ? (float)(tid + 1) : 0.0f, red);
+    const float e = (tid < live && s != NEG_INF) ? expf(s - m) : 0.0f;
+    if (tid < keys) sc[tid] = e;
+    const float sum = block_sum(e, red);  // its leading __syncthreads also publishes sc
+    __syncthreads();
+    // V: each half-warp takes a key (16 lanes x 8 values), keys 2 w + half, + 32, ...
+    const int half = lane >> 4, hl = lane & 15;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+#pragma unroll 4
+    for (int j = 2 * warp + half; j < live; j += 32) {
+        const float p = sc[j];
+        float vf[8];
+        unpack8(__ldg(vb + (long)j * 16 + hl), vf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, vf[i], acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], 16);
+    if (half == 0)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) part[warp * 128 + 8 * hl + i] = acc[i];
+    __syncthreads();
+    const float inv = 1.0f / sum;
+    if (tid < 128) {
+        float v = 0.0f;
+        for (int w = 0; w < 16; ++w) v += part[w * 128 + tid];
+        st(out + (long)t * heads * 128 + (long)h * 128, tid, v * inv);
     }
 }
 

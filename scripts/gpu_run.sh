@@ -153,9 +153,10 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison / graphs off / fixed passes off / host sampler / PDL off / cuBLAS and the standard layer / both (the default before run 7) / fused ops off"
-ABLATIONS=${ABLATIONS:-default nograph eager hostsampler nopdl cublas cublasnopdl generic}
-declare -A AB=([default]=UNMASK_ABLATION=default [nograph]=UNMASK_CUDA_GRAPH=0 [eager]=UNMASK_FIXED_PASSES=0
+stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison / the plain attention kernel / the driver's L1-shared split / graphs off / fixed passes off / host sampler / PDL off / cuBLAS and the standard layer / both (the default before run 7) / fused ops off"
+ABLATIONS=${ABLATIONS:-default plainattention carveoutnone nograph eager hostsampler nopdl cublas cublasnopdl generic}
+declare -A AB=([default]=UNMASK_ABLATION=default [plainattention]=UNMASK_ATTENTION_STAGED=0
+  [carveoutnone]=UNMASK_CARVEOUT=none [nograph]=UNMASK_CUDA_GRAPH=0 [eager]=UNMASK_FIXED_PASSES=0
   [hostsampler]=UNMASK_DEVICE_SAMPLER=0 [nopdl]=UNMASK_PDL=0 [cublas]=UNMASK_GEMV=0
   [cublasnopdl]="UNMASK_GEMV=0 UNMASK_PDL=0" [generic]=UNMASK_FUSED=0)
 for name in $ABLATIONS; do
@@ -240,7 +241,7 @@ if main and "rows" in main:
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
         if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
-    for name in ["default", "nograph", "eager", "hostsampler", "nopdl", "cublas", "cublasnopdl", "generic"]:
+    for name in ["default", "plainattention", "carveoutnone", "nograph", "eager", "hostsampler", "nopdl", "cublas", "cublasnopdl", "generic"]:
         b = bench.get(name)
         if b and "rows" in b:
             r = b["rows"][0]

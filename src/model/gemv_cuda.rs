@@ -65,6 +65,7 @@ fn launch_raw(
     let smem = s.smem_bytes(t, k, epilogue, rms.is_some());
     // x staged whole: past the default 48 KiB for K = 6144 and 8 rows
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+    super::launch_cuda::carveout(&f)?;
     let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);

@@ -47,6 +47,29 @@ fn pdl(stream: &CudaStream) -> Result<bool> {
     Ok(on && has_pdl(stream)?)
 }
 
+/// Sets the preferred split of `f`'s SMs between L1 and shared memory: 58 % of the most
+/// shared memory (132 KiB on an H200; `UNMASK_CARVEOUT=P` another percentage, `none` the
+/// driver's choice). The streamed layer's gemv and attention kernels set it. The driver
+/// otherwise picks a split per kernel from the shared memory it takes, and an SM keeps a split
+/// while any block runs on it, so under PDL a kernel's blocks ran under whatever split the
+/// kernel before them on that SM had asked for. On the H200 (docs/perf.md, run 9 and session
+/// 6's trials): 1.427 ms a forward against 1.571 with the driver's choice (128 tokens); for
+/// the gemvs 44-58 % was best, the largest L1 (0 %) and the largest shared memory (100 %) both
+/// slower than the driver's choice: the gemvs need L1 (their loads in flight pass through it)
+/// and room for several blocks.
+pub fn carveout(f: &CudaFunction) -> Result<()> {
+    static PCT: OnceLock<Option<i32>> = OnceLock::new();
+    let pct = *PCT.get_or_init(|| match std::env::var("UNMASK_CARVEOUT").as_deref() {
+        Ok("none") => None,
+        Ok(v) => Some(v.parse().unwrap_or(58).clamp(0, 100)),
+        Err(_) => Some(58),
+    });
+    if let Some(p) = pct {
+        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p).w()?;
+    }
+    Ok(())
+}
+
 /// A kernel's parameters, in order, and the cudarc guards that record the buffers' use on the
 /// stream (kept until the launch is enqueued).
 pub struct Args<'a> {

@@ -189,11 +189,14 @@ pub fn qkv_prep_into_cache(
 
 /// [`attention`] written into `out [T, H * d]`: on the GPU the kernel stores there directly
 /// (no tensor allocated between the pass's kernels); elsewhere a copy of [`attention`]'s result.
-pub fn attention_into(out: &Tensor, q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, op: &Attention) -> Result<()> {
+/// `positions`: the cache slots `[T]` this pass has just written; the GPU kernel copies the
+/// rest of the cache before the kernel writing them has finished, and these after.
+pub fn attention_into(out: &Tensor, q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, positions: &Tensor, op: &Attention) -> Result<()> {
     #[cfg(feature = "cuda")]
     if out.device().is_cuda() {
-        return out.inplace_op3(q, kv, &super::ops_cuda::AttentionInto { op, mask });
+        return out.inplace_op3(q, kv, &super::ops_cuda::AttentionInto { op, mask, positions });
     }
+    let _ = positions;
     out.slice_set(&attention(q, kv, mask, op)?, 0, 0)
 }
 

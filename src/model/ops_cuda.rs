@@ -3,9 +3,10 @@
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use candle_core::cuda_backend::CudaDType;
+use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
 use super::launch_cuda::Args;
@@ -359,6 +360,77 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
 pub struct AttentionInto<'a> {
     pub op: &'a Attention,
     pub mask: Option<&'a Tensor>,
+    /// The pass's cache slots `[T]` u32 (the staged kernel re-reads them after its wait).
+    pub positions: &'a Tensor,
+}
+
+/// kernels/fused.cu's ATT_STAGED_SMEM: K rows of 136 bf16, q, the scores, 16 partial rows.
+fn staged_smem(keys: usize) -> usize {
+    keys * 136 * 2 + (128 + keys + 16 * 128) * 4
+}
+
+impl AttentionInto<'_> {
+    /// Whether the staged kernel runs this attention: bf16 heads of 128, at most 512 keys (a
+    /// thread a key) and 16 rows (a warp a row re-reads its slot), unless
+    /// `UNMASK_ATTENTION_STAGED=0`.
+    fn staged(&self, dev: &CudaDevice, t_len: usize) -> Result<bool> {
+        static ON: OnceLock<bool> = OnceLock::new();
+        let on = *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_STAGED").as_deref() != Ok("0"));
+        let op = self.op;
+        if !on || op.head_dim != 128 || op.keys > 512 || t_len > 16 || self.positions.dims() != [t_len] {
+            return Ok(false);
+        }
+        let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).w()? as usize;
+        Ok(staged_smem(op.keys) <= max)
+    }
+
+    /// kernels/fused.cu's unmask_attention_staged_bf16_d128: grid (H, T), 512 threads.
+    fn launch_staged(
+        &self,
+        dev: &CudaDevice,
+        (so, lo): (&mut CudaStorage, &Layout),
+        (sq, lq): (&CudaStorage, &Layout),
+        (skv, lkv): (&CudaStorage, &Layout),
+        (t_len, cap): (usize, usize),
+    ) -> Result<()> {
+        let op = self.op;
+        let (h, kv, keys) = (op.heads, op.kv_heads, op.keys);
+        let smem = staged_smem(keys);
+        let f = dev.get_or_load_custom_func("unmask_attention_staged_bf16_d128", MODULE, ptx(dev)?)?;
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+        super::launch_cuda::carveout(&f)?;
+        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 };
+        let stream = dev.cuda_stream();
+        let q = view::<bf16>(sq, lq, "attention q")?;
+        let kvv = view::<bf16>(skv, lkv, "attention kv")?;
+        let (kpart, vpart) = (kvv.slice(0..kv * cap * 128), kvv.slice(kv * cap * 128..2 * kv * cap * 128));
+        let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
+        let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
+        let (pst, pl) = self.positions.storage_and_layout();
+        let Storage::Cuda(ps) = &*pst else { candle_core::bail!("attention-into: positions are not on the GPU") };
+        let pos = view::<u32>(ps, pl, "attention positions")?;
+        let mask_held = self.mask.map(|m| m.storage_and_layout());
+        let mask = match &mask_held {
+            Some((st, l)) => {
+                let Storage::Cuda(s) = &**st else { candle_core::bail!("attention-into: the mask is not on the GPU") };
+                Some(view::<bf16>(s, l, "attention mask")?)
+            }
+            None => None,
+        };
+        let mut b = Args::new(&stream);
+        b.input(&q).input(&kpart).input(&vpart);
+        match &mask {
+            Some(m) => b.input(m),
+            None => b.null(),
+        };
+        b.input(&pos).output(&mut out);
+        b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+        // SAFETY: the kernel's signature; shapes checked by the caller (`op.check`: q [H, T, 128],
+        // the cache [2, KV, cap, 128], keys <= cap, the mask [T, keys]) and by `staged`
+        // (positions [T], T <= 16, keys <= 512); the kernel reads a position's row only if it
+        // is below `keys`.
+        unsafe { b.launch(&f, cfg) }
+    }
 }
 
 impl candle_core::InplaceOp3 for AttentionInto<'_> {
@@ -378,8 +450,11 @@ impl candle_core::InplaceOp3 for AttentionInto<'_> {
         if lo.shape().dims2()? != (t_len, h * d) || sq.dtype() != DType::BF16 {
             candle_core::bail!("attention-into: output {:?} ({:?}) for [{t_len}, {}] bf16", lo.shape(), sq.dtype(), h * d);
         }
-        let cfg = attention_cfg(op, t_len)?;
         let dev = sq.device().clone();
+        if self.staged(&dev, t_len)? {
+            return self.launch_staged(&dev, (so, lo), (sq, lq), (skv, lkv), (t_len, cap));
+        }
+        let cfg = attention_cfg(op, t_len)?;
         let f = dev.get_or_load_custom_func("unmask_attention_bf16", MODULE, ptx(&dev)?)?;
         let stream = dev.cuda_stream();
         let q = view::<bf16>(sq, lq, "attention q")?;

@@ -377,7 +377,7 @@ impl Qwen3 {
             let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
             run(qkv, &layer.qkv_proj)?;
             ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &self.qkv_op(layer))?;
-            ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &attn)?;
+            ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &input.positions, &attn)?;
             run(o, &layer.o_proj)?;
             run(gate_up, &layer.gate_up_proj)?;
             run(down, &layer.down_proj)?;
