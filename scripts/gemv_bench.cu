@@ -10,7 +10,8 @@
 // forward, and the chain with a small dependent kernel between projections (the decode's
 // norms and attention), each with cuBLAS, with the kernel, and with the kernel under
 // programmatic dependent launch; then the streamed layer's chain (its norm and residual
-// forms), alone and with an 11 us stand-in for q/k prep + attention, and a sweep of each
+// forms), alone and with an 11 us stand-in for q/k prep + attention, under the driver's
+// L1/shared split and the model's (58 % shared), and a sweep of each
 // projection's split inside that chain. Checks every kernel result against cuBLAS.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -369,8 +370,13 @@ int main() {
                 }
             CK(cudaGetLastError());
             // the streamed layer with ~11 us of latency-bound kernels between q|k|v and o (as q/k
-            // prep + attention take), under PDL
+            // prep + attention take), under PDL; with the driver's L1/shared split (carveout -1)
+            // and with the 58 % the model asks for (src/model/launch_cuda.rs, carveout)
+            for (int cv : {-1, 58})
             for (int spin = 0; spin < 2; ++spin) {
+                for (auto f : {unmask_gemv_norm_u8, unmask_gemv_add_u8, unmask_gemv_norm_silu_u4})
+                    CK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cv));
+                CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cv));
                 float us = capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l) {
                         launch_form(unmask_gemv_norm_u8, 8, 2, false, W[0][l], x, qkvb, true, nullptr, 4096, 2048, true, st);
@@ -380,9 +386,12 @@ int main() {
                         launch_form(unmask_gemv_add_u8, 16, 1, false, W[3][l], act, x, false, mid, 2048, 6144, true, st);
                     }
                 });
-                printf("chain streamed%s pdl1: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "", us,
-                       L * bytes_layer / (us * 1e-6) / 1e12);
+                printf("chain streamed%s pdl1%s: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "",
+                       cv < 0 ? "" : " carveout58", us, L * bytes_layer / (us * 1e-6) / 1e12);
             }
+            for (auto f : {unmask_gemv_norm_u8, unmask_gemv_add_u8, unmask_gemv_norm_silu_u4})
+                CK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, -1));
+            CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1));
             CK(cudaGetLastError());
         }
         // The splits in the chain the model runs (under PDL, an 11 us stand-in for q/k prep +
