@@ -407,8 +407,17 @@ int main() {
                                {gk<4, false, false, true>, gk<8, false, false, true>},
                                {gk<4, true, true, false>, gk<8, true, true, false>},
                                {gk<4, false, false, true>, gk<8, false, false, true>}};
+            // under the model's L1/shared split (SWEEP_CARVEOUT=-1: the driver's), since the
+            // best split of a projection may depend on it
+            const char* cvs = getenv("SWEEP_CARVEOUT");
+            const int cv = cvs ? atoi(cvs) : 58;
             for (auto& f2 : fn)
-                for (auto f : f2) CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+                for (auto f : f2) {
+                    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+                    CK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cv));
+                }
+            CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cv));
+            printf("\nsweep under carveout %d\n", cv);
             const int out_n[4] = {4096, 2048, 6144, 2048}, in_k[4] = {2048, 2048, 2048, 6144};
             Cfg cur[4] = {{8, 8, 2}, {8, 8, 1}, {4, 4, 2, true}, {8, 16, 1}};  // src/model/gemv.rs, split()
             auto chain = [&](const Cfg* c) {
