@@ -245,10 +245,11 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
 // written) in one L2 round trip; the scores come from shared memory and V from the L2.
 // K rows are ATT_PITCH bf16 apart (16 bytes of padding), so that the eight threads of a
 // quarter-warp, reading eight keys at the same offset, hit distinct banks. V is not staged:
-// K and V both (twice the shared memory) measured slower, because the shared memory a block
-// takes decides the SM's split between L1 and shared memory for the gemv blocks that follow
-// it there (docs/perf.md, session 6). Same arithmetic as the plain kernel: per key the same
-// dot product order, max, exp and sums in f32; V summed per half-warp then across warps.
+// K and V both take twice the shared memory, 184 KiB at 320 keys, more than the split the
+// gemvs ask for (132 KiB, src/model/launch_cuda.rs), so the SM's split would change under the
+// gemv blocks that follow on it; measured slower (docs/perf.md, session 6). Same arithmetic
+// as the plain kernel: per key the same dot product order, max, exp and sums in f32; V summed
+// per half-warp then across warps.
 #define ATT_PITCH 136
 #define ATT_STAGED_SMEM(keys) ((keys) * ATT_PITCH * 2 + (128 + (keys) + 16 * 128) * 4)
 
