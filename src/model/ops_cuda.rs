@@ -1,5 +1,6 @@
 //! CUDA side of `ops.rs`: kernels/fused.cu, compiled once by NVRTC, launched through cudarc.
 
+use std::ops::Deref;
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
@@ -61,6 +62,14 @@ fn with_storage<R>(t: &Tensor, f: impl FnOnce(&CudaStorage, &Layout) -> Result<R
         Storage::Cuda(s) => f(s, l),
         _ => candle_core::bail!("fused op: a weight is not on the GPU"),
     }
+}
+
+/// A view of a tensor that is not one of the op's operands, from its held storage
+/// (`Tensor::storage_and_layout`), so that a kernel with several such tensors needs no closure
+/// per tensor.
+fn held_view<'a, T: CudaDType + DeviceRepr>((st, l): &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<CudaView<'a, T>> {
+    let Storage::Cuda(s) = &**st else { candle_core::bail!("{what}: not on the GPU") };
+    view::<T>(s, l, what)
 }
 
 fn wrap<T: CudaDType + DeviceRepr>(out: CudaSlice<T>, dev: &CudaDevice) -> CudaStorage {
@@ -406,17 +415,10 @@ impl AttentionInto<'_> {
         let (kpart, vpart) = (kvv.slice(0..kv * cap * 128), kvv.slice(kv * cap * 128..2 * kv * cap * 128));
         let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-        let (pst, pl) = self.positions.storage_and_layout();
-        let Storage::Cuda(ps) = &*pst else { candle_core::bail!("attention-into: positions are not on the GPU") };
-        let pos = view::<u32>(ps, pl, "attention positions")?;
-        let mask_held = self.mask.map(|m| m.storage_and_layout());
-        let mask = match &mask_held {
-            Some((st, l)) => {
-                let Storage::Cuda(s) = &**st else { candle_core::bail!("attention-into: the mask is not on the GPU") };
-                Some(view::<bf16>(s, l, "attention mask")?)
-            }
-            None => None,
-        };
+        let pos_held = self.positions.storage_and_layout();
+        let pos = held_view::<u32>(&pos_held, "attention positions")?;
+        let mask_held = self.mask.map(Tensor::storage_and_layout);
+        let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
         let mut b = Args::new(&stream);
         b.input(&q).input(&kpart).input(&vpart);
         match &mask {
