@@ -345,22 +345,16 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
         let pos = view::<u32>(sp, lp, "qkv-prep positions")?;
         let Some((a, b)) = lc.contiguous_offsets() else { candle_core::bail!("qkv-prep-cache: the cache must be contiguous") };
         let mut cache = sc.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-        with_bf16(self.q_out, "q buffer", |q_out| {
-            with_bf16(self.cos, "cos", |cos| {
-                with_bf16(self.sin, "sin", |sin| {
-                    with_bf16(&op.q_norm, "q_norm", |qn| {
-                        with_bf16(&op.k_norm, "k_norm", |kn| {
-                            let mut b = Args::new(&stream);
-                            b.input(&qkv).input(qn).input(kn).input(cos).input(sin).input(q_out).output(&mut cache);
-                            b.input(&pos).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).f32(op.eps);
-                            // SAFETY: kernels/fused.cu's unmask_qkv_prep_kv_bf16_d128 signature; shapes
-                            // checked above, slots checked by the caller (positions < capacity).
-                            unsafe { b.launch(&f, cfg) }
-                        })
-                    })
-                })
-            })
-        })
+        let held = [self.q_out, self.cos, self.sin, &op.q_norm, &op.k_norm].map(Tensor::storage_and_layout);
+        let [q_out, cos, sin, qn, kn] = &held;
+        let (q_out, cos, sin) = (held_view::<bf16>(q_out, "q buffer")?, held_view::<bf16>(cos, "cos")?, held_view::<bf16>(sin, "sin")?);
+        let (qn, kn) = (held_view::<bf16>(qn, "q_norm")?, held_view::<bf16>(kn, "k_norm")?);
+        let mut b = Args::new(&stream);
+        b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).input(&q_out).output(&mut cache);
+        b.input(&pos).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).f32(op.eps);
+        // SAFETY: kernels/fused.cu's unmask_qkv_prep_kv_bf16_d128 signature; shapes
+        // checked above, slots checked by the caller (positions < capacity).
+        unsafe { b.launch(&f, cfg) }
     }
 }
 
