@@ -23,6 +23,29 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub decode: DecodeArgs,
+    #[command(flatten)]
+    pub look: LookArgs,
+}
+
+/// How the screens look (the TUI, `replay`, `compare`, `record`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LookArgs {
+    /// No colour: every decoded cell shows its step number, confidence shows as bars. Also
+    /// turned on by the NO_COLOR environment variable.
+    #[arg(long, global = true)]
+    pub mono: bool,
+    /// Colours for a dark or a light terminal background.
+    #[arg(long, value_enum, value_name = "T", default_value = "dark", global = true)]
+    pub theme: crate::ui::theme::ThemeName,
+}
+
+impl LookArgs {
+    /// The theme for this terminal: `--theme`, at the colour depth the environment asks for
+    /// (NO_COLOR, COLORTERM; see `Depth::detect`).
+    pub fn theme(&self) -> &'static crate::ui::theme::Theme {
+        use crate::ui::theme::{pick, Depth};
+        pick(self.theme, Depth::from_env(self.mono))
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,6 +110,11 @@ pub enum Command {
         #[command(flatten)]
         pacing: CastArgs,
     },
+    /// One line per denoising step: the step (1-based over the decode), the block, the step
+    /// within it, the forward and the texts it committed, as a JSON array in position order.
+    /// Reads a trace (`-`: stdin), or decodes with the decode flags and prints each step as it
+    /// happens.
+    Steps(StepsArgs),
     /// Forwards/s, ms per forward and tokens/s per strategy, with step events on and off.
     Bench(BenchArgs),
     /// GPU self-check: logits vs the CPU, the device sampler vs the reference sampler.
@@ -119,6 +147,20 @@ pub struct BenchArgs {
     /// Also write the results as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `unmask steps [TRACE]`.
+#[derive(Args, Debug, Clone)]
+pub struct StepsArgs {
+    /// A trace written by `unmask trace` (`-`: read it from stdin). Without it, decode now
+    /// (the decode flags apply) and print each step as it happens.
+    #[arg(value_name = "TRACE", conflicts_with = "DecodeArgs")]
+    pub trace: Option<PathBuf>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub decode: DecodeArgs,
 }
 
 /// Pacing and size of a recorded asciicast (`record`, `replay --cast`).

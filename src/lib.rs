@@ -15,6 +15,7 @@ pub mod record;
 pub mod sampler;
 pub mod session;
 pub mod settings;
+pub mod steps;
 pub mod tokenizer;
 pub mod trace;
 pub mod store;

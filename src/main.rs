@@ -14,24 +14,38 @@ fn main() -> ExitCode {
             unmask::commands::compare::headless(&a.apply(decode), &b.apply(decode))
         }
         Some(Command::Compare { decode, a, b, headless: false }) => {
-            unmask::commands::compare::tui(&a.apply(decode), &b.apply(decode))
+            unmask::commands::compare::tui(&a.apply(decode), &b.apply(decode), cli.look.theme())
         }
         Some(Command::Export { trace, format, table, out }) => {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }
-        Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file),
+        Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file, cli.look.theme()),
         Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::commands::record::from_trace(file, cast, pacing),
         Some(Command::Record { decode, cast, trace, pacing }) => {
             unmask::commands::record::run(decode, cast, trace.as_deref(), pacing)
         }
+        Some(Command::Steps(args)) => unmask::commands::steps::run(args),
         Some(Command::Bench(args)) => unmask::commands::bench::run(args),
         Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
-        None => unmask::commands::tui::run(&cli.decode),
+        None => unmask::commands::tui::run(&cli.decode, cli.look.theme()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`unmask trace | head -1`): what it wanted was written, so this
+        // ends quietly with exit 0, the way a finished listing does.
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("{e:#}")),
     }
+}
+
+/// Whether the error comes from writing into a pipe whose reader has closed it (Rust ignores
+/// SIGPIPE, so the write fails with EPIPE instead of the process being killed).
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+    })
 }
 
 /// Every error is one line on stderr: the chain of contexts, outermost first.

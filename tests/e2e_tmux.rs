@@ -324,3 +324,41 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
     assert_eq!((a2.0, b2.0), (a.1.min(longest - 1), b.1.min(longest - 1)), "{s}");
     t.quit_cleanly(&["q"]);
 }
+
+/// SGR colour parameters (foreground, background, default colours) in `escaped` text.
+fn colour_codes(escaped: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for seq in escaped.split("\x1b[").skip(1) {
+        let Some(end) = seq.find(|c: char| !(c.is_ascii_digit() || c == ';' || c == ':')) else { continue };
+        if !seq[end..].starts_with('m') {
+            continue;
+        }
+        let colour = |p: &str| {
+            let n: u32 = p.split(':').next().unwrap_or("").parse().unwrap_or(0);
+            matches!(n, 30..=39 | 40..=49 | 90..=97 | 100..=107)
+        };
+        if seq[..end].split(';').any(colour) {
+            out.push(seq[..end].to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn no_color_draws_no_colour_and_marks_steps_in_cells() {
+    if !have_tmux() {
+        return;
+    }
+    let t = Tmux::start_env("nocolor", &[("NO_COLOR", "1")], &live_args("24"), (120, 40));
+    let s = t.wait_text("finished: ");
+    assert!(s.contains("¹") && s.contains("before the token"), "step marks and their legend:\n{s}");
+    let escaped = String::from_utf8_lossy(&t.tmux(&["capture-pane", "-e", "-p", "-t", "e2e"]).stdout).into_owned();
+    assert!(escaped.contains("\x1b["), "capture-pane -e shows attributes (bold, reverse)");
+    let codes = colour_codes(&escaped);
+    assert!(codes.is_empty(), "colour escapes under NO_COLOR: {codes:?}");
+    // The Steps panel replaces the text and marks the step shown.
+    t.keys(&["L"]);
+    let s = t.wait_text(" Steps ");
+    assert!(s.contains("▶step ") && s.contains(" · block 1 · step 1/"), "{s}");
+    t.quit_cleanly(&["q"]);
+}

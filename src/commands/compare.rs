@@ -8,6 +8,7 @@ use crate::engine::{decode, EngineThread};
 use crate::events::{Event, FinishReason};
 use crate::session::Session;
 use crate::ui::compare::CompareApp;
+use crate::ui::theme::Theme;
 
 /// Decodes one side to the end and returns its events.
 pub fn decode_side(args: &DecodeArgs, side: &str) -> Result<Vec<Event>> {
@@ -33,11 +34,12 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
 }
 
 /// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.
-pub fn tui(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
+pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> {
     super::tui::require_terminal()?;
     let (ea, ra) = spawn(a)?;
     let (eb, rb) = spawn(b)?;
     let mut app = CompareApp::live();
+    app.theme = theme;
     let result = serve(&mut app, [Some(ra), Some(rb)]);
     // The engines drop after the screen is restored: that cancels their decodes.
     drop((ea, eb));

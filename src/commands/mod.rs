@@ -6,5 +6,6 @@ pub mod compare;
 pub mod export;
 pub mod record;
 pub mod replay;
+pub mod steps;
 pub mod trace;
 pub mod tui;

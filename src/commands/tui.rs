@@ -8,6 +8,7 @@ use crate::cli::DecodeArgs;
 use crate::engine::{Control, Request};
 use crate::session::Session;
 use crate::settings::DecodeSettings;
+use crate::ui::theme::Theme;
 use crate::ui::{self, App, EngineCmd};
 
 /// The TUI needs a terminal; a pipe or a file gets a pointer to `unmask trace` instead of
@@ -19,7 +20,7 @@ pub fn require_terminal() -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: &DecodeArgs) -> Result<()> {
+pub fn run(args: &DecodeArgs, theme: &'static Theme) -> Result<()> {
     require_terminal()?;
     let (engine, base, rx) = Session::open(args)?.spawn();
     engine.submit(with_settings(&base, base.settings.clone()));
@@ -33,6 +34,7 @@ pub fn run(args: &DecodeArgs) -> Result<()> {
         }
     };
     let mut app = App::live();
+    app.theme = theme;
     serve(&mut app, Some(rx), &mut steer)
     // `engine` drops after the screen is restored: it cancels the decode and joins the thread.
 }

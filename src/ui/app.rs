@@ -61,6 +61,8 @@ pub struct App {
     pub help: bool,
     /// Show each masked cell's current candidate instead of the mask glyph.
     pub ghosts: bool,
+    /// The Steps panel in place of the text (`L`).
+    pub steps_panel: bool,
     /// Settings dialled in with `m`/`t`/`s` and sent to the engine, not yet seen in effect.
     pub desired: Option<DecodeSettings>,
     pub message: Option<Message>,
@@ -98,6 +100,7 @@ impl App {
             text_top: None,
             help: false,
             ghosts: false,
+            steps_panel: false,
             desired: None,
             message: None,
             quit: false,
@@ -248,6 +251,10 @@ impl App {
                 return Vec::new();
             }
             KeyCode::Char('p') => return self.toggle_engine(),
+            KeyCode::Char('L') => {
+                self.steps_panel = !self.steps_panel;
+                return Vec::new();
+            }
             _ => {}
         }
         let Some(run) = self.store.run() else { return Vec::new() };
@@ -402,7 +409,7 @@ impl App {
                 let hit = self.view().and_then(|v| {
                     if a.grid.contains(at) {
                         grid::hit(&v, a.grid, at)
-                    } else if a.text.contains(at) {
+                    } else if a.text.contains(at) && !self.steps_panel {
                         text::hit(&v, a.text, at)
                     } else {
                         None
@@ -414,7 +421,7 @@ impl App {
             }
             MouseEventKind::ScrollUp | MouseEventKind::ScrollDown => {
                 let down = m.kind == MouseEventKind::ScrollDown;
-                if a.text.contains(at) {
+                if a.text.contains(at) && !self.steps_panel {
                     self.scroll_text_lines(if down { 3 } else { -3 });
                 } else if a.grid.contains(at) {
                     self.scroll_grid(if down { 3 } else { -3 });

@@ -20,7 +20,7 @@ use super::app::{App, View};
 use super::cursor::Mode;
 use super::help::{self, KeyTable};
 use super::theme::{Theme, DARK};
-use super::{grid, text, timeline};
+use super::{grid, steps, text, timeline};
 use crate::compare::{compare, Comparison};
 use crate::events::Event;
 use crate::store::{CellState, Run};
@@ -39,6 +39,7 @@ pub const KEYS: &KeyTable = &[
             ("[ ]", "one block back / forward"),
             ("Home End", "first step / both heads"),
             ("a", "lock-step by step index / aligned by block"),
+            ("L", "each side's Steps list in place of its text"),
         ],
     ),
     ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit")]),
@@ -280,6 +281,7 @@ impl CompareApp {
             KeyCode::Char('?') => self.help = true,
             KeyCode::Char(' ') => self.toggle_play(),
             KeyCode::Char('a') => self.toggle_align(),
+            KeyCode::Char('L') => self.sides.iter_mut().for_each(|s| s.steps_panel = !s.steps_panel),
             KeyCode::Left | KeyCode::Char('h') => self.back(),
             KeyCode::Right | KeyCode::Char('l') => {
                 self.forward();
@@ -470,7 +472,11 @@ fn column(app: &CompareApp, i: usize, area: Rect, marks: &[usize], buf: &mut Buf
     };
     let [g, txt, tl] = Layout::vertical([Constraint::Percentage(55), Constraint::Min(3), Constraint::Length(4)]).areas(area);
     grid::render(&v, g, buf);
-    text::render(&v, txt, buf);
+    if app.sides[i].steps_panel {
+        steps::render(&v, txt, buf);
+    } else {
+        text::render(&v, txt, buf);
+    }
     timeline::render(&v, tl, buf);
     let mark = Style::default().fg(app.theme.warn).add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
     for r in marks.iter().filter_map(|&p| grid::cell_area(&v, g, p)) {
@@ -577,6 +583,24 @@ mod tests {
         }
         assert_eq!(at(&app), [Some(5), Some(5.min(heads(&app)[1]))]);
         insta::assert_snapshot!(screen(&app, 120, 36));
+    }
+
+    #[test]
+    fn l_shows_each_sides_steps_list_at_its_own_step() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Right);
+        }
+        press(&mut app, KeyCode::Char('L'));
+        let s = screen(&app, 120, 36);
+        assert_eq!(s.matches(" Steps ").count(), 2, "{s}");
+        assert!(!s.contains(" Text "), "{s}");
+        // Both sides are at global step 6 (index 5): each marks its own line for it.
+        assert_eq!(s.matches("▶step 6 · block").count(), 2, "{s}");
+        insta::assert_snapshot!(s);
+        press(&mut app, KeyCode::Char('L'));
+        assert!(screen(&app, 120, 36).contains(" Text "));
     }
 
     #[test]

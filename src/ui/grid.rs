@@ -12,6 +12,7 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::glyph::{self, Mode};
+use super::theme;
 use crate::store::CellState;
 
 /// Cells never get wider than this: beyond it the grid would only show more of long tokens.
@@ -95,27 +96,43 @@ impl Lines {
 
 fn frame<'a>(v: &View) -> Block<'a> {
     let t = v.theme;
-    Block::bordered()
-        .border_style(t.border())
-        .title(Line::from(vec![Span::styled(" Blocks ", t.title())]))
-        .title_bottom(legend(v))
+    Block::bordered().border_style(t.border()).title(Line::from(vec![Span::styled(" Blocks ", t.title())]))
 }
 
-/// Step hues and the confidence ramp, drawn into the bottom border.
-fn legend<'a>(v: &View) -> Line<'a> {
+/// Step hues (or, without colour, how cells carry their step) and the confidence marks, drawn
+/// into the bottom border. Steps are numbered from 1.
+fn legend<'a>(v: &View, width: u16) -> Line<'a> {
     let t = v.theme;
     let span = v.run.step_span();
+    let conf = format!("  conf {}…{} ", theme::conf_mark(0.1), theme::conf_mark(1.0));
+    let masked = format!(" {} masked ", glyph::MASK);
+    if t.mono() {
+        let marks = format!(" step {}…{} before the token,", theme::superscript(1), theme::superscript(span));
+        return Line::from(vec![Span::styled(marks, t.dim()), Span::styled(conf + "after it ·" + &masked, t.dim())]);
+    }
     let mut s = vec![Span::styled(" step ", t.dim())];
-    let shown: Vec<usize> = if span <= 8 { (0..span).collect() } else { (0..8).map(|i| i * (span - 1) / 7).collect() };
-    for step in shown {
-        s.push(Span::styled(format!("{step:^3}"), t.cell_style(step, span, 1.0)));
+    let fixed = 6 + conf.chars().count() + masked.chars().count() + 2;
+    for step in legend_steps(span, (width as usize).saturating_sub(fixed)) {
+        // Up to 9 steps a roomy swatch each; beyond, the numbers abut, each on its own fill.
+        let label = if span <= 9 { format!("{:^3}", step + 1) } else { format!("{:>w$}", step + 1, w = span.to_string().len()) };
+        s.push(Span::styled(label, t.cell_style(step, span)));
     }
-    s.push(Span::styled("  conf ", t.dim()));
-    for conf in [0.1, 0.4, 0.7, 1.0] {
-        s.push(Span::styled("  ", t.cell_style(0, span, conf)));
-    }
-    s.push(Span::styled(format!("  {} masked ", glyph::MASK), t.dim()));
+    s.push(Span::styled(conf, t.dim()));
+    s.push(Span::styled(masked, t.dim()));
     Line::from(s)
+}
+
+/// Which steps (0-based) the legend names in `room` columns: all when they fit, else the
+/// first, the last and evenly spaced ones between.
+fn legend_steps(span: usize, room: usize) -> Vec<usize> {
+    let w = if span <= 9 { 3 } else { span.to_string().len() };
+    let fit = (room / w).max(2);
+    if span <= fit {
+        return (0..span).collect();
+    }
+    let mut out: Vec<usize> = (0..fit).map(|i| i * (span - 1) / (fit - 1)).collect();
+    out.dedup();
+    out
 }
 
 /// First line shown, total lines and lines that fit.
@@ -187,7 +204,7 @@ pub fn cell_area(v: &View, area: Rect, pos: usize) -> Option<Rect> {
 }
 
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
-    let block = frame(v);
+    let block = frame(v).title_bottom(legend(v, area.width));
     let inner = block.inner(area);
     block.render(area, buf);
     let g = geom(v, inner.width);
@@ -232,49 +249,69 @@ fn block_line(v: &View, g: &Geom, block: usize, sub: usize, area: Rect, buf: &mu
         if x + g.cell_w > area.right() {
             break;
         }
-        let (text, style) = cell(v, pos, active);
-        let (fitted, w) = fit_cell(&text, g.cell_w as usize);
-        let padded = format!("{fitted}{}", " ".repeat(g.cell_w as usize - w));
-        buf.set_stringn(x, area.y, padded, g.cell_w as usize, style);
+        let c = cell(v, pos, active);
+        buf.set_stringn(x, area.y, c.draw(g.cell_w as usize), g.cell_w as usize, c.style);
     }
 }
 
-/// A cell's text and style at the step shown.
-fn cell(v: &View, pos: usize, active: bool) -> (String, Style) {
+/// What one grid cell shows: a step mark (no colour), the token, a confidence mark.
+struct Cell {
+    /// Superscript step number, when there is no colour to say it.
+    mark: String,
+    text: String,
+    /// Confidence of a decoded cell, drawn as a bar glyph in its last column.
+    conf: Option<f32>,
+    style: Style,
+}
+
+impl Cell {
+    /// The cell in `w` columns: mark, token cut to fit, padding, then the confidence bar when
+    /// the cell is wide enough to keep some of the token.
+    fn draw(&self, w: usize) -> String {
+        let bar = self.conf.filter(|_| w >= 4).map(theme::conf_mark);
+        let mark_w = glyph::width(&self.mark).min(w);
+        let room = w.saturating_sub(mark_w + usize::from(bar.is_some()));
+        let (fitted, tw) = fit_cell(&self.text, room);
+        let mut out = format!("{}{fitted}{}", &self.mark, " ".repeat(room - tw));
+        out.extend(bar);
+        out
+    }
+}
+
+/// A cell at the step shown.
+fn cell(v: &View, pos: usize, active: bool) -> Cell {
     let t = v.theme;
     let span = v.run.step_span();
-    let (text, mut style) = match v.run.cell(pos, v.at) {
-        CellState::Prompt { token } => (glyph::escape(v.run.piece(token), Mode::Cell).into_owned(), t.prompt()),
+    let plain = |text: String, style| Cell { mark: String::new(), text, conf: None, style };
+    let mut c = match v.run.cell(pos, v.at) {
+        CellState::Prompt { token } => plain(glyph::escape(v.run.piece(token), Mode::Cell).into_owned(), t.prompt()),
         CellState::Decoded(d) => {
             let text = glyph::escape(v.run.piece(d.token), Mode::Cell).into_owned();
-            let style = if pos >= v.run.output_end(v.at) {
-                t.faint().add_modifier(Modifier::CROSSED_OUT)
+            let mark = if t.mono() { theme::superscript(d.step + 1) } else { String::new() };
+            if pos >= v.run.output_end(v.at) {
+                Cell { mark, text, conf: None, style: t.faint().add_modifier(Modifier::CROSSED_OUT) }
             } else {
-                let s = t.cell_style(d.step, span, d.conf);
-                if Some(d.at) == v.at {
-                    t.fresh(s)
-                } else {
-                    s
-                }
-            };
-            (text, style)
+                let s = t.cell_style(d.step, span);
+                let style = if Some(d.at) == v.at { t.fresh(s) } else { s };
+                Cell { mark, text, conf: Some(d.conf), style }
+            }
         }
         CellState::Masked { cand } => {
             let fg = if active { t.mask_active_fg } else { t.mask_fg };
             match cand.filter(|_| v.app.ghosts) {
                 // Still a mask: the glyph first, then what the model would pick now.
-                Some(c) => (
+                Some(c) => plain(
                     format!("{}{}", glyph::MASK, glyph::escape(v.run.piece(c.token), Mode::Cell)),
                     Style::default().fg(fg).add_modifier(Modifier::ITALIC),
                 ),
-                None => (glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)),
+                None => plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)),
             }
         }
     };
     if v.focus == Some(pos) {
-        style = style.add_modifier(Modifier::REVERSED | Modifier::BOLD);
+        c.style = c.style.add_modifier(Modifier::REVERSED | Modifier::BOLD);
     }
-    (text, style)
+    c
 }
 
 /// Narrow cells show the token's start (an ellipsis would eat most of it); wider ones cut
@@ -404,6 +441,57 @@ mod tests {
         assert_eq!(hit(&v, area, Position::new(x, y)), Some(2 * 4 + 1));
         assert_eq!(hit(&v, area, Position::new(1, y)), None, "the label is no cell");
         assert_eq!(hit(&v, area, Position::new(x, 1 + 1)), None, "the rule is no cell");
+    }
+
+    /// A finished decode with `steps` steps per block (blocks as long), drawn in `theme`.
+    fn grid_in(steps: usize, name: theme::ThemeName, depth: theme::Depth, w: u16) -> Buffer {
+        let cfg = Synth { block_length: steps, steps, new_tokens: 2 * steps, ..Synth::small() };
+        let mut app = App::replay(synth::trace(&cfg), "t".into(), None);
+        app.theme = theme::pick(name, depth);
+        key(&mut app, KeyCode::End);
+        render_panel(&app, w, 7, render)
+    }
+
+    fn has_colour(buf: &Buffer) -> bool {
+        use ratatui::style::Color;
+        buf.content.iter().any(|c| c.fg != Color::Reset || c.bg != Color::Reset)
+    }
+
+    #[test]
+    fn mono_grid_marks_every_decoded_cell_with_its_step() {
+        use theme::{Depth, ThemeName};
+        for steps in [4, 16] {
+            let buf = grid_in(steps, ThemeName::Dark, Depth::Mono, 100);
+            assert!(!has_colour(&buf), "mono draws no colour");
+            let s = snapshot_text(&buf);
+            // The last decode block's cells carry superscript steps 1..=steps between them.
+            assert!(s.contains(&theme::superscript(1)) && s.contains(&theme::superscript(steps)), "{s}");
+            insta::assert_snapshot!(format!("mono_{steps}_steps"), s);
+        }
+    }
+
+    #[test]
+    fn light_and_256_colour_grids() {
+        use theme::{Depth, ThemeName};
+        for steps in [4, 16] {
+            let light = grid_in(steps, ThemeName::Light, Depth::TrueColor, 100);
+            insta::assert_snapshot!(format!("light_{steps}_steps"), crate::ui::testing::snapshot_styled(&light));
+            let indexed = grid_in(steps, ThemeName::Dark, Depth::Ansi256, 100);
+            let rgb = indexed.content.iter().any(|c| matches!(c.bg, ratatui::style::Color::Rgb(..)));
+            assert!(!rgb, "the 256-colour grid uses no 24-bit colour");
+            insta::assert_snapshot!(format!("ansi256_{steps}_steps"), crate::ui::testing::snapshot_styled(&indexed));
+        }
+    }
+
+    #[test]
+    fn legend_names_first_last_and_steps_between() {
+        assert_eq!(legend_steps(4, 40), vec![0, 1, 2, 3]);
+        assert_eq!(legend_steps(16, 32), (0..16).collect::<Vec<_>>());
+        let few = legend_steps(16, 12);
+        assert_eq!((few[0], *few.last().unwrap(), few.len()), (0, 15, 6), "{few:?}");
+        let buf = grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 100);
+        let bottom = snapshot_text(&buf).lines().last().unwrap().to_string();
+        assert!(bottom.contains(" 1 2 3 4 5 6 7 8 910111213141516"), "{bottom}");
     }
 
     #[test]

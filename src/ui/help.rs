@@ -32,6 +32,7 @@ pub const KEYS: &KeyTable = &[
             ("Esc", "follow the newest commit again"),
             ("c", "show candidates in masked cells"),
             ("PgUp PgDn", "scroll the text (wheel too)"),
+            ("L", "the Steps list in place of the text"),
         ],
     ),
     (

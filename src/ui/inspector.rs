@@ -85,8 +85,9 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         CellState::Decoded(d) => {
             out.extend(token_line(d.token, vec![]));
             let mut l: Vec<Span> = vec![Span::styled("decoded at ", t.label())];
-            l.push(Span::styled(format!(" step {} ", d.step), t.cell_style(d.step, span, 1.0)));
-            l.push(Span::styled(format!(" of block {} (#{})", pos / run.block_length(), d.at), t.dim()));
+            // 1-based, as the timeline and the steps list count (the trace's `step` is 0-based).
+            l.push(Span::styled(format!(" step {} ", d.step + 1), t.cell_style(d.step, span)));
+            l.push(Span::styled(format!(" of block {} · step {} overall", pos / run.block_length(), d.at + 1), t.dim()));
             out.push(Line::from(l));
             let mut l: Vec<Span> = kv(v, "conf ", format!("{:.3}", d.conf)).into();
             l.extend(kv(v, "  entropy ", format!("{:.3} nats", d.entropy)));
@@ -138,7 +139,7 @@ fn trajectory<'a>(v: &View, traj: &[TrajPoint], width: usize, room: usize) -> Ve
         let text = format!("{text}{}", " ".repeat(text_w - tw));
         let text_style = if Some(p.token) == final_token { t.text() } else { t.dim() };
         out.push(Line::from(vec![
-            Span::styled(format!("{:>3} ", p.step), Style::default().fg(hue)),
+            Span::styled(format!("{:>3} ", p.step + 1), Style::default().fg(hue)),
             Span::styled(if p.committed { "✓ " } else { "  " }, Style::default().fg(hue)),
             Span::styled(text, text_style),
             Span::styled(format!(" {:.2} ", p.conf), t.dim()),

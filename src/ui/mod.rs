@@ -13,6 +13,7 @@ pub mod inspector;
 pub mod layout;
 pub mod stats;
 pub mod status;
+pub mod steps;
 pub mod text;
 pub mod theme;
 pub mod timeline;
@@ -52,7 +53,11 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
         (Some(a), Some(v)) => {
             status::title(&v, a.title, buf);
             grid::render(&v, a.grid, buf);
-            text::render(&v, a.text, buf);
+            if app.steps_panel {
+                steps::render(&v, a.text, buf);
+            } else {
+                text::render(&v, a.text, buf);
+            }
             inspector::render(&v, a.inspector, buf);
             stats::render(&v, a.stats, buf);
             timeline::render(&v, a.timeline, buf);

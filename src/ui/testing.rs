@@ -39,3 +39,39 @@ pub fn snapshot_text(buf: &Buffer) -> String {
     }
     out
 }
+
+/// The screen's text with its styles: each row's text, then one line per run of equally styled
+/// cells that has a colour or a modifier (`  3..9 fg Indexed(67) bg Rgb(..) BOLD`).
+pub fn snapshot_styled(buf: &Buffer) -> String {
+    use ratatui::style::{Color, Modifier};
+    let w = buf.area.width as usize;
+    let text = snapshot_text(buf);
+    let mut out = String::new();
+    for (row, line) in buf.content.chunks(w).zip(text.lines()) {
+        out.push_str(line);
+        out.push('\n');
+        let key = |c: &ratatui::buffer::Cell| (c.fg, c.bg, c.modifier);
+        let mut x = 0;
+        while x < w {
+            let k = key(&row[x]);
+            let end = (x..w).find(|&e| key(&row[e]) != k).unwrap_or(w);
+            let (fg, bg, m) = k;
+            if fg != Color::Reset || bg != Color::Reset || m != Modifier::empty() {
+                let mut s = format!("  {x}..{end}");
+                if fg != Color::Reset {
+                    s += &format!(" fg {fg:?}");
+                }
+                if bg != Color::Reset {
+                    s += &format!(" bg {bg:?}");
+                }
+                if m != Modifier::empty() {
+                    s += &format!(" {m:?}");
+                }
+                out.push_str(&s);
+                out.push('\n');
+            }
+            x = end;
+        }
+    }
+    out
+}

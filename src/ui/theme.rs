@@ -1,17 +1,139 @@
-//! Colours. A cell's hue says at which step of its block it was decoded; its intensity says
-//! how confident the model was. The step palette is an ordered ramp (early = cool, late =
-//! warm), sampled evenly at as many points as the run has steps, so that 2, 4 or 8 steps all get
-//! well separated hues and the order reads at a glance.
+//! Colours. A cell's hue says at which step of its block it was decoded; a separate mark says
+//! how confident the model was (a bar glyph, never a faded hue: fading a perceptual ramp
+//! towards the background would make a step look like its neighbour).
+//!
+//! The step palette is viridis (van der Walt & Smith): perceptually uniform, ordered by
+//! lightness and readable with the common colour-vision deficiencies, sampled evenly at as many
+//! points as the run has steps. A theme is drawn at one colour depth: 24-bit, xterm's 256
+//! colours when the terminal does not announce truecolor, or none at all (`NO_COLOR`,
+//! `--mono`), where every decoded cell carries its step number instead.
+
+use std::sync::LazyLock;
 
 use ratatui::style::{Color, Modifier, Style};
 
 type Rgb = (u8, u8, u8);
 
-pub struct Theme {
+/// How many colours the terminal can show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Depth {
+    TrueColor,
+    /// xterm's 256-colour palette (its 6×6×6 cube and grey ramp).
+    Ansi256,
+    /// No colour: attributes (bold, underline, reverse) and marks only.
+    Mono,
+}
+
+impl Depth {
+    /// The depth a terminal asks for: `NO_COLOR` (https://no-color.org: set and not empty)
+    /// or `--mono` turn colour off; `COLORTERM=truecolor|24bit` announces 24-bit colour;
+    /// anything else gets the 256-colour palette, which every modern terminal has.
+    pub fn detect(mono: bool, no_color: Option<&str>, colorterm: Option<&str>) -> Depth {
+        if mono || no_color.is_some_and(|v| !v.is_empty()) {
+            return Depth::Mono;
+        }
+        match colorterm.map(str::to_ascii_lowercase).as_deref() {
+            Some("truecolor" | "24bit") => Depth::TrueColor,
+            _ => Depth::Ansi256,
+        }
+    }
+
+    /// `detect` over this process's environment.
+    pub fn from_env(mono: bool) -> Depth {
+        let var = |k| std::env::var(k).ok();
+        Depth::detect(mono, var("NO_COLOR").as_deref(), var("COLORTERM").as_deref())
+    }
+}
+
+/// A theme's colours before they are fitted to a depth.
+pub struct Palette {
     /// The step ramp's anchors, first step to last.
     pub ramp: &'static [Rgb],
-    /// The background the panels are assumed to sit on; low confidence fades towards it.
-    pub base: Rgb,
+    pub text: Rgb,
+    /// Text on a dark cell and on a light one.
+    pub on_dark: Rgb,
+    pub on_light: Rgb,
+    pub dim: Rgb,
+    pub faint: Rgb,
+    pub accent: Rgb,
+    pub warn: Rgb,
+    pub error: Rgb,
+    pub border: Rgb,
+    pub prompt_fg: Rgb,
+    pub prompt_bg: Rgb,
+    pub mask_fg: Rgb,
+    pub mask_active_fg: Rgb,
+    pub active_row_bg: Rgb,
+}
+
+/// Viridis at 0, 0.1, ..., 1 (matplotlib's table).
+const VIRIDIS: &[Rgb] = &[
+    (0x44, 0x01, 0x54),
+    (0x48, 0x24, 0x75),
+    (0x41, 0x44, 0x87),
+    (0x35, 0x5f, 0x8d),
+    (0x2a, 0x78, 0x8e),
+    (0x21, 0x91, 0x8c),
+    (0x22, 0xa8, 0x84),
+    (0x44, 0xbf, 0x70),
+    (0x7a, 0xd1, 0x51),
+    (0xbd, 0xdf, 0x26),
+    (0xfd, 0xe7, 0x25),
+];
+
+/// On a dark background: viridis without its darkest tenth, which would vanish into it.
+pub const DARK_PALETTE: Palette = Palette {
+    ramp: VIRIDIS.split_at(1).1,
+    text: (0xd8, 0xdc, 0xe4),
+    on_dark: (0xf0, 0xf2, 0xf5),
+    on_light: (0x10, 0x12, 0x16),
+    dim: (0x8a, 0x90, 0x9c),
+    faint: (0x50, 0x55, 0x60),
+    accent: (0x7a, 0xc7, 0xff),
+    warn: (0xf2, 0xc8, 0x4b),
+    error: (0xff, 0x6b, 0x6b),
+    border: (0x44, 0x4a, 0x56),
+    prompt_fg: (0x9a, 0xa0, 0xaa),
+    prompt_bg: (0x26, 0x29, 0x31),
+    mask_fg: (0x44, 0x4a, 0x56),
+    mask_active_fg: (0x7a, 0x82, 0x90),
+    active_row_bg: (0x22, 0x27, 0x33),
+};
+
+/// On a white background: viridis without its lightest tenth (yellow on white), dark text,
+/// and greys dark enough to read.
+pub const LIGHT_PALETTE: Palette = Palette {
+    ramp: VIRIDIS.split_at(10).0,
+    text: (0x1a, 0x1c, 0x22),
+    on_dark: (0xf8, 0xf8, 0xf8),
+    on_light: (0x10, 0x12, 0x16),
+    dim: (0x55, 0x5b, 0x66),
+    faint: (0x80, 0x86, 0x90),
+    accent: (0x0b, 0x5c, 0xad),
+    warn: (0x9a, 0x5b, 0x00),
+    error: (0xb4, 0x1c, 0x1c),
+    border: (0xa8, 0xae, 0xb8),
+    prompt_fg: (0x4a, 0x50, 0x5a),
+    prompt_bg: (0xe4, 0xe7, 0xec),
+    mask_fg: (0xa8, 0xae, 0xb8),
+    mask_active_fg: (0x5a, 0x60, 0x6c),
+    active_row_bg: (0xee, 0xf2, 0xf8),
+};
+
+/// `--theme`: which background the colours are made for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ThemeName {
+    #[default]
+    Dark,
+    Light,
+}
+
+pub struct Theme {
+    pub depth: Depth,
+    /// The step ramp's anchors, first step to last.
+    pub ramp: &'static [Rgb],
+    on_dark: Rgb,
+    on_light: Rgb,
     pub text: Color,
     pub dim: Color,
     pub faint: Color,
@@ -27,33 +149,22 @@ pub struct Theme {
     pub active_row_bg: Color,
 }
 
-/// The default dark theme.
-pub const DARK: Theme = Theme {
-    ramp: &[
-        (0x3b, 0x7d, 0xf0),
-        (0x22, 0xc3, 0xe6),
-        (0x2e, 0xc4, 0x8a),
-        (0x8c, 0xd1, 0x3c),
-        (0xf5, 0xd0, 0x3b),
-        (0xf7, 0x93, 0x2f),
-        (0xef, 0x4f, 0x4f),
-        (0xe0, 0x4f, 0xa8),
-        (0xa8, 0x6b, 0xf5),
-    ],
-    base: (0x16, 0x18, 0x1f),
-    text: Color::Rgb(0xd8, 0xdc, 0xe4),
-    dim: Color::Rgb(0x8a, 0x90, 0x9c),
-    faint: Color::Rgb(0x50, 0x55, 0x60),
-    accent: Color::Rgb(0x7a, 0xc7, 0xff),
-    warn: Color::Rgb(0xf2, 0xc8, 0x4b),
-    error: Color::Rgb(0xff, 0x6b, 0x6b),
-    border: Color::Rgb(0x44, 0x4a, 0x56),
-    prompt_fg: Color::Rgb(0x9a, 0xa0, 0xaa),
-    prompt_bg: Color::Rgb(0x26, 0x29, 0x31),
-    mask_fg: Color::Rgb(0x44, 0x4a, 0x56),
-    mask_active_fg: Color::Rgb(0x7a, 0x82, 0x90),
-    active_row_bg: Color::Rgb(0x22, 0x27, 0x33),
-};
+/// The default: dark, 24-bit.
+pub static DARK: LazyLock<Theme> = LazyLock::new(|| Theme::new(&DARK_PALETTE, Depth::TrueColor));
+static THEMES: LazyLock<Vec<Theme>> = LazyLock::new(|| {
+    let depths = [Depth::TrueColor, Depth::Ansi256, Depth::Mono];
+    [&DARK_PALETTE, &LIGHT_PALETTE].into_iter().flat_map(|p| depths.map(|d| Theme::new(p, d))).collect()
+});
+
+/// The theme for a background and a colour depth (made once per process).
+pub fn pick(name: ThemeName, depth: Depth) -> &'static Theme {
+    let d = match depth {
+        Depth::TrueColor => 0,
+        Depth::Ansi256 => 1,
+        Depth::Mono => 2,
+    };
+    &THEMES[name as usize * 3 + d]
+}
 
 fn lerp(a: Rgb, b: Rgb, t: f32) -> Rgb {
     let t = t.clamp(0.0, 1.0);
@@ -61,8 +172,34 @@ fn lerp(a: Rgb, b: Rgb, t: f32) -> Rgb {
     (f(a.0, b.0), f(a.1, b.1), f(a.2, b.2))
 }
 
-fn rgb(c: Rgb) -> Color {
-    Color::Rgb(c.0, c.1, c.2)
+/// The nearest colour of xterm's 256-colour palette: the 6×6×6 cube or the 24-step grey ramp
+/// (the 16 system colours are left out: terminals redefine them).
+pub fn xterm256(c: Rgb) -> u8 {
+    const LEVELS: [u8; 6] = [0, 95, 135, 175, 215, 255];
+    let level = |x: u8| (0..6).min_by_key(|&i| (LEVELS[i] as i32 - x as i32).abs()).expect("six levels");
+    let (r, g, b) = (level(c.0), level(c.1), level(c.2));
+    let cube = (LEVELS[r], LEVELS[g], LEVELS[b]);
+    let avg = (c.0 as u32 + c.1 as u32 + c.2 as u32) / 3;
+    let grey_i = ((avg.saturating_sub(8) + 5) / 10).min(23) as u8;
+    let grey = 8 + 10 * grey_i;
+    let d = |a: Rgb| {
+        let f = |x: u8, y: u8| (x as i32 - y as i32).pow(2);
+        f(a.0, c.0) + f(a.1, c.1) + f(a.2, c.2)
+    };
+    if d((grey, grey, grey)) < d(cube) {
+        232 + grey_i
+    } else {
+        16 + 36 * r as u8 + 6 * g as u8 + b as u8
+    }
+}
+
+/// `c` as the depth can show it.
+fn fit(c: Rgb, depth: Depth) -> Color {
+    match depth {
+        Depth::TrueColor => Color::Rgb(c.0, c.1, c.2),
+        Depth::Ansi256 => Color::Indexed(xterm256(c)),
+        Depth::Mono => Color::Reset,
+    }
 }
 
 /// Perceived brightness in 0..1, to pick a readable text colour on a coloured cell.
@@ -70,13 +207,50 @@ fn luma(c: Rgb) -> f32 {
     (0.299 * c.0 as f32 + 0.587 * c.1 as f32 + 0.114 * c.2 as f32) / 255.0
 }
 
-/// How strongly a confidence shows: never fully faded, so a low-confidence cell keeps its hue.
-fn intensity(conf: f32) -> f32 {
-    0.3 + 0.7 * conf.clamp(0.0, 1.0)
+/// Superscript digits: the step mark of a cell when there is no colour.
+const SUPERSCRIPT: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+
+/// `n` in superscript digits (`12` → `¹²`): one column per digit, visibly not token text.
+pub fn superscript(n: usize) -> String {
+    n.to_string().chars().map(|d| SUPERSCRIPT[d as usize - '0' as usize]).collect()
+}
+
+/// A confidence as one bar glyph, `▁` (under 1/8) to `█` (certain).
+pub fn conf_mark(conf: f32) -> char {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let i = (conf.clamp(0.0, 1.0) * 8.0).ceil() as usize;
+    BARS[i.clamp(1, 8) - 1]
 }
 
 impl Theme {
-    /// The hue of step `step` in a run whose blocks take up to `span` steps.
+    pub fn new(p: &Palette, depth: Depth) -> Theme {
+        let c = |rgb| fit(rgb, depth);
+        Theme {
+            depth,
+            ramp: p.ramp,
+            on_dark: p.on_dark,
+            on_light: p.on_light,
+            text: c(p.text),
+            dim: c(p.dim),
+            faint: c(p.faint),
+            accent: c(p.accent),
+            warn: c(p.warn),
+            error: c(p.error),
+            border: c(p.border),
+            prompt_fg: c(p.prompt_fg),
+            prompt_bg: c(p.prompt_bg),
+            mask_fg: c(p.mask_fg),
+            mask_active_fg: c(p.mask_active_fg),
+            active_row_bg: c(p.active_row_bg),
+        }
+    }
+
+    /// No colour at all: cells carry their step number instead.
+    pub fn mono(&self) -> bool {
+        self.depth == Depth::Mono
+    }
+
+    /// The hue of step `step` (0-based) in a run whose blocks take up to `span` steps.
     pub fn step_rgb(&self, step: usize, span: usize) -> Rgb {
         let n = self.ramp.len() - 1;
         let t = if span <= 1 { 0.0 } else { step.min(span - 1) as f32 / (span - 1) as f32 };
@@ -86,20 +260,26 @@ impl Theme {
     }
 
     pub fn step_color(&self, step: usize, span: usize) -> Color {
-        rgb(self.step_rgb(step, span))
+        fit(self.step_rgb(step, span), self.depth)
     }
 
-    /// A decoded grid cell: filled with its step's hue at its confidence's intensity.
-    pub fn cell_style(&self, step: usize, span: usize, conf: f32) -> Style {
-        let bg = lerp(self.base, self.step_rgb(step, span), intensity(conf));
-        let fg = if luma(bg) > 0.5 { (0x10, 0x12, 0x16) } else { (0xf0, 0xf2, 0xf5) };
-        Style::default().bg(rgb(bg)).fg(rgb(fg))
+    /// A decoded grid cell: filled with its step's hue, text in black or white, whichever
+    /// reads on it. Confidence is not in the fill (see `conf_mark`).
+    pub fn cell_style(&self, step: usize, span: usize) -> Style {
+        let bg = self.step_rgb(step, span);
+        let fg = if luma(bg) > 0.5 { self.on_light } else { self.on_dark };
+        Style::default().bg(fit(bg, self.depth)).fg(fit(fg, self.depth))
     }
 
-    /// A decoded token in prose: its step's hue as the text colour, faded by low confidence.
+    /// A decoded token in prose: its step's hue as the text colour; a low-confidence token
+    /// is italic rather than faded.
     pub fn prose_style(&self, step: usize, span: usize, conf: f32) -> Style {
-        let dim = (0x70, 0x74, 0x7c);
-        Style::default().fg(rgb(lerp(dim, self.step_rgb(step, span), intensity(conf))))
+        let s = Style::default().fg(self.step_color(step, span));
+        if conf < 0.5 {
+            s.add_modifier(Modifier::ITALIC)
+        } else {
+            s
+        }
     }
 
     /// Cells committed by the step under the cursor stand out.
@@ -148,40 +328,103 @@ impl Theme {
 mod tests {
     use super::*;
 
-    fn dist(a: Rgb, b: Rgb) -> f32 {
-        let d = |x: u8, y: u8| (x as f32 - y as f32).powi(2);
-        (d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2)).sqrt()
+    /// CIE76 ΔE between two sRGB colours: how different two fills look.
+    fn delta_e(a: Rgb, b: Rgb) -> f32 {
+        fn lab(c: Rgb) -> [f32; 3] {
+            let lin = |x: u8| {
+                let v = x as f32 / 255.0;
+                if v <= 0.04045 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
+            };
+            let (r, g, b) = (lin(c.0), lin(c.1), lin(c.2));
+            let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+            let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+            let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+            let f = |t: f32| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
+            [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
+        }
+        let (p, q) = (lab(a), lab(b));
+        ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt()
     }
 
     #[test]
     fn ramp_ends_are_the_first_and_last_anchor() {
-        let t = &DARK;
+        let t = &*DARK;
         assert_eq!(t.step_rgb(0, 4), t.ramp[0]);
         assert_eq!(t.step_rgb(3, 4), *t.ramp.last().unwrap());
         assert_eq!(t.step_rgb(0, 1), t.ramp[0]);
     }
 
     #[test]
-    fn steps_are_well_separated_for_common_step_counts() {
-        // Up to 8 steps every pair differs clearly; at 16 neighbours still differ visibly.
-        for (span, want) in [(2, 60.0), (3, 60.0), (4, 60.0), (6, 60.0), (8, 60.0), (16, 30.0)] {
-            let c: Vec<Rgb> = (0..span).map(|s| DARK.step_rgb(s, span)).collect();
-            let min = (0..span)
-                .flat_map(|i| (i + 1..span).map(move |j| (i, j)))
-                .filter(|&(i, j)| span <= 8 || j == i + 1)
-                .map(|(i, j)| dist(c[i], c[j]))
-                .fold(f32::MAX, f32::min);
-            assert!(min > want, "span {span}: steps only {min} apart");
+    fn steps_are_ordered_and_separated_up_to_sixteen() {
+        // Neighbouring steps differ visibly even at 16 steps (ΔE > 5, where 2.3 is a just
+        // noticeable difference), and lightness rises with the step in both themes, so the
+        // order reads without hue vision.
+        for name in [ThemeName::Dark, ThemeName::Light] {
+            let t = pick(name, Depth::TrueColor);
+            for span in [2, 4, 8, 16] {
+                let c: Vec<Rgb> = (0..span).map(|s| t.step_rgb(s, span)).collect();
+                for w in c.windows(2) {
+                    assert!(delta_e(w[0], w[1]) > 5.0, "{name:?} span {span}: {w:?} too close");
+                    assert!(luma(w[1]) > luma(w[0]), "{name:?} span {span}: not ordered by lightness");
+                }
+            }
         }
     }
 
     #[test]
-    fn low_confidence_fades_but_keeps_readable_text() {
-        let hi = DARK.cell_style(1, 4, 1.0);
-        let lo = DARK.cell_style(1, 4, 0.1);
-        assert_ne!(hi.bg, lo.bg);
-        let Some(Color::Rgb(r, g, b)) = lo.bg else { panic!() };
-        assert!(luma((r, g, b)) < luma(DARK.step_rgb(1, 4)));
-        assert_ne!(hi.fg, hi.bg);
+    fn the_256_colour_fallback_keeps_sixteen_steps_apart_and_in_order() {
+        let t = pick(ThemeName::Dark, Depth::Ansi256);
+        let fills: Vec<Color> = (0..16).map(|s| t.cell_style(s, 16).bg.unwrap()).collect();
+        assert!(fills.iter().all(|c| matches!(c, Color::Indexed(i) if *i >= 16)), "{fills:?}");
+        let distinct: std::collections::BTreeSet<_> = fills.iter().map(|c| format!("{c:?}")).collect();
+        // The cube is coarse: 16 viridis samples land on 11 of its colours (neighbours may share
+        // one; the legend and `--mono`'s step marks still tell them apart).
+        assert!(distinct.len() >= 11, "only {} distinct fills of 16: {fills:?}", distinct.len());
+        assert_eq!(fills[0], Color::Indexed(xterm256(t.ramp[0])));
+    }
+
+    #[test]
+    fn xterm256_maps_cube_corners_and_greys_exactly() {
+        assert_eq!(xterm256((0, 0, 0)), 16);
+        assert_eq!(xterm256((255, 255, 255)), 231);
+        assert_eq!(xterm256((255, 0, 0)), 196);
+        assert_eq!(xterm256((0x80, 0x80, 0x80)), 244);
+        assert_eq!(xterm256((95, 135, 175)), 16 + 36 + 12 + 3);
+    }
+
+    #[test]
+    fn mono_has_no_colour_and_depth_follows_the_environment() {
+        let t = pick(ThemeName::Dark, Depth::Mono);
+        assert!(t.mono());
+        assert_eq!(t.cell_style(2, 4).bg, Some(Color::Reset));
+        assert_eq!(t.text, Color::Reset);
+        assert_eq!(Depth::detect(false, Some("1"), Some("truecolor")), Depth::Mono);
+        assert_eq!(Depth::detect(false, Some(""), Some("truecolor")), Depth::TrueColor, "an empty NO_COLOR is unset");
+        assert_eq!(Depth::detect(true, None, Some("24bit")), Depth::Mono);
+        assert_eq!(Depth::detect(false, None, Some("24bit")), Depth::TrueColor);
+        assert_eq!(Depth::detect(false, None, None), Depth::Ansi256);
+        assert_eq!(Depth::detect(false, None, Some("yes")), Depth::Ansi256);
+    }
+
+    #[test]
+    fn marks_spell_steps_and_confidences() {
+        assert_eq!(superscript(1), "¹");
+        assert_eq!(superscript(16), "¹⁶");
+        assert_eq!(conf_mark(1.0), '█');
+        assert_eq!(conf_mark(0.5), '▄');
+        assert_eq!(conf_mark(0.01), '▁');
+        assert_eq!(conf_mark(0.0), '▁');
+    }
+
+    #[test]
+    fn cell_text_reads_on_every_fill() {
+        for name in [ThemeName::Dark, ThemeName::Light] {
+            let t = pick(name, Depth::TrueColor);
+            for s in 0..8 {
+                let st = t.cell_style(s, 8);
+                let (Some(Color::Rgb(a, b, c)), Some(Color::Rgb(x, y, z))) = (st.bg, st.fg) else { panic!() };
+                assert!((luma((a, b, c)) - luma((x, y, z))).abs() > 0.4, "{name:?} step {s}");
+            }
+        }
     }
 }

@@ -1,0 +1,123 @@
+//! `unmask steps` end to end: exact lines for a committed trace, from a file, from stdin and
+//! live; and `| head` ending quietly.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn unmask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_unmask")).args(args).output().expect("running unmask")
+}
+
+fn stdout(o: Output) -> String {
+    assert!(o.status.success(), "exit {:?}, stderr: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// tiny-dynamic.jsonl as a person reads it (checked by hand against the trace's events).
+const TINY_DYNAMIC: &str = r#"step 1 · block 1 · step 1/4 · fwd 2  ["ion", "Y", "ion"]
+step 2 · block 2 · step 1/4 · fwd 4  ["Y", "�", "Y", "Y"]
+step 3 · block 3 · step 1/4 · fwd 6  ["Y", "Y", "Y"]
+step 4 · block 3 · step 2/4 · fwd 7  ["ind"]
+step 5 · block 4 · step 1/4 · fwd 9  ["�", "�", "Y", "�"]
+"#;
+
+#[test]
+fn a_trace_file_lists_every_step() {
+    let trace = fixture("traces/tiny-dynamic.jsonl");
+    assert_eq!(stdout(unmask(&["steps", trace.to_str().unwrap()])), TINY_DYNAMIC);
+}
+
+#[test]
+fn json_lines_carry_the_same_numbers() {
+    let trace = fixture("traces/tiny-dynamic.jsonl");
+    let out = stdout(unmask(&["steps", "--json", trace.to_str().unwrap()]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(
+        lines[3],
+        r#"{"step":4,"block":3,"block_step":2,"block_steps":4,"forward":7,"pos":[15],"texts":["ind"],"conf":[0.4448627]}"#
+    );
+}
+
+#[test]
+fn a_dash_reads_the_trace_from_stdin() {
+    let text = std::fs::read(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(["steps", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    assert_eq!(stdout(child.wait_with_output().unwrap()), TINY_DYNAMIC);
+}
+
+#[test]
+fn live_steps_are_the_steps_of_the_same_decode_traced() {
+    // The settings tiny-dynamic.jsonl was recorded with (tests/fixtures/README.md).
+    let model = fixture("tiny-random");
+    let decode = ["--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "12"];
+    let flags = ["--strategy", "low_confidence_dynamic", "--threshold", "0.5"];
+    let live = stdout(unmask(&[&["steps"][..], &decode, &flags].concat()));
+    assert_eq!(live, TINY_DYNAMIC);
+}
+
+#[test]
+fn a_trace_and_decode_flags_together_are_refused() {
+    let trace = fixture("traces/tiny-dynamic.jsonl");
+    let o = unmask(&["steps", trace.to_str().unwrap(), "--steps", "2"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--steps") && err.contains("[TRACE]"), "{err}");
+}
+
+/// Runs `unmask ARGS | head -1`: reads the first line (none with `read: false`, the reader
+/// gone before unmask writes anything), closes the pipe, and returns the line, unmask's exit
+/// status and its stderr.
+fn into_head(args: &[&str], read: bool) -> (String, std::process::ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = Vec::new();
+    let mut byte = [0u8; 1];
+    while read && out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
+        first.push(byte[0]);
+    }
+    drop(out);
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (String::from_utf8(first).unwrap(), child.wait().unwrap(), err)
+}
+
+#[test]
+fn piped_into_head_trace_and_steps_end_quietly_with_exit_0() {
+    let model = fixture("tiny-random");
+    let m = model.to_str().unwrap();
+    let trace = ["trace", "--model", m, "--max-new-tokens", "64"];
+    let steps = ["steps", "--model", m, "--max-new-tokens", "64"];
+    let (line, status, err) = into_head(&trace, true);
+    assert!(line.starts_with(r#"{"event":"header""#), "{line}");
+    assert!(status.success() && err.is_empty(), "exit {status:?}, stderr {err:?}");
+    let (line, status, err) = into_head(&steps, true);
+    assert!(line.starts_with("step 1 · block 1 · step 1/"), "{line}");
+    assert!(status.success() && err.is_empty(), "exit {status:?}, stderr {err:?}");
+    // The reader gone before the first line: every write meets a closed pipe.
+    let trace_file = fixture("traces/tiny-dynamic.jsonl");
+    let from_file = ["steps", trace_file.to_str().unwrap()];
+    for args in [&trace[..], &steps[..], &from_file[..]] {
+        let (_, status, err) = into_head(args, false);
+        assert!(status.success() && err.is_empty(), "{args:?}: exit {status:?}, stderr {err:?}");
+    }
+}
