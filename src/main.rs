@@ -64,7 +64,12 @@ fn clap_exit(e: clap::Error) -> ExitCode {
     }
     let text = e.render().to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+    let mut first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    if first.ends_with(':') {
+        // "the argument '[TRACE]' cannot be used with:" lists the other arguments below.
+        let listed: Vec<&str> = lines.clone().take_while(|l| !l.starts_with("Usage:")).collect();
+        first = format!("{first} {}", listed.join(", "));
+    }
     let values = lines.find(|l| l.starts_with("[possible values:"));
     match values {
         Some(v) => fail(&format!("{first} {v} (see --help)")),

@@ -66,7 +66,18 @@ fn live_steps_are_the_steps_of_the_same_decode_traced() {
     let decode = ["--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "12"];
     let flags = ["--strategy", "low_confidence_dynamic", "--threshold", "0.5"];
     let live = stdout(unmask(&[&["steps"][..], &decode, &flags].concat()));
-    assert_eq!(live, TINY_DYNAMIC);
+    // The same decode traced, then listed: the same lines.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.jsonl");
+    let out = ["--out", trace.to_str().unwrap()];
+    stdout(unmask(&[&["trace"][..], &decode, &flags, &out].concat()));
+    assert_eq!(live, stdout(unmask(&["steps", trace.to_str().unwrap()])));
+    // And the fixture's steps, block by block and token by token (the fixture predates the
+    // forward count's current accounting, so `fwd` is left out).
+    let no_fwd = |s: &str| -> Vec<String> {
+        s.lines().map(|l| l.split(" · fwd ").next().unwrap().to_string() + l.split_once("  [").unwrap().1).collect()
+    };
+    assert_eq!(no_fwd(&live), no_fwd(TINY_DYNAMIC));
 }
 
 #[test]

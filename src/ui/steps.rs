@@ -53,7 +53,7 @@ fn line<'a>(v: &View, l: &StepLine, vs_shown: std::cmp::Ordering) -> Line<'a> {
     };
     // Split around "step i/N" (the second "step") to colour it.
     let inner = format!("step {}/{}", l.block_step, l.block_steps);
-    let at = text.find(" · step ").map_or(0, |i| i + 3);
+    let at = text.find(" · step ").map_or(0, |i| i + " · ".len());
     let (head, rest) = text.split_at(at);
     let tail = rest.strip_prefix(inner.as_str()).unwrap_or(rest);
     let mark = if vs_shown == Greater { t.faint() } else { t.cell_style(l.block_step - 1, v.run.step_span()) };
