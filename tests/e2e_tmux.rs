@@ -325,7 +325,7 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
     t.quit_cleanly(&["q"]);
 }
 
-/// SGR colour parameters (foreground, background, default colours) in `escaped` text.
+/// SGR parameters that set a foreground or background colour in `escaped` text.
 fn colour_codes(escaped: &str) -> Vec<String> {
     let mut out = Vec::new();
     for seq in escaped.split("\x1b[").skip(1) {
@@ -335,7 +335,8 @@ fn colour_codes(escaped: &str) -> Vec<String> {
         }
         let colour = |p: &str| {
             let n: u32 = p.split(':').next().unwrap_or("").parse().unwrap_or(0);
-            matches!(n, 30..=39 | 40..=49 | 90..=97 | 100..=107)
+            // 39 and 49 ("default colour") are no colour: tmux writes them when attributes change.
+            matches!(n, 30..=38 | 40..=48 | 90..=97 | 100..=107)
         };
         if seq[..end].split(';').any(colour) {
             out.push(seq[..end].to_string());
@@ -359,6 +360,7 @@ fn no_color_draws_no_colour_and_marks_steps_in_cells() {
     // The Steps panel replaces the text and marks the step shown.
     t.keys(&["L"]);
     let s = t.wait_text(" Steps ");
-    assert!(s.contains("▶step ") && s.contains(" · block 1 · step 1/"), "{s}");
+    let (n, _) = overall(&s);
+    assert!(s.contains(&format!("▶step {n} · block ")), "the step shown is marked:\n{s}");
     t.quit_cleanly(&["q"]);
 }

@@ -87,7 +87,7 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             let mut l: Vec<Span> = vec![Span::styled("decoded at ", t.label())];
             // 1-based, as the timeline and the steps list count (the trace's `step` is 0-based).
             l.push(Span::styled(format!(" step {} ", d.step + 1), t.cell_style(d.step, span)));
-            l.push(Span::styled(format!(" of block {} · step {} overall", pos / run.block_length(), d.at + 1), t.dim()));
+            l.push(Span::styled(format!(" of block {} · decode step {}", pos / run.block_length(), d.at + 1), t.dim()));
             out.push(Line::from(l));
             let mut l: Vec<Span> = kv(v, "conf ", format!("{:.3}", d.conf)).into();
             l.extend(kv(v, "  entropy ", format!("{:.3} nats", d.entropy)));
