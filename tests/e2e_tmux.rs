@@ -441,7 +441,8 @@ fn r_r_q_exits_at_once_without_the_queued_decode() {
     let t = Tmux::start("rrq", &long_args(), (120, 40));
     t.wait_text("decoding");
     let start = Instant::now();
-    t.keys(&["R", "R", "q"]);
+    // In one write, as a fast typist's keys arrive: all three reach the UI within one forward.
+    t.tmux(&["send-keys", "-t", "e2e", "R", "R", "q"]);
     let s = t.wait_text("EXIT=");
     assert!(s.contains("EXIT=0"), "{s}");
     // Without the fix the second restart decodes 1000 tokens first (tens of seconds).
