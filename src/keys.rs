@@ -162,6 +162,11 @@ fn ss3(b: &[u8]) -> Parse {
 /// byte. Only the finals terminals send as input are accepted; any other byte ends the
 /// sequence as invalid and is read on its own (so `ESC [ <` then `q` is a `q`).
 fn csi(b: &[u8]) -> Parse {
+    // X10 mouse (`ESC [ M` + three raw bytes), from a terminal without SGR reporting: dropped
+    // whole, so that its bytes are not read as keys.
+    if b.get(2) == Some(&b'M') {
+        return if b.len() < 6 { Parse::NeedMore } else { Parse::Done(None, 6) };
+    }
     let marker = b.get(2).copied().filter(|c| matches!(c, b'<' | b'?' | b'>' | b'='));
     let start = 2 + usize::from(marker.is_some());
     let mut i = start;
@@ -371,6 +376,7 @@ mod tests {
         assert_eq!(d.feed("é€".as_bytes()), vec![k('é'), k('€')]);
         assert_eq!(d.feed(b"\x1bx"), vec![key(KeyCode::Char('x'), KeyModifiers::ALT)]);
         assert!(!d.is_pending());
+        assert_eq!(d.feed(b"\x1b[M !!q"), vec![k('q')], "an X10 mouse report is dropped whole");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //!
 //! In raw mode the terminal sends no SIGINT for Ctrl-C: it arrives as a key and quits the TUI
 //! like `q` (exit 0). These signals come from `kill`, a closed terminal (SIGHUP) or a shell.
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 type Notify = Box<dyn Fn(i32) + Send>;
 static SUBSCRIBERS: Mutex<Vec<(u64, Notify)>> = Mutex::new(Vec::new());
 static INSTALL: Once = Once::new();
+/// How many [`finishing`] calls are under way: the grace period waits for them.
+static FINISHING: AtomicUsize = AtomicUsize::new(0);
 
 /// The signal that interrupted the run, if one did.
 pub fn caught() -> Option<i32> {
@@ -83,6 +85,9 @@ fn on_signal(sig: i32) {
     drop(subscribers);
     std::thread::spawn(move || {
         std::thread::sleep(GRACE);
+        while FINISHING.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         cut_short(sig, &format!(" (did not finish within {} s)", GRACE.as_secs()));
     });
 }
@@ -93,6 +98,21 @@ fn cut_short(sig: i32, why: &str) -> ! {
     crate::output::remove_unfinished();
     eprintln!("unmask: interrupted by {}{why}", name(sig));
     std::process::exit(exit_status(sig).into())
+}
+
+/// Runs `f`, work that finishes a recording after its decode (rendering a cast): the grace
+/// period after a signal waits for it, however long it takes (a second signal still ends
+/// the process at once).
+pub fn finishing<T>(f: impl FnOnce() -> T) -> T {
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            FINISHING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    FINISHING.fetch_add(1, Ordering::SeqCst);
+    let _done = Done;
+    f()
 }
 
 /// Calls `notify` with the signal when one arrives, until the returned guard drops.

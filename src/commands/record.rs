@@ -32,7 +32,7 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, pacing: &Ca
         events.push(ev.clone());
         writer.as_mut().map_or(Ok(()), |w| w.write(ev))
     })?;
-    write_cast(events, cast.display().to_string(), None, cast, pacing)?;
+    crate::signals::finishing(|| write_cast(events, cast.display().to_string(), None, cast, pacing))?;
     if fin.reason == FinishReason::Error {
         bail!("decode of the recording failed: {}", fin.error.unwrap_or_default());
     }
