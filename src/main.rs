@@ -8,6 +8,9 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return clap_exit(e),
     };
+    if let Err(e) = unmask::signals::install() {
+        return fail(&format!("cannot handle signals: {e}"));
+    }
     let result = match &cli.command {
         Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
         Some(Command::Compare { decode, a, b, headless: true }) => {
@@ -29,6 +32,12 @@ fn main() -> ExitCode {
         Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
         None => unmask::commands::tui::run(&cli.decode, cli.look.theme()),
     };
+    if let Some(sig) = unmask::signals::caught() {
+        // The command wound down early and kept what it had; say so, and exit as killed.
+        let why = result.err().map(|e| format!(" ({e:#})")).unwrap_or_default();
+        eprintln!("unmask: interrupted by {}{why}", unmask::signals::name(sig));
+        return ExitCode::from(unmask::signals::exit_status(sig));
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`unmask trace | head -1`): what it wanted was written, so this

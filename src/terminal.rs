@@ -83,3 +83,16 @@ impl Drop for Guard {
         }
     }
 }
+
+/// The terminal's input events for a UI loop ([`crate::keys`]: an unfinished escape sequence
+/// never swallows later keys), ending when SIGTERM, SIGHUP, SIGINT or SIGQUIT arrives: the
+/// loop then returns like on `q`, the [`Guard`] restores the terminal, and `main` exits with
+/// 128 + the signal. Keep the subscription as long as the stream.
+pub fn input() -> io::Result<(
+    crate::signals::Subscription,
+    impl futures::Stream<Item = io::Result<crossterm::event::Event>> + Unpin,
+)> {
+    use futures::StreamExt;
+    let (sub, signal) = crate::signals::arrival();
+    Ok((sub, crate::keys::stream()?.take_until(signal)))
+}

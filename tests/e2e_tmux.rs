@@ -364,3 +364,127 @@ fn no_color_draws_no_colour_and_marks_steps_in_cells() {
     assert!(s.contains(&format!("▶step {n} · block ")), "the step shown is marked:\n{s}");
     t.quit_cleanly(&["q"]);
 }
+
+impl Tmux {
+    /// The pid of the binary: the pane's shell runs it as its child.
+    fn binary_pid(&self) -> u32 {
+        let out = self.tmux(&["display-message", "-p", "-t", "e2e", "#{pane_pid}"]);
+        let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let start = Instant::now();
+        loop {
+            let child = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                // pid (comm) state ppid ...: the comm may hold spaces, so read after the ')'.
+                let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+                (ppid == shell).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+            });
+            if let Some(pid) = child {
+                return pid;
+            }
+            assert!(start.elapsed() < WAIT, "no child of the pane's shell {shell}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn flag(&self, name: &str) -> String {
+        let out = self.tmux(&["display-message", "-p", "-t", "e2e", &format!("#{{{name}}}")]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Sends `signal` to the binary, then checks it exited 128 + the signal's number with the
+    /// terminal restored: normal screen, mouse reporting off, cursor shown.
+    fn signal_restores(&self, signal: &str, number: i32) {
+        let pid = self.binary_pid();
+        assert!(self.alternate_on() && self.flag("mouse_any_flag") == "1", "the TUI is not up");
+        let ok = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap();
+        assert!(ok.success());
+        let s = self.wait_text("EXIT=");
+        assert!(s.contains(&format!("EXIT={}", 128 + number)), "SIG{signal}:\n{s}");
+        assert!(s.contains(&format!("unmask: interrupted by SIG{signal}")), "{s}");
+        assert!(!self.alternate_on(), "SIG{signal}: still in the alternate screen");
+        assert_eq!(self.flag("mouse_any_flag"), "0", "SIG{signal}: mouse reporting left on");
+        assert_eq!(self.flag("cursor_flag"), "1", "SIG{signal}: cursor left hidden");
+        assert!(!s.contains("Blocks") && !s.contains("Timeline"), "TUI remnants:\n{s}");
+    }
+}
+
+/// A decode long enough to be under way when the test acts: one token per block.
+fn long_args() -> Vec<&'static str> {
+    let mut args = live_args("1000");
+    args.extend(["--block-length", "1", "--steps", "1"]);
+    args
+}
+
+#[test]
+fn each_signal_restores_the_terminal_of_the_live_tui() {
+    if !have_tmux() {
+        return;
+    }
+    for (signal, number) in [("TERM", 15), ("HUP", 1), ("INT", 2), ("QUIT", 3)] {
+        let t = Tmux::start(&format!("sig-{signal}"), &long_args(), (120, 40));
+        t.wait_text("decoding");
+        t.signal_restores(signal, number);
+    }
+}
+
+#[test]
+fn signals_restore_the_terminal_of_replay_and_compare() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path());
+    let t = Tmux::start("sig-replay", &["replay", trace.to_str().unwrap()], (120, 40));
+    t.wait_text("Blocks");
+    t.signal_restores("TERM", 15);
+    let mut args = vec!["compare", "--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", "1000"];
+    args.extend(["--block-length", "1", "--steps", "1"]);
+    let t = Tmux::start("sig-compare", &args, (120, 40));
+    t.wait_text(" A ");
+    t.signal_restores("HUP", 1);
+}
+
+#[test]
+fn an_unfinished_escape_sequence_does_not_swallow_q_or_ctrl_c() {
+    if !have_tmux() {
+        return;
+    }
+    // ESC [ < (an SGR mouse report cut short), ESC [ ? and a bracketed-paste start, each with
+    // the quitting key in the same write, and with the key a moment later.
+    let starts: [&[&str]; 3] = [&["1b", "5b", "3c"], &["1b", "5b", "3f"], &["1b", "5b", "32", "30", "30", "7e"]];
+    for (i, start) in starts.iter().enumerate() {
+        for (quit, apart) in [("71", false), ("03", true)] {
+            let t = Tmux::start(&format!("wedge-{i}-{quit}"), &long_args(), (120, 40));
+            t.wait_text("decoding");
+            let mut bytes: Vec<&str> = vec!["send-keys", "-t", "e2e", "-H"];
+            bytes.extend(start.iter());
+            if apart {
+                t.tmux(&bytes);
+                std::thread::sleep(Duration::from_millis(300));
+                t.tmux(&["send-keys", "-t", "e2e", "-H", quit]);
+            } else {
+                bytes.push(quit);
+                t.tmux(&bytes);
+            }
+            let s = t.wait_text("EXIT=");
+            assert!(s.contains("EXIT=0"), "{start:?} then {quit}:\n{s}");
+            assert!(!t.alternate_on());
+        }
+    }
+}
+
+#[test]
+fn r_r_q_exits_at_once_without_the_queued_decode() {
+    if !have_tmux() {
+        return;
+    }
+    let t = Tmux::start("rrq", &long_args(), (120, 40));
+    t.wait_text("decoding");
+    let start = Instant::now();
+    // In one write, as a fast typist's keys arrive: all three reach the UI within one forward.
+    t.tmux(&["send-keys", "-t", "e2e", "R", "R", "q"]);
+    let s = t.wait_text("EXIT=");
+    assert!(s.contains("EXIT=0"), "{s}");
+    // Without the fix the second restart decodes 1000 tokens first (tens of seconds).
+    assert!(start.elapsed() < Duration::from_secs(3), "took {:?} to exit", start.elapsed());
+}

@@ -57,7 +57,7 @@ fn spawn(args: &DecodeArgs) -> Result<(EngineThread, Events)> {
 fn serve(app: &mut CompareApp, events: [Option<Events>; 2]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     let mut guard = crate::terminal::Guard::enter()?;
-    let input = crossterm::event::EventStream::new();
+    let (_signals, input) = crate::terminal::input()?;
     let result = rt.block_on(crate::ui::compare::run(&mut guard.terminal, app, events, input));
     drop(guard);
     result

@@ -8,6 +8,9 @@ use crate::cli::{ExportFormat, ExportTable};
 use crate::export::{step_map_csv, steps_csv, tables, tokens_csv};
 
 pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&Path>) -> Result<()> {
+    if let Some(p) = out {
+        crate::output::refuse_clashes(&[("--out", p)], &[("trace", trace)])?;
+    }
     let read = crate::trace::read_file(trace)?;
     if let Some(why) = &read.stopped {
         // The good part is still exported; say where the trace ended.
@@ -21,7 +24,10 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
         (ExportFormat::Csv, ExportTable::StepMap) => step_map_csv(&t),
     };
     match out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("{}: cannot write", p.display())),
+        Some(p) => crate::output::write_atomically(p, |w| {
+            use std::io::Write;
+            w.write_all(text.as_bytes()).with_context(|| format!("{}: cannot write", p.display()))
+        }),
         None => {
             use std::io::Write;
             std::io::stdout().write_all(text.as_bytes()).context("stdout: cannot write")

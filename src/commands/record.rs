@@ -4,26 +4,45 @@
 use std::io::BufWriter;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Result};
 
 use crate::cli::{CastArgs, DecodeArgs};
-use crate::events::Event;
+use crate::events::{Event, FinishReason};
+use crate::output::{create_streamed, refuse_clashes, write_atomically};
 use crate::record::{default_title, record};
+use crate::session::Session;
 use crate::trace::{self, TraceWriter};
 
-/// Decodes to the end, then renders the cast (and writes the trace if asked).
+/// Decodes, streaming the trace (if asked) line by line as the events come, then renders the
+/// cast of everything decoded. Interrupted by a signal, the decode is cancelled and both
+/// files are still written whole: the trace ends with its `cancelled` finish event, the cast
+/// shows the screens up to it.
 pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, pacing: &CastArgs) -> Result<()> {
     pacing.pacing().validate()?;
-    let events = super::compare::decode_side(args, "of the recording")?;
-    if let Some(p) = trace_out {
-        write_trace(&events, p)?;
+    let mut outputs = vec![("--cast", cast)];
+    outputs.extend(trace_out.map(|t| ("--trace", t)));
+    refuse_clashes(&outputs, &[])?;
+    let session = Session::open(args)?;
+    let mut writer = match trace_out {
+        Some(p) => Some(TraceWriter::new(BufWriter::new(create_streamed(p)?), p.display().to_string())),
+        None => None,
+    };
+    let mut events = Vec::new();
+    let fin = super::trace::stream(session, |ev| {
+        events.push(ev.clone());
+        writer.as_mut().map_or(Ok(()), |w| w.write(ev))
+    })?;
+    crate::signals::finishing(|| write_cast(events, cast.display().to_string(), None, cast, pacing))?;
+    if fin.reason == FinishReason::Error {
+        bail!("decode of the recording failed: {}", fin.error.unwrap_or_default());
     }
-    write_cast(events, cast.display().to_string(), None, cast, pacing)
+    Ok(())
 }
 
 /// A recorded trace to a cast; a corrupt one records up to its last good event, with a warning.
 pub fn from_trace(file: &Path, cast: &Path, pacing: &CastArgs) -> Result<()> {
     pacing.pacing().validate()?;
+    refuse_clashes(&[("--cast", cast)], &[("trace", file)])?;
     let t = trace::read_file(file)?;
     if let Some(s) = &t.stopped {
         eprintln!("unmask: warning: trace stopped early: {s}");
@@ -34,14 +53,8 @@ pub fn from_trace(file: &Path, cast: &Path, pacing: &CastArgs) -> Result<()> {
 fn write_cast(events: Vec<Event>, label: String, stopped: Option<String>, cast: &Path, pacing: &CastArgs) -> Result<()> {
     let title = pacing.title.clone().unwrap_or_else(|| default_title(&events));
     let name = cast.display().to_string();
-    let f = std::fs::File::create(cast).with_context(|| format!("{name}: cannot create"))?;
-    record(events, label, stopped, &pacing.pacing(), &title, BufWriter::new(f), &name)?;
-    Ok(())
-}
-
-fn write_trace(events: &[Event], path: &Path) -> Result<()> {
-    let name = path.display().to_string();
-    let f = std::fs::File::create(path).with_context(|| format!("{name}: cannot create"))?;
-    let mut w = TraceWriter::new(BufWriter::new(f), name);
-    events.iter().try_for_each(|e| w.write(e))
+    write_atomically(cast, |w| {
+        record(events, label, stopped, &pacing.pacing(), &title, w, &name)?;
+        Ok(())
+    })
 }

@@ -4,35 +4,55 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::cli::DecodeArgs;
-use crate::engine::EngineThread;
-use crate::events::{Event, FinishReason};
+use crate::engine::{Control, EngineThread};
+use crate::events::{Event, FinishEvent, FinishReason};
 use crate::session::Session;
 use crate::trace::TraceWriter;
 
 pub fn run(args: &DecodeArgs, out: Option<&Path>) -> Result<()> {
     let session = Session::open(args)?;
     let writer: Box<dyn Write> = match out {
-        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}: cannot create", p.display()))?),
+        Some(p) => Box::new(crate::output::create_streamed(p)?),
         None => Box::new(std::io::stdout().lock()),
     };
     let label = out.map(|p| p.display().to_string()).unwrap_or_else(|| "stdout".into());
     let mut writer = TraceWriter::new(std::io::BufWriter::new(writer), label);
+    let fin = stream(session, |ev| writer.write(ev))?;
+    if fin.reason == FinishReason::Error {
+        bail!("decode failed: {}", fin.error.unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// Decodes on an engine thread and hands every event to `each` as it arrives, the finish
+/// event last, which is returned. SIGTERM, SIGHUP, SIGINT or SIGQUIT cancel the decode between
+/// two forwards: its finish event (reason `cancelled`) still comes, so what `each` wrote is a
+/// whole trace, and `main` then exits with 128 + the signal.
+pub fn stream(session: Session, mut each: impl FnMut(&Event) -> Result<()>) -> Result<FinishEvent> {
     let (tx, rx) = mpsc::channel::<Event>();
     let engine = EngineThread::spawn(Box::new(session.denoiser), Box::new(session.tokenizer), move |ev| {
         let _ = tx.send(ev);
     });
+    let control = engine.control.clone();
+    let _signals = crate::signals::subscribe(move |_| {
+        let _ = control.send(Control::Cancel);
+    });
     engine.submit(session.request);
+    let mut cancelled = false;
     for ev in rx.iter() {
-        writer.write(&ev)?;
-        if let Event::Finish(f) = &ev {
-            if f.reason == FinishReason::Error {
-                bail!("decode failed: {}", f.error.clone().unwrap_or_default());
-            }
-            break;
+        // A signal that came before the decode started had its Cancel dropped with the
+        // controls of earlier decodes: send it again.
+        if !cancelled && crate::signals::caught().is_some() {
+            engine.send(Control::Cancel);
+            cancelled = true;
+        }
+        each(&ev)?;
+        if let Event::Finish(f) = ev {
+            return Ok(f);
         }
     }
-    Ok(())
+    bail!("the engine stopped without a finish event")
 }

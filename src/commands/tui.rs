@@ -28,10 +28,8 @@ pub fn run(args: &DecodeArgs, theme: &'static Theme) -> Result<()> {
         EngineCmd::Pause => engine.send(Control::Pause),
         EngineCmd::Resume => engine.send(Control::Resume),
         EngineCmd::Settings(s) => engine.send(Control::Settings(s)),
-        EngineCmd::Restart(s) => {
-            engine.send(Control::Cancel);
-            engine.submit(with_settings(&base, s));
-        }
+        // Replaces the decode under way and any restart not yet started (R R runs one).
+        EngineCmd::Restart(s) => engine.submit(with_settings(&base, s)),
     };
     let mut app = App::live();
     app.theme = theme;
@@ -58,7 +56,7 @@ pub fn serve(
         guard.terminal.draw(|f| ui::draw(f, app))?;
         panic!("UNMASK_E2E_PANIC: a panic on the UI thread, as asked");
     }
-    let input = crossterm::event::EventStream::new();
+    let (_signals, input) = crate::terminal::input()?;
     let result = rt.block_on(ui::run(&mut guard.terminal, app, events, input, steer));
     drop(guard);
     result

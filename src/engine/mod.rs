@@ -5,7 +5,8 @@ mod decode;
 pub mod fixed;
 mod runner;
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use anyhow::Result;
@@ -75,8 +76,9 @@ pub enum Control {
 
 /// Messages to the engine thread between decodes.
 pub enum Job {
-    /// Decode this request (settings already validated).
-    Decode(Box<Request>),
+    /// Decode this request (settings already validated), unless a later one superseded it
+    /// before it started; the number orders submissions.
+    Decode(Box<Request>, u64),
     /// Leave the thread.
     Quit,
 }
@@ -85,6 +87,10 @@ pub enum Job {
 pub struct EngineThread {
     pub jobs: mpsc::Sender<Job>,
     pub control: mpsc::Sender<Control>,
+    /// The number of the newest submission: an older queued job is skipped.
+    latest: Arc<AtomicU64>,
+    /// Set when the owner goes: no further job starts.
+    closing: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -97,21 +103,36 @@ impl EngineThread {
     {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (control, control_rx) = mpsc::channel::<Control>();
+        let latest = Arc::new(AtomicU64::new(0));
+        let closing = Arc::new(AtomicBool::new(false));
+        let (latest_in, closing_in) = (latest.clone(), closing.clone());
         let handle = std::thread::Builder::new()
             .name("unmask-engine".into())
             .spawn(move || {
-                while let Ok(Job::Decode(req)) = job_rx.recv() {
+                while let Ok(Job::Decode(req, n)) = job_rx.recv() {
                     // Controls meant for an earlier decode must not leak into this one.
                     while control_rx.try_recv().is_ok() {}
+                    // Checked after the drain: whoever set these sent a Cancel after setting
+                    // them, so either the check sees them or the decode sees that Cancel.
+                    if closing_in.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if n != latest_in.load(Ordering::SeqCst) {
+                        continue;
+                    }
                     decode(denoiser.as_mut(), detok.as_ref(), &req, &mut sink, Some(&control_rx));
                 }
             })
             .expect("spawning the engine thread");
-        EngineThread { jobs, control, handle: Some(handle) }
+        EngineThread { jobs, control, latest, closing, handle: Some(handle) }
     }
 
+    /// Decodes `req`, replacing the decode under way (cancelled: its finish event says so)
+    /// and any submitted earlier that has not started (skipped: it sends no event at all).
     pub fn submit(&self, req: Request) {
-        let _ = self.jobs.send(Job::Decode(Box::new(req)));
+        let n = self.latest.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.control.send(Control::Cancel);
+        let _ = self.jobs.send(Job::Decode(Box::new(req), n));
     }
 
     pub fn send(&self, c: Control) {
@@ -120,7 +141,9 @@ impl EngineThread {
 }
 
 impl Drop for EngineThread {
+    /// Cancels the decode between two forwards and skips any queued one, then joins.
     fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
         let _ = self.control.send(Control::Cancel);
         let _ = self.jobs.send(Job::Quit);
         if let Some(h) = self.handle.take() {

@@ -1,0 +1,173 @@
+//! Files the commands write: never one of their inputs, and never half-written.
+//!
+//! - [`refuse_clashes`]: an output that is an input (the same file by device and inode, so
+//!   through symlinks and hard links too) or another output is refused with a one-line error
+//!   before anything is opened for writing.
+//! - [`write_atomically`]: a finished output (a cast, an export) is written to a temporary
+//!   file in the same folder and renamed over the target, so a failure or an interruption
+//!   leaves either the old file or the whole new one. Streamed outputs (`trace --out`,
+//!   `record --trace`) are written in place, one flushed line per event, so that an
+//!   interrupted run keeps every event up to the interruption.
+use std::io::BufWriter;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+
+/// What a path names: an existing file (by device and inode: every link to it is the same),
+/// or, for a path that does not exist yet, its absolute form with the folder resolved.
+#[derive(Debug, PartialEq, Eq)]
+enum Identity {
+    File { dev: u64, ino: u64 },
+    New(PathBuf),
+}
+
+fn identity(path: &Path) -> Identity {
+    if let Ok(m) = std::fs::metadata(path) {
+        return Identity::File { dev: m.dev(), ino: m.ino() };
+    }
+    // A dangling symlink names the file it would create.
+    let path = std::fs::read_link(path).map(|t| path.parent().unwrap_or(Path::new("")).join(t)).unwrap_or_else(|_| path.to_path_buf());
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    Identity::New(dir.join(path.file_name().unwrap_or_default()))
+}
+
+/// Fails if any output is one of `inputs` or the same file as another output.
+/// `outputs` and `inputs` are `(flag or role, path)` pairs, named in the error.
+pub fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
+    for (i, (role, out)) in outputs.iter().enumerate() {
+        let id = identity(out);
+        for (in_role, input) in inputs {
+            if identity(input) == id {
+                bail!("{}: {role} would overwrite the {in_role} ({}); choose another path", out.display(), input.display());
+            }
+        }
+        for (other_role, other) in &outputs[..i] {
+            if identity(other) == id {
+                bail!("{}: {role} and {other_role} are the same file; choose two paths", out.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Temporary files not yet renamed into place: a signal that cuts the run short deletes them.
+static UNFINISHED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Deletes the temporary files of outputs still being written (called on the way out).
+pub fn remove_unfinished() {
+    for p in UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+fn forget(p: &Path) {
+    UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()).retain(|q| q != p);
+}
+
+/// Writes `path` whole or not at all: `write` fills a temporary file in the same folder,
+/// which then replaces `path` (a symlink's target, if `path` is one). The new file keeps the
+/// permissions of the one it replaces, else gets rw-r--r--.
+pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<T>) -> Result<T> {
+    let name = path.display().to_string();
+    // Write through a symlink to what it points at, as an ordinary open would.
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy()))
+        .suffix(".unmask-tmp")
+        .tempfile_in(dir)
+        .with_context(|| format!("{name}: cannot create a temporary file in {}", dir.display()))?;
+    let tmp_path = tmp.path().to_path_buf();
+    UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()).push(tmp_path.clone());
+    let result = (|| {
+        let perms = std::fs::metadata(&target).map(|m| m.permissions()).unwrap_or_else(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::Permissions::from_mode(0o644)
+        });
+        let mut w = BufWriter::new(tmp.reopen().with_context(|| format!("{name}: cannot write"))?);
+        let value = write(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error()).with_context(|| format!("{name}: cannot write"))?;
+        f.sync_all().with_context(|| format!("{name}: cannot write"))?;
+        tmp.as_file().set_permissions(perms).with_context(|| format!("{name}: cannot set permissions"))?;
+        tmp.persist(&target).map_err(|e| e.error).with_context(|| format!("{name}: cannot replace"))?;
+        Ok(value)
+    })();
+    forget(&tmp_path);
+    result
+}
+
+/// Creates (or truncates) a streamed output, written in place.
+pub fn create_streamed(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn err(r: Result<()>) -> String {
+        format!("{:#}", r.unwrap_err())
+    }
+
+    #[test]
+    fn the_same_file_by_any_name_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a.jsonl");
+        std::fs::write(&a, "x").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        let hard = d.path().join("hard");
+        std::fs::hard_link(&a, &hard).unwrap();
+        let dotted = d.path().join(".").join("a.jsonl");
+        for out in [&a, &link, &hard, &dotted] {
+            let e = err(refuse_clashes(&[("--out", out)], &[("trace", &a)]));
+            assert_eq!(e, format!("{}: --out would overwrite the trace ({}); choose another path", out.display(), a.display()));
+        }
+        let other = d.path().join("b.csv");
+        refuse_clashes(&[("--out", &other)], &[("trace", &a)]).unwrap();
+    }
+
+    #[test]
+    fn two_outputs_may_not_be_one_file_even_before_it_exists() {
+        let d = tempfile::tempdir().unwrap();
+        let o = d.path().join("o");
+        let again = d.path().join("sub/../o");
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let e = err(refuse_clashes(&[("--cast", &o), ("--trace", &again)], &[]));
+        assert_eq!(e, format!("{}: --trace and --cast are the same file; choose two paths", again.display()));
+        refuse_clashes(&[("--cast", &o), ("--trace", &d.path().join("p"))], &[]).unwrap();
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_whole_or_leaves_the_old_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("out.csv");
+        std::fs::write(&p, "old").unwrap();
+        let e = write_atomically::<()>(&p, |w| {
+            w.write_all(b"half")?;
+            bail!("failed midway")
+        });
+        assert_eq!(format!("{:#}", e.unwrap_err()), "failed midway");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "old");
+        write_atomically(&p, |w| Ok(w.write_all(b"new")?)).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new");
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("out.csv")], "no temporary file left");
+    }
+
+    #[test]
+    fn an_atomic_write_through_a_symlink_replaces_its_target() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("real.cast");
+        std::fs::write(&target, "old").unwrap();
+        let link = d.path().join("link.cast");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_atomically(&link, |w| Ok(w.write_all(b"new")?)).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+    }
+}
