@@ -26,7 +26,7 @@ pub fn from_trace(file: &Path, cast: &Path, pacing: &CastArgs) -> Result<()> {
     pacing.pacing().validate()?;
     let t = trace::read_file(file)?;
     if let Some(s) = &t.stopped {
-        eprintln!("unmask: warning: trace stopped early: {s}");
+        eprintln!("unmask: warning: trace stopped early: {}", crate::ui::glyph::escape_line(s));
     }
     write_cast(t.events, file.display().to_string(), t.stopped, cast, pacing)
 }

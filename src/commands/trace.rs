@@ -31,8 +31,9 @@ pub fn run(args: &DecodeArgs, out: Option<&Path>) -> Result<()> {
             if f.reason == FinishReason::Error {
                 bail!("decode failed: {}", f.error.clone().unwrap_or_default());
             }
-            break;
+            return Ok(());
         }
     }
-    Ok(())
+    // The engine thread ended without a finish event: the trace is incomplete.
+    bail!("decode failed: the engine stopped before finishing the decode")
 }
