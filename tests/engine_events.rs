@@ -322,7 +322,7 @@ fn a_panic_in_the_model_ends_the_decode_with_reason_error_and_keeps_what_came_be
             "step b1 s0 f1 [7] masked [6]",
             "step b1 s1 f2 [6] masked []",
             "block b1 start=4 steps=2 f2",
-            "finish Error n=0 f2",
+            "finish Error n=2 f2",
         ]
     );
 }
@@ -349,7 +349,8 @@ fn a_panic_on_the_engine_thread_still_sends_the_finish_event() {
 fn a_non_finite_sample_fails_the_decode_naming_block_step_and_position() {
     let mut d = Failing { inner: ScriptedDenoiser::new(right_first), fail_at: 2, panic: false };
     let req = request(6, settings(Strategy::LowConfidenceStatic, 6));
-    let events = run(&mut d, &req, None);
+    let mut events = vec![];
+    decode(&mut d, &Pieces, &req, &mut |e| events.push(e), None);
     let Some(Event::Finish(f)) = events.last() else { panic!() };
     assert_eq!(f.reason, FinishReason::Error);
     assert_eq!(

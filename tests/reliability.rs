@@ -95,12 +95,14 @@ fn a_temperature_of_1e_38_decodes_instead_of_panicking() {
     let Some(Event::Finish(f)) = events.last() else { panic!("no finish") };
     assert!(matches!(f.reason, FinishReason::Length | FinishReason::Eos), "{f:?}");
     assert!(!f.output_ids.is_empty());
-    // The zero-temperature limit is greedy: the same tokens as --temperature 0.
-    let greedy = dir.path().join("g.jsonl");
-    let o = unmask(&["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "16", "--out", greedy.to_str().unwrap()]);
-    assert!(o.status.success());
-    let Some(Event::Finish(g)) = read_trace(&greedy).pop() else { panic!() };
-    assert_eq!(f.output_ids, g.output_ids);
+    // The zero-temperature limit: every token drawn with certainty.
+    let confs: Vec<f32> = events
+        .iter()
+        .filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None })
+        .flat_map(|s| s.committed.iter().map(|c| c.conf))
+        .collect();
+    assert!(confs.len() >= 16, "{confs:?}");
+    assert!(confs.iter().all(|&c| c == 1.0), "{confs:?}");
 }
 
 #[test]
@@ -316,12 +318,13 @@ fn an_unreadable_folder_is_reported_as_permission_denied() {
     let m = copy_model(|_| {});
     std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o000)).unwrap();
     let readable = std::fs::read_dir(m.path()).is_ok(); // root reads anything
-    let o = unmask(&["trace", "--model", m.path().to_str().unwrap()]);
-    std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     if readable {
+        std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         eprintln!("skipped: running as root, permissions are not enforced");
         return;
     }
+    let o = unmask(&["trace", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "4"]);
+    std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(one_line_error(&o).contains("permission denied"));
 }
 
