@@ -141,6 +141,8 @@ struct RunShape {
     vocab: usize,
     /// Past the last block the decode may have.
     end_block: usize,
+    /// `forward` of the newest step: the running count only grows.
+    last_forward: usize,
     committed: HashSet<usize>,
 }
 
@@ -204,6 +206,7 @@ fn header(h: &Header) -> Result<RunShape, String> {
         max_len: h.max_len,
         vocab,
         end_block: h.max_len.div_ceil(b).max(h.first_block + 1),
+        last_forward: 0,
         committed: HashSet::new(),
     })
 }
@@ -231,6 +234,7 @@ impl RunShape {
         if let Some(st) = &s.settings {
             settings(st, "settings")?;
         }
+
         let span = s.block * self.block_length..(s.block + 1) * self.block_length;
         let generated = self.prompt_len.max(span.start)..span.end;
         for c in &s.committed {
@@ -248,6 +252,10 @@ impl RunShape {
             }
             self.token("masked.token", c.token)?;
         }
+        if s.forward <= self.last_forward {
+            return Err(format!("field `forward` is {}, not more than the previous step's {}", s.forward, self.last_forward));
+        }
+        self.last_forward = s.forward;
         Ok(())
     }
 
