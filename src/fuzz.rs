@@ -38,7 +38,7 @@ pub fn mutate_trace(text: &str, rng: &mut impl Rng) -> String {
     }
     let i = rng.random_range(0..lines.len());
     match rng.random_range(0..8) {
-        0 | 1 | 2 => lines[i] = replace_number(&lines[i], rng),
+        0..=2 => lines[i] = replace_number(&lines[i], rng),
         3 => lines[i] = replace_string(&lines[i], rng),
         4 => {
             let dup = lines[i].clone();

@@ -303,7 +303,8 @@ mod tests {
         let good = synth::trace(&Synth::small());
         let Event::Header(h) = &good[0] else { panic!() };
         let step_at = good.iter().position(|e| matches!(e, Event::Step(s) if !s.committed.is_empty())).unwrap();
-        let cases: Vec<(Box<dyn Fn(&mut Vec<Event>)>, String)> = vec![
+        type Edit = Box<dyn Fn(&mut Vec<Event>)>;
+        let cases: Vec<(Edit, String)> = vec![
             (
                 Box::new(|ev| if let Event::Header(h) = &mut ev[0] { h.mask_token_id = 1 << 30 }),
                 format!("field `mask_token_id` is {}, outside the vocabulary of {}", 1 << 30, h.model.vocab_size),

@@ -45,8 +45,8 @@ impl Uniforms {
 /// its sample says so with a NaN `conf` and `entropy`, which [`PosSample::is_valid`] reports and
 /// the decode loop turns into an error naming the position, rather than a made-up token.
 pub fn sample(logits: &[f32], sampling: &Sampling, u: f32) -> PosSample {
-    // `!(z < inf)` is true for NaN and +inf; -inf (a suppressed token) is fine.
-    if logits.is_empty() || logits.iter().any(|z| !(*z < f32::INFINITY)) {
+    // NaN and +inf have no place in a distribution; -inf (a suppressed token) is fine.
+    if logits.is_empty() || logits.iter().any(|z| z.is_nan() || *z == f32::INFINITY) {
         return PosSample::INVALID;
     }
     if sampling.is_greedy() {
