@@ -125,6 +125,38 @@ pub struct FinishEvent {
     pub error: Option<String>,
 }
 
+impl Event {
+    /// The first number in this event that JSON cannot hold (NaN or infinite: serde_json would
+    /// write it as `null`, which no reader accepts back), as `(field, value)`.
+    pub fn non_finite(&self) -> Option<(&'static str, f64)> {
+        let settings = |s: &DecodeSettings| {
+            [
+                ("settings.threshold", s.threshold as f64),
+                ("settings.eb_threshold", s.eb_threshold as f64),
+                ("settings.sampling.temperature", s.sampling.temperature as f64),
+                ("settings.sampling.top_p", s.sampling.top_p as f64),
+            ]
+        };
+        let mut nums: Vec<(&'static str, f64)> = Vec::new();
+        match self {
+            Event::Header(h) => nums.extend(settings(&h.settings)),
+            Event::Step(s) => {
+                nums.push(("t_ms", s.t_ms));
+                for c in &s.committed {
+                    nums.extend([("committed.conf", c.conf as f64), ("committed.entropy", c.entropy as f64)]);
+                }
+                nums.extend(s.masked.iter().map(|c| ("masked.conf", c.conf as f64)));
+                if let Some(st) = &s.settings {
+                    nums.extend(settings(st));
+                }
+            }
+            Event::Block(b) => nums.push(("t_ms", b.t_ms)),
+            Event::Finish(f) => nums.push(("elapsed_ms", f.elapsed_ms)),
+        }
+        nums.into_iter().find(|(_, v)| !v.is_finite())
+    }
+}
+
 impl FinishEvent {
     pub fn tokens_per_second(&self) -> f64 {
         if self.elapsed_ms <= 0.0 {

@@ -91,12 +91,24 @@ pub fn tables(events: &[Event]) -> Tables {
     Tables { tokens, steps, step_map }
 }
 
-/// RFC 4180 field: quoted when it holds a comma, quote or line break.
+/// Token text shown as the TUI shows it (control characters as visible stand-ins), for an
+/// export written to a terminal: a crafted token must not drive the terminal (set its title,
+/// move the cursor). Files get the exact text.
+pub fn escape_for_terminal(t: &mut Tables) {
+    for r in &mut t.tokens {
+        r.text = crate::ui::glyph::escape_line(&r.text).into_owned();
+    }
+}
+
+/// RFC 4180 field: quoted when it holds a comma, quote or line break. A field a spreadsheet
+/// would run as a formula (starting with `=`, `+`, `-`, `@`, tab or carriage return) gets a
+/// leading `'`, OWASP's rule against CSV injection: token text is untrusted.
 fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{s}") } else { s.to_string() };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_string()
+        s
     }
 }
 
@@ -149,5 +161,17 @@ mod tests {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
         assert_eq!(csv_field("line\nbreak"), "\"line\nbreak\"");
+    }
+
+    #[test]
+    fn csv_neutralises_formula_prefixes() {
+        assert_eq!(csv_field("=1+2"), "'=1+2");
+        assert_eq!(csv_field("+cmd"), "'+cmd");
+        assert_eq!(csv_field("-"), "'-");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("\tx"), "'\tx");
+        assert_eq!(csv_field("\rx"), "\"'\rx\"");
+        assert_eq!(csv_field("=HYPERLINK(\"a\",b)"), "\"'=HYPERLINK(\"\"a\"\",b)\"");
+        assert_eq!(csv_field("a=b"), "a=b");
     }
 }

@@ -4,6 +4,7 @@ use clap::Parser;
 use unmask::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    unmask::panics::install();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return clap_exit(e),
@@ -57,9 +58,11 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Every error is one line on stderr: the chain of contexts, outermost first.
+/// Every error is one line on stderr: the chain of contexts, outermost first. Values from
+/// files and flags are echoed in it, so control characters are shown, never sent raw (an ESC
+/// could drive the terminal; a newline would break the one line).
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("unmask: error: {msg}");
+    eprintln!("unmask: error: {}", unmask::ui::glyph::escape_line(msg));
     ExitCode::FAILURE
 }
 

@@ -42,8 +42,12 @@ impl Pacing {
         if !(self.step_delay.is_finite() && self.step_delay >= 0.0) {
             bail!("--step-delay must be zero or more seconds, not {}", self.step_delay);
         }
-        if self.width == 0 || self.height == 0 {
-            bail!("--width and --height must be at least 1");
+        use crate::limits::{MAX_CAST_HEIGHT, MAX_CAST_WIDTH};
+        if !(1..=MAX_CAST_WIDTH).contains(&self.width) {
+            bail!("--width must be within 1..={MAX_CAST_WIDTH} (got {})", self.width);
+        }
+        if !(1..=MAX_CAST_HEIGHT).contains(&self.height) {
+            bail!("--height must be within 1..={MAX_CAST_HEIGHT} (got {})", self.height);
         }
         Ok(())
     }

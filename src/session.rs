@@ -46,6 +46,7 @@ impl Session {
             .or_else(|| ckpt.generation.default_prompt.clone())
             .unwrap_or_else(|| DEFAULT_PROMPT.to_string());
         let prompt_ids = ckpt.tokenizer.encode(&prompt)?;
+        check_prompt_ids(&prompt_ids, ckpt.config.vocab_size, &ckpt.tokenizer)?;
         let request = Request {
             prompt,
             prompt_ids,
@@ -57,6 +58,19 @@ impl Session {
         };
         let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
+    }
+}
+
+/// Every prompt token must index the embedding: a tokenizer.json larger than config.json's
+/// `vocab_size` would otherwise fail deep in the first forward with a tensor index error.
+fn check_prompt_ids(ids: &[u32], vocab: usize, tok: &Tok) -> Result<()> {
+    match ids.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
+        None => Ok(()),
+        Some((i, &t)) => anyhow::bail!(
+            "--prompt: token {i} ({:?}) has id {t}, outside the model's vocabulary of {vocab} \
+             (config.json `vocab_size`); tokenizer.json and config.json disagree",
+            tok.piece(t)
+        ),
     }
 }
 

@@ -101,9 +101,9 @@ impl Default for DecodeSettings {
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SettingsError {
-    #[error("--block-length must be at least 1 (got {0})")]
+    #[error("--block-length must be within 1..={max} (got {0})", max = crate::limits::MAX_BLOCK_LENGTH)]
     BlockLength(usize),
-    #[error("--steps must be at least 1 (got {0})")]
+    #[error("--steps must be within 1..={max} (got {0})", max = crate::limits::MAX_STEPS)]
     Steps(usize),
     #[error("--threshold must be within [0, 1] (got {0})")]
     Threshold(f32),
@@ -113,17 +113,18 @@ pub enum SettingsError {
     Temperature(f32),
     #[error("--top-p must be within (0, 1] (got {0})")]
     TopP(f32),
-    #[error("--max-new-tokens must be at least 1 (got {0})")]
+    #[error("--max-new-tokens must be within 1..={max} (got {0})", max = crate::limits::MAX_NEW_TOKENS)]
     MaxNewTokens(usize),
 }
 
 impl DecodeSettings {
     pub fn validate(&self) -> Result<(), SettingsError> {
         let s = &self.sampling;
-        if self.block_length == 0 {
+        use crate::limits::{MAX_BLOCK_LENGTH, MAX_NEW_TOKENS, MAX_STEPS};
+        if !(1..=MAX_BLOCK_LENGTH).contains(&self.block_length) {
             return Err(SettingsError::BlockLength(self.block_length));
         }
-        if self.steps == 0 {
+        if !(1..=MAX_STEPS).contains(&self.steps) {
             return Err(SettingsError::Steps(self.steps));
         }
         if !(0.0..=1.0).contains(&self.threshold) {
@@ -138,7 +139,7 @@ impl DecodeSettings {
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return Err(SettingsError::TopP(s.top_p));
         }
-        if self.max_new_tokens == 0 {
+        if !(1..=MAX_NEW_TOKENS).contains(&self.max_new_tokens) {
             return Err(SettingsError::MaxNewTokens(self.max_new_tokens));
         }
         Ok(())
@@ -194,6 +195,9 @@ mod tests {
             (DecodeSettings { steps: 0, ..base.clone() }, SettingsError::Steps(0)),
             (DecodeSettings { threshold: 1.5, ..base.clone() }, SettingsError::Threshold(1.5)),
             (DecodeSettings { max_new_tokens: 0, ..base.clone() }, SettingsError::MaxNewTokens(0)),
+            (DecodeSettings { max_new_tokens: usize::MAX, ..base.clone() }, SettingsError::MaxNewTokens(usize::MAX)),
+            (DecodeSettings { block_length: 1 << 40, ..base.clone() }, SettingsError::BlockLength(1 << 40)),
+            (DecodeSettings { steps: 5000, ..base.clone() }, SettingsError::Steps(5000)),
             (
                 DecodeSettings { sampling: Sampling { top_p: 0.0, ..base.sampling }, ..base.clone() },
                 SettingsError::TopP(0.0),

@@ -359,7 +359,8 @@ impl Run {
         // Blocks are recorded in order and every block before the active one is done.
         let done = self.active_block(Some(k)).checked_sub(self.header.first_block)?;
         let last = self.blocks.get(done.checked_sub(1)?)?.done_forward?;
-        Some((last - self.prefill_forwards()) as f64 / done as f64)
+        // Saturating: a recorded trace's counters are input, not arithmetic facts.
+        Some(last.saturating_sub(self.prefill_forwards()) as f64 / done as f64)
     }
 
     fn push_step(&mut self, s: StepEvent) {

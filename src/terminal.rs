@@ -37,6 +37,10 @@ fn install_panic_hook() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            // A panic that crate::panics catches becomes an error: nothing to restore or keep.
+            if crate::panics::catching() {
+                return previous(info);
+            }
             let on_ui = *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) == Some(thread::current().id());
             if on_ui || !ACTIVE.load(Ordering::SeqCst) {
                 restore();

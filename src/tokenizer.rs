@@ -8,6 +8,8 @@ pub const MASK_SPELLINGS: [&str; 2] = ["<|MASK|>", "<MASK>"];
 
 pub struct Tok {
     inner: Tokenizer,
+    /// How errors name tokenizer.json.
+    origin: String,
     mask_id: u32,
     /// Whether `<|MASK|>` was missing from tokenizer.json and had to be added.
     pub mask_added: bool,
@@ -35,7 +37,7 @@ impl Tok {
             (Some(id), _) => (id, false),
             (None, want) => (add_mask(&mut inner, origin, want)?, true),
         };
-        Ok(Tok { inner, mask_id, mask_added })
+        Ok(Tok { inner, origin: origin.to_string(), mask_id, mask_added })
     }
 
     pub fn mask_id(&self) -> u32 {
@@ -47,7 +49,12 @@ impl Tok {
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| anyhow!("cannot tokenize prompt: {e}"))?;
+        // The onig binding of tokenizers panics when the regex engine gives up on a
+        // pre-tokenizer pattern (e.g. `(a+)+$` over a long run of `a`: onig's retry limit);
+        // it returns no error for it, so catching the panic is the only way to report it.
+        let enc = crate::panics::catch(|| self.inner.encode(text, false))
+            .map_err(|p| anyhow!("{}: cannot tokenize the prompt: the tokenizer failed ({p})", self.origin))?
+            .map_err(|e| anyhow!("{}: cannot tokenize the prompt: {e}", self.origin))?;
         Ok(enc.get_ids().to_vec())
     }
 

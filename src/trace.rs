@@ -1,10 +1,11 @@
 //! Trace files: the events as JSON Lines, one object per line, versioned by the header.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 use anyhow::{Context, Result};
 
 use crate::events::{Event, TRACE_VERSION};
+use crate::limits::{TraceCheck, MAX_TRACE_LINE};
 
 /// Writes events as they come, flushing each line so that a crash loses nothing written.
 pub struct TraceWriter<W: Write> {
@@ -17,10 +18,23 @@ impl<W: Write> TraceWriter<W> {
         TraceWriter { out, label: label.into() }
     }
 
+    /// Writes one event; refuses one holding NaN or an infinity (JSON has no such numbers).
     pub fn write(&mut self, ev: &Event) -> Result<()> {
+        if let Some((field, v)) = ev.non_finite() {
+            anyhow::bail!("{}: refusing to write a {} event whose `{field}` is {v}", self.label, kind(ev));
+        }
         serde_json::to_writer(&mut self.out, ev).with_context(|| format!("{}: cannot write", self.label))?;
         self.out.write_all(b"\n").with_context(|| format!("{}: cannot write", self.label))?;
         self.out.flush().with_context(|| format!("{}: cannot write", self.label))
+    }
+}
+
+fn kind(ev: &Event) -> &'static str {
+    match ev {
+        Event::Header(_) => "header",
+        Event::Step(_) => "step",
+        Event::Block(_) => "block",
+        Event::Finish(_) => "finish",
     }
 }
 
@@ -33,23 +47,38 @@ pub struct ReadTrace {
 }
 
 /// Reads a trace, keeping every good event before the first bad line (a truncated recording
-/// still replays). Fails only if nothing usable is there.
-pub fn read(input: impl BufRead, label: &str) -> Result<ReadTrace> {
+/// still replays). Fails only if nothing usable is there. A line is bad when it is not an
+/// event, is longer than [`MAX_TRACE_LINE`], or contradicts the events before it
+/// ([`TraceCheck`]: sizes out of bounds, a position committed twice, ...).
+pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
     let mut events = Vec::new();
     let mut stopped = None;
-    for (i, line) in input.lines().enumerate() {
-        let n = i + 1;
-        let line = match line {
-            Ok(l) => l,
+    let mut check = TraceCheck::default();
+    let mut buf = Vec::new();
+    for n in 1.. {
+        buf.clear();
+        // At most one byte past the limit is read: a line without end (/dev/zero-like
+        // content in a regular file) cannot exhaust memory.
+        match (&mut input).take(MAX_TRACE_LINE as u64 + 1).read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
             Err(e) => {
                 stopped = Some(format!("{label}:{n}: cannot read: {e}"));
                 break;
             }
+        }
+        if buf.len() > MAX_TRACE_LINE {
+            stopped = Some(format!("{label}:{n}: line longer than {MAX_TRACE_LINE} bytes"));
+            break;
+        }
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            stopped = Some(format!("{label}:{n}: not UTF-8"));
+            break;
         };
         if line.trim().is_empty() {
             continue;
         }
-        match parse_line(&line, events.is_empty()) {
+        match parse_line(line, events.is_empty()).and_then(|ev| check.check(&ev).map(|()| ev)) {
             Ok(ev) => events.push(ev),
             Err(e) => {
                 stopped = Some(format!("{label}:{n}: {e}"));
@@ -76,8 +105,11 @@ fn parse_line(line: &str, first: bool) -> Result<Event, String> {
     }
 }
 
+/// Reads a trace file, which must be a regular file (a FIFO or device is refused before it is
+/// opened: reading one could block forever or never end).
 pub fn read_file(path: &std::path::Path) -> Result<ReadTrace> {
     let label = path.display().to_string();
+    crate::limits::regular_file(path)?;
     let f = std::fs::File::open(path).with_context(|| format!("{label}: cannot open"))?;
     read(std::io::BufReader::new(f), &label)
 }

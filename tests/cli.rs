@@ -161,7 +161,7 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
 fn bad_flags_give_one_line_errors() {
     let model = fixture("tiny-random");
     let e = error_for(&model, &["--block-length", "0"]);
-    assert!(e.contains("--block-length must be at least 1 (got 0)"), "{e}");
+    assert!(e.contains("--block-length must be within 1..=4096 (got 0)"), "{e}");
     let e = error_for(&model, &["--strategy", "fastest"]);
     assert!(e.contains("invalid value 'fastest' for '--strategy"), "{e}");
     assert!(e.contains("low_confidence_dynamic"), "lists the strategies: {e}");

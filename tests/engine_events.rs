@@ -279,3 +279,84 @@ fn same_seed_same_events_different_seed_different_draws() {
     assert_eq!(draws(1), draws(1));
     assert_ne!(draws(1), draws(2));
 }
+
+/// Test double whose `n`-th pass fails: panics, or returns a NaN confidence at block index 1.
+struct Failing {
+    inner: ScriptedDenoiser,
+    fail_at: usize,
+    panic: bool,
+}
+
+impl Denoiser for Failing {
+    fn reset(&mut self, capacity: usize) -> Result<()> {
+        self.inner.reset(capacity)
+    }
+    fn denoise(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+        let n = self.inner.passes;
+        let mut out = self.inner.denoise(pass, s, u)?;
+        if n == self.fail_at {
+            if self.panic {
+                let empty: Vec<u32> = Vec::new();
+                let _ = empty[n]; // index out of bounds, as the sampler once did
+            }
+            out[1] = PosSample { conf: f32::NAN, ..out[1] };
+        }
+        Ok(out)
+    }
+}
+
+#[test]
+fn a_panic_in_the_model_ends_the_decode_with_reason_error_and_keeps_what_came_before() {
+    let mut d = Failing { inner: ScriptedDenoiser::new(right_first), fail_at: 2, panic: true };
+    let req = request(6, settings(Strategy::LowConfidenceStatic, 6));
+    let mut events = vec![];
+    let fin = decode(&mut d, &Pieces, &req, &mut |e| events.push(e), None);
+    assert_eq!(fin.reason, FinishReason::Error);
+    let msg = fin.error.clone().unwrap();
+    assert!(msg.starts_with("internal error (panic): index out of bounds"), "{msg}");
+    assert!(msg.contains("tests/engine_events.rs:"), "names where: {msg}");
+    assert_eq!(
+        shape(&events),
+        vec![
+            "header first_block=1 max_len=12",
+            "step b1 s0 f1 [7] masked [6]",
+            "step b1 s1 f2 [6] masked []",
+            "block b1 start=4 steps=2 f2",
+            "finish Error n=2 f2",
+        ]
+    );
+}
+
+#[test]
+fn a_panic_on_the_engine_thread_still_sends_the_finish_event() {
+    let d = Failing { inner: ScriptedDenoiser::new(right_first), fail_at: 0, panic: true };
+    let (tx, rx) = mpsc::channel();
+    let engine = unmask::engine::EngineThread::spawn(Box::new(d), Box::new(Pieces), move |e| {
+        let _ = tx.send(e);
+    });
+    engine.submit(request(6, settings(Strategy::LowConfidenceStatic, 6)));
+    let mut events = vec![];
+    while !matches!(events.last(), Some(Event::Finish(_))) {
+        // Before the fix the channel stayed open and silent: wait a bounded time, not forever.
+        events.push(rx.recv_timeout(std::time::Duration::from_secs(20)).expect("a finish event"));
+    }
+    assert_eq!(shape(&events), vec!["header first_block=1 max_len=12", "finish Error n=0 f0"]);
+    // ... and the thread lives on for the next decode.
+    drop(engine);
+}
+
+#[test]
+fn a_non_finite_sample_fails_the_decode_naming_block_step_and_position() {
+    let mut d = Failing { inner: ScriptedDenoiser::new(right_first), fail_at: 2, panic: false };
+    let req = request(6, settings(Strategy::LowConfidenceStatic, 6));
+    let mut events = vec![];
+    decode(&mut d, &Pieces, &req, &mut |e| events.push(e), None);
+    let Some(Event::Finish(f)) = events.last() else { panic!() };
+    assert_eq!(f.reason, FinishReason::Error);
+    assert_eq!(
+        f.error.as_deref(),
+        Some("block 2 step 0 (forward 3): non-finite logits at position 9 (NaN/Inf in the weights or an overflowing activation)")
+    );
+    // Nothing NaN was sent on.
+    assert!(events.iter().all(|e| e.non_finite().is_none()));
+}

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::cli::{ExportFormat, ExportTable};
-use crate::export::{step_map_csv, steps_csv, tables, tokens_csv};
+use crate::export::{escape_for_terminal, step_map_csv, steps_csv, tables, tokens_csv};
 
 pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&Path>) -> Result<()> {
     if let Some(p) = out {
@@ -14,9 +14,12 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
     let read = crate::trace::read_file(trace)?;
     if let Some(why) = &read.stopped {
         // The good part is still exported; say where the trace ended.
-        eprintln!("unmask: warning: {why}; exporting the events before it");
+        eprintln!("unmask: warning: {}; exporting the events before it", crate::ui::glyph::escape_line(why));
     }
-    let t = tables(&read.events);
+    let mut t = tables(&read.events);
+    if out.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        escape_for_terminal(&mut t);
+    }
     let text = match (format, table) {
         (ExportFormat::Json, _) => serde_json::to_string_pretty(&t)? + "\n",
         (ExportFormat::Csv, ExportTable::Tokens) => tokens_csv(&t),

@@ -45,7 +45,7 @@ pub fn from_trace(file: &Path, cast: &Path, pacing: &CastArgs) -> Result<()> {
     refuse_clashes(&[("--cast", cast)], &[("trace", file)])?;
     let t = trace::read_file(file)?;
     if let Some(s) = &t.stopped {
-        eprintln!("unmask: warning: trace stopped early: {s}");
+        eprintln!("unmask: warning: trace stopped early: {}", crate::ui::glyph::escape_line(s));
     }
     write_cast(t.events, file.display().to_string(), t.stopped, cast, pacing)
 }

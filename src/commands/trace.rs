@@ -54,5 +54,6 @@ pub fn stream(session: Session, mut each: impl FnMut(&Event) -> Result<()>) -> R
             return Ok(f);
         }
     }
-    bail!("the engine stopped without a finish event")
+    // The engine thread ended without a finish event: the trace is incomplete.
+    bail!("decode failed: the engine stopped before finishing the decode")
 }

@@ -90,10 +90,13 @@ pub fn decode_with_events(
     };
     let mut output = Vec::new();
     let mut blocks = 0;
-    let result = lp.run(req, &mut output, &mut blocks);
+    // A panic anywhere in the model or sampler ends this decode like an error would: the
+    // finish event still goes out, so no front end waits for it forever or reports success.
+    let result = crate::panics::catch(|| lp.run(req, &mut output, &mut blocks));
     let (reason, error) = match result {
-        Ok(r) => (r, None),
-        Err(e) => (FinishReason::Error, Some(format!("{e:#}"))),
+        Ok(Ok(r)) => (r, None),
+        Ok(Err(e)) => (FinishReason::Error, Some(format!("{e:#}"))),
+        Err(panic) => (FinishReason::Error, Some(panic)),
     };
     let fin = FinishEvent {
         reason,
@@ -107,6 +110,23 @@ pub fn decode_with_events(
     };
     (lp.sink)(Event::Finish(fin.clone()));
     fin
+}
+
+/// Refuses a pass whose samples are not a distribution (NaN or infinite logits: NaN/Inf
+/// weights, or activations that overflowed), naming the first bad position: decoding on would
+/// commit made-up tokens and write `null` confidences.
+fn check_samples(samples: &[PosSample], b: usize, start: usize, block: usize, step: usize, forward: usize) -> Result<()> {
+    if samples.len() != b {
+        anyhow::bail!("block {block} step {step} (forward {forward}): the model returned {} samples for {b} positions", samples.len());
+    }
+    match samples.iter().position(|s| !s.is_valid()) {
+        None => Ok(()),
+        Some(i) => anyhow::bail!(
+            "block {block} step {step} (forward {forward}): non-finite logits at position {} \
+             (NaN/Inf in the weights or an overflowing activation)",
+            start + i
+        ),
+    }
 }
 
 impl Loop<'_> {
@@ -135,9 +155,13 @@ impl Loop<'_> {
         let p = req.prompt_ids.len();
         let n = self.settings.max_new_tokens;
         let first_block = p / b;
-        let end_blocks = (p + n).div_ceil(b);
+        let max_len = p.checked_add(n).filter(|&m| m.div_ceil(b).checked_mul(b).is_some());
+        let Some(max_len) = max_len else {
+            anyhow::bail!("prompt of {p} tokens + --max-new-tokens {n} is too long");
+        };
+        let end_blocks = max_len.div_ceil(b);
         if self.events {
-            self.header(req, first_block, p + n);
+            self.header(req, first_block, max_len);
         }
         self.denoiser.reset(end_blocks * b)?;
         // Finished blocks not in the cache yet: the next block's first pass stores them.
@@ -208,6 +232,7 @@ impl Loop<'_> {
             let store = std::mem::take(unstored);
             let samples = self.denoiser.denoise(Pass { store: &store, block: cells }, &sampling, &u)?;
             self.forwards += 1;
+            check_samples(&samples, b, start, block, step, self.forwards)?;
             let view: Vec<Cell> = samples
                 .iter()
                 .zip(&masked)

@@ -98,6 +98,23 @@ impl ModelConfig {
                 bail!("field `{field}` must be positive");
             }
         }
+        // Bounded before anything is sized from them (a layer list, a RoPE table, a KV cache).
+        for (field, max) in crate::limits::CONFIG_BOUNDS {
+            let v = match field {
+                "max_position_embeddings" => self.max_position_embeddings,
+                _ => positive.iter().find(|(f, _)| *f == field).map_or(0, |p| p.1),
+            };
+            crate::limits::at_most(&format!("field `{field}`"), v, max)?;
+        }
+        if let Some(b) = self.block_size {
+            crate::limits::at_most("field `block_size`", b, crate::limits::MAX_BLOCK_LENGTH)?;
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            bail!("field `rms_norm_eps` is {}; it must be a positive number", self.rms_norm_eps);
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            bail!("field `rope_theta` is {}; it must be a positive number", self.rope_theta);
+        }
         if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             bail!(
                 "field `num_attention_heads` ({}) is not a multiple of `num_key_value_heads` ({})",
@@ -124,7 +141,8 @@ impl ModelConfig {
         self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// Parameter count implied by the shapes (what the weights must add up to).
+    /// Parameter count implied by the shapes (what the weights must add up to). The sizes are
+    /// bounded at parse time ([`crate::limits::CONFIG_BOUNDS`]), so this cannot wrap on 64 bits.
     pub fn num_params(&self) -> usize {
         let (h, d) = (self.hidden_size, self.head_dim());
         let q = self.num_attention_heads * d;
@@ -177,6 +195,14 @@ mod tests {
         assert!(e.contains("`num_attention_heads` (2) is not a multiple"), "{e}");
         let e = err(&MIN.replace("\"hidden_size\":8", "\"hidden_size\":\"8\""));
         assert!(e.contains("invalid type"), "{e}");
+        for (field, bad) in [("rope_theta", "0"), ("rope_theta", "-5"), ("rms_norm_eps", "-1"), ("rms_norm_eps", "0")] {
+            let e = err(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"{field}\":{bad}")));
+            assert!(e.starts_with(&format!("m/config.json: invalid config: field `{field}` is {bad};")), "{e}");
+        }
+        let e = err(&MIN.replace("\"num_hidden_layers\":1", "\"num_hidden_layers\":1000000000"));
+        assert!(e.ends_with("invalid config: field `num_hidden_layers` is 1000000000, more than the limit of 1024"), "{e}");
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"max_position_embeddings\":18446744073709551615"));
+        assert!(e.contains("field `max_position_embeddings` is 18446744073709551615, more than the limit"), "{e}");
         let e = err("{ not json");
         assert!(e.contains("m/config.json: invalid config: key must be a string at line 1"), "{e}");
     }

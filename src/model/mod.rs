@@ -57,12 +57,14 @@ impl Source {
 
     fn check(&self) -> Result<()> {
         if let Source::Dir(p) = self {
-            if !p.exists() {
-                bail!("model folder {}: does not exist", p.display());
-            }
-            if !p.is_dir() {
+            // `exists()` would call a symlink loop or a folder we may not enter "missing".
+            let meta = std::fs::metadata(p)
+                .map_err(|e| anyhow!("model folder {}: {}", p.display(), crate::limits::io_reason(&e)))?;
+            if !meta.is_dir() {
                 bail!("model folder {}: is not a folder", p.display());
             }
+            std::fs::read_dir(p)
+                .map_err(|e| anyhow!("model folder {}: {}", p.display(), crate::limits::io_reason(&e)))?;
         }
         Ok(())
     }
@@ -71,9 +73,10 @@ impl Source {
         match self {
             Source::Dir(p) => {
                 let path = p.join(name);
-                if !path.exists() {
+                if !present(&path)? {
                     return Ok(None);
                 }
+                crate::limits::regular_file(&path)?;
                 let b = std::fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
                 Ok(Some(b.into()))
             }
@@ -105,10 +108,26 @@ impl Source {
     }
 }
 
+/// Whether `path` exists: `false` only when it is really not there. Any other failure (a
+/// symlink loop, a folder we may not read) is an error saying so, not "missing".
+fn present(path: &Path) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => bail!("{}: {}", path.display(), crate::limits::io_reason(&e)),
+        // A link is followed: a dangling or looping one is an error, not an absent file.
+        Ok(m) if m.file_type().is_symlink() => match std::fs::metadata(path) {
+            Ok(_) => Ok(true),
+            Err(e) => bail!("{}: {}", path.display(), crate::limits::io_reason(&e)),
+        },
+        Ok(_) => Ok(true),
+    }
+}
+
 /// The safetensors files of a folder: the shards an index names, or the single file.
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
-    if index.exists() {
+    if present(&index)? {
+        crate::limits::regular_file(&index)?;
         #[derive(Deserialize)]
         struct Index {
             weight_map: std::collections::BTreeMap<String, String>,
@@ -125,7 +144,7 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         return Ok(files.into_iter().map(|f| dir.join(f)).collect());
     }
     let single = dir.join("model.safetensors");
-    if single.exists() {
+    if present(&single)? {
         return Ok(vec![single]);
     }
     bail!("model folder {}: no model.safetensors or model.safetensors.index.json", dir.display())
@@ -211,6 +230,7 @@ impl Checkpoint {
         }
         let eos_ids = eos_ids(&config, &generation, &tokenizer);
         let weights = source.weights()?;
+        check_layers(&config, &weights, &source.file_label("config.json"))?;
         let model = Qwen3::load(&config, &weights, dtype, device)?;
         let info = ModelInfo {
             source: source.label(),
@@ -223,6 +243,17 @@ impl Checkpoint {
         };
         Ok(Checkpoint { config, generation, tokenizer, eos_ids, model, info })
     }
+}
+
+/// config.json's layer count against the checkpoint's tensors, before anything is sized by it.
+fn check_layers(config: &ModelConfig, weights: &Weights, label: &str) -> Result<()> {
+    let n = config.num_hidden_layers;
+    let has = |l: usize| weights.contains(&format!("model.layers.{l}.input_layernorm.weight"));
+    if !has(n - 1) || has(n) {
+        let real = (0..=crate::limits::CONFIG_BOUNDS[3].1).find(|&l| !has(l)).unwrap_or(0);
+        bail!("{label}: field `num_hidden_layers` is {n}, but the weights hold {real} layers");
+    }
+    Ok(())
 }
 
 fn eos_ids(config: &ModelConfig, generation: &GenerationConfig, tok: &Tok) -> Vec<u32> {

@@ -244,6 +244,11 @@ impl Qwen3 {
             );
         }
         let shape = (2, self.kv_heads, capacity, self.head_dim);
+        // K/V of every layer plus the cos/sin tables, checked before allocating.
+        let bytes = [2, self.kv_heads, capacity, self.head_dim, self.layers.len() + 1, self.dtype.size_in_bytes()]
+            .into_iter()
+            .try_fold(1usize, usize::checked_mul);
+        crate::limits::fits_in_memory(&format!("a KV cache of {capacity} positions"), bytes, &self.device)?;
         let zeros = || Tensor::zeros(shape, self.dtype, &self.device);
         let n = self.layers.len();
         let (cos, sin) = rope_tables(self.rope_theta, self.head_dim, capacity, self.dtype, &self.device)?;

@@ -12,6 +12,7 @@ use safetensors::SafeTensors;
 enum Bytes {
     Mapped(memmap2::Mmap),
     Static(&'static [u8]),
+    Owned(Vec<u8>),
 }
 
 impl Bytes {
@@ -19,6 +20,7 @@ impl Bytes {
         match self {
             Bytes::Mapped(m) => m,
             Bytes::Static(s) => s,
+            Bytes::Owned(v) => v,
         }
     }
 }
@@ -66,6 +68,7 @@ impl Weights {
         let mut shards = Vec::new();
         for p in paths {
             let p = p.as_ref();
+            crate::limits::regular_file(p)?;
             let file = std::fs::File::open(p).with_context(|| format!("{}: cannot open", p.display()))?;
             // SAFETY: the checkpoint is treated as read-only input for the life of the process;
             // like every mmap-based loader we assume nobody truncates it meanwhile.
@@ -78,6 +81,11 @@ impl Weights {
 
     pub fn from_static(label: &str, bytes: &'static [u8]) -> Result<Self> {
         Self::index(vec![Shard { label: label.to_string(), bytes: Bytes::Static(bytes) }])
+    }
+
+    /// A safetensors file already in memory (property tests and fuzz targets).
+    pub fn from_vec(label: &str, bytes: Vec<u8>) -> Result<Self> {
+        Self::index(vec![Shard { label: label.to_string(), bytes: Bytes::Owned(bytes) }])
     }
 
     fn index(shards: Vec<Shard>) -> Result<Self> {

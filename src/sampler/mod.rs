@@ -40,13 +40,35 @@ impl Uniforms {
 }
 
 /// Samples one position. `u` is this position's uniform (ignored when greedy).
+///
+/// A row holding NaN or +inf (NaN/Inf weights, an overflowing activation) has no distribution:
+/// its sample says so with a NaN `conf` and `entropy`, which [`PosSample::is_valid`] reports and
+/// the decode loop turns into an error naming the position, rather than a made-up token.
 pub fn sample(logits: &[f32], sampling: &Sampling, u: f32) -> PosSample {
+    // NaN and +inf have no place in a distribution; -inf (a suppressed token) is fine.
+    if logits.is_empty() || logits.iter().any(|z| z.is_nan() || *z == f32::INFINITY) {
+        return PosSample::INVALID;
+    }
     if sampling.is_greedy() {
         return greedy(logits);
     }
     let inv_t = 1.0 / sampling.temperature;
-    let kept = filtered(logits, inv_t, sampling.top_k, sampling.top_p);
-    draw(&kept, u)
+    match filtered(logits, inv_t, sampling.top_k, sampling.top_p) {
+        Some(kept) => draw(&kept, u),
+        // So cold that the scaled logits overflow: the distribution is its zero-temperature
+        // limit, all mass on the argmax (what greedy picks, with certainty).
+        None => PosSample { conf: 1.0, entropy: 0.0, ..greedy(logits) },
+    }
+}
+
+impl PosSample {
+    /// What [`sample`] returns for a row without a distribution.
+    pub const INVALID: PosSample = PosSample { token: 0, conf: f32::NAN, entropy: f32::NAN };
+
+    /// Whether this sample came from a real distribution (finite confidence and entropy).
+    pub fn is_valid(&self) -> bool {
+        self.conf.is_finite() && self.entropy.is_finite()
+    }
 }
 
 fn greedy(logits: &[f32]) -> PosSample {
@@ -82,8 +104,9 @@ fn log_partition(zs: impl Iterator<Item = f32> + Clone, m: f32) -> (f32, f32) {
     (sum.ln() as f32, (weighted / sum) as f32)
 }
 
-/// Token ids with their filtered, renormalised probabilities, most probable first (ties by id).
-fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Vec<(u32, f32)> {
+/// Token ids with their filtered, renormalised probabilities, most probable first (ties by id);
+/// `None` when the temperature is so low that the largest scaled logit is not finite.
+fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Option<Vec<(u32, f32)>> {
     let mut order: Vec<(u32, f32)> = logits
         .iter()
         .enumerate()
@@ -96,6 +119,9 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Vec<(u32, f
     }
     order.sort_unstable_by(by_logit);
     let m = order[0].1;
+    if !m.is_finite() {
+        return None;
+    }
     // Zero-probability tokens (suppressed, or underflowed) can never be drawn.
     let mut probs: Vec<(u32, f32)> =
         order.iter().map(|&(i, z)| (i, (z - m).exp())).filter(|p| p.1 > 0.0).collect();
@@ -116,7 +142,7 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Vec<(u32, f
     for p in &mut probs {
         p.1 /= total;
     }
-    probs
+    Some(probs)
 }
 
 /// Inverse-CDF draw over `kept` (most probable first), so the same uniform gives the same token
@@ -174,6 +200,31 @@ mod tests {
         let t = sample(&z, &Sampling { temperature: 1.0, ..Sampling::default() }, 0.999);
         assert_eq!(t.token, 0, "a suppressed token is never drawn");
         assert!(t.entropy.is_finite());
+    }
+
+    #[test]
+    fn a_temperature_too_cold_to_scale_is_the_greedy_limit() {
+        // 1/1e-38 = 1e38: every scaled logit but zero overflows. This indexed an empty list.
+        let z = [0.5, 2.0, -1.0, 1.0];
+        for t in [1e-38, f32::MIN_POSITIVE, 1e-45] {
+            let s = sample(&z, &Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0 }, 0.7);
+            assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0), "temperature {t}");
+        }
+        let negative = [-3.0, -2.0, -5.0];
+        let s = sample(&negative, &Sampling { temperature: 1e-38, ..Sampling::default() }, 0.2);
+        assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0));
+    }
+
+    #[test]
+    fn nan_or_infinite_logits_give_an_invalid_sample() {
+        for bad in [f32::NAN, f32::INFINITY] {
+            let z = [0.5, bad, 1.0];
+            for sm in [Sampling::default(), Sampling { temperature: 0.7, ..Sampling::default() }] {
+                let s = sample(&z, &sm, 0.3);
+                assert!(!s.is_valid(), "{bad} {sm:?}: {s:?}");
+            }
+        }
+        assert!(sample(&[0.5, f32::NEG_INFINITY], &Sampling::default(), 0.0).is_valid());
     }
 
     #[test]

@@ -57,6 +57,19 @@ pub fn escape(s: &str, mode: Mode) -> Cow<'_, str> {
     }
 }
 
+/// `s` as one line with no control character left: every character [`escape`] would replace
+/// in a cell, line breaks included, except spaces. For text from files that is printed outside
+/// the TUI (error messages, `unmask export` to a terminal), so that a crafted token or value
+/// cannot move the cursor, set the terminal's title or split a one-line error.
+pub fn escape_line(s: &str) -> Cow<'_, str> {
+    let keep = |c: char| c == ' ' || c == '\u{a0}';
+    let visible = |c: char| if keep(c) { c } else { stand_in(c, Mode::Cell).unwrap_or(c) };
+    if s.chars().all(|c| visible(c) == c) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(s.chars().map(visible).collect())
+}
+
 /// Display width of already escaped text.
 pub fn width(s: &str) -> usize {
     if s.is_ascii() {
@@ -103,6 +116,13 @@ pub fn graphemes(s: &str) -> Box<dyn Iterator<Item = (&str, usize)> + '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_line_leaves_one_line_of_visible_text() {
+        assert_eq!(escape_line("plain text, é 字"), "plain text, é 字");
+        assert!(matches!(escape_line("plain"), Cow::Borrowed(_)));
+        assert_eq!(escape_line("\x1b]0;pwned\x07 a\nb\tc\r\u{9b}\u{7f}"), "␛]0;pwned␇ a↵b⇥c␍⍰␡");
+    }
 
     #[test]
     fn controls_become_visible() {

@@ -1,0 +1,345 @@
+//! The one place that bounds sizes read from untrusted input (a trace, config.json, a flag)
+//! before anything is allocated from them, and checks that input paths are regular files.
+//! Every error names the file or flag, the field and the value, on one line.
+//!
+//! The bounds are far above any real checkpoint or decode (SDAR blocks are 4-64 positions,
+//! Qwen3 models have at most 94 layers and a 151,936-token vocabulary) and far below what
+//! would exhaust memory or wrap arithmetic.
+
+use std::collections::HashSet;
+use std::fs::Metadata;
+use std::path::Path;
+
+use anyhow::{bail, Result};
+
+use crate::events::{BlockEvent, Event, FinishEvent, Header, StepEvent};
+use crate::settings::DecodeSettings;
+
+/// Positions per block (`--block-length`, `settings.block_length`, `block_size`).
+pub const MAX_BLOCK_LENGTH: usize = 4096;
+/// Denoising steps per block.
+pub const MAX_STEPS: usize = 4096;
+/// Generated tokens per decode (`--max-new-tokens`).
+pub const MAX_NEW_TOKENS: usize = 1 << 20;
+/// Prompt tokens a trace header may hold.
+pub const MAX_PROMPT_TOKENS: usize = 1 << 20;
+/// Bytes in one trace line (a step of a 4096-position block is well under 1 MiB).
+pub const MAX_TRACE_LINE: usize = 64 << 20;
+/// Columns and rows of a recorded cast (`--width`, `--height`).
+pub const MAX_CAST_WIDTH: u16 = 1000;
+pub const MAX_CAST_HEIGHT: u16 = 1000;
+
+/// Largest value each config.json size may take.
+pub const CONFIG_BOUNDS: [(&str, usize); 8] = [
+    ("vocab_size", 1 << 22),
+    ("hidden_size", 1 << 16),
+    ("intermediate_size", 1 << 20),
+    ("num_hidden_layers", 1024),
+    ("num_attention_heads", 1024),
+    ("num_key_value_heads", 1024),
+    ("head_dim", 4096),
+    ("max_position_embeddings", 1 << 24),
+];
+
+/// `value` of `what` is at most `max`.
+pub fn at_most(what: &str, value: usize, max: usize) -> Result<()> {
+    if value > max {
+        bail!("{what} is {value}, more than the limit of {max}");
+    }
+    Ok(())
+}
+
+/// The metadata of `path`, which must be a regular file (following symlinks). A FIFO or a
+/// device would block or never end when read; a folder cannot be read at all. Errors say what
+/// went wrong (missing, a symlink loop, permission denied), never just "cannot open".
+pub fn regular_file(path: &Path) -> Result<Metadata> {
+    let label = crate::ui::glyph::escape_line(&path.display().to_string()).into_owned();
+    let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("{label}: {}", io_reason(&e)))?;
+    if !meta.is_file() {
+        bail!("{label}: not a regular file ({})", file_kind(&meta));
+    }
+    Ok(meta)
+}
+
+/// What an I/O error means for a path, in words: its kind first, then the OS's message.
+pub fn io_reason(e: &std::io::Error) -> String {
+    use std::io::ErrorKind as K;
+    let what = match e.kind() {
+        K::NotFound => "does not exist",
+        K::PermissionDenied => "permission denied",
+        K::NotADirectory => "a component of the path is not a folder",
+        _ if e.raw_os_error() == Some(40) => "is a symlink loop",
+        _ => "cannot read",
+    };
+    format!("{what} ({e})")
+}
+
+fn file_kind(meta: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    match () {
+        _ if t.is_dir() => "a folder",
+        _ if t.is_fifo() => "a FIFO",
+        _ if t.is_char_device() => "a character device",
+        _ if t.is_block_device() => "a block device",
+        _ if t.is_socket() => "a socket",
+        _ => "not a file",
+    }
+}
+
+/// Refuses an allocation of `bytes` (`None`: more than a usize holds) on the CPU when it is more
+/// than the memory available now: the allocator would abort the process instead of failing.
+/// Device memory is not checked here: candle reports a failed CUDA allocation as an error.
+pub fn fits_in_memory(what: &str, bytes: Option<usize>, device: &candle_core::Device) -> Result<()> {
+    let Some(bytes) = bytes else { bail!("{what} would need more bytes than this machine can address") };
+    if !device.is_cpu() {
+        return Ok(());
+    }
+    match available_memory() {
+        Some(avail) if bytes > avail => bail!(
+            "{what} needs {:.1} GiB, more than the {:.1} GiB of memory available; lower --max-new-tokens",
+            gib(bytes),
+            gib(avail)
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn gib(b: usize) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+/// `MemAvailable` of /proc/meminfo in bytes (Linux), if it can be read.
+fn available_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Checks a settings record read from a trace (the header's or a step's).
+fn settings(s: &DecodeSettings, field: &str) -> Result<(), String> {
+    let bound = |name: &str, v: usize, lo: usize, hi: usize| {
+        if v < lo || v > hi {
+            Err(format!("field `{field}.{name}` is {v}, outside {lo}..={hi}"))
+        } else {
+            Ok(())
+        }
+    };
+    bound("block_length", s.block_length, 1, MAX_BLOCK_LENGTH)?;
+    bound("steps", s.steps, 1, MAX_STEPS)?;
+    bound("max_new_tokens", s.max_new_tokens, 1, MAX_NEW_TOKENS)?;
+    s.validate().map_err(|e| format!("field `{field}`: {e}"))
+}
+
+/// The facts of the current run a later event is checked against.
+struct RunShape {
+    block_length: usize,
+    prompt_len: usize,
+    first_block: usize,
+    max_len: usize,
+    vocab: usize,
+    /// Past the last block the decode may have.
+    end_block: usize,
+    /// `forward` of the newest step: the running count only grows.
+    last_forward: usize,
+    committed: HashSet<usize>,
+}
+
+/// Checks each event of a trace against its header and the events before it, so that nothing
+/// downstream (store, export, views) allocates or indexes from an unchecked number: a header's
+/// sizes are bounded and consistent with each other, a step stays inside its block and the
+/// decode, commits each position at most once, and names only tokens of the vocabulary.
+#[derive(Default)]
+pub struct TraceCheck {
+    run: Option<RunShape>,
+}
+
+impl TraceCheck {
+    pub fn check(&mut self, ev: &Event) -> Result<(), String> {
+        match ev {
+            Event::Header(h) => {
+                self.run = Some(header(h)?);
+                Ok(())
+            }
+            Event::Step(s) => match self.run.as_mut() {
+                Some(r) => r.step(s),
+                None => Err("a step before any header".into()),
+            },
+            Event::Block(b) => self.run.as_ref().map_or(Ok(()), |r| r.block(b)),
+            Event::Finish(f) => self.run.as_ref().map_or(Ok(()), |r| r.finish(f)),
+        }
+    }
+}
+
+fn header(h: &Header) -> Result<RunShape, String> {
+    settings(&h.settings, "settings")?;
+    let b = h.settings.block_length;
+    let p = h.prompt_ids.len();
+    if p > MAX_PROMPT_TOKENS {
+        return Err(format!("field `prompt_ids` holds {p} tokens, more than the limit of {MAX_PROMPT_TOKENS}"));
+    }
+    if h.prompt_pieces.len() != p {
+        return Err(format!("field `prompt_pieces` holds {} pieces for {p} prompt ids", h.prompt_pieces.len()));
+    }
+    if h.first_block != p / b {
+        return Err(format!("field `first_block` is {}, but {p} prompt tokens in blocks of {b} start at block {}", h.first_block, p / b));
+    }
+    let want = p + h.settings.max_new_tokens; // both bounded above: cannot wrap
+    if h.max_len != want {
+        return Err(format!("field `max_len` is {}, but prompt {p} + max_new_tokens {} is {want}", h.max_len, h.settings.max_new_tokens));
+    }
+    let vocab = h.model.vocab_size;
+    if vocab == 0 || vocab > CONFIG_BOUNDS[0].1 {
+        return Err(format!("field `model.vocab_size` is {vocab}, outside 1..={}", CONFIG_BOUNDS[0].1));
+    }
+    if h.mask_token_id as usize >= vocab {
+        return Err(format!("field `mask_token_id` is {}, outside the vocabulary of {vocab}", h.mask_token_id));
+    }
+    if let Some((i, t)) = h.prompt_ids.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
+        return Err(format!("field `prompt_ids[{i}]` is {t}, outside the vocabulary of {vocab}"));
+    }
+    Ok(RunShape {
+        block_length: b,
+        prompt_len: p,
+        first_block: h.first_block,
+        max_len: h.max_len,
+        vocab,
+        end_block: h.max_len.div_ceil(b).max(h.first_block + 1),
+        last_forward: 0,
+        committed: HashSet::new(),
+    })
+}
+
+impl RunShape {
+    fn block_in_range(&self, block: usize) -> Result<(), String> {
+        if block < self.first_block || block >= self.end_block {
+            return Err(format!("field `block` is {block}, outside this decode's blocks {}..{}", self.first_block, self.end_block));
+        }
+        Ok(())
+    }
+
+    fn token(&self, field: &str, t: u32) -> Result<(), String> {
+        if t as usize >= self.vocab {
+            return Err(format!("field `{field}` is {t}, outside the vocabulary of {}", self.vocab));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, s: &StepEvent) -> Result<(), String> {
+        self.block_in_range(s.block)?;
+        if s.step >= MAX_STEPS.max(self.block_length) {
+            return Err(format!("field `step` is {}, more than a block can take", s.step));
+        }
+        if let Some(st) = &s.settings {
+            settings(st, "settings")?;
+        }
+
+        let span = s.block * self.block_length..(s.block + 1) * self.block_length;
+        let generated = self.prompt_len.max(span.start)..span.end;
+        for c in &s.committed {
+            if !generated.contains(&c.pos) {
+                return Err(format!("committed position {} is outside block {}'s generated positions {generated:?}", c.pos, s.block));
+            }
+            self.token("committed.token", c.token)?;
+            if !self.committed.insert(c.pos) {
+                return Err(format!("committed position {} a second time", c.pos));
+            }
+        }
+        for c in &s.masked {
+            if !generated.contains(&c.pos) {
+                return Err(format!("masked position {} is outside block {}'s generated positions {generated:?}", c.pos, s.block));
+            }
+            self.token("masked.token", c.token)?;
+        }
+        if s.forward <= self.last_forward {
+            return Err(format!("field `forward` is {}, not more than the previous step's {}", s.forward, self.last_forward));
+        }
+        self.last_forward = s.forward;
+        Ok(())
+    }
+
+    fn block(&self, b: &BlockEvent) -> Result<(), String> {
+        self.block_in_range(b.block)?;
+        if b.tokens.len() > self.block_length {
+            return Err(format!("field `tokens` holds {} tokens for a block of {}", b.tokens.len(), self.block_length));
+        }
+        Ok(())
+    }
+
+    fn finish(&self, f: &FinishEvent) -> Result<(), String> {
+        let most = self.max_len - self.prompt_len;
+        if f.output_ids.len() > most {
+            return Err(format!("field `output_ids` holds {} tokens, more than max_new_tokens {most}", f.output_ids.len()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+
+    fn check_all(events: &[Event]) -> Result<(), String> {
+        let mut c = TraceCheck::default();
+        events.iter().try_for_each(|e| c.check(e))
+    }
+
+    #[test]
+    fn real_and_synthetic_traces_pass() {
+        for cfg in [Synth::small(), Synth::long(300, 8, 3), Synth::long(64, 4, 4)] {
+            assert_eq!(check_all(&synth::trace(&cfg)), Ok(()));
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+        for name in ["tiny-dynamic.jsonl", "compare-a.jsonl", "compare-b.jsonl"] {
+            let t = crate::trace::read_file(&dir.join(name)).unwrap();
+            assert_eq!(t.stopped, None, "{name}");
+        }
+    }
+
+    #[test]
+    fn each_inconsistency_is_named() {
+        let good = synth::trace(&Synth::small());
+        let Event::Header(h) = &good[0] else { panic!() };
+        let step_at = good.iter().position(|e| matches!(e, Event::Step(s) if !s.committed.is_empty())).unwrap();
+        type Edit = Box<dyn Fn(&mut Vec<Event>)>;
+        let cases: Vec<(Edit, String)> = vec![
+            (
+                Box::new(|ev| if let Event::Header(h) = &mut ev[0] { h.mask_token_id = 1 << 30 }),
+                format!("field `mask_token_id` is {}, outside the vocabulary of {}", 1 << 30, h.model.vocab_size),
+            ),
+            (
+                Box::new(|ev| if let Event::Header(h) = &mut ev[0] { h.prompt_pieces.pop(); }),
+                format!("field `prompt_pieces` holds {} pieces for {} prompt ids", h.prompt_ids.len() - 1, h.prompt_ids.len()),
+            ),
+            (
+                Box::new(move |ev| {
+                    let dup = ev[step_at].clone();
+                    ev.insert(step_at + 1, dup);
+                }),
+                "a second time".into(),
+            ),
+            (
+                Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.block = 1 << 40 }),
+                format!("field `block` is {}, outside this decode's blocks", 1u64 << 40),
+            ),
+        ];
+        for (edit, want) in cases {
+            let mut ev = good.clone();
+            edit(&mut ev);
+            let e = check_all(&ev).unwrap_err();
+            assert!(e.contains(&want), "{e} / {want}");
+        }
+    }
+
+    #[test]
+    fn devices_fifos_and_folders_are_not_regular_files() {
+        let e = format!("{:#}", regular_file(Path::new("/dev/null")).unwrap_err());
+        assert_eq!(e, "/dev/null: not a regular file (a character device)");
+        let e = format!("{:#}", regular_file(Path::new("/")).unwrap_err());
+        assert_eq!(e, "/: not a regular file (a folder)");
+        let e = format!("{:#}", regular_file(Path::new("/nonexistent/x")).unwrap_err());
+        assert!(e.starts_with("/nonexistent/x: does not exist ("), "{e}");
+    }
+}

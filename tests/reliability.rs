@@ -1,0 +1,347 @@
+//! Issue 19's examples, end to end through the binary: engine failures reported as failures,
+//! sizes from untrusted input bounded, text from files kept off the terminal raw, and paths
+//! that are not what they seem reported as such. Each gives a one-line error or the right
+//! behaviour, and loses nothing. docs/reliability.md lists what is checked.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use unmask::events::{Event, FinishReason};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Runs unmask with a deadline: a hang is a failure, not a stuck test run.
+fn unmask(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running unmask");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("unmask {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The one-line error of a run that must fail.
+fn one_line_error(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "expected failure; stderr: {err}");
+    assert_eq!(out.status.code(), Some(1), "an error exit, not a crash: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("unmask: error: "), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "no raw control bytes: {err:?}");
+    err
+}
+
+fn copy_model(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixture("tiny-random")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+fn rewrite(path: &Path, f: impl FnOnce(String) -> String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, f(text)).unwrap();
+}
+
+/// Overwrites every value of an f32 tensor of a safetensors file in place.
+fn poison_tensor(file: &Path, name: &str, value: f32) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let t = &header[name];
+    assert_eq!(t["dtype"], "F32");
+    let (a, b) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
+    for chunk in bytes[8 + n + a..8 + n + b].chunks_mut(4) {
+        chunk.copy_from_slice(&value.to_le_bytes());
+    }
+    std::fs::write(file, bytes).unwrap();
+}
+
+fn read_trace(path: &Path) -> Vec<Event> {
+    let t = unmask::trace::read_file(path).expect("the trace reads back");
+    assert_eq!(t.stopped, None, "every line reads back");
+    t.events
+}
+
+// ---- 1. an engine failure is reported as failure -------------------------------------------
+
+#[test]
+fn a_temperature_of_1e_38_decodes_instead_of_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let model = fixture("tiny-random");
+    let o = unmask(&[
+        "trace", "--model", model.to_str().unwrap(), "--temperature", "1e-38", "--max-new-tokens", "16", "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let events = read_trace(&out);
+    let Some(Event::Finish(f)) = events.last() else { panic!("no finish") };
+    assert!(matches!(f.reason, FinishReason::Length | FinishReason::Eos), "{f:?}");
+    assert!(!f.output_ids.is_empty());
+    // The zero-temperature limit: every token drawn with certainty.
+    let confs: Vec<f32> = events
+        .iter()
+        .filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None })
+        .flat_map(|s| s.committed.iter().map(|c| c.conf))
+        .collect();
+    assert!(confs.len() >= 16, "{confs:?}");
+    assert!(confs.iter().all(|&c| c == 1.0), "{confs:?}");
+}
+
+#[test]
+fn nan_or_inf_weights_fail_the_decode_with_one_line_and_a_readable_trace() {
+    for value in [f32::NAN, f32::INFINITY] {
+        let m = copy_model(|p| poison_tensor(&p.join("model.safetensors"), "model.norm.weight", value));
+        let out = m.path().join("r.jsonl");
+        let o = unmask(&["trace", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "8", "--out", out.to_str().unwrap()]);
+        let e = one_line_error(&o);
+        assert!(e.contains("decode failed: block 1 step 0 (forward 1): non-finite logits at position 4"), "{value}: {e}");
+        // What was written reads back: a header and the error finish, no `null`.
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(!text.contains("null"), "{text}");
+        let events = read_trace(&out);
+        assert!(matches!(events.last(), Some(Event::Finish(f)) if f.reason == FinishReason::Error));
+        // The other headless commands fail the same way.
+        let o = unmask(&["compare", "--headless", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "8"]);
+        assert!(one_line_error(&o).contains("non-finite logits"));
+        let cast = m.path().join("c.cast");
+        let o = unmask(&["record", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "8", "--cast", cast.to_str().unwrap()]);
+        assert!(one_line_error(&o).contains("non-finite logits"));
+    }
+}
+
+#[test]
+fn a_config_with_rope_theta_0_or_rms_norm_eps_minus_1_is_refused_at_load() {
+    for (field, from, to) in [("rope_theta", "\"rope_theta\": 1000000.0", "\"rope_theta\": 0"), ("rms_norm_eps", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1")] {
+        let m = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace(from, to)));
+        let o = unmask(&["trace", "--model", m.path().to_str().unwrap()]);
+        let e = one_line_error(&o);
+        let value = to.rsplit(' ').next().unwrap();
+        assert!(e.contains(&format!("config.json: invalid config: field `{field}` is {value};")), "{e}");
+        assert!(o.stdout.is_empty(), "nothing decoded");
+    }
+}
+
+// ---- 4. sizes from untrusted input ---------------------------------------------------------
+
+/// The fixture trace with its header edited, written to a temporary file.
+fn edited_trace(dir: &Path, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut h: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    edit(&mut h);
+    lines[0] = h.to_string();
+    let p = dir.join("t.jsonl");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+#[test]
+fn trace_headers_with_huge_sizes_are_refused_naming_field_and_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, serde_json::Value, &str); 4] = [
+        ("block_length", 1_000_000_000u64.into(), "field `settings.block_length` is 1000000000, outside 1..=4096"),
+        ("block_length", (1u64 << 63).into(), "field `settings.block_length` is 9223372036854775808, outside 1..=4096"),
+        ("first_block", 100_000_000u64.into(), "field `first_block` is 100000000, but 5 prompt tokens in blocks of 4 start at block 1"),
+        ("max_len", 5u64.into(), "field `max_len` is 5, but prompt 5 + max_new_tokens 12 is 17"),
+    ];
+    for (field, value, want) in cases {
+        let t = edited_trace(dir.path(), |h| match field {
+            "block_length" => h["settings"]["block_length"] = value.clone(),
+            f => h[f] = value.clone(),
+        });
+        let cast = dir.path().join("o.cast");
+        let start = Instant::now();
+        for args in [vec!["export", t.to_str().unwrap()], vec!["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap()]] {
+            let e = one_line_error(&unmask(&args));
+            assert!(e.contains(&format!("t.jsonl:1: {want}")), "{args:?}: {e}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "refused before any work");
+    }
+}
+
+#[test]
+fn a_trace_committing_a_position_twice_is_cut_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // The first step line again, right after itself: it commits its positions a second time.
+    let first_step = lines.iter().position(|l| l.contains("\"event\":\"step\"")).unwrap();
+    let mut doubled: Vec<&str> = lines.clone();
+    doubled.insert(first_step + 1, lines[first_step]);
+    let t = dir.path().join("d.jsonl");
+    std::fs::write(&t, doubled.join("\n") + "\n").unwrap();
+    let o = unmask(&["export", t.to_str().unwrap(), "--format", "csv", "--table", "tokens"]);
+    assert!(o.status.success());
+    let warn = String::from_utf8_lossy(&o.stderr);
+    assert!(warn.contains(&format!("d.jsonl:{}: committed position", first_step + 2)) && warn.contains("a second time"), "{warn}");
+    let rows = String::from_utf8(o.stdout).unwrap().lines().count() - 1;
+    let Event::Step(s) = serde_json::from_str::<Event>(lines[first_step]).unwrap() else { panic!() };
+    assert_eq!(rows, s.committed.len(), "each position once, only from the events before the bad line");
+}
+
+#[test]
+fn max_new_tokens_of_2_pow_64_minus_1_is_an_error_not_a_wrap() {
+    let model = fixture("tiny-random");
+    let o = unmask(&["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "18446744073709551615"]);
+    let e = one_line_error(&o);
+    assert!(e.contains("--max-new-tokens must be within 1..=1048576 (got 18446744073709551615)"), "{e}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn cast_sizes_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cast = dir.path().join("o.cast");
+    let t = fixture("traces/tiny-dynamic.jsonl");
+    let o = unmask(&["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap(), "--width", "65535", "--height", "65535"]);
+    assert!(one_line_error(&o).contains("--width must be within 1..=1000 (got 65535)"));
+}
+
+#[test]
+fn a_config_with_a_billion_layers_is_refused_before_allocating() {
+    let m = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000")));
+    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
+    assert!(e.contains("config.json: invalid config: field `num_hidden_layers` is 1000000000, more than the limit of 1024"), "{e}");
+    // Within the bound but more than the weights hold: named against the weights.
+    let m = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 900")));
+    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
+    assert!(e.contains("config.json: field `num_hidden_layers` is 900, but the weights hold 2 layers"), "{e}");
+}
+
+#[test]
+fn devices_and_fifos_are_refused_before_reading() {
+    let e = one_line_error(&unmask(&["export", "/dev/zero"]));
+    assert_eq!(e.trim_end(), "unmask: error: /dev/zero: not a regular file (a character device)");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.jsonl");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let e = one_line_error(&unmask(&["export", fifo.to_str().unwrap()]));
+    assert!(e.contains("fifo.jsonl: not a regular file (a FIFO)"), "{e}");
+    let cast = dir.path().join("o.cast");
+    let e = one_line_error(&unmask(&["replay", fifo.to_str().unwrap(), "--cast", cast.to_str().unwrap()]));
+    assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+    // A FIFO in place of a checkpoint file.
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        let m = copy_model(|p| {
+            std::fs::remove_file(p.join(name)).unwrap();
+            assert!(Command::new("mkfifo").arg(p.join(name)).status().unwrap().success());
+        });
+        let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
+        assert!(e.contains(&format!("{name}: not a regular file (a FIFO)")), "{e}");
+    }
+}
+
+// ---- 6. text from files --------------------------------------------------------------------
+
+#[test]
+fn error_messages_show_control_characters_instead_of_sending_them() {
+    let e = one_line_error(&unmask(&["trace", "--device", "\x1b]0;pwned\x07\nx"]));
+    assert!(e.contains("--device ␛]0;pwned␇↵x: expected cpu, cuda or cuda:N"), "{e}");
+}
+
+#[test]
+fn a_pre_tokenizer_regex_that_exhausts_the_regex_engine_is_a_one_line_error() {
+    let m = copy_model(|p| {
+        rewrite(&p.join("tokenizer.json"), |t| {
+            let mut v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            v["pre_tokenizer"] = serde_json::json!({
+                "type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": false
+            });
+            v.to_string()
+        })
+    });
+    let prompt = format!("{}b", "a".repeat(5000));
+    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap(), "--prompt", &prompt]));
+    assert!(e.contains("tokenizer.json: cannot tokenize the prompt"), "{e}");
+}
+
+#[test]
+fn export_to_a_terminal_shows_control_characters_as_the_tui_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    // A token whose text would set the terminal's title.
+    let evil = text.replacen("\"text\":\"", "\"text\":\"\\u001b]0;pwned\\u0007", 1);
+    assert_ne!(evil, text);
+    let t = dir.path().join("evil.jsonl");
+    std::fs::write(&t, evil).unwrap();
+    // `script` gives unmask a pseudo-terminal as stdout; its transcript is what the terminal got.
+    let log = dir.path().join("typescript");
+    let cmd = format!("{} export {} --format csv", env!("CARGO_BIN_EXE_unmask"), t.display());
+    let o = Command::new("script").args(["-qec", &cmd, log.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert!(seen.contains("␛]0;pwned␇"), "{seen}");
+    assert!(!seen.contains("\x1b]0;pwned"), "raw escape reached the terminal");
+    // To a file (a pipe here), the text stays exact.
+    let o = unmask(&["export", t.to_str().unwrap(), "--format", "csv"]);
+    assert!(String::from_utf8(o.stdout).unwrap().contains("\x1b]0;pwned\x07"));
+}
+
+// ---- 7. paths that are not what they seem; tokens beyond the vocabulary ---------------------
+
+#[test]
+fn a_symlink_loop_is_reported_as_such_not_as_missing() {
+    let m = copy_model(|p| {
+        std::fs::remove_file(p.join("tokenizer.json")).unwrap();
+        std::os::unix::fs::symlink(p.join("tokenizer.json"), p.join("tokenizer.json")).unwrap();
+    });
+    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
+    assert!(e.contains("tokenizer.json: is a symlink loop (Too many levels of symbolic links"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let looped = dir.path().join("loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let e = one_line_error(&unmask(&["trace", "--model", looped.to_str().unwrap()]));
+    assert!(e.contains("loop: is a symlink loop"), "{e}");
+}
+
+#[test]
+fn an_unreadable_folder_is_reported_as_permission_denied() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = copy_model(|_| {});
+    std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let readable = std::fs::read_dir(m.path()).is_ok(); // root reads anything
+    if readable {
+        std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        eprintln!("skipped: running as root, permissions are not enforced");
+        return;
+    }
+    let o = unmask(&["trace", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "4"]);
+    std::fs::set_permissions(m.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(one_line_error(&o).contains("permission denied"));
+}
+
+#[test]
+fn a_prompt_token_beyond_the_vocabulary_is_refused_before_the_first_forward() {
+    let m = copy_model(|p| {
+        rewrite(&p.join("tokenizer.json"), |t| {
+            let mut v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            v["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({
+                "id": 354, "content": "<|extra|>", "single_word": false, "lstrip": false, "rstrip": false,
+                "normalized": false, "special": true
+            }));
+            v.to_string()
+        })
+    });
+    let o = unmask(&["trace", "--model", m.path().to_str().unwrap(), "--prompt", "The <|extra|>"]);
+    let e = one_line_error(&o);
+    assert!(e.contains("has id 354, outside the model's vocabulary of 354"), "{e}");
+    assert!(o.stdout.is_empty());
+}
