@@ -3,6 +3,7 @@
 //! Data flows one way: model -> engine loop -> events -> store -> view.
 
 pub mod cast;
+pub mod chat;
 pub mod cli;
 pub mod compare;
 pub mod commands;
@@ -10,6 +11,7 @@ pub mod embedded;
 pub mod engine;
 pub mod events;
 pub mod export;
+pub mod hub;
 pub mod model;
 pub mod record;
 pub mod sampler;

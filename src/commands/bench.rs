@@ -231,6 +231,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             eos_ids: vec![],
             model: info.clone(),
             device: args.decode.device.clone(),
+            chat: None,
+            sources: Default::default(),
         };
         // With events both on and off, their decodes alternate (on, off, then off, on, ...), so
         // a drift of the machine's speed during the run falls on both alike: the cost is a
