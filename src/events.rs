@@ -41,8 +41,9 @@ pub struct Header {
     pub device: String,
     /// How `prompt` was made from the user's message (absent in traces written before chat
     /// templates were supported).
+    /// Boxed: most of a trace's events are steps, and `Event` is as big as its largest variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chat: Option<ChatInfo>,
+    pub chat: Option<Box<ChatInfo>>,
     /// Which file or flag set each checkpoint-derived value (`block_length`, `mask_token`,
     /// `sampling`, ...): e.g. `"config.json block_size"`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

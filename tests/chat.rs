@@ -258,6 +258,6 @@ fn model_ids_resolve_from_the_hub_cache() {
     assert_eq!(h.sources["block_length"], "-b8 in the name \"tiny-sdar-chat-b8\"");
     let out = unmask(&["trace", "--model", "Org/missing", "--revision", "main"], None, &env);
     let e = String::from_utf8(out.stderr).unwrap();
-    let want = format!("models--Org--missing; set HF_HUB_CACHE or HF_HOME, or download it with `hf download Org/missing`)\n");
-    assert!(!out.status.success() && e.ends_with(&want) && e.lines().count() == 1, "{e}");
+    let want = "models--Org--missing; set HF_HUB_CACHE or HF_HOME, or download it with `hf download Org/missing`)\n";
+    assert!(!out.status.success() && e.ends_with(want) && e.lines().count() == 1, "{e}");
 }

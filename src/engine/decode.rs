@@ -130,7 +130,7 @@ impl Loop<'_> {
             first_block,
             max_len,
             device: req.device.clone(),
-            chat: req.chat.clone(),
+            chat: req.chat.clone().map(Box::new),
             sources: req.sources.clone(),
         }));
     }
