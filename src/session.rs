@@ -83,7 +83,7 @@ pub const DEFAULT_CHAT_PROMPT: &str = "What is the sum of the first 20 odd numbe
 /// `--model`: a folder that exists, else a hub id from the local cache, else the embedded
 /// model. Also the name a `-bN` block-size suffix is read from (the id's, not the snapshot
 /// hash's).
-fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
+pub fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
     let Some(model) = &args.model else {
         let e = crate::embedded::default_model()?;
         return Ok((Source::Embedded(e), Some(e.name.to_string())));
