@@ -230,13 +230,29 @@ pub enum ExportTable {
 /// generation_config.json, then to unmask's defaults.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DecodeArgs {
-    /// Checkpoint folder (Hugging Face layout: config.json, *.safetensors, tokenizer.json).
-    /// Default: the tiny SDAR model embedded in the binary.
-    #[arg(long, value_name = "DIR", global = true)]
+    /// Checkpoint folder (Hugging Face layout: config.json, *.safetensors, tokenizer.json), or a
+    /// Hugging Face id ORG/NAME found in the local hub cache (never downloaded). A folder that
+    /// exists wins. Default: the tiny SDAR model embedded in the binary.
+    #[arg(long, value_name = "DIR|ORG/NAME", global = true)]
     pub model: Option<PathBuf>,
-    /// Prompt text.
-    #[arg(long, value_name = "TEXT", global = true)]
+    /// Branch, tag or commit of --model ORG/NAME in the hub cache.
+    #[arg(long, value_name = "REV", default_value = "main", global = true)]
+    pub revision: String,
+    /// The user's message (rendered with the checkpoint's chat template, if it has one).
+    #[arg(long, value_name = "TEXT", global = true, conflicts_with = "prompt_file")]
     pub prompt: Option<String>,
+    /// Read the user's message from FILE (`-`: stdin), byte for byte, trailing newlines kept.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub prompt_file: Option<PathBuf>,
+    /// Decode the prompt as given: no chat template.
+    #[arg(long, global = true)]
+    pub raw: bool,
+    /// A system message before the user's (chat checkpoints).
+    #[arg(long, value_name = "TEXT", global = true, conflicts_with = "raw")]
+    pub system: Option<String>,
+    /// A chat-template variable, VALUE as JSON if it parses (`enable_thinking=false`); repeatable.
+    #[arg(long, value_name = "KEY=VALUE", global = true, conflicts_with = "raw")]
+    pub chat_arg: Vec<String>,
     /// Positions per block.
     #[arg(long, value_name = "N", global = true)]
     pub block_length: Option<usize>,

@@ -175,6 +175,8 @@ mod tests {
             first_block: 1,
             max_len: 8,
             device: "cpu".into(),
+            chat: None,
+            sources: Default::default(),
         };
         let mut ev = vec![Event::Header(header)];
         let mut out = vec![];

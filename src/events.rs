@@ -4,6 +4,8 @@
 //! A decode is a sequence `header, (step+, block)*, finish`. Serialised, each event is one JSON
 //! object on its own line with `"event"` naming the kind.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::settings::DecodeSettings;
@@ -27,6 +29,7 @@ pub struct Header {
     pub settings: DecodeSettings,
     pub mask_token_id: u32,
     pub eos_ids: Vec<u32>,
+    /// The text that was tokenized: the rendered chat template when one was applied.
     pub prompt: String,
     pub prompt_ids: Vec<u32>,
     /// Text piece of every prompt token, so a replay needs no tokenizer.
@@ -36,6 +39,36 @@ pub struct Header {
     /// Position one past the last position that may be generated (`prompt + max_new_tokens`).
     pub max_len: usize,
     pub device: String,
+    /// How `prompt` was made from the user's message (absent in traces written before chat
+    /// templates were supported).
+    /// Boxed: most of a trace's events are steps, and `Event` is as big as its largest variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<Box<ChatInfo>>,
+    /// Which file or flag set each checkpoint-derived value (`block_length`, `mask_token`,
+    /// `sampling`, ...): e.g. `"config.json block_size"`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, String>,
+}
+
+impl Header {
+    /// What the person asked: the user's message, not the chat template around it.
+    pub fn shown_prompt(&self) -> &str {
+        self.chat.as_ref().map_or(&self.prompt, |c| &c.user)
+    }
+}
+
+/// The conversation behind a prompt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatInfo {
+    /// The user's message, byte for byte.
+    pub user: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Whether the checkpoint's chat template rendered `prompt` (false: `--raw`, or no template).
+    pub template_applied: bool,
+    /// Template variables set with `--chat-arg`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub chat_args: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

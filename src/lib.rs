@@ -3,6 +3,7 @@
 //! Data flows one way: model -> engine loop -> events -> store -> view.
 
 pub mod cast;
+pub mod chat;
 pub mod cli;
 pub mod compare;
 pub mod commands;
@@ -13,6 +14,7 @@ pub mod export;
 pub mod fuzz;
 pub mod keys;
 pub mod limits;
+pub mod hub;
 pub mod model;
 pub mod output;
 pub mod panics;

@@ -56,7 +56,7 @@ impl Pacing {
 /// The default cast title: the settings summary and the prompt.
 pub fn default_title(events: &[Event]) -> String {
     match events.first() {
-        Some(Event::Header(h)) => format!("unmask · {} · {:?}", h.settings.summary(), h.prompt),
+        Some(Event::Header(h)) => format!("unmask · {} · {:?}", h.settings.summary(), h.shown_prompt()),
         _ => "unmask".into(),
     }
 }

@@ -1,10 +1,18 @@
 //! From flags to a ready engine: load the checkpoint, resolve settings, tokenize the prompt.
 
-use anyhow::Result;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
 
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::chat::{self, ChatTemplate};
 use crate::cli::DecodeArgs;
 use crate::engine::{EngineThread, ModelDenoiser, Request};
-use crate::model::{parse_device, parse_dtype, Checkpoint, Source};
+use crate::events::ChatInfo;
+use crate::hub;
+use crate::model::config::block_size_from_name;
+use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Source};
 use crate::tokenizer::Tok;
 
 /// The prompt decoded when none is given and the checkpoint suggests none.
@@ -32,21 +40,28 @@ impl Session {
     }
 
     pub fn open(args: &DecodeArgs) -> Result<Self> {
-        let source = match &args.model {
-            Some(dir) => Source::Dir(dir.clone()),
-            None => Source::Embedded(crate::embedded::default_model()?),
-        };
+        let (source, name) = model_source(args)?;
         let device = parse_device(&args.device)?;
-        let ckpt = Checkpoint::load(&source, &device, parse_dtype(&args.dtype, &device)?)?;
+        let mut ckpt = Checkpoint::load(&source, &device, parse_dtype(&args.dtype, &device)?)?;
+        if let Some(id) = hub_id(args) {
+            ckpt.info.source = id;
+        }
         single_thread_for_small_models(ckpt.info.num_params, ckpt.model.device());
-        let settings = args.settings(&ckpt.generation, ckpt.config.block_size)?;
-        let prompt = args
-            .prompt
-            .clone()
-            .or_else(|| ckpt.generation.default_prompt.clone())
-            .unwrap_or_else(|| DEFAULT_PROMPT.to_string());
+        let block = checkpoint_block_size(ckpt.config.block_size, name.as_deref());
+        let settings = args.settings(&ckpt.generation, block.as_ref().map(|b| b.0))?;
+        let user = user_message(args, &ckpt)?;
+        let template = if args.raw { None } else { ckpt.chat_template.as_ref() };
+        let ask = PromptSpec { system: args.system.as_deref(), chat_args: &args.chat_arg, user: &user };
+        let (prompt, chat) = render_prompt(template, &ckpt.template_vars, &ask, &source.label())?;
         let prompt_ids = ckpt.tokenizer.encode(&prompt)?;
         check_prompt_ids(&prompt_ids, ckpt.config.vocab_size, &ckpt.tokenizer)?;
+        let mut sources = BTreeMap::new();
+        sources.insert("block_length".into(), block_length_source(args, &ckpt.generation, block));
+        sources.insert("mask_token".into(), ckpt.mask_source.clone());
+        sources.insert("sampling".into(), sampling_source(args, &ckpt.generation));
+        if let Some(t) = template {
+            sources.insert("chat_template".into(), t.origin().to_string());
+        }
         let request = Request {
             prompt,
             prompt_ids,
@@ -55,6 +70,8 @@ impl Session {
             eos_ids: ckpt.eos_ids.clone(),
             model: ckpt.info.clone(),
             device: args.device.clone(),
+            chat: Some(chat),
+            sources,
         };
         let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
@@ -72,6 +89,152 @@ fn check_prompt_ids(ids: &[u32], vocab: usize, tok: &Tok) -> Result<()> {
             tok.piece(t)
         ),
     }
+}
+
+/// The question a chat checkpoint answers when no prompt is given: SDAR's users ask math.
+pub const DEFAULT_CHAT_PROMPT: &str = "What is the sum of the first 20 odd numbers? Explain briefly.";
+
+/// `--model`: a folder that exists, else a hub id from the local cache, else the embedded
+/// model. Also the name a `-bN` block-size suffix is read from (the id's, not the snapshot
+/// hash's).
+pub fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
+    let Some(model) = &args.model else {
+        let e = crate::embedded::default_model()?;
+        return Ok((Source::Embedded(e), Some(e.name.to_string())));
+    };
+    let folder_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let Some(id) = hub_id(args) else {
+        return Ok((Source::Dir(model.clone()), folder_name(model)));
+    };
+    let root = hub::cache_dir(|k| std::env::var(k).ok())
+        .context("--model: cannot find the Hugging Face cache (set HF_HUB_CACHE, HF_HOME or HOME)")?;
+    let snapshot = hub::resolve(&root, &id, revision(args))?;
+    let name = id.split('/').nth(1).map(str::to_string);
+    Ok((Source::Dir(snapshot), name))
+}
+
+/// `--model` as a hub id: it reads as ORG/NAME and no such folder exists.
+fn hub_id(args: &DecodeArgs) -> Option<String> {
+    let m = args.model.as_ref()?;
+    let s = m.to_str()?;
+    (!m.exists() && hub::looks_like_id(s)).then(|| s.to_string())
+}
+
+fn revision(args: &DecodeArgs) -> &str {
+    if args.revision.is_empty() {
+        "main"
+    } else {
+        &args.revision
+    }
+}
+
+/// The checkpoint's own block size and where it was found: config.json, else the name.
+fn checkpoint_block_size(config: Option<usize>, name: Option<&str>) -> Option<(usize, String)> {
+    if let Some(b) = config {
+        return Some((b, "config.json block_size".into()));
+    }
+    let name = name?;
+    block_size_from_name(name).map(|b| (b, format!("-b{b} in the name {name:?}")))
+}
+
+fn block_length_source(args: &DecodeArgs, gen: &GenerationConfig, block: Option<(usize, String)>) -> String {
+    if args.block_length.is_some() {
+        return "--block-length".into();
+    }
+    if gen.block_length.is_some() {
+        return "generation_config.json block_length".into();
+    }
+    block.map_or_else(|| "default".into(), |b| b.1)
+}
+
+fn sampling_source(args: &DecodeArgs, gen: &GenerationConfig) -> String {
+    let flags = [args.temperature.is_some(), args.top_k.is_some(), args.top_p.is_some()];
+    let from_gen = [
+        gen.temperature.is_some() && !flags[0],
+        gen.top_k.is_some() && !flags[1],
+        gen.top_p.is_some() && !flags[2],
+    ];
+    match (flags.contains(&true), from_gen.contains(&true)) {
+        (true, true) => "flags over generation_config.json".into(),
+        (true, false) => "flags".into(),
+        (false, true) => "generation_config.json".into(),
+        (false, false) => "default (greedy)".into(),
+    }
+}
+
+/// The user's message: `--prompt-file`, `--prompt`, the checkpoint's `default_prompt`, a math
+/// question for a chat checkpoint, else `ROMEO:\n`.
+fn user_message(args: &DecodeArgs, ckpt: &Checkpoint) -> Result<String> {
+    if let Some(path) = &args.prompt_file {
+        return read_prompt_file(path);
+    }
+    let chat = ckpt.chat_template.is_some() && !args.raw;
+    let fallback = if chat { DEFAULT_CHAT_PROMPT } else { DEFAULT_PROMPT };
+    Ok(args
+        .prompt
+        .clone()
+        .or_else(|| ckpt.generation.default_prompt.clone())
+        .unwrap_or_else(|| fallback.to_string()))
+}
+
+/// `--prompt-file FILE` (`-`: stdin), byte for byte.
+pub fn read_prompt_file(path: &Path) -> Result<String> {
+    let label = path.display();
+    let bytes = if path == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::stdin().read_to_end(&mut b).context("--prompt-file -: cannot read stdin")?;
+        b
+    } else {
+        std::fs::read(path).with_context(|| format!("--prompt-file {label}: cannot read"))?
+    };
+    String::from_utf8(bytes)
+        .map_err(|e| anyhow!("--prompt-file {label}: not UTF-8 (byte {})", e.utf8_error().valid_up_to()))
+}
+
+/// What the person asked for, before any template.
+pub struct PromptSpec<'a> {
+    pub system: Option<&'a str>,
+    /// `--chat-arg KEY=VALUE`, unparsed.
+    pub chat_args: &'a [String],
+    pub user: &'a str,
+}
+
+/// The text to tokenize and how it was made. With a template: the conversation rendered with
+/// `vars` (the tokenizer's special tokens) under the `--chat-arg`s. Without one (`--raw`, or a
+/// base checkpoint): the user's message as is; a system message or chat argument is then an
+/// error, as it would be silently dropped. `model` names the checkpoint in that error.
+pub fn render_prompt(
+    template: Option<&ChatTemplate>,
+    vars: &chat::Vars,
+    ask: &PromptSpec<'_>,
+    model: &str,
+) -> Result<(String, ChatInfo)> {
+    let mut chat_args = BTreeMap::new();
+    for a in ask.chat_args {
+        let (k, v) = chat::parse_chat_arg(a)?;
+        chat_args.insert(k, v);
+    }
+    let info = |applied| ChatInfo {
+        user: ask.user.to_string(),
+        system: ask.system.map(str::to_string),
+        template_applied: applied,
+        chat_args: chat_args.clone(),
+    };
+    let Some(template) = template else {
+        let flag = match (ask.system, ask.chat_args.first()) {
+            (Some(_), _) => Some("--system"),
+            (None, Some(_)) => Some("--chat-arg"),
+            (None, None) => None,
+        };
+        if let Some(flag) = flag {
+            bail!("{flag}: {model} has no chat template (no chat_template.jinja, no `chat_template` in tokenizer_config.json)");
+        }
+        return Ok((ask.user.to_string(), info(false)));
+    };
+    let mut all = vars.clone();
+    all.extend(chat_args.clone());
+    let text = template.render(&chat::conversation(ask.system, ask.user), &all)?;
+    Ok((text, info(true)))
 }
 
 /// Parameters under which the CPU decodes faster on one thread: every matmul has only

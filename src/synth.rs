@@ -107,6 +107,8 @@ fn header(cfg: &Synth) -> Header {
         first_block: cfg.prompt.len() / cfg.block_length,
         max_len: cfg.prompt.len() + cfg.new_tokens,
         device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
     }
 }
 

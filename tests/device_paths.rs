@@ -27,6 +27,8 @@ fn run(opts: RunOptions, settings: &DecodeSettings, prompt_ids: &[u32]) -> Vec<E
         eos_ids: vec![],
         model: ck.info.clone(),
         device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
     };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), opts);
     let mut events = vec![];
@@ -119,6 +121,8 @@ fn fixed_passes_survive_a_restart_in_the_same_denoiser() {
             eos_ids: vec![],
             model: ck.info.clone(),
             device: "cpu".into(),
+            chat: None,
+            sources: Default::default(),
         };
         let fin = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
         outs.push((prompt, fin.output_ids));
@@ -143,6 +147,8 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
         eos_ids: vec![],
         model: ck.info.clone(),
         device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
     };
     let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
     let mut sent = vec![];

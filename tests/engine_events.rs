@@ -78,6 +78,8 @@ fn request(prompt_len: usize, settings: DecodeSettings) -> Request {
             dtype: "f32".into(),
         },
         device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
     }
 }
 

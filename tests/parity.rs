@@ -154,6 +154,8 @@ fn run_case(case: &Case, ck: Checkpoint) -> Vec<Event> {
         eos_ids: case.eos_ids.clone(),
         model: ck.info.clone(),
         device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
     };
     let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
     let mut events = vec![];

@@ -25,7 +25,7 @@ use crate::cli::{BenchArgs, EventsMode};
 use crate::engine::{decode_with_events, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
 use crate::model::random::{shape_config, RandomWeights};
-use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Qwen3, Source};
+use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Qwen3};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
@@ -185,11 +185,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
                 (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg.block_size)
             }
-            (None, model) => {
-                let source = match model {
-                    Some(dir) => Source::Dir(dir.clone()),
-                    None => Source::Embedded(crate::embedded::default_model()?),
-                };
+            (None, _) => {
+                let (source, _) = crate::session::model_source(&args.decode)?;
                 let ck = Checkpoint::load(&source, &device, dtype)?;
                 let mask = ck.tokenizer.mask_id();
                 (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config.block_size)
@@ -231,6 +228,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             eos_ids: vec![],
             model: info.clone(),
             device: args.decode.device.clone(),
+            chat: None,
+            sources: Default::default(),
         };
         // With events both on and off, their decodes alternate (on, off, then off, on, ...), so
         // a drift of the machine's speed during the run falls on both alike: the cost is a

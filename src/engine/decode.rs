@@ -26,6 +26,9 @@ pub struct Request {
     pub eos_ids: Vec<u32>,
     pub model: ModelInfo,
     pub device: String,
+    /// Copied into the header as is.
+    pub chat: Option<crate::events::ChatInfo>,
+    pub sources: std::collections::BTreeMap<String, String>,
 }
 
 /// The outcome of control messages that arrive mid-decode.
@@ -147,6 +150,8 @@ impl Loop<'_> {
             first_block,
             max_len,
             device: req.device.clone(),
+            chat: req.chat.clone().map(Box::new),
+            sources: req.sources.clone(),
         }));
     }
 

@@ -156,9 +156,44 @@ impl ModelConfig {
     }
 }
 
+/// The block size a checkpoint's name states, as SGLang reads it: a `-bN` part of the folder
+/// or model name (`SDAR-4B-Chat-b32`), ending the name or followed by `-`, `_` or `.`.
+pub fn block_size_from_name(name: &str) -> Option<usize> {
+    name.match_indices("-b").filter_map(|(i, _)| {
+        let rest = &name[i + 2..];
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let ends = rest[digits..].chars().next().is_none_or(|c| "-_.".contains(c));
+        if digits == 0 || !ends {
+            return None;
+        }
+        rest[..digits].parse().ok().filter(|&n| n > 0)
+    }).last()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_size_from_a_name_suffix() {
+        assert_eq!(block_size_from_name("SDAR-4B-Chat-b32"), Some(32));
+        assert_eq!(block_size_from_name("SDAR-1.7B-Chat-b8-distilled"), Some(8));
+        assert_eq!(block_size_from_name("SDAR-8B-Chat"), None);
+        assert_eq!(block_size_from_name("TraDo-4B-Instruct"), None);
+        assert_eq!(block_size_from_name("model-base"), None);
+        assert_eq!(block_size_from_name("x-b0"), None);
+        assert_eq!(block_size_from_name("x-b16x"), None);
+    }
+
+    #[test]
+    fn extra_fields_of_sdar_variants_are_ignored() {
+        let extra = MIN.replace(
+            "\"head_dim\":4",
+            "\"head_dim\":4,\"fuse_cross_entropy\":true,\"auto_map\":{\"AutoConfig\":\"c.C\"},\"micro_forward\":false,\"ep_size\":1,\"rope_scaling\":null",
+        );
+        let c = ModelConfig::parse(&extra, "c").unwrap();
+        assert_eq!((c.mask_token_id, c.block_size), (None, None));
+    }
 
     const MIN: &str = r#"{"model_type":"sdar","vocab_size":10,"hidden_size":8,
         "intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,

@@ -21,6 +21,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device};
 use serde::Deserialize;
 
+use crate::chat::ChatTemplate;
 use crate::events::ModelInfo;
 use crate::tokenizer::Tok;
 pub use config::ModelConfig;
@@ -74,7 +75,7 @@ impl Source {
             Source::Dir(p) => {
                 let path = p.join(name);
                 if !present(&path)? {
-                    return Ok(None);
+                    return gunzip_file(&p.join(format!("{name}.gz")));
                 }
                 crate::limits::regular_file(&path)?;
                 let b = std::fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
@@ -121,6 +122,22 @@ fn present(path: &Path) -> Result<bool> {
         },
         Ok(_) => Ok(true),
     }
+}
+
+/// The bytes of `FILE.gz` when a folder ships a file gzipped (the chat fixture's 11 MB
+/// tokenizer.json, tests/fixtures/README.md says why); `None` when it is absent too.
+fn gunzip_file(path: &Path) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
+    use std::io::Read;
+    if !present(path)? {
+        return Ok(None);
+    }
+    crate::limits::regular_file(path)?;
+    let gz = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut out)
+        .with_context(|| format!("{}: not a valid gzip file", path.display()))?;
+    Ok(Some(out.into()))
 }
 
 /// The safetensors files of a folder: the shards an index names, or the single file.
@@ -182,15 +199,50 @@ pub struct GenerationConfig {
 struct TokenizerConfig {
     #[serde(default)]
     mask_token: Option<serde_json::Value>,
+    #[serde(default)]
+    eos_token: Option<serde_json::Value>,
+    #[serde(default)]
+    bos_token: Option<serde_json::Value>,
+    #[serde(default)]
+    pad_token: Option<serde_json::Value>,
+    #[serde(default)]
+    unk_token: Option<serde_json::Value>,
+    #[serde(default)]
+    chat_template: Option<serde_json::Value>,
+}
+
+/// A special token of tokenizer_config.json: a string or an AddedToken object with `content`.
+fn token_text(v: Option<&serde_json::Value>) -> Option<String> {
+    match v? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        v => v.get("content")?.as_str().map(str::to_string),
+    }
 }
 
 impl TokenizerConfig {
-    /// `mask_token` is a string or an AddedToken object with `content`.
     fn mask_text(&self) -> Option<String> {
-        match self.mask_token.as_ref()? {
-            serde_json::Value::String(s) => Some(s.clone()),
-            v => v.get("content")?.as_str().map(str::to_string),
-        }
+        token_text(self.mask_token.as_ref())
+    }
+
+    /// The special tokens transformers hands a chat template as variables.
+    fn template_vars(&self) -> crate::chat::Vars {
+        let named = [("bos_token", &self.bos_token), ("eos_token", &self.eos_token), ("pad_token", &self.pad_token), ("unk_token", &self.unk_token)];
+        named
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_string(), serde_json::Value::String(token_text(v.as_ref())?))))
+            .collect()
+    }
+}
+
+/// The checkpoint's chat template: `chat_template.jinja` (how SDAR ships it; transformers
+/// prefers it too), else tokenizer_config.json's `chat_template`; `None` for a base model.
+fn chat_template(source: &Source, tok_config: &TokenizerConfig) -> Result<Option<ChatTemplate>> {
+    if let Some(text) = source.text("chat_template.jinja")? {
+        return Ok(Some(ChatTemplate::new(text, source.file_label("chat_template.jinja"))?));
+    }
+    match &tok_config.chat_template {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => Ok(Some(ChatTemplate::from_config_value(v, &source.file_label("tokenizer_config.json"))?)),
     }
 }
 
@@ -201,6 +253,12 @@ pub struct Checkpoint {
     pub eos_ids: Vec<u32>,
     pub model: Qwen3,
     pub info: ModelInfo,
+    /// The chat template, if the checkpoint has one.
+    pub chat_template: Option<ChatTemplate>,
+    /// `bos_token`, `eos_token`, ... as the template sees them.
+    pub template_vars: crate::chat::Vars,
+    /// Which file set the mask token: the header's `sources.mask_token`.
+    pub mask_source: String,
 }
 
 impl Checkpoint {
@@ -228,7 +286,11 @@ impl Checkpoint {
                 config.vocab_size
             );
         }
-        let eos_ids = eos_ids(&config, &generation, &tokenizer);
+        let mask_source = mask_source(&config, mask_text.as_deref(), &tokenizer);
+        let eos_text = token_text(tok_config.eos_token.as_ref());
+        let eos_ids = eos_ids(&config, &generation, eos_text.as_deref(), &tokenizer);
+        let chat_template = chat_template(source, &tok_config)?;
+        let template_vars = tok_config.template_vars();
         let weights = source.weights()?;
         check_layers(&config, &weights, &source.file_label("config.json"))?;
         let model = Qwen3::load(&config, &weights, dtype, device)?;
@@ -241,7 +303,7 @@ impl Checkpoint {
             num_params: config.num_params(),
             dtype: weights.stored_dtype(),
         };
-        Ok(Checkpoint { config, generation, tokenizer, eos_ids, model, info })
+        Ok(Checkpoint { config, generation, tokenizer, eos_ids, model, info, chat_template, template_vars, mask_source })
     }
 }
 
@@ -256,11 +318,39 @@ fn check_layers(config: &ModelConfig, weights: &Weights, label: &str) -> Result<
     Ok(())
 }
 
-fn eos_ids(config: &ModelConfig, generation: &GenerationConfig, tok: &Tok) -> Vec<u32> {
-    if let Some(e) = generation.eos_token_id.as_ref().or(config.eos_token_id.as_ref()) {
-        return e.to_vec();
+/// Where the mask id came from, for the header.
+fn mask_source(config: &ModelConfig, config_text: Option<&str>, tok: &Tok) -> String {
+    if config.mask_token_id.is_some() {
+        return "config.json mask_token_id".into();
     }
-    ["<|endoftext|>", "<|im_end|>"].iter().filter_map(|s| tok.token_to_id(s)).collect()
+    let from_config = config_text.is_some_and(|t| tok.token_to_id(t) == Some(tok.mask_id()));
+    match from_config {
+        true => format!("tokenizer_config.json mask_token {:?}", config_text.unwrap_or_default()),
+        false => format!("tokenizer.json {:?}", tok.piece(tok.mask_id())),
+    }
+}
+
+/// Stop ids: the union, first seen first, of generation_config.json `eos_token_id`,
+/// config.json `eos_token_id` and tokenizer_config.json `eos_token` (chat checkpoints name
+/// `<|im_end|>` only there). With none of them, the tokenizer's `<|endoftext|>`/`<|im_end|>`.
+fn eos_ids(config: &ModelConfig, generation: &GenerationConfig, eos_text: Option<&str>, tok: &Tok) -> Vec<u32> {
+    let listed = [&generation.eos_token_id, &config.eos_token_id].into_iter().flatten().flat_map(OneOrMany::to_vec);
+    let named = eos_text.and_then(|t| tok.token_to_id(t));
+    let ids = dedup(listed.chain(named));
+    if !ids.is_empty() {
+        return ids;
+    }
+    dedup(["<|endoftext|>", "<|im_end|>"].iter().filter_map(|s| tok.token_to_id(s)))
+}
+
+fn dedup(ids: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    for id in ids {
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
 }
 
 /// The device a `--device` string names: `cpu`, `cuda` or `cuda:N`.

@@ -378,7 +378,7 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     let brand = Span::styled(" unmask compare ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD));
     let mut left = vec![brand];
     if let Some(r) = app.runs().next() {
-        let prompt = super::glyph::escape(&r.header.prompt, super::glyph::Mode::Prose).replace('\n', "↵");
+        let prompt = super::glyph::escape(r.header.shown_prompt(), super::glyph::Mode::Prose).replace('\n', "↵");
         left.push(Span::styled(format!(" {} ", r.header.model.source), t.value()));
         left.push(Span::styled(format!("prompt \"{}\"", super::glyph::fit(&prompt, 40).0), Style::default().fg(t.prompt_fg)));
     }

@@ -47,7 +47,7 @@ pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
     // The prompt gets whatever the rest leaves.
     let used: usize = left.iter().map(Span::width).sum::<usize>() + right.width() + 2;
     let room = (area.width as usize).saturating_sub(used);
-    let prompt = format!("\"{}\"", glyph::escape(&h.prompt, Mode::Prose).replace('\n', "↵"));
+    let prompt = format!("\"{}\"", glyph::escape(h.shown_prompt(), Mode::Prose).replace('\n', "↵"));
     let (prompt, _) = glyph::fit(&prompt, room.min(60));
     if room < 8 {
         left.pop();

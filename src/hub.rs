@@ -1,0 +1,157 @@
+//! `--model ORG/NAME`: a checkpoint in the local Hugging Face cache, never the network.
+//!
+//! The hub lays a repo out as `<cache>/models--ORG--NAME/refs/<revision>` (a file holding a
+//! commit hash) and `snapshots/<hash>/` (the files, symlinks into `blobs/`). Pure over the cache
+//! folder it is given, so tests build one in a temp dir; [`cache_dir`] reads the environment.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+/// The hub cache folder as huggingface_hub picks it: `$HF_HUB_CACHE`, else `$HF_HOME/hub`,
+/// else `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`. `var` reads one
+/// environment variable (empty counts as unset).
+pub fn cache_dir(var: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(p) = set("HF_HUB_CACHE") {
+        return Some(p);
+    }
+    if let Some(p) = set("HF_HOME") {
+        return Some(p.join("hub"));
+    }
+    if let Some(p) = set("XDG_CACHE_HOME") {
+        return Some(p.join("huggingface/hub"));
+    }
+    set("HOME").map(|h| h.join(".cache/huggingface/hub"))
+}
+
+/// Whether `--model` text reads as a hub id `ORG/NAME` rather than a path.
+pub fn looks_like_id(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let (Some(org), Some(name), None) = (parts.next(), parts.next(), parts.next()) else { return false };
+    let ok = |p: &str| {
+        !p.is_empty() && !p.starts_with('.') && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    };
+    ok(org) && ok(name)
+}
+
+/// The snapshot folder of `id` at `revision` (a branch or tag under `refs/`, or a commit hash
+/// with a snapshot) in the cache `root`.
+pub fn resolve(root: &Path, id: &str, revision: &str) -> Result<PathBuf> {
+    if !looks_like_id(id) {
+        bail!("--model {id}: not a folder, nor a Hugging Face id ORG/NAME");
+    }
+    let repo = root.join(format!("models--{}", id.replace('/', "--")));
+    if !repo.is_dir() {
+        bail!(
+            "--model {id}: no such folder, and not in the Hugging Face cache (searched {}; \
+             set HF_HUB_CACHE or HF_HOME, or download it with `hf download {id}`)",
+            repo.display()
+        );
+    }
+    let by_hash = repo.join("snapshots").join(revision);
+    if is_commit_hash(revision) && by_hash.is_dir() {
+        return Ok(by_hash);
+    }
+    let reference = repo.join("refs").join(revision);
+    let hash = match std::fs::read_to_string(&reference) {
+        Ok(h) => h.trim().to_string(),
+        Err(_) => bail!(
+            "--model {id}: revision {revision:?} is not in the cache (searched {} and {})",
+            reference.display(),
+            by_hash.display()
+        ),
+    };
+    let snapshot = repo.join("snapshots").join(&hash);
+    if !snapshot.is_dir() {
+        bail!("--model {id}: {} names snapshot {hash}, but {} is missing", reference.display(), snapshot.display());
+    }
+    Ok(snapshot)
+}
+
+fn is_commit_hash(s: &str) -> bool {
+    s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HASH: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    /// A cache as the hub writes it: blobs, a snapshot of symlinks to them, refs/main.
+    fn cache() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("models--JetAstra--SDAR-4B-Chat");
+        std::fs::create_dir_all(repo.join("blobs")).unwrap();
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        let snap = repo.join("snapshots").join(HASH);
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::write(repo.join("blobs/aa11"), "{\"model_type\":\"sdar\"}").unwrap();
+        std::os::unix::fs::symlink("../../blobs/aa11", snap.join("config.json")).unwrap();
+        std::fs::write(repo.join("refs/main"), format!("{HASH}\n")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn resolves_refs_main_to_the_snapshot_and_reads_through_symlinks() {
+        let c = cache();
+        let snap = resolve(c.path(), "JetAstra/SDAR-4B-Chat", "main").unwrap();
+        assert_eq!(snap, c.path().join("models--JetAstra--SDAR-4B-Chat/snapshots").join(HASH));
+        assert_eq!(std::fs::read_to_string(snap.join("config.json")).unwrap(), "{\"model_type\":\"sdar\"}");
+        assert_eq!(resolve(c.path(), "JetAstra/SDAR-4B-Chat", HASH).unwrap(), snap);
+    }
+
+    #[test]
+    fn misses_name_the_folders_searched() {
+        let c = cache();
+        let root = c.path().display();
+        let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-8B-Chat", "main").unwrap_err());
+        assert_eq!(
+            e,
+            format!(
+                "--model JetAstra/SDAR-8B-Chat: no such folder, and not in the Hugging Face cache \
+                 (searched {root}/models--JetAstra--SDAR-8B-Chat; set HF_HUB_CACHE or HF_HOME, \
+                 or download it with `hf download JetAstra/SDAR-8B-Chat`)"
+            )
+        );
+        let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "v2").unwrap_err());
+        let repo = format!("{root}/models--JetAstra--SDAR-4B-Chat");
+        assert_eq!(
+            e,
+            format!("--model JetAstra/SDAR-4B-Chat: revision \"v2\" is not in the cache (searched {repo}/refs/v2 and {repo}/snapshots/v2)")
+        );
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn a_ref_to_a_missing_snapshot_is_named() {
+        let c = cache();
+        let repo = c.path().join("models--JetAstra--SDAR-4B-Chat");
+        std::fs::write(repo.join("refs/dev"), "ffff").unwrap();
+        let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "dev").unwrap_err());
+        assert!(e.ends_with(&format!("names snapshot ffff, but {}/snapshots/ffff is missing", repo.display())), "{e}");
+    }
+
+    #[test]
+    fn ids_and_paths_are_told_apart() {
+        assert!(looks_like_id("JetAstra/SDAR-1.7B-Chat"));
+        for s in ["/abs/path", "./rel/x", "a/b/c", "models", "~/models", "a/", "../x"] {
+            assert!(!looks_like_id(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn cache_dir_follows_huggingface_hub_precedence() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
+        };
+        static ALL: [(&str, &str); 4] = [("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/home/u")];
+        let all = &ALL;
+        assert_eq!(cache_dir(env(all)), Some(PathBuf::from("/c")));
+        assert_eq!(cache_dir(env(&all[1..])), Some(PathBuf::from("/h/hub")));
+        assert_eq!(cache_dir(env(&all[2..])), Some(PathBuf::from("/x/huggingface/hub")));
+        assert_eq!(cache_dir(env(&all[3..])), Some(PathBuf::from("/home/u/.cache/huggingface/hub")));
+        assert_eq!(cache_dir(env(&[("HF_HUB_CACHE", ""), ("HOME", "/r")])), Some(PathBuf::from("/r/.cache/huggingface/hub")));
+    }
+}
