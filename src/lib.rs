@@ -5,6 +5,7 @@
 pub mod cast;
 pub mod cli;
 pub mod compare;
+pub mod detok;
 pub mod commands;
 pub mod embedded;
 pub mod engine;
