@@ -54,6 +54,30 @@ pub enum End {
 /// masked (its piece is `None` too). Returns the pieces and the bytes still incomplete after
 /// the last position when it and everything before it is decoded (the next window's carry).
 pub fn pieces(carry: &[u8], cells: &[Option<&[u8]>], end: End) -> (Vec<Option<Piece>>, Vec<u8>) {
+    let (texts, unresolved, carry_out) = stream(carry, cells, end);
+    let out = cells
+        .iter()
+        .zip(texts)
+        .zip(unresolved)
+        .map(|((cell, text), unresolved)| {
+            let bytes = (*cell)?;
+            Some(if unresolved { Piece::Pending(bytes.to_vec()) } else { Piece::Text(text) })
+        })
+        .collect();
+    (out, carry_out)
+}
+
+/// The final texts of a window whose positions are all decoded, and the carry after it. With
+/// `End::Open`, a trailing incomplete character is left to the later position that completes
+/// (or breaks) it; the positions holding its first bytes keep only what they complete.
+pub fn settled(carry: &[u8], cells: &[&[u8]], end: End) -> (Vec<String>, Vec<u8>) {
+    let cells: Vec<Option<&[u8]>> = cells.iter().map(|&c| Some(c)).collect();
+    let (texts, _, carry_out) = stream(carry, &cells, end);
+    (texts, carry_out)
+}
+
+/// Each position's completed text, whether some of its bytes are unresolved, and the carry.
+fn stream(carry: &[u8], cells: &[Option<&[u8]>], end: End) -> (Vec<String>, Vec<bool>, Vec<u8>) {
     let mut st = Stream { pending: carry.to_vec(), owners: vec![None; carry.len()], texts: vec![] };
     // Positions with a byte that cannot be resolved in this window.
     let mut unresolved = vec![false; cells.len()];
@@ -70,13 +94,14 @@ pub fn pieces(carry: &[u8], cells: &[Option<&[u8]>], end: End) -> (Vec<Option<Pi
         };
         let mut bytes = &bytes[..];
         if after_gap {
-            // Leading continuation bytes belong to a character that starts in the gap.
+            // Leading continuation bytes belong to a character that starts in the gap; the
+            // stream is in step again at the first byte that is not one.
             let lead = bytes.iter().take_while(|&&b| is_continuation(b)).count();
             if lead > 0 {
                 unresolved[i] = true;
                 bytes = &bytes[lead..];
             }
-            after_gap = false;
+            after_gap = bytes.is_empty();
         }
         st.feed(i, bytes);
     }
@@ -91,30 +116,12 @@ pub fn pieces(carry: &[u8], cells: &[Option<&[u8]>], end: End) -> (Vec<Option<Pi
             st.pending.clone()
         }
     };
-    let out = cells
-        .iter()
-        .zip(st.texts)
-        .zip(unresolved)
-        .map(|((cell, text), unresolved)| {
-            let bytes = (*cell)?;
-            Some(if unresolved { Piece::Pending(bytes.to_vec()) } else { Piece::Text(text) })
-        })
-        .collect();
-    (out, carry_out)
+    (st.texts, unresolved, carry_out)
 }
 
 /// The texts of a complete, fully decoded sequence (see the module doc).
 pub fn texts(cells: &[&[u8]]) -> Vec<String> {
-    let cells: Vec<Option<&[u8]>> = cells.iter().map(|&c| Some(c)).collect();
-    let (pieces, _) = pieces(&[], &cells, End::Final);
-    pieces
-        .into_iter()
-        .map(|p| match p {
-            Some(Piece::Text(t)) => t,
-            // Unreachable: with every position decoded and the end final, nothing is pending.
-            other => unreachable!("a final window left {other:?}"),
-        })
-        .collect()
+    settled(&[], cells, End::Final).0
 }
 
 fn is_continuation(b: u8) -> bool {
@@ -157,13 +164,12 @@ impl Stream {
     }
 
     /// The decode ended: an incomplete character left over becomes one `U+FFFD`, in the last
-    /// position that holds one of its bytes (or the window's last position for the carry).
+    /// position (where the decode ended on it, whichever earlier positions hold its bytes).
     fn finish(&mut self) {
         if self.pending.is_empty() {
             return;
         }
-        let at = self.owners.iter().flatten().last().copied().or(self.texts.len().checked_sub(1));
-        if let Some(at) = at {
+        if let Some(at) = self.texts.len().checked_sub(1) {
             self.texts[at].push(char::REPLACEMENT_CHARACTER);
         }
         self.pending.clear();
@@ -223,9 +229,20 @@ mod tests {
         assert_eq!(p, vec![text("a"), text("\u{FFFD}")]);
         assert!(carry.is_empty());
         assert_eq!(String::from_utf8_lossy(b"a\xE2\x89"), "a\u{FFFD}");
-        // A carried-in leftover with nothing after it goes to the window's last position.
+        // A leftover goes to the last position, also when earlier ones hold its bytes.
         let (p, _) = pieces(b"\xE2", &[Some(b"")], End::Final);
         assert_eq!(p, vec![text("\u{FFFD}")]);
+        let (p, _) = pieces(b"", &[Some(b"\xF0\x9F"), Some(b"")], End::Final);
+        assert_eq!(p, vec![text(""), text("\u{FFFD}")]);
+    }
+
+    #[test]
+    fn a_settled_window_keeps_what_a_position_completes_before_its_trailing_bytes() {
+        // " ∑" split as " E2 | 88 91": the space is final in the first position.
+        let (t, carry) = settled(b"", &[b"x", b" \xE2"], End::Open);
+        assert_eq!((t, carry), (vec!["x".to_string(), " ".to_string()], b"\xE2".to_vec()));
+        let (t, carry) = settled(b"\xE2", &[b"\x88\x91"], End::Open);
+        assert_eq!((t, carry), (vec!["∑".to_string()], vec![]));
     }
 
     #[test]
@@ -271,7 +288,7 @@ mod tests {
             let cells = split(s.as_bytes(), &cuts);
             let refs: Vec<&[u8]> = cells.iter().map(Vec::as_slice).collect();
             let t = texts(&refs);
-            prop_assert!(t.iter().all(|t| !t.contains('\u{FFFD}')));
+            prop_assert!(t.iter().all(|t| !t.contains(char::REPLACEMENT_CHARACTER)), "{:?}", t);
             prop_assert_eq!(t.concat(), s);
         }
 
@@ -293,9 +310,12 @@ mod tests {
             let b: Vec<_> = b.into_iter().map(resolved).collect();
             let whole: Vec<_> = whole.into_iter().map(resolved).collect();
             prop_assert_eq!(&b[..], &whole[at..]);
+            // A text shown in the first window is the one the whole sequence gives it, as long
+            // as more may follow (at the true end, a leftover `�` goes to the last position).
+            let (open, _) = pieces(b"", &refs, End::Open);
             for (i, p) in a.into_iter().enumerate() {
                 if let Some(Piece::Text(t)) = p {
-                    prop_assert_eq!(Some(t), whole[i].clone());
+                    prop_assert_eq!(Some(Piece::Text(t)), open[i].clone());
                 }
             }
         }

@@ -321,21 +321,13 @@ impl Run {
         let span = block * b..(block + 1) * b;
         let Some(carry) = self.carries.get(block).cloned() else { return };
         let tokens: Vec<u32> = span.clone().filter_map(|p| self.cells.get(p).map(|c| c.token)).collect();
-        let bytes: Vec<Option<&[u8]>> = tokens.iter().map(|&t| Some(self.token_bytes(t))).collect();
+        let bytes: Vec<&[u8]> = tokens.iter().map(|&t| self.token_bytes(t)).collect();
         let cut = out_end.map_or(bytes.len(), |e| e.clamp(span.start, span.start + bytes.len()) - span.start);
         let end = if out_end.is_some() { End::Final } else { End::Open };
-        let (mut pieces, next) = detok::pieces(&carry, &bytes[..cut], end);
-        pieces.extend(detok::pieces(&[], &bytes[cut..], End::Open).0);
-        // A trailing incomplete character belongs to the later position that completes it.
-        let texts: Vec<Box<str>> = pieces
-            .into_iter()
-            .map(|p| match p {
-                Some(Piece::Text(t)) => t.into(),
-                _ => Box::default(),
-            })
-            .collect();
+        let (mut texts, next) = detok::settled(&carry, &bytes[..cut], end);
+        texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
         self.texts.truncate(span.start);
-        self.texts.extend(texts);
+        self.texts.extend(texts.into_iter().map(String::into_boxed_str));
         self.carries.truncate(block + 1);
         self.carries.push(next.into());
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::{Control, Denoiser, Detok, Pass};
-use crate::detok::{self, End, Piece};
+use crate::detok::{self, End};
 use crate::events::{
     BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent,
     TRACE_VERSION,
@@ -148,8 +148,7 @@ impl Loop<'_> {
         let prompt_pieces = detok::texts(&bytes);
         let split = prompt_pieces.iter().zip(&bytes).any(|(p, b)| p.as_bytes() != *b);
         let whole = first_block * self.settings.block_length;
-        let cells: Vec<Option<&[u8]>> = bytes[..whole].iter().map(|&b| Some(b)).collect();
-        self.carry = detok::pieces(&[], &cells, End::Open).1;
+        self.carry = detok::settled(&[], &bytes[..whole], End::Open).1;
         (self.sink)(Event::Header(Header {
             version: TRACE_VERSION,
             model: req.model.clone(),
@@ -291,22 +290,13 @@ impl Loop<'_> {
     /// `out_end` (in-block index) is where the output ends, if it ends in this block.
     fn block_event(&mut self, block: usize, start: usize, cells: &[u32], out_end: Option<usize>) {
         let own: Vec<TokenText> = cells.iter().map(|&t| self.token(t)).collect();
-        let bytes: Vec<Option<&[u8]>> = own.iter().map(|t| Some(t.bytes())).collect();
+        let bytes: Vec<&[u8]> = own.iter().map(TokenText::bytes).collect();
         let cut = out_end.unwrap_or(cells.len());
         let end = if out_end.is_some() { End::Final } else { End::Open };
-        let (mut pieces, carry) = detok::pieces(&self.carry, &bytes[..cut], end);
+        let (mut texts, carry) = detok::settled(&self.carry, &bytes[..cut], end);
         // Cells after the output's end are dropped: their text reads on from nothing.
-        pieces.extend(detok::pieces(&[], &bytes[cut..], End::Open).0);
+        texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
         self.carry = carry;
-        // A trailing incomplete character is completed (or broken) by a later position, which
-        // then holds it: nothing is left for the cells that started it.
-        let texts = pieces
-            .into_iter()
-            .map(|p| match p {
-                Some(Piece::Text(t)) => t,
-                _ => String::new(),
-            })
-            .collect();
         let ev = BlockEvent {
             block,
             start,

@@ -251,10 +251,10 @@ mod tests {
     #[test]
     fn lmdeploy_schedule_is_flat_and_at_least_one() {
         let r = StepRule { block_length: 8, steps: 3, ..rule(Strategy::Sequential, Schedule::Lmdeploy) };
-        assert_eq!(r.scheduled(0, 8), 2);
-        assert_eq!(r.scheduled(5, 8), 2);
+        assert_eq!(r.scheduled(0), 2);
+        assert_eq!(r.scheduled(5), 2);
         let r = StepRule { block_length: 4, steps: 8, ..r };
-        assert_eq!(r.scheduled(0, 4), 1);
+        assert_eq!(r.scheduled(0), 1);
     }
 
     #[test]
