@@ -172,6 +172,7 @@ mod tests {
             prompt: String::new(),
             prompt_ids: vec![1, 2],
             prompt_pieces: vec![],
+            prompt_bytes: None,
             first_block: 1,
             max_len: 8,
             device: "cpu".into(),
@@ -184,7 +185,7 @@ mod tests {
         for &(block, steps, tokens) in blocks {
             fwd += steps;
             out.extend(tokens);
-            ev.push(Event::Block(BlockEvent { block, start: block * 2, tokens: tokens.to_vec(), steps, forward: fwd, t_ms: 0.0 }));
+            ev.push(Event::Block(BlockEvent { block, start: block * 2, tokens: tokens.to_vec(), texts: None, steps, forward: fwd, t_ms: 0.0 }));
         }
         let steps = blocks.iter().map(|b| b.1).sum();
         ev.push(Event::Finish(FinishEvent {

@@ -32,8 +32,14 @@ pub struct Header {
     /// The text that was tokenized: the rendered chat template when one was applied.
     pub prompt: String,
     pub prompt_ids: Vec<u32>,
-    /// Text piece of every prompt token, so a replay needs no tokenizer.
+    /// Text of every prompt token, so a replay needs no tokenizer: what its bytes add to the
+    /// tokens before it (a token that only starts a character is `""`, the one completing it
+    /// holds it), so the pieces concatenate to the prompt.
     pub prompt_pieces: Vec<String>,
+    /// The bytes of every prompt token; present only when some token's bytes are not its piece
+    /// (the prompt splits a character across tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_bytes: Option<Vec<Vec<u8>>>,
     /// Index of the first block that is decoded (every block before it is pure prompt).
     pub first_block: usize,
     /// Position one past the last position that may be generated (`prompt + max_new_tokens`).
@@ -105,7 +111,11 @@ pub struct StepEvent {
 pub struct Committed {
     pub pos: usize,
     pub token: u32,
+    /// The token decoded alone (`�` where its bytes are not valid UTF-8 on their own).
     pub text: String,
+    /// The token's bytes, present only when they differ from `text` (a split character).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
     pub conf: f32,
     pub entropy: f32,
 }
@@ -114,7 +124,10 @@ pub struct Committed {
 pub struct Candidate {
     pub pos: usize,
     pub token: u32,
+    /// As in [`Committed`].
     pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
     pub conf: f32,
 }
 
@@ -125,6 +138,13 @@ pub struct BlockEvent {
     /// Absolute position of the block's first cell.
     pub start: usize,
     pub tokens: Vec<u32>,
+    /// Final text of every cell (as `prompt_pieces`): what its bytes add to the text of the
+    /// positions before it. A character completed in a later block belongs to that later
+    /// position; at the end of the output, an incomplete character is `U+FFFD`. The output
+    /// cells' texts in position order concatenate to the decode of the output, special tokens
+    /// spelled out. Absent in traces written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub texts: Option<Vec<String>>,
     /// Denoising steps this block took.
     pub steps: usize,
     pub forward: usize,

@@ -17,6 +17,8 @@ pub struct TokenRow {
     pub global_step: usize,
     pub forward: usize,
     pub token: u32,
+    /// What the token adds to the text of the positions before it (the block event's `texts`),
+    /// else, in older traces, the token decoded alone.
     pub text: String,
     pub conf: f32,
     pub entropy: f32,
@@ -84,6 +86,15 @@ pub fn tables(events: &[Event]) -> Tables {
                 conf: c.conf,
                 entropy: c.entropy,
             });
+        }
+    }
+    // A block event's texts are the final text of each position (a token holding part of a
+    // character reads as its share of the decode, not `�`); older traces only have the token's.
+    for ev in run {
+        let Event::Block(b) = ev else { continue };
+        let Some(texts) = &b.texts else { continue };
+        for row in tokens.iter_mut().filter(|r| (b.start..b.start + texts.len()).contains(&r.pos)) {
+            row.text = texts[row.pos - b.start].clone();
         }
     }
     tokens.sort_by_key(|t| t.pos);

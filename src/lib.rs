@@ -6,6 +6,7 @@ pub mod cast;
 pub mod chat;
 pub mod cli;
 pub mod compare;
+pub mod detok;
 pub mod commands;
 pub mod embedded;
 pub mod engine;

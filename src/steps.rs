@@ -96,7 +96,9 @@ impl StepLines {
             block_steps: budget.max(s.step + 1),
             forward: s.forward,
             pos: committed.iter().map(|c| c.pos).collect(),
-            texts: committed.iter().map(|c| c.text.clone()).collect(),
+            // A token holding part of a character shows its bytes (`<E2 89>`), as the grid's
+            // candidates do, not the `�` its own text decodes to.
+            texts: committed.iter().map(|c| c.bytes.as_deref().map_or_else(|| c.text.clone(), crate::detok::hex)).collect(),
             conf: committed.iter().map(|c| c.conf).collect(),
         }
     }
@@ -125,7 +127,7 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
         block_steps: step_budget(run.settings_for(s.block).0).max(s.step + 1),
         forward: s.forward,
         pos: committed.iter().map(|(p, _)| *p).collect(),
-        texts: committed.iter().map(|(_, d)| run.piece(d.token).to_string()).collect(),
+        texts: committed.iter().map(|(_, d)| run.token_label(d.token).into_owned()).collect(),
         conf: committed.iter().map(|(_, d)| d.conf).collect(),
     })
 }
@@ -143,7 +145,7 @@ mod tests {
     use crate::synth::{self, Synth};
 
     fn commit(pos: usize, text: &str) -> Committed {
-        Committed { pos, token: pos as u32, text: text.into(), conf: 0.5, entropy: 0.1 }
+        Committed { pos, token: pos as u32, text: text.into(), bytes: None, conf: 0.5, entropy: 0.1 }
     }
 
     #[test]

@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::events::{BlockEvent, Event, FinishEvent, Header, StepEvent};
+use crate::detok::{self, End, Piece};
+use crate::events::{BlockEvent, Event, FinishEvent, FinishReason, Header, StepEvent};
 use crate::settings::DecodeSettings;
 
 /// `CellRec::at` of a position nothing has decoded yet.
@@ -114,6 +115,12 @@ pub struct Run {
     cands: Vec<Cand>,
     /// Text of every token id seen (a token's piece never changes within a run).
     pieces: HashMap<u32, Box<str>>,
+    /// Bytes of the tokens whose bytes are not their piece (they split a character).
+    raw: HashMap<u32, Box<[u8]>>,
+    /// Final text of every position of the finished blocks (prompt blocks included), in order.
+    texts: Vec<Box<str>>,
+    /// Per block from 0: bytes of a character left incomplete by the blocks before it.
+    carries: Vec<Box<[u8]>>,
     /// `(block, settings)` in force from that block on; the first entry is the header's.
     settings_log: Vec<(usize, DecodeSettings)>,
     /// `(pos, step index)` of every EOS committed inside the output range.
@@ -153,7 +160,7 @@ impl Store {
             }
             Event::Step(s) => self.with_run(|r| r.push_step(s)),
             Event::Block(b) => self.with_run(|r| r.push_block(b)),
-            Event::Finish(f) => self.with_run(|r| r.finish = Some(f)),
+            Event::Finish(f) => self.with_run(|r| r.push_finish(f)),
         }
     }
 
@@ -182,15 +189,22 @@ impl Store {
 impl Run {
     fn new(header: Header) -> Self {
         let mut pieces = HashMap::new();
-        let cells = header
-            .prompt_ids
-            .iter()
-            .zip(&header.prompt_pieces)
-            .map(|(&token, piece)| {
-                pieces.entry(token).or_insert_with(|| piece.as_str().into());
-                CellRec { token, at: PROMPT, conf: 1.0, entropy: 0.0 }
-            })
-            .collect();
+        let mut raw = HashMap::new();
+        for (i, (&token, piece)) in header.prompt_ids.iter().zip(&header.prompt_pieces).enumerate() {
+            match header.prompt_bytes.as_ref().and_then(|b| b.get(i)) {
+                // The pieces are per position then; a token alone reads as its bytes do.
+                Some(bytes) => {
+                    pieces.entry(token).or_insert_with(|| String::from_utf8_lossy(bytes).into());
+                    if std::str::from_utf8(bytes).is_err() {
+                        raw.entry(token).or_insert_with(|| bytes.as_slice().into());
+                    }
+                }
+                None => {
+                    pieces.entry(token).or_insert_with(|| piece.as_str().into());
+                }
+            }
+        }
+        let cells = header.prompt_ids.iter().map(|&token| CellRec { token, at: PROMPT, conf: 1.0, entropy: 0.0 }).collect();
         let settings_log = vec![(header.first_block, header.settings.clone())];
         let mut run = Run {
             header,
@@ -199,6 +213,9 @@ impl Run {
             blocks: Vec::new(),
             cands: Vec::new(),
             pieces,
+            raw,
+            texts: Vec::new(),
+            carries: vec![Box::default()],
             settings_log,
             eos: Vec::new(),
             finish: None,
@@ -206,6 +223,9 @@ impl Run {
             step_span: 1,
         };
         run.update_step_span();
+        for block in 0..run.header.first_block {
+            run.finish_block_texts(block, None);
+        }
         run
     }
 
@@ -253,6 +273,63 @@ impl Run {
     /// The text piece of a token id, as the events spelled it.
     pub fn piece(&self, token: u32) -> &str {
         self.pieces.get(&token).map_or("", |p| p)
+    }
+
+    /// The bytes a token adds to a decode.
+    pub fn token_bytes(&self, token: u32) -> &[u8] {
+        self.raw.get(&token).map_or(self.piece(token).as_bytes(), |b| b)
+    }
+
+    /// A token on its own, as a candidate shows it: its piece, or its bytes as hex (`<E2 89>`)
+    /// when it holds part of a character.
+    pub fn token_label(&self, token: u32) -> std::borrow::Cow<'_, str> {
+        match self.raw.get(&token) {
+            Some(b) => detok::hex(b).into(),
+            None => self.piece(token).into(),
+        }
+    }
+
+    /// What cell `pos` shows at step `k` (`None` while masked): the text its bytes add to the
+    /// positions before it, or its bytes while a masked neighbour leaves them incomplete.
+    pub fn cell_piece(&self, pos: usize, k: Option<usize>) -> Option<Piece> {
+        let b = self.block_length();
+        let block = pos / b;
+        let done = block < self.header.first_block || block < self.active_block(k);
+        if done {
+            if let Some(t) = self.texts.get(pos) {
+                return Some(Piece::Text(t.to_string()));
+            }
+        }
+        let span = block * b..(block + 1) * b;
+        let bytes: Vec<Option<&[u8]>> = span
+            .clone()
+            .map(|p| match self.cell(p, k) {
+                CellState::Prompt { token } => Some(self.token_bytes(token)),
+                CellState::Decoded(d) => Some(self.token_bytes(d.token)),
+                CellState::Masked { .. } => None,
+            })
+            .collect();
+        let carry = self.carries.get(block).map_or(&[][..], |c| c);
+        detok::pieces(carry, &bytes, End::Open).0.swap_remove(pos - span.start)
+    }
+
+    /// The final text of the cells of `block`, once it is finished; `out_end` (absolute) is
+    /// where the output ends if it ends in this block: an incomplete character there becomes
+    /// `U+FFFD`, and later cells read on from nothing.
+    fn finish_block_texts(&mut self, block: usize, out_end: Option<usize>) {
+        let b = self.block_length();
+        let span = block * b..(block + 1) * b;
+        let Some(carry) = self.carries.get(block).cloned() else { return };
+        let tokens: Vec<u32> = span.clone().filter_map(|p| self.cells.get(p).map(|c| c.token)).collect();
+        let bytes: Vec<&[u8]> = tokens.iter().map(|&t| self.token_bytes(t)).collect();
+        let cut = out_end.map_or(bytes.len(), |e| e.clamp(span.start, span.start + bytes.len()) - span.start);
+        let end = if out_end.is_some() { End::Final } else { End::Open };
+        let (mut texts, next) = detok::settled(&carry, &bytes[..cut], end);
+        texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
+        self.texts.truncate(span.start);
+        self.texts.extend(texts.into_iter().map(String::into_boxed_str));
+        self.carries.truncate(block + 1);
+        self.carries.push(next.into());
     }
 
     /// State of `pos` right after step `k` (`None`: before any step).
@@ -388,6 +465,9 @@ impl Run {
             }
             self.cells[c.pos] = CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
             self.pieces.entry(c.token).or_insert_with(|| c.text.as_str().into());
+            if let Some(b) = &c.bytes {
+                self.raw.entry(c.token).or_insert_with(|| b.as_slice().into());
+            }
             if self.header.eos_ids.contains(&c.token) && c.pos < self.header.max_len {
                 self.eos.push((c.pos, k));
             }
@@ -398,6 +478,9 @@ impl Run {
         for c in s.masked.iter().filter(|c| span.contains(&c.pos)) {
             self.cands.push(Cand { pos: c.pos as u32, token: c.token, conf: c.conf });
             self.pieces.entry(c.token).or_insert_with(|| c.text.as_str().into());
+            if let Some(b) = &c.bytes {
+                self.raw.entry(c.token).or_insert_with(|| b.as_slice().into());
+            }
         }
         // Sorted so that a cell's candidate is a binary search away.
         self.cands[start as usize..].sort_by_key(|c| c.pos);
@@ -431,9 +514,24 @@ impl Run {
 
     fn push_block(&mut self, b: BlockEvent) {
         match self.blocks.last_mut() {
-            Some(last) if last.block == b.block && last.done_forward.is_none() => last.done_forward = Some(b.forward),
+            Some(last) if last.block == b.block && last.done_forward.is_none() => {
+                last.done_forward = Some(b.forward);
+                self.finish_block_texts(b.block, None);
+            }
             _ => self.ignored += 1,
         }
+    }
+
+    /// The output ends in the last finished block: its texts take the end of the decode.
+    fn push_finish(&mut self, f: FinishEvent) {
+        let out_end = self.prompt_len() + f.output_ids.len();
+        let last_done = self.blocks.last().filter(|b| b.done_forward.is_some()).map(|b| b.block);
+        if matches!(f.reason, FinishReason::Eos | FinishReason::Length) {
+            if let Some(block) = last_done {
+                self.finish_block_texts(block, Some(out_end));
+            }
+        }
+        self.finish = Some(f);
     }
 
     fn grow_cells(&mut self, len: usize) {
@@ -445,7 +543,10 @@ impl Run {
 
     fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let pieces: usize = self.pieces.values().map(|p| p.len() + size_of::<(u32, Box<str>)>()).sum();
+        let pieces: usize = self.pieces.values().map(|p| p.len() + size_of::<(u32, Box<str>)>()).sum::<usize>()
+            + self.raw.values().map(|b| b.len() + size_of::<(u32, Box<[u8]>)>()).sum::<usize>()
+            + self.texts.iter().map(|t| t.len() + size_of::<Box<str>>()).sum::<usize>()
+            + self.carries.iter().map(|c| c.len() + size_of::<Box<[u8]>>()).sum::<usize>();
         self.cells.capacity() * size_of::<CellRec>()
             + self.steps.capacity() * size_of::<StepRec>()
             + self.blocks.capacity() * size_of::<BlockRec>()

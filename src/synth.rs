@@ -104,6 +104,7 @@ fn header(cfg: &Synth) -> Header {
         prompt: cfg.prompt.iter().map(|&t| piece(t)).collect(),
         prompt_ids: cfg.prompt.clone(),
         prompt_pieces: cfg.prompt.iter().map(|&t| piece(t)).collect(),
+        prompt_bytes: None,
         first_block: cfg.prompt.len() / cfg.block_length,
         max_len: cfg.prompt.len() + cfg.new_tokens,
         device: "cpu".into(),
@@ -132,7 +133,7 @@ pub fn trace(cfg: &Synth) -> Vec<Event> {
         let taken = decode_block(cfg, block, steps_now, changed, &mut forward, &mut events);
         steps_total += taken;
         let tokens: Vec<u32> = (block * b..(block + 1) * b).map(|q| if q < p { cfg.prompt[q] } else { final_token(cfg, q) }).collect();
-        events.push(Event::Block(BlockEvent { block, start: block * b, tokens: tokens.clone(), steps: taken, forward, t_ms: ms(forward) }));
+        events.push(Event::Block(BlockEvent { block, start: block * b, tokens: tokens.clone(), texts: None, steps: taken, forward, t_ms: ms(forward) }));
         blocks += 1;
         let generated = (block * b).max(p)..((block + 1) * b).min(h.max_len);
         let eos = generated.clone().find(|&q| final_token(cfg, q) == EOS_ID);
@@ -171,11 +172,12 @@ fn decode_block(
 ) -> usize {
     let (b, p) = (cfg.block_length, cfg.prompt.len());
     let mut masked: Vec<usize> = (block * b..(block + 1) * b).filter(|&q| q >= p).collect();
-    let budget = steps.min(masked.len()).max(1);
-    let (base, extra) = (masked.len() / budget, masked.len() % budget);
-    for step in 0..budget {
+    // generate.py's counts from (block_length, steps), capped at the masks left.
+    let (base, extra) = (b / steps, b % steps);
+    let mut step = 0;
+    while !masked.is_empty() {
         *forward += 1;
-        let k = base + usize::from(step < extra);
+        let k = (base + usize::from(step < extra)).max(1);
         // Most confident first, like low_confidence_static.
         let conf = |q: usize| 0.15 + 0.85 * unit(cfg.seed, q, step);
         masked.sort_by(|&x, &y| conf(y).total_cmp(&conf(x)).then(x.cmp(&y)));
@@ -185,7 +187,7 @@ fn decode_block(
             .iter()
             .map(|&q| {
                 let token = final_token(cfg, q);
-                Committed { pos: q, token, text: piece(token), conf: conf(q), entropy: 2.0 * (1.0 - conf(q)) }
+                Committed { pos: q, token, text: piece(token), bytes: None, conf: conf(q), entropy: 2.0 * (1.0 - conf(q)) }
             })
             .collect();
         let cands = masked
@@ -193,7 +195,7 @@ fn decode_block(
             .map(|&q| {
                 // Early guesses wander; the last guess before the commit is usually the final token.
                 let token = if unit(cfg.seed ^ 1, q, step) < 0.6 { final_token(cfg, q) } else { (mix(q as u64 + step as u64) % VOCAB.len() as u64) as u32 };
-                Candidate { pos: q, token, text: piece(token), conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step) }
+                Candidate { pos: q, token, text: piece(token), bytes: None, conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step) }
             })
             .collect();
         events.push(Event::Step(StepEvent {
@@ -205,13 +207,138 @@ fn decode_block(
             t_ms: ms(*forward),
             settings: if step == 0 { changed.take() } else { None },
         }));
+        step += 1;
     }
-    budget
+    step
+}
+
+/// Byte-level tokens that split `≈ ∑ 你好 🤖` across tokens, as a real BPE vocabulary does
+/// (Qwen3 splits every one of them); `SPLIT_MASK` and `SPLIT_EOS` follow.
+pub const SPLIT_VOCAB: &[&[u8]] = &[
+    b"x",
+    b" \xE2\x89", // ≈ is E2 89 88
+    b"\x88",
+    b" \xE2", // ∑ is E2 88 91
+    b"\x88\x91",
+    b" \xE4\xBD", // 你 is E4 BD A0
+    b"\xA0\xE5",  // 好 is E5 A5 BD
+    b"\xA5\xBD",
+    b" \xF0\x9F", // 🤖 is F0 9F A4 96
+    b"\xA4\x96",
+    b" ok",
+];
+pub const SPLIT_MASK: u32 = SPLIT_VOCAB.len() as u32;
+const SPLIT_EOS: u32 = SPLIT_MASK + 1;
+
+/// A real decode (the engine loop, `low_confidence_static`, B4 S4) over a scripted model
+/// whose tokens split characters: prompt `x ≈ ∑`, output ` 你好 🤖 okx`. The rightmost mask is
+/// always the most confident, so a cell's right neighbour is decoded before it and the bytes
+/// of a split character wait on a masked cell mid-block.
+pub fn split_trace() -> Vec<Event> {
+    use crate::engine::{decode, Denoiser, Detok, Pass, Request};
+    use crate::sampler::PosSample;
+
+    struct Bytes;
+    impl Detok for Bytes {
+        fn piece(&self, id: u32) -> String {
+            String::from_utf8_lossy(&self.bytes(id)).into_owned()
+        }
+        fn decode(&self, ids: &[u32]) -> String {
+            String::from_utf8_lossy(&ids.iter().flat_map(|&i| self.bytes(i)).collect::<Vec<u8>>()).into_owned()
+        }
+        fn bytes(&self, id: u32) -> Vec<u8> {
+            match id {
+                SPLIT_MASK => b"<|MASK|>".to_vec(),
+                SPLIT_EOS => b"<|endoftext|>".to_vec(),
+                id => SPLIT_VOCAB[id as usize].to_vec(),
+            }
+        }
+    }
+    /// Position `p` always proposes `OUTPUT[p - 5]`, more confidently further right.
+    struct Script {
+        cached: usize,
+    }
+    const OUTPUT: [u32; 7] = [5, 6, 7, 8, 9, 10, 0];
+    impl Denoiser for Script {
+        fn reset(&mut self, _: usize) -> anyhow::Result<()> {
+            self.cached = 0;
+            Ok(())
+        }
+        fn denoise(&mut self, pass: Pass<'_>, _: &crate::settings::Sampling, _: &[f32]) -> anyhow::Result<Vec<PosSample>> {
+            self.cached += pass.store.len();
+            Ok((0..pass.block.len())
+                .map(|i| {
+                    let pos = self.cached + i;
+                    let token = OUTPUT.get(pos.wrapping_sub(5)).copied().unwrap_or(0);
+                    PosSample { token, conf: 0.5 + pos as f32 / 100.0, entropy: 0.5 - pos as f32 / 100.0 }
+                })
+                .collect())
+        }
+    }
+    let settings = DecodeSettings {
+        strategy: crate::settings::Strategy::LowConfidenceStatic,
+        block_length: 4,
+        steps: 4,
+        max_new_tokens: OUTPUT.len(),
+        ..DecodeSettings::default()
+    };
+    let req = Request {
+        prompt: "x ≈ ∑".into(),
+        prompt_ids: vec![0, 1, 2, 3, 4],
+        settings,
+        mask_id: SPLIT_MASK,
+        eos_ids: vec![SPLIT_EOS],
+        model: ModelInfo {
+            source: "synthetic".into(),
+            model_type: "sdar".into(),
+            vocab_size: SPLIT_VOCAB.len() + 2,
+            hidden_size: 1,
+            num_layers: 1,
+            num_params: 1,
+            dtype: "f32".into(),
+        },
+        device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
+    };
+    let mut events = vec![];
+    decode(&mut Script { cached: 0 }, &Bytes, &req, &mut |e| events.push(e), None);
+    // Fixed timings, so rendered rates never change between runs.
+    for e in &mut events {
+        match e {
+            Event::Step(s) => s.t_ms = ms(s.forward),
+            Event::Block(b) => b.t_ms = ms(b.forward),
+            Event::Finish(f) => f.elapsed_ms = ms(f.forwards),
+            Event::Header(_) => {}
+        }
+    }
+    events
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_trace_spells_every_character_whole() {
+        let ev = split_trace();
+        let Some(Event::Header(h)) = ev.first() else { panic!() };
+        assert_eq!(h.prompt_pieces, ["x", " ", "≈", " ", "∑"]);
+        assert_eq!(h.prompt_pieces.concat(), h.prompt);
+        assert!(h.prompt_bytes.is_some());
+        let texts: Vec<String> = ev
+            .iter()
+            .filter_map(|e| if let Event::Block(b) = e { b.texts.clone() } else { None })
+            .flatten()
+            .collect();
+        // Block 1 holds the prompt's last token (∑'s last bytes), then the output.
+        assert_eq!(texts, ["∑", " ", "你", "好", " ", "🤖", " ok", "x"]);
+        let Some(Event::Finish(f)) = ev.last() else { panic!() };
+        assert_eq!(texts[1..].concat(), f.text);
+        // A token alone is `�`; its bytes travel with it.
+        let c = ev.iter().find_map(|e| if let Event::Step(s) = e { s.committed.first().cloned() } else { None }).unwrap();
+        assert_eq!((c.pos, c.text.as_str(), c.bytes.as_deref()), (7, "\u{FFFD}\u{FFFD}", Some(&b"\xA5\xBD"[..])));
+    }
 
     #[test]
     fn small_trace_has_the_expected_shape() {

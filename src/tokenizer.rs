@@ -1,7 +1,10 @@
 //! The checkpoint's tokenizer, with the mask token SDAR decodes from.
 
 use anyhow::{anyhow, bail, Result};
-use tokenizers::{AddedToken, Tokenizer};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use tokenizers::{AddedToken, DecoderWrapper, Tokenizer};
 
 /// Spellings of the mask token seen in SDAR releases (`<|MASK|>` in one file, `<MASK>` in another).
 pub const MASK_SPELLINGS: [&str; 2] = ["<|MASK|>", "<MASK>"];
@@ -74,6 +77,50 @@ impl Tok {
     pub fn token_to_id(&self, s: &str) -> Option<u32> {
         self.inner.token_to_id(s)
     }
+
+    /// The bytes one token adds to a decode: what the decoder turns its vocabulary string into
+    /// before the whole output is read as (lossy) UTF-8. A byte-level BPE string maps back
+    /// through GPT-2's byte<->char table (an added token whose characters are not all in that
+    /// table is its own UTF-8, as tokenizers' ByteLevel decoder does); a `<0xNN>` byte-fallback
+    /// token is that one byte; any other decoder: the token decoded alone.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let Some(token) = self.inner.id_to_token(id) else { return format!("<{id}>").into_bytes() };
+        if let Some(DecoderWrapper::ByteLevel(_)) = self.inner.get_decoder() {
+            return token.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| token.into_bytes());
+        }
+        if let Some(b) = byte_fallback(&token) {
+            return vec![b];
+        }
+        self.inner.decode(&[id], false).unwrap_or(token).into_bytes()
+    }
+}
+
+/// `<0xNN>`: a byte-fallback token (SentencePiece-style vocabularies).
+fn byte_fallback(token: &str) -> Option<u8> {
+    let hex = token.strip_prefix("<0x")?.strip_suffix('>')?;
+    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok()).flatten()
+}
+
+/// The byte a char of GPT-2's byte-level alphabet stands for. tokenizers keeps this table
+/// private (`bytes_char`), so it is rebuilt here: the printable bytes `!..=~`, `¡..=¬`,
+/// `®..=ÿ` are their own char; the other 68 bytes, in order, are chars 256, 257, ...
+fn byte_level_byte(c: char) -> Option<u8> {
+    static TABLE: OnceLock<HashMap<char, u8>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut shifted = 256u32;
+        (0..=255u8)
+            .map(|b| {
+                if printable(b) {
+                    (char::from(b), b)
+                } else {
+                    shifted += 1;
+                    (char::from_u32(shifted - 1).expect("below the surrogates"), b)
+                }
+            })
+            .collect()
+    });
+    table.get(&c).copied()
 }
 
 /// SDAR adds `<|MASK|>` on top of Qwen3's vocabulary; a tokenizer.json without it gets it here,

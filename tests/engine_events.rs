@@ -156,6 +156,59 @@ fn static_with_a_prompt_tail_commits_one_per_step_most_confident_first() {
     assert_eq!(f.text, "t16 t17 t18 t19 t20 t21");
 }
 
+/// generate.py's `get_num_transfer_tokens(block_length, steps)`, computed as the Python does.
+fn generate_py_counts(block_length: usize, steps: usize) -> Vec<usize> {
+    let mut counts = vec![block_length / steps; steps];
+    for c in counts.iter_mut().take(block_length % steps) {
+        *c += 1;
+    }
+    counts
+}
+
+/// Committed count of every step of block `block`.
+fn counts_of_block(events: &[Event], block: usize) -> Vec<usize> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step(s) if s.block == block => Some(s.committed.len()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn sdar_schedule_takes_generate_py_counts_in_the_block_holding_the_prompt_tail() {
+    // (B, S, prompt length): the first decoded block holds the prompt's tail.
+    for (b, s, p) in [(8, 4, 6), (8, 4, 3), (4, 2, 1), (4, 2, 3)] {
+        let counts = generate_py_counts(b, s);
+        for strategy in [Strategy::Sequential, Strategy::LowConfidenceStatic] {
+            let st = DecodeSettings { block_length: b, steps: s, ..settings(strategy, 2 * b) };
+            let events = run(&mut ScriptedDenoiser::new(right_first), &request(p, st), None);
+            // generate.py's counts, capped at the masks left, until the block is full.
+            let mut left = b - p % b;
+            let want: Vec<usize> = counts
+                .iter()
+                .map_while(|&k| (left > 0).then(|| { let n = k.min(left); left -= n; n }))
+                .collect();
+            assert_eq!(counts_of_block(&events, p / b), want, "B{b} S{s} P{p} {strategy:?}");
+            // later blocks: the counts in full.
+            assert_eq!(counts_of_block(&events, p / b + 1), counts, "B{b} S{s} P{p} {strategy:?}");
+        }
+    }
+    // The example (B8 S4, prompt of 6, sequential): 6 and 7 both at step 0.
+    let st = DecodeSettings { block_length: 8, steps: 4, ..settings(Strategy::Sequential, 2) };
+    let events = run(&mut ScriptedDenoiser::new(right_first), &request(6, st), None);
+    assert_eq!(
+        shape(&events),
+        vec![
+            "header first_block=0 max_len=8",
+            "step b0 s0 f1 [6, 7] masked []",
+            "block b0 start=0 steps=1 f1",
+            "finish Length n=2 f1",
+        ]
+    );
+}
+
 #[test]
 fn sequential_goes_left_to_right_whatever_the_confidence() {
     let mut d = ScriptedDenoiser::new(right_first);

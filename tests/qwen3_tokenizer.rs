@@ -268,3 +268,68 @@ fn unmask_loader_adds_the_missing_mask_token_only_at_the_configured_id() {
     let err = unmask::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", None, None).err().unwrap();
     assert!(format!("{err:#}").contains("config.json has no `mask_token_id`"));
 }
+
+/// unmask's tokenizer over the real Qwen3 vocabulary (with SDAR's `<|MASK|>`), loaded once.
+fn unmask_tok() -> &'static unmask::tokenizer::Tok {
+    static TOK: OnceLock<unmask::tokenizer::Tok> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let gz = std::fs::read(fixture_dir().join("tokenizer.json.gz")).unwrap();
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut json).unwrap();
+        unmask::tokenizer::Tok::from_bytes(&json, "tokenizer.json", Some(MASK_ID), None).unwrap()
+    })
+}
+
+/// Per-position texts of `ids` through unmask's incremental detokenizer.
+fn position_texts(ids: &[u32]) -> Vec<String> {
+    let bytes: Vec<Vec<u8>> = ids.iter().map(|&id| unmask_tok().token_bytes(id)).collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    unmask::detok::texts(&refs)
+}
+
+/// Characters Qwen3 splits across tokens get no `�`: each lands whole in the token completing it.
+#[test]
+fn split_characters_land_whole_in_the_token_that_completes_them() {
+    let text = "x ≈ ∑ 你好 🤖 café";
+    let ids = unmask_tok().encode(text).unwrap();
+    let own: Vec<String> = ids.iter().map(|&id| unmask_tok().piece(id)).collect();
+    assert!(own.iter().any(|p| p.contains('\u{FFFD}')), "the fixture must split a character: {own:?}");
+    let texts = position_texts(&ids);
+    assert_eq!(texts.concat(), text);
+    assert!(texts.iter().all(|t| !t.contains('\u{FFFD}')), "{texts:?}");
+    // 🤖 is F0 9F A4 96: its token(s) before the last show nothing, the last shows it all.
+    let robot = texts.iter().position(|t| t.contains('🤖')).unwrap();
+    assert!(texts[robot].ends_with('🤖'));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+    /// For any id sequence (special tokens included), the per-token texts concatenate to the
+    /// tokenizer's own decode of the whole sequence.
+    #[test]
+    fn per_token_texts_concatenate_to_the_whole_decode(
+        ids in proptest::collection::vec(0u32..=MASK_ID, 0..24),
+    ) {
+        let want = tokenizer_with_mask().decode(&ids, false).unwrap();
+        proptest::prop_assert_eq!(position_texts(&ids).concat(), want);
+    }
+
+    /// Ids drawn from text with split characters: never a `�`.
+    #[test]
+    fn valid_text_gives_no_replacement_character(s in "[a ≈∑∫∞≤÷你好世界🤖😀é]{0,12}") {
+        let ids = unmask_tok().encode(&s).unwrap();
+        let texts = position_texts(&ids);
+        proptest::prop_assert!(texts.iter().all(|t| !t.contains(char::REPLACEMENT_CHARACTER)), "{:?}", texts);
+        proptest::prop_assert_eq!(texts.concat(), s);
+    }
+}
+
+/// The raw tokenizer with `<|MASK|>` added at 151669, as SDAR ships it.
+fn tokenizer_with_mask() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        let mut t = tokenizer().clone();
+        t.add_special_tokens(vec![AddedToken::from(MASK, true)]).unwrap();
+        t
+    })
+}

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::{Control, Denoiser, Detok, Pass};
+use crate::detok::{self, End};
 use crate::events::{
     BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent,
     TRACE_VERSION,
@@ -52,7 +53,32 @@ struct Loop<'a> {
     /// Build and send header, step and block events (off: only the finish event, without its
     /// text; what `unmask bench --events off` measures).
     events: bool,
-    pieces: std::cell::RefCell<std::collections::HashMap<u32, String>>,
+    /// Text and bytes of every token seen, looked up once per decode (a tokenizer decode per
+    /// candidate per step is most of what step events cost).
+    tokens: std::cell::RefCell<std::collections::HashMap<u32, TokenText>>,
+    /// Bytes of an incomplete character left by the blocks finished so far.
+    carry: Vec<u8>,
+    /// Denoising steps the last block took.
+    block_steps: usize,
+}
+
+/// One token's text alone, and its bytes where they differ from that text.
+#[derive(Clone)]
+struct TokenText {
+    text: String,
+    bytes: Option<Vec<u8>>,
+}
+
+impl TokenText {
+    fn of(detok: &dyn Detok, id: u32) -> Self {
+        let text = detok.piece(id);
+        let raw = detok.bytes(id);
+        TokenText { bytes: (raw != text.as_bytes()).then_some(raw), text }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.bytes.as_deref().unwrap_or(self.text.as_bytes())
+    }
 }
 
 /// Runs one decode to its end and returns the finish event (also sent to `sink`).
@@ -89,7 +115,9 @@ pub fn decode_with_events(
         pending: None,
         paused: false,
         events,
-        pieces: Default::default(),
+        tokens: Default::default(),
+        carry: Vec::new(),
+        block_steps: 0,
     };
     let mut output = Vec::new();
     let mut blocks = 0;
@@ -138,6 +166,12 @@ impl Loop<'_> {
     }
 
     fn header(&mut self, req: &Request, first_block: usize, max_len: usize) {
+        let own: Vec<TokenText> = req.prompt_ids.iter().map(|&t| self.token(t)).collect();
+        let bytes: Vec<&[u8]> = own.iter().map(TokenText::bytes).collect();
+        let prompt_pieces = detok::texts(&bytes);
+        let split = prompt_pieces.iter().zip(&bytes).any(|(p, b)| p.as_bytes() != *b);
+        let whole = first_block * self.settings.block_length;
+        self.carry = detok::settled(&[], &bytes[..whole], End::Open).1;
         (self.sink)(Event::Header(Header {
             version: TRACE_VERSION,
             model: req.model.clone(),
@@ -146,7 +180,8 @@ impl Loop<'_> {
             eos_ids: req.eos_ids.clone(),
             prompt: req.prompt.clone(),
             prompt_ids: req.prompt_ids.clone(),
-            prompt_pieces: req.prompt_ids.iter().map(|&t| self.detok.piece(t)).collect(),
+            prompt_pieces,
+            prompt_bytes: split.then(|| bytes.iter().map(|b| b.to_vec()).collect()),
             first_block,
             max_len,
             device: req.device.clone(),
@@ -182,8 +217,16 @@ impl Loop<'_> {
             }
             *blocks += 1;
             let generated: Vec<u32> = (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
-            unstored = cells;
             let eos_at = generated.iter().position(|t| req.eos_ids.contains(t));
+            if self.events {
+                // The output ends here at an EOS or in the last block; cells after it are dropped.
+                let out_end = match eos_at {
+                    Some(i) => Some(start.max(p) + i + 1 - start),
+                    None => (block + 1 == end_blocks).then(|| (p + n).min(start + b) - start),
+                };
+                self.block_event(block, start, &cells, out_end);
+            }
+            unstored = cells;
             match eos_at {
                 Some(i) => {
                     output.extend_from_slice(&generated[..=i]);
@@ -224,10 +267,9 @@ impl Loop<'_> {
                 *m = false;
             }
         }
-        let masked_at_start = masked.iter().filter(|&&m| m).count();
         // Every block holds a mask (the first starts before the prompt's end, the rest after
         // it), so its first pass always runs and stores `unstored`.
-        debug_assert!(masked_at_start > 0);
+        debug_assert!(masked.iter().any(|&m| m));
         let mut step = 0;
         while masked.iter().any(|&m| m) {
             if let Interrupt::Cancel = self.poll_control()? {
@@ -243,7 +285,7 @@ impl Loop<'_> {
                 .zip(&masked)
                 .map(|(s, &m)| Cell { masked: m, conf: s.conf, entropy: s.entropy })
                 .collect();
-            let picked = rule.select(&view, step, masked_at_start);
+            let picked = rule.select(&view, step);
             for &i in &picked {
                 cells[i] = samples[i].token;
                 masked[i] = false;
@@ -270,27 +312,47 @@ impl Loop<'_> {
             (self.sink)(Event::Step(ev));
             step += 1;
         }
-        if !self.events {
-            return Ok(Interrupt::None);
-        }
-        let ev = BlockEvent { block, start, tokens: cells.to_vec(), steps: step, forward: self.forwards, t_ms: self.ms() };
-        (self.sink)(Event::Block(ev));
+        self.block_steps = step;
         Ok(Interrupt::None)
     }
 
-    /// The text piece of a token, decoded once per decode (a tokenizer decode per candidate
-    /// per step is most of what step events cost).
-    fn piece(&self, id: u32) -> String {
-        let mut cache = self.pieces.borrow_mut();
-        cache.entry(id).or_insert_with(|| self.detok.piece(id)).clone()
+    /// Emits the block event of a finished block, with the final text of its cells.
+    /// `out_end` (in-block index) is where the output ends, if it ends in this block.
+    fn block_event(&mut self, block: usize, start: usize, cells: &[u32], out_end: Option<usize>) {
+        let own: Vec<TokenText> = cells.iter().map(|&t| self.token(t)).collect();
+        let bytes: Vec<&[u8]> = own.iter().map(TokenText::bytes).collect();
+        let cut = out_end.unwrap_or(cells.len());
+        let end = if out_end.is_some() { End::Final } else { End::Open };
+        let (mut texts, carry) = detok::settled(&self.carry, &bytes[..cut], end);
+        // Cells after the output's end are dropped: their text reads on from nothing.
+        texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
+        self.carry = carry;
+        let ev = BlockEvent {
+            block,
+            start,
+            tokens: cells.to_vec(),
+            texts: Some(texts),
+            steps: self.block_steps,
+            forward: self.forwards,
+            t_ms: self.ms(),
+        };
+        (self.sink)(Event::Block(ev));
+    }
+
+    /// The text and bytes of a token, looked up once per decode.
+    fn token(&self, id: u32) -> TokenText {
+        let mut cache = self.tokens.borrow_mut();
+        cache.entry(id).or_insert_with(|| TokenText::of(self.detok, id)).clone()
     }
 
     fn committed(&self, pos: usize, s: &PosSample) -> Committed {
-        Committed { pos, token: s.token, text: self.piece(s.token), conf: s.conf, entropy: s.entropy }
+        let TokenText { text, bytes } = self.token(s.token);
+        Committed { pos, token: s.token, text, bytes, conf: s.conf, entropy: s.entropy }
     }
 
     fn candidate(&self, pos: usize, s: &PosSample) -> Candidate {
-        Candidate { pos, token: s.token, text: self.piece(s.token), conf: s.conf }
+        let TokenText { text, bytes } = self.token(s.token);
+        Candidate { pos, token: s.token, text, bytes, conf: s.conf }
     }
 
     /// Applies queued control messages; while paused, waits for the next one.

@@ -49,13 +49,21 @@ pub trait Denoiser: Send {
 
 /// Token ids to text, for event payloads.
 pub trait Detok: Send + Sync {
+    /// The token decoded alone.
     fn piece(&self, id: u32) -> String;
     fn decode(&self, ids: &[u32]) -> String;
+    /// The bytes the token adds to a decode (its piece's bytes unless it splits a character).
+    fn bytes(&self, id: u32) -> Vec<u8> {
+        self.piece(id).into_bytes()
+    }
 }
 
 impl Detok for crate::tokenizer::Tok {
     fn piece(&self, id: u32) -> String {
         crate::tokenizer::Tok::piece(self, id)
+    }
+    fn bytes(&self, id: u32) -> Vec<u8> {
+        self.token_bytes(id)
     }
     fn decode(&self, ids: &[u32]) -> String {
         crate::tokenizer::Tok::decode(self, ids)

@@ -7,8 +7,11 @@
 //! - dynamic: SDAR takes every position over the threshold only if there are at least the
 //!   scheduled count of them, else the top scheduled count; lmdeploy ignores the schedule and
 //!   takes the best position plus every one at or over the threshold.
-//! - SDAR can pick already-decoded positions when the count exceeds the masks left; here the
-//!   count is capped, and only masked positions are ever candidates.
+//! - SDAR computes its per-step counts once from `(block_length, steps)` and uses them in
+//!   every block, so a first block that holds the prompt's tail may finish in fewer steps; where
+//!   a count exceeds the masks left, SDAR picks already-decoded (even prompt) positions and
+//!   overwrites them. Here the count is capped at the masks left, and only masked positions are
+//!   ever candidates.
 
 use crate::settings::{Schedule, Strategy};
 
@@ -53,13 +56,18 @@ impl StepRule {
         }
     }
 
-    /// Positions to commit at step `step` of a block that had `masked_at_start` masks.
-    /// `k` is the scheduled count; the result is never empty while a mask is left.
-    pub fn scheduled(&self, step: usize, masked_at_start: usize) -> usize {
+    /// Positions to commit at step `step` of a block, before the cap at the masks left.
+    ///
+    /// `sdar`: generate.py's `get_num_transfer_tokens(block_length, steps)`: `B / S` per step,
+    /// the first `B % S` steps one more. It depends on neither the block nor its masks: a first
+    /// block that holds the prompt's tail keeps the counts of a full block and so may finish
+    /// in fewer steps (B8 S4 with 2 masks: `[2, 2, 2, 2]` commits both at step 0). The counts
+    /// sum to `B`, at least the masks of any block, so a block never runs past step `S - 1`;
+    /// with `S > B` the steps past `B` would count 0, but no mask is left by then.
+    pub fn scheduled(&self, step: usize) -> usize {
         match self.schedule {
             Schedule::Sdar => {
-                let budget = self.steps.min(masked_at_start).max(1);
-                let (base, extra) = (masked_at_start / budget, masked_at_start % budget);
+                let (base, extra) = (self.block_length / self.steps, self.block_length % self.steps);
                 base + usize::from(step < extra)
             }
             Schedule::Lmdeploy => (self.block_length / self.steps).max(1),
@@ -67,12 +75,13 @@ impl StepRule {
     }
 
     /// Indices (into `cells`) to commit, ascending. Empty only when no cell is masked.
-    pub fn select(&self, cells: &[Cell], step: usize, masked_at_start: usize) -> Vec<usize> {
+    pub fn select(&self, cells: &[Cell], step: usize) -> Vec<usize> {
         let masked: Vec<usize> = (0..cells.len()).filter(|&i| cells[i].masked).collect();
         if masked.is_empty() {
             return vec![];
         }
-        let k = self.scheduled(step, masked_at_start).clamp(1, masked.len());
+        // Capped at the masks left: generate.py would overwrite decoded positions instead.
+        let k = self.scheduled(step).clamp(1, masked.len());
         let mut picked = match self.strategy {
             Strategy::Sequential => masked[..k].to_vec(),
             Strategy::LowConfidenceStatic => top_by_confidence(cells, &masked, k),
@@ -162,52 +171,122 @@ mod tests {
     #[test]
     fn sdar_schedule_spreads_the_remainder_over_the_first_steps() {
         let r = StepRule { block_length: 8, steps: 3, ..rule(Strategy::Sequential, Schedule::Sdar) };
-        let counts: Vec<usize> = (0..3).map(|s| r.scheduled(s, 8)).collect();
+        let counts: Vec<usize> = (0..3).map(|s| r.scheduled(s)).collect();
         assert_eq!(counts, vec![3, 3, 2]);
-        // a prompt tail left 2 masks: the budget shrinks to 2 steps of 1.
-        let counts: Vec<usize> = (0..2).map(|s| r.scheduled(s, 2)).collect();
-        assert_eq!(counts, vec![1, 1]);
+        let r = StepRule { block_length: 4, steps: 8, ..r };
+        let counts: Vec<usize> = (0..8).map(|s| r.scheduled(s)).collect();
+        assert_eq!(counts, vec![1, 1, 1, 1, 0, 0, 0, 0]);
+    }
+
+    /// generate.py's `get_num_transfer_tokens(block_length, steps)`, written as the Python
+    /// does it (a tensor of `base`, `+1` on the first `remainder`), to check `scheduled` against.
+    fn generate_py_counts(block_length: usize, steps: usize) -> Vec<usize> {
+        let mut counts = vec![block_length / steps; steps];
+        for c in counts.iter_mut().take(block_length % steps) {
+            *c += 1;
+        }
+        counts
+    }
+
+    /// Steps (each the committed in-block indices) a block of `masked` takes under `r`,
+    /// all confidences equal, so static and sequential both pick the leftmost.
+    fn run_block(r: &StepRule, masked: &[bool]) -> Vec<Vec<usize>> {
+        let mut c = cells(&vec![0.5; masked.len()], masked);
+        let mut steps = vec![];
+        while c.iter().any(|c| c.masked) {
+            let picked = r.select(&c, steps.len());
+            for &i in &picked {
+                c[i].masked = false;
+            }
+            steps.push(picked);
+        }
+        steps
+    }
+
+    #[test]
+    fn sdar_schedule_keeps_generate_py_counts_in_a_block_holding_the_prompt_tail() {
+        for (b, s) in [(8, 4), (4, 2), (8, 3), (4, 8)] {
+            let counts = generate_py_counts(b, s);
+            for strategy in [Strategy::Sequential, Strategy::LowConfidenceStatic] {
+                let r = StepRule { block_length: b, steps: s, ..rule(strategy, Schedule::Sdar) };
+                for tail in 0..b {
+                    let masked: Vec<bool> = (0..b).map(|i| i >= tail).collect();
+                    // generate.py's counts, each capped at the masks left, until none is left.
+                    let mut left = b - tail;
+                    let mut want = vec![];
+                    for &k in &counts {
+                        if left == 0 {
+                            break;
+                        }
+                        want.push(k.min(left));
+                        left -= k.min(left);
+                    }
+                    let got: Vec<usize> = run_block(&r, &masked).iter().map(Vec::len).collect();
+                    assert_eq!(got, want, "B{b} S{s} tail {tail} {strategy:?}");
+                }
+            }
+        }
+        // The example: B8 S4, prompt tail of 6: both masks at step 0 (not 1 + 1).
+        let r = StepRule { block_length: 8, steps: 4, ..rule(Strategy::Sequential, Schedule::Sdar) };
+        let masked: Vec<bool> = (0..8).map(|i| i >= 6).collect();
+        assert_eq!(run_block(&r, &masked), vec![vec![6, 7]]);
+        // B4 S2, tail of 1: counts [2, 2] -> 2 then the last 1.
+        let r = StepRule { block_length: 4, steps: 2, ..r };
+        assert_eq!(run_block(&r, &[false, true, true, true]), vec![vec![1, 2], vec![3]]);
+        // B4 S2, tail of 3: the count 2 is capped at the 1 mask left (generate.py would also
+        // rewrite the prompt position 2).
+        assert_eq!(run_block(&r, &[false, false, false, true]), vec![vec![3]]);
+    }
+
+    #[test]
+    fn sdar_dynamic_minimum_count_comes_from_block_length_and_steps() {
+        // B8 S4: k = 2 even with only 3 masks left, so one position over the threshold is not
+        // enough and the top 2 are taken.
+        let r = StepRule { block_length: 8, steps: 4, ..rule(Strategy::LowConfidenceDynamic, Schedule::Sdar) };
+        let masked = [false, false, false, false, false, true, true, true];
+        let c = cells(&[0.0, 0.0, 0.0, 0.0, 0.0, 0.9, 0.2, 0.3], &masked);
+        assert_eq!(r.select(&c, 0), vec![5, 7]);
     }
 
     #[test]
     fn lmdeploy_schedule_is_flat_and_at_least_one() {
         let r = StepRule { block_length: 8, steps: 3, ..rule(Strategy::Sequential, Schedule::Lmdeploy) };
-        assert_eq!(r.scheduled(0, 8), 2);
-        assert_eq!(r.scheduled(5, 8), 2);
+        assert_eq!(r.scheduled(0), 2);
+        assert_eq!(r.scheduled(5), 2);
         let r = StepRule { block_length: 4, steps: 8, ..r };
-        assert_eq!(r.scheduled(0, 4), 1);
+        assert_eq!(r.scheduled(0), 1);
     }
 
     #[test]
     fn sequential_goes_left_to_right_over_masks() {
         let r = rule(Strategy::Sequential, Schedule::Sdar);
         let c = cells(&[0.9, 0.1, 0.8, 0.2], &[false, true, true, true]);
-        assert_eq!(r.select(&c, 0, 3), vec![1]);
+        assert_eq!(r.select(&c, 0), vec![1]);
         let c = cells(&[0.9, 0.1, 0.8, 0.2], &[false, false, true, true]);
-        assert_eq!(r.select(&c, 1, 3), vec![2]);
+        assert_eq!(r.select(&c, 1), vec![2]);
     }
 
     #[test]
     fn static_takes_most_confident_masked_positions() {
         let r = rule(Strategy::LowConfidenceStatic, Schedule::Sdar);
         let c = cells(&[0.2, 0.9, 0.4, 0.7], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![1]);
+        assert_eq!(r.select(&c, 0), vec![1]);
         // a decoded cell is never picked, however confident.
         let c = cells(&[0.2, 0.99, 0.4, 0.7], &[true, false, true, true]);
-        assert_eq!(r.select(&c, 1, 4), vec![3]);
+        assert_eq!(r.select(&c, 1), vec![3]);
         // B=8, S=3 -> 3 at step 0.
         let r8 = StepRule { block_length: 8, steps: 3, ..r };
         let c8 = cells(&[0.1, 0.5, 0.9, 0.3, 0.8, 0.2, 0.7, 0.0], &[true; 8]);
-        assert_eq!(r8.select(&c8, 0, 8), vec![2, 4, 6]);
+        assert_eq!(r8.select(&c8, 0), vec![2, 4, 6]);
     }
 
     #[test]
     fn static_ties_go_to_the_lower_position_and_nan_ranks_last() {
         let r = rule(Strategy::LowConfidenceStatic, Schedule::Sdar);
         let c = cells(&[0.5, 0.5, 0.5, 0.5], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![0]);
+        assert_eq!(r.select(&c, 0), vec![0]);
         let c = cells(&[f32::NAN, 0.01, f32::NAN, 0.0], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![1]);
+        assert_eq!(r.select(&c, 0), vec![1]);
     }
 
     #[test]
@@ -215,35 +294,35 @@ mod tests {
         // lmdeploy B=4 S=1 -> k=4, only 2 masks left.
         let r = StepRule { steps: 1, ..rule(Strategy::LowConfidenceStatic, Schedule::Lmdeploy) };
         let c = cells(&[0.9, 0.1, 0.8, 0.2], &[false, true, false, true]);
-        assert_eq!(r.select(&c, 0, 2), vec![1, 3]);
+        assert_eq!(r.select(&c, 0), vec![1, 3]);
     }
 
     #[test]
     fn sdar_dynamic_takes_all_over_threshold_or_falls_back_to_top_k() {
         let r = rule(Strategy::LowConfidenceDynamic, Schedule::Sdar);
         let c = cells(&[0.6, 0.9, 0.4, 0.7], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![0, 1, 3]);
+        assert_eq!(r.select(&c, 0), vec![0, 1, 3]);
         // none over: the scheduled single best.
         let c = cells(&[0.1, 0.3, 0.2, 0.05], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![1]);
+        assert_eq!(r.select(&c, 0), vec![1]);
         // threshold is strict in SDAR mode.
         let c = cells(&[0.5, 0.5, 0.1, 0.1], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![0]);
+        assert_eq!(r.select(&c, 0), vec![0]);
         // B=8 S=2 -> k=4 but only 2 over: top 4 instead.
         let r8 = StepRule { block_length: 8, steps: 2, ..r };
         let c8 = cells(&[0.9, 0.8, 0.1, 0.4, 0.3, 0.2, 0.0, 0.45], &[true; 8]);
-        assert_eq!(r8.select(&c8, 0, 8), vec![0, 1, 3, 7]);
+        assert_eq!(r8.select(&c8, 0), vec![0, 1, 3, 7]);
     }
 
     #[test]
     fn lmdeploy_dynamic_takes_best_plus_all_at_threshold() {
         let r = rule(Strategy::LowConfidenceDynamic, Schedule::Lmdeploy);
         let c = cells(&[0.5, 0.2, 0.49, 0.3], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![0]);
+        assert_eq!(r.select(&c, 0), vec![0]);
         let c = cells(&[0.1, 0.2, 0.3, 0.25], &ALL_MASKED);
-        assert_eq!(r.select(&c, 0, 4), vec![2], "at least one");
+        assert_eq!(r.select(&c, 0), vec![2], "at least one");
         let c = cells(&[0.5, 0.9, 0.5, 0.3], &[true, true, true, false]);
-        assert_eq!(r.select(&c, 0, 3), vec![0, 1, 2]);
+        assert_eq!(r.select(&c, 0), vec![0, 1, 2]);
         assert!(!r.follows_schedule());
     }
 
@@ -255,12 +334,12 @@ mod tests {
             cell.entropy = h;
         }
         // sorted: 1 (0.05), 3 (0.15 cum), 0 (0.45 cum > 0.35): take 1 and 3.
-        assert_eq!(r.select(&c, 0, 4), vec![1, 3]);
+        assert_eq!(r.select(&c, 0), vec![1, 3]);
         // everything above the bound still commits one.
         for cell in &mut c {
             cell.entropy = 5.0;
         }
-        assert_eq!(r.select(&c, 0, 4), vec![0]);
+        assert_eq!(r.select(&c, 0), vec![0]);
         assert!(!r.follows_schedule());
     }
 
@@ -268,7 +347,7 @@ mod tests {
     fn nothing_masked_selects_nothing() {
         for s in Strategy::ALL {
             let r = rule(s, Schedule::Sdar);
-            assert!(r.select(&cells(&[0.5; 4], &[false; 4]), 0, 0).is_empty());
+            assert!(r.select(&cells(&[0.5; 4], &[false; 4]), 0).is_empty());
         }
     }
 }

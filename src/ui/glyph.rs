@@ -11,6 +11,8 @@ use unicode_width::UnicodeWidthStr;
 pub const MASK: &str = "░";
 /// Text cut short to fit.
 pub const ELLIPSIS: &str = "…";
+/// A grid cell whose bytes only start a character that a later cell completes (and shows).
+pub const PART: &str = "→";
 
 /// Where text is drawn: a grid cell shows spaces as `·` (token boundaries matter there); prose
 /// keeps spaces and keeps `\n` so that the wrapper can break the line after drawing `↵`.

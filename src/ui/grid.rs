@@ -13,6 +13,7 @@ use ratatui::widgets::{Block, Widget};
 use super::app::View;
 use super::glyph::{self, Mode};
 use super::theme;
+use crate::detok::{self, Piece};
 use crate::store::CellState;
 
 /// Cells never get wider than this: beyond it the grid would only show more of long tokens.
@@ -278,15 +279,27 @@ impl Cell {
     }
 }
 
+/// The text of a prompt or decoded cell at the step shown: what it adds to the cells before it,
+/// its bytes as hex while a masked neighbour leaves them incomplete, `→` when a later cell
+/// completes (and shows) the character it starts.
+fn cell_text(v: &View, pos: usize) -> String {
+    match v.run.cell_piece(pos, v.at) {
+        Some(Piece::Text(t)) if t.is_empty() => glyph::PART.to_string(),
+        Some(Piece::Text(t)) => glyph::escape(&t, Mode::Cell).into_owned(),
+        Some(Piece::Pending(b)) => detok::hex(&b),
+        None => String::new(),
+    }
+}
+
 /// A cell at the step shown.
 fn cell(v: &View, pos: usize, active: bool) -> Cell {
     let t = v.theme;
     let span = v.run.step_span();
     let plain = |text: String, style| Cell { mark: String::new(), text, conf: None, style };
     let mut c = match v.run.cell(pos, v.at) {
-        CellState::Prompt { token } => plain(glyph::escape(v.run.piece(token), Mode::Cell).into_owned(), t.prompt()),
+        CellState::Prompt { .. } => plain(cell_text(v, pos), t.prompt()),
         CellState::Decoded(d) => {
-            let text = glyph::escape(v.run.piece(d.token), Mode::Cell).into_owned();
+            let text = cell_text(v, pos);
             let mark = if t.mono() { theme::superscript(d.step + 1) } else { String::new() };
             if pos >= v.run.output_end(v.at) {
                 Cell { mark, text, conf: None, style: t.faint().add_modifier(Modifier::CROSSED_OUT) }
@@ -301,7 +314,7 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
             match cand.filter(|_| v.app.ghosts) {
                 // Still a mask: the glyph first, then what the model would pick now.
                 Some(c) => plain(
-                    format!("{}{}", glyph::MASK, glyph::escape(v.run.piece(c.token), Mode::Cell)),
+                    format!("{}{}", glyph::MASK, glyph::escape(&v.run.token_label(c.token), Mode::Cell)),
                     Style::default().fg(fg).add_modifier(Modifier::ITALIC),
                 ),
                 None => plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)),
@@ -363,6 +376,35 @@ mod tests {
             assert_eq!(hit(&v, area, Position::new(r.right() - 1, r.y)), Some(pos));
         }
         assert!(shown > 8, "{shown} cells in view");
+    }
+
+    /// Prompt `x ≈ ∑` and output ` 你好 🤖 okx`, every character split across tokens.
+    fn split_app() -> App {
+        App::replay(synth::split_trace(), "t".into(), None)
+    }
+
+    #[test]
+    fn grid_of_split_characters_at_the_head() {
+        let mut app = split_app();
+        key(&mut app, KeyCode::End);
+        let buf = render_panel(&app, 64, 8, render);
+        let text = snapshot_text(&buf);
+        assert!(!text.contains('\u{FFFD}'), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn grid_of_split_characters_shows_bytes_waiting_on_a_mask_as_hex() {
+        let mut app = split_app();
+        // Home shows step 0 (cell 7 decoded); one step on, cell 6 too, 5 (the start of 你)
+        // still masked.
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Right);
+        assert_eq!(app.view().unwrap().at, Some(1));
+        let buf = render_panel(&app, 64, 8, render);
+        let text = snapshot_text(&buf);
+        assert!(text.contains("<A0 E5>") && text.contains('好'), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

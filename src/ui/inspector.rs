@@ -9,6 +9,7 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::glyph::{self, Mode};
+use crate::detok::Piece;
 use crate::store::{CellState, TrajPoint};
 
 /// A token as the inspector quotes it: spaces kept (the quotes show them), everything else
@@ -56,6 +57,11 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// `E2 89 88`: bytes as hex.
+fn hex_bytes(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(" ")
+}
+
 fn kv<'a>(v: &View, k: &'a str, val: String) -> [Span<'a>; 2] {
     [Span::styled(k, v.theme.label()), Span::styled(val, v.theme.value())]
 }
@@ -67,12 +73,24 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
     let mut out = Vec::new();
     let token_line = |token: u32, extra: Vec<Span<'a>>| {
         let text = run.piece(token);
-        let mut l: Vec<Span> = kv(v, "token ", quoted(text)).into();
+        let mut l: Vec<Span> = kv(v, "token ", quoted(&run.token_label(token))).into();
         l.extend(kv(v, "  id ", token.to_string()));
         l.extend(extra);
         let mut lines = vec![Line::from(l)];
         if let Some(cp) = hidden_codepoints(text) {
             lines.push(Line::from(vec![Span::styled("      ", t.label()), Span::styled(cp, t.dim())]));
+        }
+        // A token that splits a character: its raw bytes, and what the cell shows for them.
+        let shown = run.cell_piece(pos, v.at);
+        if shown.as_ref().is_some_and(|p| *p != Piece::Text(text.to_string())) {
+            let mut l: Vec<Span> = kv(v, "bytes ", hex_bytes(run.token_bytes(token))).into();
+            let cell = match shown {
+                Some(Piece::Text(t)) if t.is_empty() => "completed by a later cell".to_string(),
+                Some(Piece::Text(t)) => quoted(&t),
+                _ => "waiting on a masked neighbour".to_string(),
+            };
+            l.extend(kv(v, "  text ", cell));
+            lines.push(Line::from(l));
         }
         lines
     };
@@ -102,7 +120,7 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         }
         CellState::Masked { cand: Some(c) } => {
             out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
-            let mut l: Vec<Span> = kv(v, "best  ", quoted(run.piece(c.token))).into();
+            let mut l: Vec<Span> = kv(v, "best  ", quoted(&run.token_label(c.token))).into();
             l.extend(kv(v, "  conf ", format!("{:.3}", c.conf)));
             out.push(Line::from(l));
         }
@@ -133,7 +151,7 @@ fn trajectory<'a>(v: &View, traj: &[TrajPoint], width: usize, room: usize) -> Ve
     }
     for p in traj.iter().skip(skip) {
         let hue = t.step_color(p.step, span);
-        let q = quoted(v.run.piece(p.token));
+        let q = quoted(&v.run.token_label(p.token));
         let (text, tw) = glyph::fit(&q, text_w);
         // Padded by display width: a wide character takes two columns.
         let text = format!("{text}{}", " ".repeat(text_w - tw));
@@ -172,6 +190,17 @@ mod tests {
         let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         app
+    }
+
+    #[test]
+    fn inspector_of_a_token_that_splits_a_character() {
+        let mut app = App::replay(synth::split_trace(), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        // Cell 9 holds A4 96, the end of 🤖 (F0 9F A4 96), which it shows whole.
+        app.selected = Some(9);
+        let text = snapshot_text(&render_panel(&app, 56, 12, render));
+        assert!(text.contains("A4 96") && text.contains("🤖"), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

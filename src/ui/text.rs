@@ -16,6 +16,7 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::glyph::{self, Mode};
+use crate::detok::{self, Piece};
 use crate::store::{CellState, Run};
 
 /// Where a line starts: a position and a byte offset in its drawn text.
@@ -106,9 +107,18 @@ impl TextCache {
 /// The text of a cell that will not change again (prompt, or decoded at the head).
 fn settled_text(run: &Run, pos: usize) -> Cow<'_, str> {
     match run.cell(pos, run.head()) {
-        CellState::Prompt { token } => glyph::escape(run.piece(token), Mode::Prose),
-        CellState::Decoded(d) => glyph::escape(run.piece(d.token), Mode::Prose),
+        CellState::Prompt { .. } | CellState::Decoded(_) => prose(run, pos, run.head()),
         CellState::Masked { .. } => Cow::Borrowed(glyph::MASK),
+    }
+}
+
+/// The text a prompt or decoded cell adds at step `k`, or its bytes as hex while a masked
+/// neighbour leaves them incomplete.
+fn prose<'a>(run: &Run, pos: usize, k: Option<usize>) -> Cow<'a, str> {
+    match run.cell_piece(pos, k) {
+        Some(Piece::Text(t)) => Cow::Owned(glyph::escape(&t, Mode::Prose).into_owned()),
+        Some(Piece::Pending(b)) => Cow::Owned(detok::hex(&b)),
+        None => Cow::Borrowed(""),
     }
 }
 
@@ -117,14 +127,14 @@ fn display<'a>(v: &View<'a>, pos: usize) -> (Cow<'a, str>, Style) {
     let t = v.theme;
     let run = v.run;
     let (text, mut style) = match run.cell(pos, v.at) {
-        CellState::Prompt { token } => (glyph::escape(run.piece(token), Mode::Prose), Style::default().fg(t.prompt_fg)),
+        CellState::Prompt { .. } => (prose(run, pos, v.at), Style::default().fg(t.prompt_fg)),
         CellState::Decoded(d) => {
             let s = t.prose_style(d.step, run.step_span(), d.conf);
-            (glyph::escape(run.piece(d.token), Mode::Prose), if Some(d.at) == v.at { t.fresh(s) } else { s })
+            (prose(run, pos, v.at), if Some(d.at) == v.at { t.fresh(s) } else { s })
         }
         CellState::Masked { cand } => match cand.filter(|_| v.app.ghosts) {
             Some(c) => {
-                let ghost = format!("{}{}", glyph::MASK, glyph::escape(run.piece(c.token), Mode::Prose));
+                let ghost = format!("{}{}", glyph::MASK, glyph::escape(&run.token_label(c.token), Mode::Prose));
                 (Cow::Owned(ghost), t.faint().add_modifier(Modifier::ITALIC))
             }
             None => (Cow::Borrowed(glyph::MASK), Style::default().fg(t.mask_active_fg)),
