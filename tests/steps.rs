@@ -77,7 +77,29 @@ fn live_steps_are_the_steps_of_the_same_decode_traced() {
     let no_fwd = |s: &str| -> Vec<String> {
         s.lines().map(|l| l.split(" · fwd ").next().unwrap().to_string() + l.split_once("  [").unwrap().1).collect()
     };
-    assert_eq!(no_fwd(&live), no_fwd(TINY_DYNAMIC));
+    // The fixture also predates `bytes`: it spells a token that is no character on its own
+    // (0xF7, 0xFF in this tokenizer) as its lossy text `�`, where the list now shows the bytes.
+    let lossy = |s: String| {
+        let mut out = String::new();
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find("\"<") {
+            out.push_str(&rest[..i]);
+            let tail = &rest[i + 2..];
+            match tail.find(">\"") {
+                Some(j) if tail[..j].chars().all(|c| c.is_ascii_hexdigit() || c == ' ') => {
+                    out.push_str("\"\u{fffd}\"");
+                    rest = &tail[j + 2..];
+                }
+                _ => {
+                    out.push_str("\"<");
+                    rest = tail;
+                }
+            }
+        }
+        out + rest
+    };
+    let live: Vec<String> = no_fwd(&live).into_iter().map(lossy).collect();
+    assert_eq!(live, no_fwd(TINY_DYNAMIC));
 }
 
 #[test]
