@@ -55,6 +55,7 @@ impl Session {
         let (prompt, chat) = render_prompt(template, &ckpt.template_vars, &ask, &source.label())?;
         let prompt_ids = ckpt.tokenizer.encode(&prompt)?;
         check_prompt_ids(&prompt_ids, ckpt.config.vocab_size, &ckpt.tokenizer)?;
+        check_positions(prompt_ids.len(), &settings, ckpt.config.max_position_embeddings)?;
         let mut sources = BTreeMap::new();
         sources.insert("block_length".into(), block_length_source(args, &ckpt.generation, block));
         sources.insert("mask_token".into(), ckpt.mask_source.clone());
@@ -75,6 +76,25 @@ impl Session {
         };
         let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
+    }
+}
+
+/// The decode's positions (whole blocks over prompt + `max_new_tokens`) must fit the model's
+/// `max_position_embeddings`: checked here, before a TUI takes the terminal, rather than when
+/// the engine sizes its cache (where it would end the decode with an error on screen).
+fn check_positions(prompt: usize, s: &crate::settings::DecodeSettings, max: usize) -> Result<()> {
+    let b = s.block_length.max(1);
+    let need = prompt.checked_add(s.max_new_tokens).and_then(|n| n.div_ceil(b).checked_mul(b));
+    match need {
+        Some(n) if n <= max => Ok(()),
+        _ => anyhow::bail!(
+            "--max-new-tokens {}: the prompt's {prompt} tokens plus {} new ones, in blocks of {b}, \
+             exceed the model's {max} positions (config.json `max_position_embeddings`); \
+             at most {} new tokens fit",
+            s.max_new_tokens,
+            s.max_new_tokens,
+            (max / b * b).saturating_sub(prompt)
+        ),
     }
 }
 

@@ -215,3 +215,18 @@ fn bench_with_events_both_reports_an_on_and_an_off_row_per_strategy() {
     }
     assert!(String::from_utf8_lossy(&out.stdout).contains("# events cost, sequential:"));
 }
+
+#[test]
+fn a_decode_longer_than_the_models_positions_is_refused_before_it_starts() {
+    // The embedded model has 512 positions; "ROMEO.\n" is 6 tokens, so 506 new ones fit (a
+    // decode that long is too slow for a debug-build test; the message states the bound).
+    let out = unmask(&["trace", "--max-new-tokens", "510"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing is written before the check");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err,
+        "unmask: error: --max-new-tokens 510: the prompt's 6 tokens plus 510 new ones, in blocks of 4, \
+         exceed the model's 512 positions (config.json `max_position_embeddings`); at most 506 new tokens fit\n"
+    );
+}
