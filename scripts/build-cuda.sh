@@ -10,7 +10,7 @@
 #   CUDA_COMPUTE_CAP  GPU arch for candle's kernels               (default 90 = Hopper / H200)
 #   PYTHON            python used to pip-install the wheels        (default python3)
 #
-# What it does (see README, "GPU"):
+# What it does (see docs/gpu.md):
 #  1. pip-installs nvcc + headers + the link-time libraries from PyPI's NVIDIA wheels (CUDA 13.0.x,
 #     matching the GPU host's driver) into $CUDA_TOOLKIT_DIR/site (outside the repo);
 #  2. makes $CUDA_TOOLKIT_DIR/lib: unversioned symlinks (libcublas.so -> libcublas.so.13, ...) and a
