@@ -136,7 +136,7 @@ impl App {
     pub fn view(&self) -> Option<View<'_>> {
         let run = self.store.run()?;
         let at = self.cursor.at(run.head());
-        let focus = self.selected.or_else(|| at.and_then(|k| run.step(k)?.first_commit));
+        let focus = self.selected.or_else(|| at.and_then(|k| newest_output_commit(run, k)));
         Some(View { app: self, run, at, focus, theme: self.theme })
     }
 
@@ -499,6 +499,22 @@ mod tests {
     }
 
     #[test]
+    fn the_inspector_follows_the_newest_commit_that_is_output() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "small.jsonl".into(), None);
+        app.on_input(code(KeyCode::End), Instant::now());
+        let v = app.view().unwrap();
+        let (run, last) = (v.run, v.at.unwrap());
+        let end = run.output_end(Some(last));
+        // The synthetic decode's last step commits only past the end of the output.
+        let dropped = run.step(last).unwrap().first_commit.unwrap();
+        assert!(dropped >= end, "the fixture must end on a dropped commit ({dropped} < {end})");
+        let focus = v.focus.unwrap();
+        assert!(focus < end, "focus {focus} is dropped (output ends at {end})");
+        let newest = (0..=last).rev().find_map(|j| run.step(j).unwrap().first_commit.filter(|&p| p < end));
+        assert_eq!(Some(focus), newest);
+    }
+
+    #[test]
     fn q_and_ctrl_c_quit() {
         let mut app = live_app();
         press(&mut app, key('q'));
@@ -666,4 +682,12 @@ mod tests {
         press(&mut app, code(KeyCode::End));
         assert_eq!(app.next_tick(t0, Duration::ZERO), None);
     }
+}
+
+/// The inspector's default cell: the first cell committed by the newest step, as of step `k`,
+/// that committed part of the output. Cells past the EOS or `max_new_tokens` are decoded but
+/// dropped, and a newcomer's first look should not land on one.
+fn newest_output_commit(run: &Run, k: usize) -> Option<usize> {
+    let end = run.output_end(Some(k));
+    (0..=k).rev().find_map(|j| run.step(j)?.first_commit.filter(|&p| p < end))
 }
