@@ -59,7 +59,7 @@ fn last_run(events: &[Event]) -> (Option<&Header>, Vec<BlockRow>, Option<&Finish
             Event::Step(_) => {}
         }
     }
-    (header, blocks, finish)
+    (header.map(|h| &**h), blocks, finish)
 }
 
 fn summary(header: Option<&Header>, blocks: usize, finish: Option<&FinishEvent>) -> RunSummary {
@@ -179,7 +179,7 @@ mod tests {
             chat: None,
             sources: Default::default(),
         };
-        let mut ev = vec![Event::Header(header)];
+        let mut ev = vec![Event::Header(Box::new(header))];
         let mut out = vec![];
         let mut fwd = 0;
         for &(block, steps, tokens) in blocks {

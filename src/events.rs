@@ -16,7 +16,9 @@ pub const TRACE_VERSION: u32 = 1;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    Header(Header),
+    /// Boxed: once per trace, and much larger than the step events that make up most of it
+    /// (`Event` is as big as its largest variant).
+    Header(Box<Header>),
     Step(StepEvent),
     Block(BlockEvent),
     Finish(FinishEvent),
@@ -47,7 +49,6 @@ pub struct Header {
     pub device: String,
     /// How `prompt` was made from the user's message (absent in traces written before chat
     /// templates were supported).
-    /// Boxed: most of a trace's events are steps, and `Event` is as big as its largest variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat: Option<Box<ChatInfo>>,
     /// Which file or flag set each checkpoint-derived value (`block_length`, `mask_token`,

@@ -155,7 +155,7 @@ impl Store {
     pub fn push(&mut self, ev: Event) {
         match ev {
             Event::Header(h) => {
-                self.run = Some(Run::new(h));
+                self.run = Some(Run::new(*h));
                 self.generation += 1;
             }
             Event::Step(s) => self.with_run(|r| r.push_step(s)),

@@ -118,7 +118,7 @@ pub fn trace(cfg: &Synth) -> Vec<Event> {
     let h = header(cfg);
     let (b, p) = (cfg.block_length, cfg.prompt.len());
     let end_blocks = h.max_len.div_ceil(b);
-    let mut events = vec![Event::Header(h.clone())];
+    let mut events = vec![Event::Header(Box::new(h.clone()))];
     let mut forward = 0;
     let (mut steps_total, mut blocks, mut output) = (0, 0, Vec::new());
     let mut reason = FinishReason::Length;

@@ -90,7 +90,7 @@ fn header_with(model: &str, extra: &[&str], stdin: Option<&str>, env: &[(&str, &
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let first = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().to_string();
     let Event::Header(h) = serde_json::from_str(&first).unwrap() else { panic!("first event is the header") };
-    h
+    *h
 }
 
 fn header(extra: &[&str]) -> Header {

@@ -172,7 +172,7 @@ impl Loop<'_> {
         let split = prompt_pieces.iter().zip(&bytes).any(|(p, b)| p.as_bytes() != *b);
         let whole = first_block * self.settings.block_length;
         self.carry = detok::settled(&[], &bytes[..whole], End::Open).1;
-        (self.sink)(Event::Header(Header {
+        (self.sink)(Event::Header(Box::new(Header {
             version: TRACE_VERSION,
             model: req.model.clone(),
             settings: self.settings.clone(),
@@ -187,7 +187,7 @@ impl Loop<'_> {
             device: req.device.clone(),
             chat: req.chat.clone().map(Box::new),
             sources: req.sources.clone(),
-        }));
+        })));
     }
 
     fn run(&mut self, req: &Request, output: &mut Vec<u32>, blocks: &mut usize) -> Result<FinishReason> {

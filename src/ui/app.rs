@@ -471,6 +471,14 @@ fn knobs(s: &DecodeSettings) -> String {
     format!("{}{thr}, {} steps", s.strategy.name(), s.steps)
 }
 
+/// The inspector's default cell: the first cell committed by the newest step, as of step `k`,
+/// that committed part of the output. Cells past the EOS or `max_new_tokens` are decoded but
+/// dropped, and a newcomer's first look should not land on one.
+fn newest_output_commit(run: &Run, k: usize) -> Option<usize> {
+    let end = run.output_end(Some(k));
+    (0..=k).rev().find_map(|j| run.step(j)?.first_commit.filter(|&p| p < end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -682,12 +690,4 @@ mod tests {
         press(&mut app, code(KeyCode::End));
         assert_eq!(app.next_tick(t0, Duration::ZERO), None);
     }
-}
-
-/// The inspector's default cell: the first cell committed by the newest step, as of step `k`,
-/// that committed part of the output. Cells past the EOS or `max_new_tokens` are decoded but
-/// dropped, and a newcomer's first look should not land on one.
-fn newest_output_commit(run: &Run, k: usize) -> Option<usize> {
-    let end = run.output_end(Some(k));
-    (0..=k).rev().find_map(|j| run.step(j)?.first_commit.filter(|&p| p < end))
 }
