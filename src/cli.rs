@@ -133,16 +133,16 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SHAPE", conflicts_with = "model")]
     pub random_init: Option<String>,
     /// Prompt length in tokens (synthetic ids; whole blocks are prefilled).
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 64)]
     pub prompt_len: usize,
     /// Step events: built and sent to a consumer thread (on), not built (off), or both.
     #[arg(long, value_enum, default_value = "both")]
     pub events: EventsMode,
     /// Untimed decodes before the timed ones, per configuration.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 1)]
     pub warmup: usize,
     /// Timed decodes per configuration (the medians are reported).
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 3)]
     pub repeat: usize,
     /// Also write the results as JSON here.
     #[arg(long, value_name = "FILE")]
@@ -167,16 +167,16 @@ pub struct StepsArgs {
 #[derive(Args, Debug, Clone)]
 pub struct CastArgs {
     /// Most frames per second of cast time (steps closer together are coalesced).
-    #[arg(long, value_name = "N", default_value_t = 30.0)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 30.0)]
     pub fps: f64,
     /// Cast seconds per denoising step.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0.05)]
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS", default_value_t = 0.05)]
     pub step_delay: f64,
     /// Width of the recorded terminal, in columns.
-    #[arg(long, value_name = "N", default_value_t = 120)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 120)]
     pub width: u16,
     /// Height of the recorded terminal, in rows.
-    #[arg(long, value_name = "N", default_value_t = 40)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 40)]
     pub height: u16,
     /// Title of the cast (default: the settings summary and the prompt).
     #[arg(long, value_name = "TEXT")]
@@ -202,7 +202,7 @@ pub struct CheckDeviceArgs {
     #[command(flatten)]
     pub decode: DecodeArgs,
     /// Synthetic rows of this vocabulary size for the sampler check.
-    #[arg(long, value_name = "N", default_value_t = 151936)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 151936)]
     pub vocab: usize,
     /// Write the results as JSON here.
     #[arg(long, value_name = "FILE")]
@@ -226,6 +226,9 @@ pub enum ExportTable {
     StepMap,
 }
 
+/// Numeric flags take `allow_negative_numbers`, so that `--threshold -1` reaches the range
+/// check and its message instead of clap's "unexpected argument '-1'".
+///
 /// Flags shared by everything that decodes. Unset ones fall back to the checkpoint's
 /// generation_config.json, then to unmask's defaults.
 #[derive(Args, Debug, Clone, Default)]
@@ -254,10 +257,10 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "KEY=VALUE", global = true, conflicts_with = "raw")]
     pub chat_arg: Vec<String>,
     /// Positions per block.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
     pub block_length: Option<usize>,
     /// Denoising steps per block.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
     pub steps: Option<usize>,
     /// Unmasking strategy.
     #[arg(long, value_enum, global = true)]
@@ -266,25 +269,25 @@ pub struct DecodeArgs {
     #[arg(long, value_enum, global = true)]
     pub schedule: Option<Schedule>,
     /// Confidence threshold of low_confidence_dynamic.
-    #[arg(long, value_name = "F", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub threshold: Option<f32>,
     /// Cumulative-entropy bound of entropy_bounded.
-    #[arg(long, value_name = "F", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub eb_threshold: Option<f32>,
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, value_name = "F", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub temperature: Option<f32>,
     /// Keep the k most likely tokens (0: off).
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
     pub top_k: Option<usize>,
     /// Keep the smallest set of tokens with this much probability (1: off).
-    #[arg(long, value_name = "F", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub top_p: Option<f32>,
     /// Seed of the sampler's random stream.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
     pub seed: Option<u64>,
     /// Tokens to generate at most.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
     pub max_new_tokens: Option<usize>,
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEV", default_value = "cpu", global = true)]
@@ -334,21 +337,21 @@ macro_rules! side_args {
             pub strategy: Option<Strategy>,
             #[arg(id = concat!("schedule_", $suffix), long = concat!("schedule-", $suffix), value_enum, value_name = "S")]
             pub schedule: Option<Schedule>,
-            #[arg(id = concat!("threshold_", $suffix), long = concat!("threshold-", $suffix), value_name = "F")]
+            #[arg(id = concat!("threshold_", $suffix), long = concat!("threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub threshold: Option<f32>,
-            #[arg(id = concat!("eb_threshold_", $suffix), long = concat!("eb-threshold-", $suffix), value_name = "F")]
+            #[arg(id = concat!("eb_threshold_", $suffix), long = concat!("eb-threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub eb_threshold: Option<f32>,
-            #[arg(id = concat!("steps_", $suffix), long = concat!("steps-", $suffix), value_name = "N")]
+            #[arg(id = concat!("steps_", $suffix), long = concat!("steps-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub steps: Option<usize>,
-            #[arg(id = concat!("block_length_", $suffix), long = concat!("block-length-", $suffix), value_name = "N")]
+            #[arg(id = concat!("block_length_", $suffix), long = concat!("block-length-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub block_length: Option<usize>,
-            #[arg(id = concat!("temperature_", $suffix), long = concat!("temperature-", $suffix), value_name = "F")]
+            #[arg(id = concat!("temperature_", $suffix), long = concat!("temperature-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub temperature: Option<f32>,
-            #[arg(id = concat!("top_k_", $suffix), long = concat!("top-k-", $suffix), value_name = "N")]
+            #[arg(id = concat!("top_k_", $suffix), long = concat!("top-k-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub top_k: Option<usize>,
-            #[arg(id = concat!("top_p_", $suffix), long = concat!("top-p-", $suffix), value_name = "F")]
+            #[arg(id = concat!("top_p_", $suffix), long = concat!("top-p-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub top_p: Option<f32>,
-            #[arg(id = concat!("seed_", $suffix), long = concat!("seed-", $suffix), value_name = "N")]
+            #[arg(id = concat!("seed_", $suffix), long = concat!("seed-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub seed: Option<u64>,
         }
 

@@ -169,6 +169,13 @@ fn bad_flags_give_one_line_errors() {
     assert!(e.contains("--top-p must be within (0, 1]"), "{e}");
     let e = error_for(&model, &["--device", "tpu"]);
     assert!(e.contains("--device tpu: expected cpu, cuda or cuda:N"), "{e}");
+    // A negative number is the flag's value, checked like any other (not "unexpected argument").
+    let e = error_for(&model, &["--threshold", "-1"]);
+    assert!(e.contains("--threshold must be within [0, 1] (got -1)"), "{e}");
+    let e = error_for(&model, &["--temperature", "-0.5"]);
+    assert!(e.contains("--temperature must be a finite number >= 0 (got -0.5)"), "{e}");
+    let e = error_for(&model, &["--steps", "-2"]);
+    assert!(e.contains("invalid value '-2' for '--steps <N>'"), "{e}");
 }
 
 #[test]
