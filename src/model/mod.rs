@@ -73,13 +73,10 @@ impl Source {
     fn bytes(&self, name: &str) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
         match self {
             Source::Dir(p) => {
-                let path = p.join(name);
-                if !present(&path)? {
-                    return gunzip_file(&p.join(format!("{name}.gz")));
+                match read_if_present(&p.join(name))? {
+                    Some(b) => Ok(Some(b.into())),
+                    None => gunzip_file(&p.join(format!("{name}.gz"))),
                 }
-                crate::limits::regular_file(&path)?;
-                let b = std::fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
-                Ok(Some(b.into()))
             }
             Source::Embedded(e) => Ok(e.files.iter().find(|f| f.0 == name).map(|f| f.1.into())),
         }
@@ -124,15 +121,20 @@ fn present(path: &Path) -> Result<bool> {
     }
 }
 
-/// The bytes of `FILE.gz` when a folder ships a file gzipped (the chat fixture's 11 MB
-/// tokenizer.json, tests/fixtures/README.md says why); `None` when it is absent too.
-fn gunzip_file(path: &Path) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
-    use std::io::Read;
+/// The bytes of `path`, `None` when it is really not there; it must be a regular file.
+fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
     if !present(path)? {
         return Ok(None);
     }
     crate::limits::regular_file(path)?;
-    let gz = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    std::fs::read(path).map(Some).with_context(|| format!("{}: cannot read", path.display()))
+}
+
+/// The bytes of `FILE.gz` when a folder ships a file gzipped (the chat fixture's 11 MB
+/// tokenizer.json, tests/fixtures/README.md says why); `None` when it is absent too.
+fn gunzip_file(path: &Path) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
+    use std::io::Read;
+    let Some(gz) = read_if_present(path)? else { return Ok(None) };
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(&gz[..])
         .read_to_end(&mut out)
