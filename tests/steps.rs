@@ -154,3 +154,10 @@ fn piped_into_head_trace_and_steps_end_quietly_with_exit_0() {
         assert!(status.success() && err.is_empty(), "{args:?}: exit {status:?}, stderr {err:?}");
     }
 }
+
+#[test]
+fn a_trace_that_is_not_a_regular_file_is_refused_before_reading() {
+    let out = unmask(&["steps", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "unmask: error: /dev/zero: not a regular file (a character device)\n");
+}

@@ -1,25 +1,21 @@
 //! `unmask steps [TRACE]`: the per-step list of a trace, or of a decode as it runs.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
-use std::sync::mpsc;
 
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{DecodeArgs, StepsArgs};
-use crate::engine::EngineThread;
-use crate::events::{Event, FinishReason};
+use crate::events::FinishReason;
 use crate::session::Session;
 use crate::steps::{StepLine, StepLines};
 
 pub fn run(args: &StepsArgs) -> Result<()> {
     let mut out = Lines { out: std::io::stdout().lock(), json: args.json };
     match args.trace.as_deref() {
-        Some(p) if p == Path::new("-") => from_trace(std::io::stdin().lock(), "stdin", &mut out),
-        Some(p) => {
-            let f = std::fs::File::open(p).with_context(|| format!("{}: cannot open", p.display()))?;
-            from_trace(std::io::BufReader::new(f), &p.display().to_string(), &mut out)
-        }
+        Some(p) if p == Path::new("-") => list(crate::trace::read(std::io::stdin().lock(), "stdin")?, &mut out),
+        // read_file refuses what is not a regular file (a FIFO, /dev/zero) before reading.
+        Some(p) => list(crate::trace::read_file(p)?, &mut out),
         None => live(&args.decode, &mut out),
     }
 }
@@ -37,8 +33,7 @@ impl<W: Write> Lines<W> {
     }
 }
 
-fn from_trace(input: impl BufRead, label: &str, out: &mut Lines<impl Write>) -> Result<()> {
-    let read = crate::trace::read(input, label)?;
+fn list(read: crate::trace::ReadTrace, out: &mut Lines<impl Write>) -> Result<()> {
     if let Some(why) = &read.stopped {
         // The good part is still listed; say where the trace ended.
         eprintln!("unmask: warning: {why}; listing the steps before it");
@@ -52,24 +47,16 @@ fn from_trace(input: impl BufRead, label: &str, out: &mut Lines<impl Write>) -> 
     Ok(())
 }
 
+/// The decode's steps as they happen, through the same engine loop as `unmask trace` (a signal
+/// cancels it between forwards; an engine that stops without a finish event is an error).
 fn live(args: &DecodeArgs, out: &mut Lines<impl Write>) -> Result<()> {
-    let session = Session::open(args)?;
-    let (tx, rx) = mpsc::channel::<Event>();
-    let engine = EngineThread::spawn(Box::new(session.denoiser), Box::new(session.tokenizer), move |ev| {
-        let _ = tx.send(ev);
-    });
-    engine.submit(session.request);
     let mut lines = StepLines::new();
-    for ev in rx.iter() {
-        if let Some(l) = lines.push(&ev) {
-            out.write(&l)?;
-        }
-        if let Event::Finish(f) = &ev {
-            if f.reason == FinishReason::Error {
-                bail!("decode failed: {}", f.error.clone().unwrap_or_default());
-            }
-            break;
-        }
+    let fin = crate::commands::trace::stream(Session::open(args)?, |ev| match lines.push(ev) {
+        Some(l) => out.write(&l),
+        None => Ok(()),
+    })?;
+    if fin.reason == FinishReason::Error {
+        bail!("decode failed: {}", fin.error.unwrap_or_default());
     }
     Ok(())
 }
