@@ -90,6 +90,22 @@ impl Tmux {
         self.wait_for(&format!("{text:?}"), |s| s.contains(text))
     }
 
+    /// Waits for `text`, then until two captures 200 ms apart agree: under load, a capture can
+    /// catch the title of a frame whose timeline is one step behind it.
+    fn wait_settled(&self, text: &str) -> String {
+        let start = Instant::now();
+        let mut last = self.wait_text(text);
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = self.screen();
+            if now == last {
+                return now;
+            }
+            assert!(start.elapsed() < WAIT, "the screen did not settle; the last:\n{now}");
+            last = now;
+        }
+    }
+
     /// Quits with `keys` and checks the binary exited 0 with the terminal restored.
     fn quit_cleanly(&self, keys: &[&str]) {
         self.keys(keys);
@@ -202,7 +218,7 @@ fn replay_of_a_trace_shows_the_live_screens() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write_trace(dir.path());
     let live = Tmux::start("same-live", &live_args("64"), (120, 40));
-    let live_screen = live.wait_text("finished: ");
+    let live_screen = live.wait_settled("finished: ");
     live.quit_cleanly(&["q"]);
 
     let replay = Tmux::start("same-replay", &["replay", trace.to_str().unwrap()], (120, 40));
