@@ -21,7 +21,7 @@
 
 #define NEG_INF (__int_as_float(0xff800000))
 
-// Programmatic dependent launch (src/model/launch_cuda.rs, opt-in): every kernel here first
+// Programmatic dependent launch (src/model/cuda/launch.rs, opt-in): every kernel here first
 // waits until the kernel before it has finished and its writes are visible, then lets the next
 // kernel in the stream launch, so a kernel's launch overlaps the one before it, one kernel deep,
 // and nothing is read early. Launched the ordinary way (the default) the wait returns at once.
@@ -246,7 +246,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
 // K rows are ATT_PITCH bf16 apart (16 bytes of padding), so that the eight threads of a
 // quarter-warp, reading eight keys at the same offset, hit distinct banks. V is not staged:
 // K and V both take twice the shared memory, 184 KiB at 320 keys, more than the split the
-// gemvs ask for (132 KiB, src/model/launch_cuda.rs), so the SM's split would change under the
+// gemvs ask for (132 KiB, src/model/cuda/launch.rs), so the SM's split would change under the
 // gemv blocks that follow on it; measured slower (docs/perf.md, session 6). Same arithmetic
 // as the plain kernel: per key the same dot product order, max, exp and sums in f32; V summed
 // per half-warp then across warps.

@@ -26,7 +26,7 @@
 //    (which no earlier kernel writes) before it waits for the kernel before it to finish, and
 //    lets the next kernel launch at once: the weights of one projection start streaming while
 //    the small kernels before it still run. Elsewhere both instructions compile away.
-//    src/model/gemv_cuda.rs launches it so with UNMASK_PDL=1 (src/model/launch_cuda.rs).
+//    src/model/cuda/gemv.rs launches it so with UNMASK_PDL=1 (src/model/cuda/launch.rs).
 //
 // Launch (gemv.rs): block = TB tiles x KS warps (32 TB KS threads); a tile is 16 output rows;
 // the KS warps of a tile take its K steps in turn (warp kw: steps kw, kw + KS, ...) and add

@@ -371,7 +371,7 @@ int main() {
             CK(cudaGetLastError());
             // the streamed layer with ~11 us of latency-bound kernels between q|k|v and o (as q/k
             // prep + attention take), under PDL; with the driver's L1/shared split (carveout -1)
-            // and with the 58 % the model asks for (src/model/launch_cuda.rs, carveout)
+            // and with the 58 % the model asks for (src/model/cuda/launch.rs, carveout)
             for (int cv : {-1, 58})
             for (int spin = 0; spin < 2; ++spin) {
                 for (auto f : {unmask_gemv_norm_u8, unmask_gemv_add_u8, unmask_gemv_norm_silu_u4})

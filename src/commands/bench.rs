@@ -25,7 +25,7 @@ use crate::cli::{BenchArgs, EventsMode};
 use crate::engine::{decode_with_events, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
 use crate::model::random::{shape_config, RandomWeights};
-use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Qwen3};
+use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Model};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
@@ -167,12 +167,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let device = parse_device(&args.decode.device)?;
     let dtype = parse_dtype(&args.decode.dtype, &device)?;
     let t0 = Instant::now();
-    let (model, mask_id, detok, info, generation, block_size): (Qwen3, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, Option<usize>) =
+    let (model, mask_id, detok, info, generation, block_size): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, Option<usize>) =
         match (&args.random_init, &args.decode.model) {
             (Some(shape), _) => {
                 let cfg = shape_config(shape)?;
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
-                let model = Qwen3::load(&cfg, &w, dtype, &device).with_context(|| format!("--random-init {shape}"))?;
+                let model = Model::load(&cfg, &w, dtype, &device).with_context(|| format!("--random-init {shape}"))?;
                 let info = ModelInfo {
                     source: format!("random:{shape}"),
                     model_type: cfg.model_type.clone(),

@@ -4,7 +4,7 @@
 //! 1. Logits of the test checkpoint on the device (bf16 and f32) against the CPU in f32: a
 //!    block-causal prefill, a cached denoising pass, and the same denoising pass in the
 //!    fixed-shape form that CUDA graphs replay (whole-cache window, mask); with real head
-//!    geometry also through the streamed layer (`Qwen3::use_row_weights`).
+//!    geometry also through the streamed layer (`Model::use_row_weights`).
 //! 2. The device sampler against the reference sampler on the same logits: the model's, and
 //!    synthetic rows of a real vocabulary (bf16 ties included) for greedy and for
 //!    temperature / top-k / top-p settings.
@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::cli::CheckDeviceArgs;
 use crate::model::random::{check_config, RandomWeights};
-use crate::model::{parse_device, Checkpoint, PassInput, Qwen3, Source};
+use crate::model::{parse_device, Checkpoint, Model, PassInput, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
 use crate::settings::Sampling;
@@ -67,7 +67,7 @@ fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
 
 /// Logits `[rows, vocab]` of: prefill over `prompt`; a cached denoising pass over `block`
 /// after `prompt`; the same pass in the fixed-shape window form.
-fn three_passes(m: &Qwen3, prompt: &[u32], block: &[u32], capacity: usize) -> Result<[Tensor; 3]> {
+fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Result<[Tensor; 3]> {
     let b = block.len();
     let mut cache = m.new_cache(capacity)?;
     let prefill = m.logits(&m.forward(prompt, &mut cache, b, prompt.len())?)?;
@@ -282,12 +282,12 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     ] {
         let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
         let block = [5u32, 31999, 31999, 7];
-        let cpu_m = Qwen3::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
         // 320: the bench's cache, so the fixed window's mask hides most of its slots
         for cap in [capacity, 320] {
             let want = three_passes(&cpu_m, &prompt, &block, cap)?;
             for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-                let mut g = Qwen3::load(&cfg, &RandomWeights::on_host(&cfg, 9), dt, &dev)?;
+                let mut g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), dt, &dev)?;
                 for fused in [true, false] {
                     g.set_fused(fused);
                     let path = if g.fused() { "fused" } else { "generic" };

@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 
 use super::Pass;
-use crate::model::{KvCache, PassInput, Qwen3};
+use crate::model::{KvCache, Model, PassInput};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 
 pub struct FixedPass {
@@ -40,7 +40,7 @@ pub struct FixedPass {
 impl FixedPass {
     /// Buffers for passes that store `store` positions and sample the `block` after them, over
     /// a cache of `capacity` slots.
-    pub fn new(model: &Qwen3, store: usize, block: usize, capacity: usize, capture: bool) -> Result<Self> {
+    pub fn new(model: &Model, store: usize, block: usize, capacity: usize, capture: bool) -> Result<Self> {
         let dev = model.device();
         let dt = model.dtype();
         let t = store + block;
@@ -66,8 +66,8 @@ impl FixedPass {
         self.store == store && self.block == block && self.capacity == capacity
     }
 
-    /// Whether these passes run the model's streamed layer (see `Qwen3::streams`).
-    pub fn streams(&self, model: &Qwen3) -> bool {
+    /// Whether these passes run the model's streamed layer (see `Model::streams`).
+    pub fn streams(&self, model: &Model) -> bool {
         model.streams(self.store + self.block, self.capacity)
     }
 
@@ -76,7 +76,7 @@ impl FixedPass {
     }
 
     /// Rewrites the input buffers for a pass at the cache's current length.
-    fn write(&mut self, model: &Qwen3, pass: Pass<'_>, start: usize, uniforms: Option<&[f32]>) -> Result<()> {
+    fn write(&mut self, model: &Model, pass: Pass<'_>, start: usize, uniforms: Option<&[f32]>) -> Result<()> {
         let dev = model.device();
         if (pass.store.len(), pass.block.len()) != (self.store, self.block) {
             bail!(
@@ -107,7 +107,7 @@ impl FixedPass {
 
     /// The pass itself: everything a graph captures. Reads and writes only the buffers above
     /// and the cache; every temporary is freed before it returns.
-    fn body(&self, model: &Qwen3, cache: &KvCache, head: &KernelParams) -> Result<()> {
+    fn body(&self, model: &Model, cache: &KvCache, head: &KernelParams) -> Result<()> {
         let input = PassInput {
             ids: self.ids.clone(),
             positions: self.positions.clone(),
@@ -126,7 +126,7 @@ impl FixedPass {
     /// the K/V of every position; the caller commits `pass.store` by advancing the cache.
     pub fn run(
         &mut self,
-        model: &Qwen3,
+        model: &Model,
         cache: &KvCache,
         pass: Pass<'_>,
         head: &KernelParams,
@@ -172,7 +172,7 @@ mod graph {
     use candle_core::cuda_backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     use candle_core::cuda_backend::cudarc::driver::CudaGraph;
 
-    use crate::model::Qwen3;
+    use crate::model::Model;
 
     /// A captured pass. cudarc's graph holds raw driver handles; it is only ever used by the one
     /// thread that owns the denoiser at a time.
@@ -188,7 +188,7 @@ mod graph {
 
     /// Runs `body` once eagerly (loads modules, fills candle's cache of small parameter
     /// uploads, sizes cuBLAS's workspace), then captures it on the device's stream.
-    pub fn capture(model: &Qwen3, body: impl Fn() -> Result<()>) -> Result<Graph> {
+    pub fn capture(model: &Model, body: impl Fn() -> Result<()>) -> Result<Graph> {
         let dev = model.device().as_cuda_device()?;
         let stream = dev.cuda_stream();
         let _cache = dev.enable_cuda_graph_htod_cache();

@@ -14,7 +14,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::fixed::FixedPass;
 use super::{Denoiser, Pass};
-use crate::model::{KvCache, Qwen3};
+use crate::model::{KvCache, Model};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, PosSample};
 use crate::settings::Sampling;
@@ -74,7 +74,7 @@ pub struct RunStatus {
 }
 
 pub struct ModelDenoiser {
-    model: Qwen3,
+    model: Model,
     cache: Option<KvCache>,
     /// Never sampled: a committed position must hold a real token.
     mask_id: u32,
@@ -85,16 +85,16 @@ pub struct ModelDenoiser {
 }
 
 impl ModelDenoiser {
-    pub fn new(model: Qwen3, mask_id: u32) -> Self {
+    pub fn new(model: Model, mask_id: u32) -> Self {
         let opts = RunOptions::for_device(model.device());
         Self::with_options(model, mask_id, opts)
     }
 
-    pub fn with_options(model: Qwen3, mask_id: u32, opts: RunOptions) -> Self {
+    pub fn with_options(model: Model, mask_id: u32, opts: RunOptions) -> Self {
         ModelDenoiser { model, cache: None, mask_id, opts, fixed: Vec::new(), host_rows: 0 }
     }
 
-    pub fn model(&self) -> &Qwen3 {
+    pub fn model(&self) -> &Model {
         &self.model
     }
 

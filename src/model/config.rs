@@ -49,6 +49,9 @@ pub struct ModelConfig {
     pub torch_dtype: Option<String>,
     #[serde(default)]
     pub attention_bias: bool,
+    /// The transformers class names; registry.rs reads them when `model_type` is not one it knows.
+    #[serde(default)]
+    pub architectures: Vec<String>,
 }
 
 fn default_eps() -> f64 {
@@ -61,9 +64,6 @@ fn default_max_pos() -> usize {
     32768
 }
 
-/// Model types whose weights and forward pass are Qwen3's.
-const SUPPORTED: [&str; 2] = ["sdar", "qwen3"];
-
 impl ModelConfig {
     /// Parses and checks `config.json`; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
@@ -74,13 +74,7 @@ impl ModelConfig {
     }
 
     fn check(&self) -> Result<()> {
-        if !SUPPORTED.contains(&self.model_type.as_str()) {
-            bail!(
-                "field `model_type` is {:?}; supported: {}",
-                self.model_type,
-                SUPPORTED.join(", ")
-            );
-        }
+        let family = super::registry::family(self)?;
         if self.attention_bias {
             bail!("field `attention_bias` is true; SDAR/Qwen3 checkpoints have no biases");
         }
@@ -130,7 +124,7 @@ impl ModelConfig {
                 bail!("field `mask_token_id` ({m}) is outside the vocabulary ({})", self.vocab_size);
             }
         }
-        Ok(())
+        (family.check)(self)
     }
 
     pub fn kv_heads(&self) -> usize {

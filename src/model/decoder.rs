@@ -1,61 +1,124 @@
-//! The Qwen3 decoder that SDAR checkpoints use, with SDAR's block-causal attention over a
-//! preallocated KV cache. One implementation for every device; `forward` reads top to bottom.
+//! The decoder skeleton every family shares: embedding, layers of block-causal self-attention
+//! and a feed-forward block ([`Mlp`]: dense SwiGLU or a sparse mixture of experts), final
+//! RMSNorm, lm_head. A family's file (qwen3.rs, qwen3_moe.rs) says which [`Mlp`] each layer
+//! has and under which tensor names; registry.rs picks the family from config.json. One
+//! implementation for every device; `forward` reads top to bottom.
 
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
-use candle_nn::ops::{rms_norm, softmax_last_dim};
-use candle_nn::rotary_emb::rope;
+use candle_nn::ops::rms_norm;
 
+use super::attention::{block_causal_mask, rope_tables, Heads, KvCache, PassInput, SelfAttention};
 use super::config::ModelConfig;
 use super::gemv::{Epilogue, GemvInto};
 use super::linear::{Bf16Panels, Linear};
+use super::mlp::SwiGlu;
 use super::ops;
+use super::paths::{bf16_weights_here, fused_here, gemv_here};
 use super::weights::WeightSource;
 
-struct Layer {
+/// Reads a checkpoint's tensors into the layout this device's path wants: what a family's
+/// file calls to load its blocks.
+pub struct Loader<'a> {
+    w: &'a dyn WeightSource,
+    dtype: DType,
+    device: &'a Device,
+    /// bf16 panels for projections stored in bf16 ([`Linear::Bf16`]).
+    packed: bool,
+    /// Projections kept `[out, in]` for the gemv kernel ([`Linear::Rows`]).
+    rows: bool,
+}
+
+impl Loader<'_> {
+    /// A tensor that is not a projection (a norm weight, the embedding), in the compute dtype.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.w.get(name, shape, self.dtype, self.device)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.w.contains(name)
+    }
+
+    fn bf16(&self, name: &str) -> bool {
+        self.packed && self.w.stored(name) == Some(DType::BF16)
+    }
+
+    /// A projection from `[out, in]` checkpoint tensors stacked along `out`: bf16 panels (see
+    /// linear.rs) where the CPU computes in f32 from bf16 weights; kept `[out, in]` for the
+    /// GPU's gemv kernel; else stored transposed, `[in, out]` and contiguous, so that it is a
+    /// plain matmul and the CPU's gemm does not re-pack the weight on every pass.
+    fn linear(&self, stacked: Tensor, bf16: bool) -> Result<Linear> {
+        if bf16 {
+            return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked)?));
+        }
+        if self.rows {
+            return Ok(Linear::Rows(stacked.contiguous()?));
+        }
+        Ok(Linear::Dense(stacked.t()?.contiguous()?))
+    }
+
+    /// The projection of the tensors `parts` (name, rows) stacked, each `[rows, inp]`.
+    pub fn proj(&self, parts: &[(String, usize)], inp: usize) -> Result<Linear> {
+        let keep = parts.iter().all(|(n, _)| self.bf16(n));
+        // Panels are made from the stored bf16 values directly, not through f32.
+        let dt = if keep { DType::BF16 } else { self.dtype };
+        let ts = parts.iter().map(|(n, out)| self.w.get(n, &[*out, inp], dt, self.device)).collect::<Result<Vec<_>>>()?;
+        self.linear(Tensor::cat(&ts, 0)?, keep)
+    }
+}
+
+/// A layer's feed-forward block.
+pub enum Mlp {
+    Dense(SwiGlu),
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor, fused: bool) -> Result<Tensor> {
+        match self {
+            Mlp::Dense(m) => Ok(m.forward(x, fused)?),
+        }
+    }
+
+    fn dense(&self) -> Option<&SwiGlu> {
+        match self {
+            Mlp::Dense(m) => Some(m),
+        }
+    }
+
+    fn dense_mut(&mut self) -> Option<&mut SwiGlu> {
+        match self {
+            Mlp::Dense(m) => Some(m),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Mlp::Dense(m) => m.bytes(),
+        }
+    }
+}
+
+pub struct Layer {
     input_norm: Tensor,
-    /// q, k and v projections stacked: one matmul, `[hidden, heads*d + 2*kv_heads*d]`.
-    qkv_proj: Linear,
-    o_proj: Linear,
-    q_norm: Tensor,
-    k_norm: Tensor,
+    attn: SelfAttention,
     post_norm: Tensor,
-    /// gate and up projections stacked: one matmul, `[hidden, 2*intermediate]`.
-    gate_up_proj: Linear,
-    down_proj: Linear,
+    mlp: Mlp,
 }
 
-/// The device-side inputs of one forward pass. [`Qwen3::forward`] builds them from host ids;
-/// a caller that replays a captured CUDA graph keeps them in fixed buffers and rewrites them.
-pub struct PassInput {
-    /// Token ids `[T]` u32.
-    pub ids: Tensor,
-    /// Absolute position of each id `[T]` u32: RoPE angle and the cache slot its K/V go to.
-    pub positions: Tensor,
-    /// Cache slots `[0, keys)` the queries attend over (at least every committed one and the
-    /// pass's own).
-    pub keys: usize,
-    /// Additive `[T, keys]` mask (0 or -inf) in the model's dtype; `None`: every key visible.
-    pub mask: Option<Tensor>,
-}
-
-pub struct Qwen3 {
+pub struct Model {
     embed: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
     rope_theta: f64,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    intermediate: usize,
+    heads: Heads,
     vocab: usize,
     /// lm_head is the embedding matrix.
     tied: bool,
     /// Use the fused ops of `ops.rs` (default) rather than chains of generic candle ops.
     fused: bool,
     /// The input and post-attention norm weights live in the q/k/v and gate|up projections
-    /// ([`Qwen3::fold_norms`]): what the streamed layer needs.
+    /// ([`Model::fold_norms`]): what the streamed layer needs.
     norms_folded: bool,
     eps: f32,
     max_positions: usize,
@@ -63,133 +126,50 @@ pub struct Qwen3 {
     device: Device,
 }
 
-/// K/V of every committed position, per layer, preallocated for the whole decode: one
-/// `[2, kv_heads, capacity, head_dim]` tensor per layer (K then V), written in place.
-/// Positions `[len, len + T)` are scratch for a pass that does not store.
-pub struct KvCache {
-    kv: Vec<Tensor>,
-    /// RoPE cos/sin rows for every position the cache can hold.
-    cos: Tensor,
-    sin: Tensor,
-    len: usize,
-    capacity: usize,
-}
-
-impl KvCache {
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Forgets every committed position; the stale K/V are overwritten before they are read.
-    pub fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// Commits the `t` positions after the prefix, whose K/V a pass over [`PassInput`]s has
-    /// already written (see [`Qwen3::forward_input`]).
-    pub fn advance(&mut self, t: usize) -> Result<()> {
-        if self.len + t > self.capacity {
-            bail!("KV cache overflow: {} + {t} positions > capacity {}", self.len, self.capacity);
-        }
-        self.len += t;
-        Ok(())
-    }
-}
-
-impl PassInput {
-    /// Host-side contents of a pass of `t` positions at `start` that attends over the whole
-    /// cache (`keys == capacity`): its positions and its `[t, capacity]` mask, which hides the
-    /// slots not written yet (`>= start + t`) and later blocks. Its shape depends only on `t`
-    /// and `capacity`, so one captured graph serves every block of a decode.
-    pub fn window(start: usize, t: usize, block: usize, capacity: usize) -> (Vec<u32>, Vec<f32>) {
-        let positions = (start..start + t).map(|p| p as u32).collect();
-        let mask = block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
-        (positions, mask)
-    }
-}
-
-impl Qwen3 {
+impl Model {
+    /// The model of the family config.json names (registry.rs), from `w`.
     pub fn load(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device) -> Result<Self> {
-        let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
-        let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
-        let get = |name: &str, shape: &[usize]| w.get(name, shape, dtype, device);
-        let packed = bf16_weights_here(device, dtype);
-        let rows = gemv_here(device, dtype);
-        // A projection from `[out, in]` checkpoint tensors stacked along `out`: bf16 panels
-        // (see linear.rs) where the CPU computes in f32 from bf16 weights; kept `[out, in]` for
-        // the GPU's gemv kernel; else stored transposed, `[in, out]` and contiguous, so that it
-        // is a plain matmul and the CPU's gemm does not re-pack the weight on every pass.
-        let linear = |stacked: Tensor, bf16: bool| -> Result<Linear> {
-            if bf16 {
-                return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked)?));
-            }
-            if rows {
-                return Ok(Linear::Rows(stacked.contiguous()?));
-            }
-            Ok(Linear::Dense(stacked.t()?.contiguous()?))
-        };
-        let bf16 = |name: &str| packed && w.stored(name) == Some(DType::BF16);
-        let proj = |parts: &[(String, usize)], inp: usize| -> Result<Linear> {
-            let keep = parts.iter().all(|(n, _)| bf16(n));
-            // Panels are made from the stored bf16 values directly, not through f32.
-            let dt = if keep { DType::BF16 } else { dtype };
-            let ts = parts.iter().map(|(n, out)| w.get(n, &[*out, inp], dt, device)).collect::<Result<Vec<_>>>()?;
-            linear(Tensor::cat(&ts, 0)?, keep)
-        };
-        let one = |name: String, out: usize| [(name, out)];
+        let family = super::registry::family(cfg)?;
+        Self::build(cfg, w, dtype, device, |b, l| (family.mlp)(cfg, b, l))
+    }
+
+    /// The skeleton with layer `l`'s feed-forward block from `mlp(loader, l)`; every other
+    /// tensor under the names all Qwen3-style checkpoints share.
+    pub fn build(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device, mlp: impl Fn(&Loader, usize) -> Result<Mlp>) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let b = Loader { w, dtype, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            let qkv = [
-                (format!("{p}.self_attn.q_proj.weight"), q_out),
-                (format!("{p}.self_attn.k_proj.weight"), kv_out),
-                (format!("{p}.self_attn.v_proj.weight"), kv_out),
-            ];
-            let gate_up = [(format!("{p}.mlp.gate_proj.weight"), i), (format!("{p}.mlp.up_proj.weight"), i)];
             layers.push(Layer {
-                input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                qkv_proj: proj(&qkv, h)?,
-                o_proj: proj(&one(format!("{p}.self_attn.o_proj.weight"), h), q_out)?,
-                q_norm: get(&format!("{p}.self_attn.q_norm.weight"), &[d])?,
-                k_norm: get(&format!("{p}.self_attn.k_norm.weight"), &[d])?,
-                post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_up_proj: proj(&gate_up, h)?,
-                down_proj: proj(&one(format!("{p}.mlp.down_proj.weight"), h), i)?,
+                input_norm: b.get(&format!("{p}.input_layernorm.weight"), &[h])?,
+                attn: SelfAttention::load(&b, &format!("{p}.self_attn"), cfg)?,
+                post_norm: b.get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                mlp: mlp(&b, l)?,
             });
         }
         let embed_name = "model.embed_tokens.weight";
-        let embed = get(embed_name, &[cfg.vocab_size, h])?;
+        let embed = b.get(embed_name, &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must. Tied: the embedding
         // already loaded (a second read would be a second draw from random weights).
         let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
         let lm_head = if tied {
-            linear(embed.clone(), bf16(embed_name))?
+            b.linear(embed.clone(), b.bf16(embed_name))?
         } else {
             // lm_head is cuBLAS's on every path (too wide for the gemv kernel), so it keeps
             // the plain `[in, out]` layout the cuBLAS path has always used for it
-            match proj(&one("lm_head.weight".to_string(), cfg.vocab_size), h)? {
+            match b.proj(&[("lm_head.weight".to_string(), cfg.vocab_size)], h)? {
                 Linear::Rows(w) => Linear::Dense(w.t()?.contiguous()?),
                 other => other,
             }
         };
-        let mut m = Qwen3 {
+        let mut m = Model {
             embed,
             layers,
-            norm: get("model.norm.weight", &[h])?,
+            norm: b.get("model.norm.weight", &[h])?,
             lm_head,
             rope_theta: cfg.rope_theta,
-            heads: cfg.num_attention_heads,
-            kv_heads: cfg.kv_heads(),
-            head_dim: d,
-            intermediate: i,
+            heads: Heads::of(cfg),
             vocab: cfg.vocab_size,
             tied,
             fused: fused_here(device, dtype),
@@ -199,7 +179,7 @@ impl Qwen3 {
             dtype,
             device: device.clone(),
         };
-        if rows {
+        if b.rows && m.all_dense() {
             m.fold_norms()?;
         }
         Ok(m)
@@ -218,7 +198,12 @@ impl Qwen3 {
     }
 
     pub fn kv_heads(&self) -> usize {
-        self.kv_heads
+        self.heads.kv_heads
+    }
+
+    /// Whether every layer's feed-forward block is dense (what the streamed layer runs).
+    fn all_dense(&self) -> bool {
+        self.layers.iter().all(|l| l.mlp.dense().is_some())
     }
 
     /// Bytes of every weight (embedding and lm_head included; tied ones once).
@@ -229,8 +214,8 @@ impl Qwen3 {
             n += self.lm_head.bytes();
         }
         for l in &self.layers {
-            n += [&l.input_norm, &l.q_norm, &l.k_norm, &l.post_norm].into_iter().map(size).sum::<usize>();
-            n += [&l.qkv_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj].into_iter().map(Linear::bytes).sum::<usize>();
+            n += [&l.input_norm, &l.attn.q_norm, &l.attn.k_norm, &l.post_norm].into_iter().map(size).sum::<usize>();
+            n += l.attn.qkv_proj.bytes() + l.attn.o_proj.bytes() + l.mlp.bytes();
         }
         n
     }
@@ -243,15 +228,16 @@ impl Qwen3 {
                 self.max_positions
             );
         }
-        let shape = (2, self.kv_heads, capacity, self.head_dim);
+        let (kvh, d) = (self.heads.kv_heads, self.heads.head_dim);
+        let shape = (2, kvh, capacity, d);
         // K/V of every layer plus the cos/sin tables, checked before allocating.
-        let bytes = [2, self.kv_heads, capacity, self.head_dim, self.layers.len() + 1, self.dtype.size_in_bytes()]
+        let bytes = [2, kvh, capacity, d, self.layers.len() + 1, self.dtype.size_in_bytes()]
             .into_iter()
             .try_fold(1usize, usize::checked_mul);
         crate::limits::fits_in_memory(&format!("a KV cache of {capacity} positions"), bytes, &self.device)?;
         let zeros = || Tensor::zeros(shape, self.dtype, &self.device);
         let n = self.layers.len();
-        let (cos, sin) = rope_tables(self.rope_theta, self.head_dim, capacity, self.dtype, &self.device)?;
+        let (cos, sin) = rope_tables(self.rope_theta, d, capacity, self.dtype, &self.device)?;
         Ok(KvCache {
             kv: (0..n).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
             cos,
@@ -308,9 +294,9 @@ impl Qwen3 {
         // and the norm after it are one op when fused.
         let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
         for (l, layer) in self.layers.iter().enumerate() {
-            let attn = self.attention(layer, &h, &cos, &sin, cache, l, input)?;
+            let attn = layer.attn.forward(&h, (&cos, &sin), &cache.kv[l], input, &self.heads, self.fused)?;
             (x, h) = self.add_norm(&x, &attn, &layer.post_norm)?;
-            let mlp = self.mlp(layer, &h)?;
+            let mlp = layer.mlp.forward(&h, self.fused)?;
             let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             (x, h) = self.add_norm(&x, &mlp, next)?;
         }
@@ -324,14 +310,15 @@ impl Qwen3 {
         if !self.norms_folded || !self.fused || self.dtype != DType::BF16 || t > super::gemv::MAX_ROWS {
             return Ok(None);
         }
-        if keys + self.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D {
+        if keys + self.heads.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D {
             return Ok(None);
         }
         let l = &self.layers[0];
-        let (Some(qkv), Some(o), Some(gate_up), Some(down)) = (l.qkv_proj.rows(), l.o_proj.rows(), l.gate_up_proj.rows(), l.down_proj.rows()) else {
+        let Some(mlp) = l.mlp.dense() else { return Ok(None) };
+        let (Some(qkv), Some(o), Some(gate_up), Some(down)) = (l.attn.qkv_proj.rows(), l.attn.o_proj.rows(), mlp.gate_up_proj.rows(), mlp.down_proj.rows()) else {
             return Ok(None);
         };
-        let (d, h, kvh) = (self.head_dim, self.heads, self.kv_heads);
+        let (d, h, kvh) = (self.heads.head_dim, self.heads.heads, self.heads.kv_heads);
         let hidden = self.embed.dim(1)?;
         // SAFETY: uninitialised, but every kernel of the pass writes its whole buffer before
         // the next reads it (zeroing them was one memset node each in the graph)
@@ -342,14 +329,14 @@ impl Qwen3 {
             attn: buf(&[t, h * d])?,
             mid: buf(&[t, hidden])?,
             out: buf(&[t, hidden])?,
-            act: buf(&[t, self.intermediate])?,
+            act: buf(&[t, mlp.intermediate])?,
         };
         // `mid` stands in for the layer input: the same shape, dtype and layout
         let fits = ws.products(&ws.mid, self.eps).iter().zip([qkv, o, gate_up, down]).all(|((op, input, _), w)| op.fits(input, w));
         Ok(fits.then_some(ws))
     }
 
-    /// Whether a pass of `t` rows over `keys` keys runs [`Qwen3::forward_streamed`].
+    /// Whether a pass of `t` rows over `keys` keys runs [`Model::forward_streamed`].
     pub fn streams(&self, t: usize, keys: usize) -> bool {
         matches!(self.workspace(t, keys), Ok(Some(_)))
     }
@@ -361,47 +348,43 @@ impl Qwen3 {
     /// in; q/k norm, RoPE and the K/V to their cache slots; attention; the o product plus the
     /// residual; the gate|up product with the post-attention norm folded in and silu(gate) *
     /// up; the down product plus the residual. The norms' weights are in the projections
-    /// ([`Qwen3::fold_norms`]); each norm is the scale of its product's rows, so the values
+    /// ([`Model::fold_norms`]); each norm is the scale of its product's rows, so the values
     /// round at other points than in the standard layer (tests check the two against each
     /// other within bf16 error).
     fn forward_streamed(&self, input: &PassInput, cache: &KvCache, ws: &Workspace, embedded: Tensor, (cos, sin): (&Tensor, &Tensor)) -> Result<Tensor> {
         let mut x = embedded;
-        let d = self.head_dim;
-        let attn = ops::Attention {
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            head_dim: d,
-            keys: input.keys,
-            scale: (1.0 / (d as f64).sqrt()) as f32,
-        };
+        let attn = self.heads.attention_op(input.keys);
         for (l, layer) in self.layers.iter().enumerate() {
+            let Some(mlp) = layer.mlp.dense() else { bail!("layer {l}: the streamed layer runs dense layers only") };
             let run = |(op, input, out): (GemvInto, &Tensor, &Tensor), p: &Linear| -> Result<()> {
                 let w = p.rows().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"))?;
                 Ok(op.run(out, input, w)?)
             };
             let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
-            run(qkv, &layer.qkv_proj)?;
-            ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &self.qkv_op(layer))?;
+            run(qkv, &layer.attn.qkv_proj)?;
+            ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &layer.attn.qkv_op(&self.heads))?;
             ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &input.positions, &attn)?;
-            run(o, &layer.o_proj)?;
-            run(gate_up, &layer.gate_up_proj)?;
-            run(down, &layer.down_proj)?;
+            run(o, &layer.attn.o_proj)?;
+            run(gate_up, &mlp.gate_up_proj)?;
+            run(down, &mlp.down_proj)?;
             x = ws.out.clone();
         }
         Ok(rms_norm(&x, &self.norm, self.eps)?)
     }
 
     /// Keeps every layer's projections `[out, in]` ([`Linear::Rows`]) with the norms folded in
-    /// ([`Qwen3::fold_norms`]), as the GPU loads them by default in bf16, so that block passes
+    /// ([`Model::fold_norms`]), as the GPU loads them by default in bf16, so that block passes
     /// run the streamed layer (and on the CPU its reference bodies, which is how tests compare
     /// it with the standard layer). bf16 only.
     pub fn use_row_weights(&mut self) -> Result<()> {
         if self.dtype != DType::BF16 {
             bail!("row weights are for the bf16 gemv kernel; this model computes in {:?}", self.dtype);
         }
-        for l in &mut self.layers {
-            for p in [&mut l.qkv_proj, &mut l.o_proj, &mut l.gate_up_proj, &mut l.down_proj] {
-                *p = match std::mem::replace(p, Linear::Rows(self.norm.clone())) {
+        let norm = self.norm.clone();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let Some(mlp) = l.mlp.dense_mut() else { bail!("row weights: layer {i} is not dense") };
+            for p in [&mut l.attn.qkv_proj, &mut l.attn.o_proj, &mut mlp.gate_up_proj, &mut mlp.down_proj] {
+                *p = match std::mem::replace(p, Linear::Rows(norm.clone())) {
                     Linear::Dense(w) => Linear::Rows(w.t()?.contiguous()?),
                     Linear::Rows(w) => Linear::Rows(w),
                     Linear::Bf16(_) => bail!("bf16 panels are the f32 CPU path's"),
@@ -419,8 +402,9 @@ impl Qwen3 {
         if self.norms_folded {
             return Ok(());
         }
-        for l in &mut self.layers {
-            for (p, w) in [(&mut l.qkv_proj, &mut l.input_norm), (&mut l.gate_up_proj, &mut l.post_norm)] {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let Some(mlp) = l.mlp.dense_mut() else { bail!("norms fold only into dense layers; layer {i} is not") };
+            for (p, w) in [(&mut l.attn.qkv_proj, &mut l.input_norm), (&mut mlp.gate_up_proj, &mut l.post_norm)] {
                 let Linear::Rows(rows) = p else { bail!("norms fold only into [out, in] projections") };
                 *rows = rows.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
                 *w = w.ones_like()?;
@@ -430,18 +414,7 @@ impl Qwen3 {
         Ok(())
     }
 
-    fn qkv_op(&self, layer: &Layer) -> ops::QkvPrep {
-        ops::QkvPrep {
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            eps: self.eps,
-            q_norm: layer.q_norm.clone(),
-            k_norm: layer.k_norm.clone(),
-        }
-    }
-
-    /// Logits `[T, vocab]` in f32 for hidden states from [`Qwen3::forward`].
+    /// Logits `[T, vocab]` in f32 for hidden states from [`Model::forward`].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         Ok(self.logits_raw(hidden)?.to_dtype(DType::F32)?)
     }
@@ -462,75 +435,6 @@ impl Qwen3 {
         self.fused = on && (self.device.is_cpu() || ops::cuda_dtype_ok(self.dtype));
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn attention(
-        &self,
-        layer: &Layer,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        cache: &KvCache,
-        l: usize,
-        input: &PassInput,
-    ) -> Result<Tensor> {
-        let (t, d, kvh, heads) = (x.dim(0)?, self.head_dim, self.kv_heads, self.heads);
-        // One matmul for q, k, v, then every head as [H + 2 KV, T, d]: q and k normalised and
-        // rotated, v as is.
-        let qkv = layer.qkv_proj.forward(x)?;
-        let all = if self.fused {
-            ops::qkv_prep(&qkv, cos, sin, &self.qkv_op(layer))?
-        } else {
-            self.qkv_prep_generic(layer, &qkv, cos, sin)?
-        };
-        let q = all.narrow(0, 0, heads)?;
-        // k|v heads are the [2, KV, T, d] block of this pass: to their slots in place; only the
-        // caller's commit makes them part of the prefix.
-        let kv_new = all.narrow(0, heads, 2 * kvh)?.reshape((2, kvh, t, d))?;
-        ops::kv_write(&cache.kv[l], &kv_new, &input.positions)?;
-        let keys = input.keys;
-        let scale = 1.0 / (d as f64).sqrt();
-        let out = if self.fused && keys + d <= ops::ATTENTION_MAX_KEYS_PLUS_D {
-            let op = ops::Attention { heads, kv_heads: kvh, head_dim: d, keys, scale: scale as f32 };
-            ops::attention(&q, &cache.kv[l], input.mask.as_ref(), &op)?
-        } else {
-            self.attention_generic(&q, &cache.kv[l], input, scale)?
-        };
-        Ok(layer.o_proj.forward(&out)?)
-    }
-
-    /// [`ops::qkv_prep`] as generic candle ops.
-    fn qkv_prep_generic(&self, layer: &Layer, qkv: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        let (t, d, kvh, heads) = (qkv.dim(0)?, self.head_dim, self.kv_heads, self.heads);
-        let x = qkv.reshape((t, heads + 2 * kvh, d))?.transpose(0, 1)?.contiguous()?;
-        let normed = |from: usize, n: usize, w: &Tensor| -> Result<Tensor> {
-            let h = rms_norm(&x.narrow(0, from, n)?, w, self.eps)?.unsqueeze(0)?;
-            Ok(rope(&h, cos, sin)?.squeeze(0)?)
-        };
-        let q = normed(0, heads, &layer.q_norm)?;
-        let k = normed(heads, kvh, &layer.k_norm)?;
-        let v = x.narrow(0, heads + kvh, kvh)?;
-        Ok(Tensor::cat(&[&q, &k, &v], 0)?)
-    }
-
-    /// [`ops::attention`] as generic candle ops.
-    fn attention_generic(&self, q: &Tensor, kv: &Tensor, input: &PassInput, scale: f64) -> Result<Tensor> {
-        let (heads, t, d) = q.dims3()?;
-        let kvh = self.kv_heads;
-        let group = heads / kvh;
-        let keys = input.keys;
-        let k_all = kv.get(0)?.narrow(1, 0, keys)?;
-        let v_all = kv.get(1)?.narrow(1, 0, keys)?;
-        // GQA without copying K/V: the `group` query heads sharing a KV head become extra rows.
-        let q = q.reshape((kvh, group * t, d))?;
-        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(mask) = &input.mask {
-            scores = scores.reshape((kvh, group, t, keys))?.broadcast_add(mask)?.reshape((kvh, group * t, keys))?;
-        }
-        let probs = softmax_last_dim(&scores)?;
-        let out = probs.matmul(&v_all)?; // [kvh, group*t, d]
-        Ok(out.reshape((heads, t, d))?.transpose(0, 1)?.reshape((t, heads * d))?)
-    }
-
     /// `(x + delta, rms_norm(x + delta) * w)`.
     fn add_norm(&self, x: &Tensor, delta: &Tensor, w: &Tensor) -> Result<(Tensor, Tensor)> {
         if self.fused && x.dim(1)? <= 12 * 1024 {
@@ -539,20 +443,6 @@ impl Qwen3 {
         let x = (x + delta)?;
         let h = rms_norm(&x, w, self.eps)?;
         Ok((x, h))
-    }
-
-    fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
-        if let Some(h) = layer.gate_up_proj.forward_silu_mul(x)? {
-            return layer.down_proj.forward(&h);
-        }
-        let gate_up = layer.gate_up_proj.forward(x)?;
-        let h = if self.fused {
-            ops::silu_mul(&gate_up, &ops::SiluMul { intermediate: self.intermediate })?
-        } else {
-            let gate = candle_nn::ops::silu(&gate_up.narrow(1, 0, self.intermediate)?)?;
-            (gate * gate_up.narrow(1, self.intermediate, self.intermediate)?)?
-        };
-        layer.down_proj.forward(&h)
     }
 }
 
@@ -584,94 +474,3 @@ impl Workspace {
         ]
     }
 }
-
-/// Row-major `[T, keys]` additive mask for `T` queries at `start..start+T` over cache slots
-/// `0..keys`: a query sees every slot of its own and earlier blocks that the pass has written
-/// (`< start + T`). `None` when nothing is masked (one block, `keys == start + T`).
-pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> Option<Vec<f32>> {
-    let end = start + t;
-    let last_block = (end - 1) / block;
-    if start / block == last_block && keys <= end {
-        return None;
-    }
-    let mut m = vec![0f32; t * keys];
-    for i in 0..t {
-        let qb = (start + i) / block;
-        for j in 0..keys {
-            if j >= end || j / block > qb {
-                m[i * keys + j] = f32::NEG_INFINITY;
-            }
-        }
-    }
-    Some(m)
-}
-
-/// Fused ops unless turned off (`UNMASK_FUSED=0`), or their CUDA kernels cannot take this
-/// dtype or compile here. On every device: on the H200 a forward costs 1.87 ms fused against
-/// 2.56 ms with the generic chains (docs/perf.md, run 5).
-fn fused_here(device: &Device, dtype: DType) -> bool {
-    let wanted = ops::fused_override().unwrap_or(true);
-    if !wanted {
-        return false;
-    }
-    if device.is_cpu() {
-        return true;
-    }
-    if !ops::cuda_dtype_ok(dtype) {
-        return false;
-    }
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(d) = device {
-        if let Err(e) = super::ops_cuda::probe(d) {
-            eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
-            return false;
-        }
-    }
-    true
-}
-
-/// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]), with the
-/// norms folded in, so that block passes run the streamed layer: on a GPU in bf16 where the
-/// kernel compiles, unless `UNMASK_GEMV=0` (cuBLAS and the standard layer, for comparisons).
-/// On the H200 with programmatic dependent launch it is the faster path: 1.560 against 1.739
-/// ms per forward, 128-token decodes (docs/perf.md, run 7).
-fn gemv_here(device: &Device, dtype: DType) -> bool {
-    if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() == Ok("0") {
-        return false;
-    }
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(d) = device {
-        if let Err(e) = super::gemv_cuda::probe(d) {
-            eprintln!("unmask: gemv kernel unavailable, using cuBLAS: {e}");
-            return false;
-        }
-    }
-    true
-}
-
-/// Whether projections stored in bf16 stay bf16 ([`Linear::Bf16`]): on the CPU computing in f32,
-/// unless `UNMASK_BF16_WEIGHTS=0` (for comparisons: the widened f32 weights through gemm).
-fn bf16_weights_here(device: &Device, dtype: DType) -> bool {
-    device.is_cpu() && dtype == DType::F32 && std::env::var("UNMASK_BF16_WEIGHTS").as_deref() != Ok("0")
-}
-
-/// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way
-/// transformers does so that parity holds at long positions too.
-fn rope_tables(theta: f64, d: usize, positions: usize, dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
-    let half = d / 2;
-    let inv_freq: Vec<f32> =
-        (0..half).map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / d as f32)).collect();
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for &f in &inv_freq {
-            let a = p as f32 * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
-        }
-    }
-    let cos = Tensor::from_vec(cos, (positions, half), device)?.to_dtype(dtype)?;
-    let sin = Tensor::from_vec(sin, (positions, half), device)?.to_dtype(dtype)?;
-    Ok((cos, sin))
-}
-

@@ -1,6 +1,6 @@
 //! `y [T, N] = x [T, K] · Wᵀ` for the few rows of a block pass, `W` kept in the checkpoint's own
 //! `[N, K]` (out, in) layout, all bf16 with f32 sums: kernels/gemv.cu on the GPU (launched from
-//! `gemv_cuda.rs`), the same algorithm in Rust here on the CPU, which is what the tests check.
+//! `cuda/gemv.rs`), the same algorithm in Rust here on the CPU, which is what the tests check.
 //!
 //! A block pass multiplies 4 or 8 rows by every weight once, so it is bound by streaming the
 //! weights. Its paired form folds the MLP's silu(gate) * up into the gate|up product; its norm
@@ -314,7 +314,7 @@ impl candle_core::InplaceOp3 for GemvInto<'_> {
         lw: &Layout,
     ) -> Result<()> {
         let (t, n, k) = self.dims(lo, lx, lw)?;
-        super::gemv_cuda::launch_into(self, (t, n, k), (so, lo), (sx, lx), (sw, lw))
+        super::cuda::gemv::launch_into(self, (t, n, k), (so, lo), (sx, lx), (sw, lw))
     }
 }
 
@@ -348,7 +348,7 @@ impl CustomOp2 for Gemv {
         lw: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (t, n, k, shape) = self.dims(lx, lw)?;
-        super::gemv_cuda::launch(self.epilogue, t, n, k, (sx, lx), (sw, lw)).map(|s| (s, shape))
+        super::cuda::gemv::launch(self.epilogue, t, n, k, (sx, lx), (sw, lw)).map(|s| (s, shape))
     }
 }
 

@@ -1,18 +1,22 @@
 //! Loading an SDAR / Qwen3 checkpoint (Hugging Face layout) from a folder or from the bytes
 //! embedded in the binary, through one code path.
 
+// How the folder is organised (docs/architecture.md): the shared decoder and its blocks,
+// one file per family over them, the registry that picks one, the CPU kernels, and the CUDA
+// launchers in cuda/.
+pub mod attention;
 pub mod config;
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod decoder;
 pub mod gemv;
-#[cfg(feature = "cuda")]
-mod gemv_cuda;
-#[cfg(feature = "cuda")]
-mod launch_cuda;
 pub mod linear;
+pub mod mlp;
 pub mod ops;
-#[cfg(feature = "cuda")]
-mod ops_cuda;
+mod paths;
 pub mod qwen3;
 pub mod random;
+pub mod registry;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +30,8 @@ use crate::events::ModelInfo;
 use crate::tokenizer::Tok;
 pub use config::ModelConfig;
 use config::OneOrMany;
-pub use qwen3::{KvCache, PassInput, Qwen3};
+pub use attention::{KvCache, PassInput};
+pub use decoder::Model;
 use weights::Weights;
 
 /// A checkpoint compiled into the binary: file name -> bytes.
@@ -253,7 +258,7 @@ pub struct Checkpoint {
     pub generation: GenerationConfig,
     pub tokenizer: Tok,
     pub eos_ids: Vec<u32>,
-    pub model: Qwen3,
+    pub model: Model,
     pub info: ModelInfo,
     /// The chat template, if the checkpoint has one.
     pub chat_template: Option<ChatTemplate>,
@@ -295,7 +300,7 @@ impl Checkpoint {
         let template_vars = tok_config.template_vars();
         let weights = source.weights()?;
         check_layers(&config, &weights, &source.file_label("config.json"))?;
-        let model = Qwen3::load(&config, &weights, dtype, device)?;
+        let model = Model::load(&config, &weights, dtype, device)?;
         let info = ModelInfo {
             source: source.label(),
             model_type: config.model_type.clone(),

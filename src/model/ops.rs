@@ -1,6 +1,6 @@
 //! Fused layer pieces as candle custom ops: one implementation per backend, the CUDA one in
-//! kernels/fused.cu (launched from `ops_cuda.rs`), the CPU one here, written as the kernel's
-//! algorithm in Rust. [`Qwen3`](super::Qwen3) calls these on every device; with
+//! kernels/fused.cu (launched from `cuda/ops.rs`), the CPU one here, written as the kernel's
+//! algorithm in Rust. [`Model`](super::Model) calls these on every device; with
 //! `UNMASK_FUSED=0` it uses the equivalent chains of generic candle ops instead (the path the
 //! fused ops are checked against, on the CPU by tests and on the GPU by `unmask check-device`).
 //!
@@ -157,7 +157,7 @@ impl candle_core::InplaceOp3 for KvWrite {
         lp: &Layout,
     ) -> Result<()> {
         let dims = Self::check(lc, lk, lp)?;
-        super::ops_cuda::kv_write(dims, (sc, lc), (sk, lk), (sp, lp))
+        super::cuda::ops::kv_write(dims, (sc, lc), (sk, lk), (sp, lp))
     }
 }
 
@@ -173,8 +173,8 @@ pub fn qkv_prep_into_cache(
     op: &QkvPrep,
 ) -> Result<()> {
     #[cfg(feature = "cuda")]
-    if super::ops_cuda::QkvPrepCache::fits(op, q_out, qkv) {
-        let fused = super::ops_cuda::QkvPrepCache { prep: op, q_out, cos, sin };
+    if super::cuda::ops::QkvPrepCache::fits(op, q_out, qkv) {
+        let fused = super::cuda::ops::QkvPrepCache { prep: op, q_out, cos, sin };
         return cache.inplace_op3(qkv, positions, &fused);
     }
     let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
@@ -194,7 +194,7 @@ pub fn qkv_prep_into_cache(
 pub fn attention_into(out: &Tensor, q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, positions: &Tensor, op: &Attention) -> Result<()> {
     #[cfg(feature = "cuda")]
     if out.device().is_cuda() {
-        return out.inplace_op3(q, kv, &super::ops_cuda::AttentionInto { op, mask, positions });
+        return out.inplace_op3(q, kv, &super::cuda::ops::AttentionInto { op, mask, positions });
     }
     let _ = positions;
     out.slice_set(&attention(q, kv, mask, op)?, 0, 0)
@@ -311,7 +311,7 @@ impl CustomOp3 for QkvPrep {
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let t_len = self.check(l1, l2)?;
-        super::ops_cuda::qkv_prep(self, t_len, (s1, l1), (s2, l2), (s3, l3))
+        super::cuda::ops::qkv_prep(self, t_len, (s1, l1), (s2, l2), (s3, l3))
     }
 }
 
@@ -396,7 +396,7 @@ impl CustomOp2 for Attention {
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (t_len, cap) = self.check(l1, l2, None)?;
-        super::ops_cuda::attention(self, t_len, cap, (s1, l1), (s2, l2), None)
+        super::cuda::ops::attention(self, t_len, cap, (s1, l1), (s2, l2), None)
     }
 }
 
@@ -428,7 +428,7 @@ impl CustomOp3 for Attention {
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (t_len, cap) = self.check(l1, l2, Some(l3))?;
-        super::ops_cuda::attention(self, t_len, cap, (s1, l1), (s2, l2), Some((s3, l3)))
+        super::cuda::ops::attention(self, t_len, cap, (s1, l1), (s2, l2), Some((s3, l3)))
     }
 }
 
@@ -492,7 +492,7 @@ impl CustomOp3 for AddRmsNorm {
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (t, h) = self.check(l1, l2, l3)?;
-        super::ops_cuda::add_rms_norm(self, t, h, (s1, l1), (s2, l2), (s3, l3))
+        super::cuda::ops::add_rms_norm(self, t, h, (s1, l1), (s2, l2), (s3, l3))
     }
 }
 
@@ -524,7 +524,7 @@ impl CustomOp1 for SiluMul {
         if w != 2 * self.intermediate {
             candle_core::bail!("silu-mul: width {w} != 2 x {}", self.intermediate);
         }
-        super::ops_cuda::silu_mul(self, t, (s, l))
+        super::cuda::ops::silu_mul(self, t, (s, l))
     }
 }
 

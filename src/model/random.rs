@@ -1,6 +1,6 @@
 //! Seeded random weights of a named real shape, built directly on the target device, for
 //! benchmarks (`unmask bench --random-init sdar-1.7b`). They go through the same
-//! [`Qwen3::load`](super::Qwen3::load) as a checkpoint, so the forward pass measured is the one
+//! [`Model::load`](super::Model::load) as a checkpoint, so the forward pass measured is the one
 //! that decodes real models.
 
 use anyhow::{bail, Result};
@@ -138,7 +138,7 @@ mod tests {
     fn random_model_runs_through_the_same_forward() {
         let cfg = shape_config("tiny").unwrap();
         let w = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
-        let m = super::super::Qwen3::load(&cfg, &w, DType::F32, &Device::Cpu).unwrap();
+        let m = super::super::Model::load(&cfg, &w, DType::F32, &Device::Cpu).unwrap();
         let mut cache = m.new_cache(16).unwrap();
         let h = m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, 6).unwrap();
         let lg = m.logits(&h).unwrap();
@@ -146,7 +146,7 @@ mod tests {
         assert!(lg.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().all(|x| x.is_finite()));
         // the same seed gives the same weights
         let w2 = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
-        let m2 = super::super::Qwen3::load(&cfg, &w2, DType::F32, &Device::Cpu).unwrap();
+        let m2 = super::super::Model::load(&cfg, &w2, DType::F32, &Device::Cpu).unwrap();
         let mut c2 = m2.new_cache(16).unwrap();
         let h2 = m2.forward(&[1, 2, 3, 4, 5, 6], &mut c2, 4, 6).unwrap();
         assert_eq!(h.to_vec2::<f32>().unwrap(), h2.to_vec2::<f32>().unwrap());
@@ -164,8 +164,8 @@ mod tests {
             (check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), DType::BF16, 2e-2),
         ] {
             let w = RandomWeights::on_host(&cfg, 3);
-            let mut m = super::super::Qwen3::load(&cfg, &w, dt, &Device::Cpu).unwrap();
-            let run = |m: &super::super::Qwen3| -> Vec<Vec<f32>> {
+            let mut m = super::super::Model::load(&cfg, &w, dt, &Device::Cpu).unwrap();
+            let run = |m: &super::super::Model| -> Vec<Vec<f32>> {
                 let mut cache = m.new_cache(24).unwrap();
                 let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
                 m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap();
@@ -206,13 +206,13 @@ mod tests {
         for cfg in [check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), check_config(256, 2, 4, 2, 128, 768, 1000).unwrap()] {
             let dev = Device::Cpu;
             // each model from its own source of the same seed: a source draws as it is read
-            let load = || super::super::Qwen3::load(&cfg, &RandomWeights::on_host(&cfg, 5), DType::BF16, &dev).unwrap();
+            let load = || super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 5), DType::BF16, &dev).unwrap();
             let (standard, mut streamed) = (load(), load());
             streamed.use_row_weights().unwrap();
             assert!(!standard.streams(4, 24));
             assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
             assert!(!streamed.streams(10, 24), "a prefill of more than 8 rows takes the standard layer");
-            let run = |m: &super::super::Qwen3| -> Vec<Vec<f32>> {
+            let run = |m: &super::super::Model| -> Vec<Vec<f32>> {
                 let mut cache = m.new_cache(24).unwrap();
                 let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
                 let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();

@@ -31,7 +31,7 @@ struct Shard {
     bytes: Bytes,
 }
 
-/// Where [`crate::model::Qwen3::load`] gets its tensors: a checkpoint ([`Weights`]) or a
+/// Where [`crate::model::Model::load`] gets its tensors: a checkpoint ([`Weights`]) or a
 /// seeded random source of the same names and shapes ([`crate::model::random::RandomWeights`]).
 pub trait WeightSource {
     /// The tensor `name` with shape `shape`, converted to `dtype` on `device`.

@@ -1,5 +1,5 @@
 //! CUDA side of `gemv.rs`: kernels/gemv.cu, compiled once by NVRTC, launched through
-//! `launch_cuda::Args` like the fused kernels (so under programmatic dependent launch unless
+//! `launch::Args` like the fused kernels (so under programmatic dependent launch unless
 //! `UNMASK_PDL=0`; the kernel asks for its first weights before griddepcontrol.wait).
 
 use std::sync::OnceLock;
@@ -12,17 +12,17 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
 use half::bf16;
 
-use super::gemv::{kernel_name, split, Epilogue, GemvInto};
-use super::launch_cuda::Args;
+use crate::model::gemv::{kernel_name, split, Epilogue, GemvInto};
+use super::launch::Args;
 
-pub const SOURCE: &str = include_str!("../../kernels/gemv.cu");
+pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
 const MODULE: &str = "unmask_gemv";
 
 fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
         // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
-        let arch = super::launch_cuda::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
+        let arch = super::launch::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
         let opts = CompileOptions { name: Some("gemv.cu".into()), arch, ..Default::default() };
         compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
     });
@@ -65,7 +65,7 @@ fn launch_raw(
     let smem = s.smem_bytes(t, k, epilogue, rms.is_some());
     // x staged whole: past the default 48 KiB for K = 6144 and 8 rows
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
-    super::launch_cuda::carveout(&f)?;
+    super::launch::carveout(&f)?;
     let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);

@@ -10,18 +10,18 @@ use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOpt
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
-use super::launch_cuda::Args;
-use super::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
+use super::launch::Args;
+use crate::model::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
 use half::bf16;
 
-pub const SOURCE: &str = include_str!("../../kernels/fused.cu");
+pub const SOURCE: &str = include_str!("../../../kernels/fused.cu");
 const MODULE: &str = "unmask_fused";
 
 fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
         // compute_90 where the kernels can let the next one launch early (see fused.cu)
-        let arch = super::launch_cuda::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
+        let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
         let opts = CompileOptions { name: Some("fused.cu".into()), arch, ..Default::default() };
         compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
     });
@@ -137,7 +137,7 @@ fn attention_cfg(op: &Attention, t_len: usize) -> Result<LaunchConfig> {
     if d % 8 != 0 || d > 256 {
         candle_core::bail!("attention kernel: head_dim {d} (takes a multiple of 8 up to 256)");
     }
-    if d + keys > super::ops::ATTENTION_MAX_KEYS_PLUS_D {
+    if d + keys > crate::model::ops::ATTENTION_MAX_KEYS_PLUS_D {
         candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (48 KiB)");
     }
     let smem = (d + keys + 16 * d) * 4;
@@ -292,7 +292,7 @@ pub fn kv_write(
     Ok(())
 }
 
-/// [`super::ops::qkv_prep_into_cache`]'s kernel: an in-place op on the cache (the K/V slots it
+/// [`crate::model::ops::qkv_prep_into_cache`]'s kernel: an in-place op on the cache (the K/V slots it
 /// writes) with the stacked projection and the positions as operands. `q_out` is written too,
 /// through the pointer of a tensor the op only holds: it is the pass's own scratch buffer,
 /// which nothing else reads or writes while the pass runs.
@@ -358,7 +358,7 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
     }
 }
 
-/// [`super::ops::attention_into`]'s kernel: in place on the output `[T, H * d]`, with q and
+/// [`crate::model::ops::attention_into`]'s kernel: in place on the output `[T, H * d]`, with q and
 /// the cache as operands and the optional mask held by the op.
 pub struct AttentionInto<'a> {
     pub op: &'a Attention,
@@ -401,7 +401,7 @@ impl AttentionInto<'_> {
         let smem = staged_smem(keys);
         let f = dev.get_or_load_custom_func("unmask_attention_staged_bf16_d128", MODULE, ptx(dev)?)?;
         f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
-        super::launch_cuda::carveout(&f)?;
+        super::launch::carveout(&f)?;
         let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 };
         let stream = dev.cuda_stream();
         let q = view::<bf16>(sq, lq, "attention q")?;

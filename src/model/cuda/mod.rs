@@ -1,0 +1,12 @@
+//! The CUDA side of the device paths: each file compiles one kernel source of `kernels/` with
+//! NVRTC and launches its kernels for the candle ops whose CPU bodies live one folder up.
+//!
+//! - [`ops`]: kernels/fused.cu, the fused ops of `model/ops.rs`.
+//! - [`gemv`]: kernels/gemv.cu, the tensor-core gemv of `model/gemv.rs` (the streamed layer).
+//! - [`launch`]: launching either under programmatic dependent launch, and their NVRTC target.
+//!
+//! (The sampler's kernel, kernels/sampler.cu, is launched from `sampler/cuda.rs`.)
+
+pub mod gemv;
+pub mod launch;
+pub mod ops;

@@ -1,0 +1,57 @@
+//! Which device path a model takes, decided once when it loads: the fused ops (kernels/fused.cu,
+//! launched from cuda/ops.rs; their CPU bodies in ops.rs), the gemv kernel's `[out, in]`
+//! projections and the streamed layer (kernels/gemv.cu, cuda/gemv.rs; gemv.rs), and the CPU's
+//! bf16 panels (linear.rs). Each can be turned off by an environment switch for comparisons.
+
+use candle_core::{DType, Device};
+
+use super::ops;
+
+/// Fused ops unless turned off (`UNMASK_FUSED=0`), or their CUDA kernels cannot take this
+/// dtype or compile here. On every device: on the H200 a forward costs 1.87 ms fused against
+/// 2.56 ms with the generic chains (docs/perf.md, run 5).
+pub fn fused_here(device: &Device, dtype: DType) -> bool {
+    let wanted = ops::fused_override().unwrap_or(true);
+    if !wanted {
+        return false;
+    }
+    if device.is_cpu() {
+        return true;
+    }
+    if !ops::cuda_dtype_ok(dtype) {
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        if let Err(e) = super::cuda::ops::probe(d) {
+            eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether projections stay `[out, in]` for the gemv kernel ([`Linear::Rows`]), with the
+/// norms folded in, so that block passes run the streamed layer: on a GPU in bf16 where the
+/// kernel compiles, unless `UNMASK_GEMV=0` (cuBLAS and the standard layer, for comparisons).
+/// On the H200 with programmatic dependent launch it is the faster path: 1.560 against 1.739
+/// ms per forward, 128-token decodes (docs/perf.md, run 7).
+pub fn gemv_here(device: &Device, dtype: DType) -> bool {
+    if device.is_cpu() || dtype != DType::BF16 || std::env::var("UNMASK_GEMV").as_deref() == Ok("0") {
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(d) = device {
+        if let Err(e) = super::cuda::gemv::probe(d) {
+            eprintln!("unmask: gemv kernel unavailable, using cuBLAS: {e}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether projections stored in bf16 stay bf16 ([`Linear::Bf16`]): on the CPU computing in f32,
+/// unless `UNMASK_BF16_WEIGHTS=0` (for comparisons: the widened f32 weights through gemm).
+pub fn bf16_weights_here(device: &Device, dtype: DType) -> bool {
+    device.is_cpu() && dtype == DType::F32 && std::env::var("UNMASK_BF16_WEIGHTS").as_deref() != Ok("0")
+}

@@ -1,0 +1,57 @@
+//! The families unmask runs, and the one place that picks a checkpoint's family from its
+//! config.json. A new family is a file beside qwen3.rs with a [`Family`] constant, listed in
+//! [`FAMILIES`].
+
+use anyhow::{bail, Result};
+
+use super::config::ModelConfig;
+use super::decoder::{Loader, Mlp};
+
+/// What a family adds to the shared decoder (decoder.rs).
+pub struct Family {
+    /// config.json `model_type` values it takes.
+    pub model_types: &'static [&'static str],
+    /// config.json `architectures` entries it takes (when `model_type` is not one of the above).
+    pub architectures: &'static [&'static str],
+    /// Checks of its own config fields, after the shared ones; errors name the field and value.
+    pub check: fn(&ModelConfig) -> Result<()>,
+    /// Layer `l`'s feed-forward block, from its tensors.
+    pub mlp: fn(&ModelConfig, &Loader, usize) -> Result<Mlp>,
+}
+
+pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY];
+
+/// The family of `cfg`: by `model_type`, else by an entry of `architectures`.
+pub fn family(cfg: &ModelConfig) -> Result<&'static Family> {
+    let by_type = FAMILIES.iter().find(|f| f.model_types.contains(&cfg.model_type.as_str()));
+    let by_arch = || FAMILIES.iter().find(|f| cfg.architectures.iter().any(|a| f.architectures.contains(&a.as_str())));
+    match by_type.or_else(by_arch) {
+        Some(f) => Ok(f),
+        None => {
+            let known: Vec<&str> = FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect();
+            bail!("field `model_type` is {:?}; supported: {}", cfg.model_type, known.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(model_type: &str, architectures: &str) -> ModelConfig {
+        let text = format!(
+            r#"{{"model_type":"{model_type}","architectures":[{architectures}],"vocab_size":10,"hidden_size":8,
+            "intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":4}}"#
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn a_family_is_found_by_model_type_else_by_architecture() {
+        assert!(std::ptr::eq(family(&config("sdar", "")).unwrap(), &FAMILIES[0]));
+        assert!(std::ptr::eq(family(&config("custom", "\"Qwen3ForCausalLM\"")).unwrap(), &FAMILIES[0]));
+        let Err(e) = family(&config("llama", "\"LlamaForCausalLM\"")) else { panic!("llama has no family") };
+        let e = e.to_string();
+        assert!(e.starts_with("field `model_type` is \"llama\"; supported: sdar, qwen3"), "{e}");
+    }
+}
