@@ -8,6 +8,7 @@ mod gemv_cuda;
 #[cfg(feature = "cuda")]
 mod launch_cuda;
 pub mod linear;
+pub mod moe_grouped;
 pub mod ops;
 #[cfg(feature = "cuda")]
 mod ops_cuda;
