@@ -542,3 +542,157 @@ ATT(unmask_attention_f32, float)
 ATT(unmask_attention_bf16, unsigned short)
 SILU(unmask_silu_mul_f32, float)
 SILU(unmask_silu_mul_bf16, unsigned short)
+
+// attention_split (flash-decoding): the streamed layer's attention over long caches (bf16,
+// d = 128, any number of keys). The kernels above give a block one query row and have it read
+// every key of its KV head, so at 32k keys a block reads 16 MB and the group's 4-32 rows read it
+// again each (from the L2 at best), one block per row. Here a block takes one chunk of
+// SPLIT_KEYS keys of one KV head for every query row that reads that head (the group's heads
+// x T rows, up to SPLIT_ROWS; more rows take more blocks along z): each K and V row is read
+// from memory once per block, the grid has KV x chunks blocks, and each block writes, per row,
+// its chunk's max score, sum of exponentials and unnormalised V sum (f32). attention_merge
+// combines the chunks of a row: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
+// Rows: r = gi * T + t is head (kv head * group + gi), query t. Same arithmetic per key as the
+// kernels above (dot in f32 along d, scaled, plus the mask); sums in another order.
+// grid (KV, chunks, ceil(rows / SPLIT_ROWS)), block 256, static smem 33 KiB.
+// part: [KV][chunks][rows][128 + 2] f32.
+#define SPLIT_KEYS 128
+#define SPLIT_ROWS 32
+#define SPLIT_PITCH (SPLIT_KEYS + 1)
+
+template <int R>
+__device__ void attention_split(const unsigned short* __restrict__ q, const uint4* __restrict__ k_cache,
+                                const unsigned short* __restrict__ v_cache, const unsigned short* __restrict__ mask,
+                                float* __restrict__ part, int t_len, int heads, int kvh, int cap, int keys, float scale) {
+    __shared__ float qs[R][128];
+    __shared__ float sc[R][SPLIT_PITCH];
+    __shared__ float stat[R][2];
+    const int g = blockIdx.x, c = blockIdx.y, chunks = gridDim.y, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int group = heads / kvh, rows = group * t_len, r0 = blockIdx.z * R;
+    const int k0 = c * SPLIT_KEYS, nk = min(SPLIT_KEYS, keys - k0);
+    pdl_enter();
+    // q rows r0 .. r0 + R of this KV head, widened to f32
+    for (int i = tid; i < R * 16; i += 256) {
+        const int rr = i >> 4, ch = i & 15, r = r0 + rr;
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (r < rows) {
+            const int h = g * group + r / t_len, t = r % t_len;
+            unpack8(((const uint4*)(q + ((long)h * t_len + t) * 128))[ch], f);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qs[rr][8 * ch + e] = f[e];
+    }
+    __syncthreads();
+    // scores: thread (key j, half of the rows): its K row from memory (the other half's thread
+    // reads the same row, from L1), dot products against R / 2 rows of q (broadcast reads)
+    {
+        constexpr int H = R / 2;
+        const int j = tid % SPLIT_KEYS, half = tid / SPLIT_KEYS;
+        float acc[H];
+#pragma unroll
+        for (int i = 0; i < H; ++i) acc[i] = 0.0f;
+        if (j < nk) {
+            const uint4* kr = k_cache + ((long)g * cap + k0 + j) * 16;
+#pragma unroll 4
+            for (int ch = 0; ch < 16; ++ch) {
+                float kf[8];
+                unpack8(__ldg(kr + ch), kf);
+#pragma unroll
+                for (int i = 0; i < H; ++i) {
+                    const float* qr = qs[half * H + i] + 8 * ch;
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[i] = fmaf(qr[e], kf[e], acc[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < H; ++i) {
+            const int rr = half * H + i, r = r0 + rr;
+            float s = NEG_INF;
+            if (j < nk && r < rows) {
+                const int t = r % t_len;
+                const float mj = mask ? __uint_as_float(((unsigned)mask[(long)t * keys + k0 + j]) << 16) : 0.0f;
+                s = mj == NEG_INF ? NEG_INF : acc[i] * scale + mj;
+            }
+            sc[rr][j] = s;
+        }
+    }
+    __syncthreads();
+    // per row: the chunk's max and sum of exponentials; sc becomes the exponentials
+    for (int rr = warp; rr < R; rr += 8) {
+        float m = NEG_INF;
+        for (int j = lane; j < SPLIT_KEYS; j += 32) m = fmaxf(m, sc[rr][j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < SPLIT_KEYS; j += 32) {
+            const float e = sc[rr][j] == NEG_INF ? 0.0f : expf(sc[rr][j] - m);
+            sc[rr][j] = e;
+            l += e;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) stat[rr][0] = m, stat[rr][1] = l;
+    }
+    __syncthreads();
+    // V: thread (dims 2p, 2p + 1; rows rg, rg + 4, ...): a warp reads half a V row per key,
+    // its 32 lanes the same row and key, so the exponential is a broadcast read
+    {
+        constexpr int RPT = R / 4;
+        const int p = tid & 63, rg = tid >> 6;
+        float acc[RPT][2];
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) acc[i][0] = acc[i][1] = 0.0f;
+        const unsigned* vb = (const unsigned*)(v_cache + ((long)g * cap + k0) * 128) + p;
+#pragma unroll 4
+        for (int j = 0; j < nk; ++j) {
+            const unsigned v2 = __ldg(vb + (long)j * 64);
+            const float v0 = __uint_as_float(v2 << 16), v1 = __uint_as_float(v2 & 0xffff0000u);
+#pragma unroll
+            for (int i = 0; i < RPT; ++i) {
+                const float e = sc[rg + 4 * i][j];
+                acc[i][0] = fmaf(e, v0, acc[i][0]);
+                acc[i][1] = fmaf(e, v1, acc[i][1]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) {
+            const int rr = rg + 4 * i, r = r0 + rr;
+            if (r >= rows) continue;
+            float* o = part + (((long)g * chunks + c) * rows + r) * 130;
+            o[2 * p] = acc[i][0];
+            o[2 * p + 1] = acc[i][1];
+            if (p == 0) o[128] = stat[rr][0], o[129] = stat[rr][1];
+        }
+    }
+}
+
+#define ATT_SPLIT(R)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256) unmask_attention_split_r##R##_bf16_d128(                  \
+        const unsigned short* q, const uint4* k, const unsigned short* v, const unsigned short* mask,         \
+        float* part, int t_len, int heads, int kvh, int cap, int keys, float scale) {                        \
+        attention_split<R>(q, k, v, mask, part, t_len, heads, kvh, cap, keys, scale);                         \
+    }
+ATT_SPLIT(8)
+ATT_SPLIT(16)
+ATT_SPLIT(32)
+
+// grid (H, T), block 128: row (h, t)'s chunks merged into out [T, H * 128] (bf16).
+extern "C" __global__ void __launch_bounds__(128) unmask_attention_merge_bf16_d128(
+    const float* __restrict__ part, unsigned short* __restrict__ out, int t_len, int heads, int kvh, int chunks) {
+    pdl_enter();
+    const int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
+    const int group = heads / kvh, g = h / group, rows = group * t_len, r = (h % group) * t_len + t;
+    const float* base = part + ((long)g * chunks * rows + r) * 130;
+    float m = NEG_INF;
+    for (int c = 0; c < chunks; ++c) m = fmaxf(m, base[(long)c * rows * 130 + 128]);
+    float num = 0.0f, den = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+        const float* p = base + (long)c * rows * 130;
+        const float mc = p[128];
+        if (mc == NEG_INF) continue;
+        const float w = expf(mc - m);
+        num = fmaf(w, p[i], num);
+        den = fmaf(w, p[129], den);
+    }
+    st(out, (long)t * heads * 128 + (long)h * 128 + i, num / den);
+}

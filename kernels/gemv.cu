@@ -94,6 +94,20 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 }
 
 
+// The routing table of one MoE layer's block pass, written by kernels/moe.cu's
+// unmask_moe_route (the same struct is declared there; keep the two identical). Slots are the
+// pass's (row t, choice j) pairs, flat t * k + j: at most 8 rows x 8 choices.
+#define MOE_SLOTS 64
+struct MoeTable {
+    int count;                  // distinct experts the rows routed to
+    int k;                      // choices a row (num_experts_per_tok)
+    int expert[MOE_SLOTS];      // [u] expert id of distinct expert u, in first-seen order
+    unsigned rows[MOE_SLOTS];   // [u] bitmask of the rows that chose it
+    int slot[MOE_SLOTS][8];     // [u][t] row t's flat slot t * k + j that chose expert u
+    int topk[MOE_SLOTS];        // [t * k + j] the expert row t chose j-th
+    float weight[MOE_SLOTS];    // [t * k + j] its routing weight (renormalised if the config says so)
+};
+
 // PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
 // NORM: x is the residual stream and W carries the norm weight: y = r_t (x . W^T), r_t = 1 /
 // sqrt(mean(x_t^2) + eps), the sum of squares taken from the B fragments (each lane's k slots
@@ -102,9 +116,20 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // product, cost 5 us a layer on the H200: docs/perf.md.)
 // ADD: y = res + (x . W^T), the product rounded to bf16 first, then the sum (as an unfused
 // projection then add rounds): the projection writes the next residual stream itself.
-template <int U, bool PAIR, bool NORM, bool ADD>
+// GRP (MoE experts, grouped: one launch for every expert a pass touched): blockIdx.y is a
+// distinct expert u of the routing table `tab` (blocks past its count return at once, so the
+// grid's shape is fixed and a CUDA graph replays it); W is that expert's slice of the layer's
+// stacked experts, and the block's columns are the rows routed to it. GRP_UP: x is the
+// pass's residual stream [T, K] (PAIR, NORM: silu(gate) * up of the normed row) and y the
+// activations [T * k, N] at the rows' slots. GRP_DOWN: x is those activations and the output
+// is f32 [T * k, N], each slot's product times its routing weight (moe.cu sums the slots).
+#define GRP_NONE 0
+#define GRP_UP 1
+#define GRP_DOWN 2
+template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
-                     const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps) {
+                     const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
@@ -113,6 +138,19 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = tile * 16;
+    // GRP: the block's columns (x rows) and the slot each writes; the table is the previous
+    // kernel's output, so wait for it before the first weight load (which needs the expert)
+    int cols = t_len, slot_of[8];
+    if (GRP != GRP_NONE) {
+        dependency_wait();
+        const int u = blockIdx.y;
+        if (u >= tab->count) return;
+        w += (long)tab->expert[u] * (PAIR ? 2 * n : n) * k8;
+        const unsigned m = tab->rows[u];
+        cols = 0;
+        for (int t = 0; t < t_len; ++t)
+            if ((m >> t) & 1u) slot_of[cols++] = tab->slot[u][t];
+    }
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
     const int steps = k8 / 4;
     const uint4* w0 = w + r0 * k8 + q;
@@ -122,7 +160,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     const uint4* u8 = w + (r8 + n) * k8 + q;
     const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
-    const bool live = g < t_len;
+    const bool live = g < cols;
     const uint4* xr = xs + (live ? g : 0) * XROW + q;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f}, rv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -145,8 +183,13 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         if (batch == 0) {
             // W is in flight; x is the previous kernel's output, so wait for it, then stage it
             dependency_wait();
-            const int total = t_len * k8;
-            for (int i = threadIdx.x; i < total; i += blockDim.x) cp_async16(xs + (i / k8) * XROW + i % k8, x + i);
+            const int total = cols * k8;
+            for (int i = threadIdx.x; i < total; i += blockDim.x) {
+                const int c = i / k8;
+                // GRP_UP: residual row t = slot / k; GRP_DOWN: the slot's activation row
+                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / tab->k : slot_of[c];
+                cp_async16(xs + c * XROW + i % k8, x + src * k8 + i % k8);
+            }
             // ADD: this lane's residual values, asked for now so the epilogue does not wait
             if (ADD)
 #pragma unroll
@@ -214,14 +257,19 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
-        if (t >= t_len || row >= n) continue;
+        if (t >= cols || row >= n) continue;
         float v = NORM ? c[i] * rs[i & 1] : c[i];
+        if (GRP == GRP_DOWN) {
+            const int sl = slot_of[t];
+            yf[(long)sl * n + row] = bf16_round(v) * tab->weight[sl];
+            continue;
+        }
         if (PAIR) {
             // as the unfused chain rounds: gate and up to bf16, silu(gate) * up in f32
             const float gt = bf16_round(v), up = bf16_round(NORM ? cu[i] * rs[i & 1] : cu[i]);
             v = gt / (1.0f + expf(-gt)) * up;
         }
-        const long at = (long)t * n + row;
+        const long at = (long)(GRP == GRP_UP ? slot_of[t] : t) * n + row;
         if (ADD) v = bf16_round(v) + rv[i];
         y[at] = to_bf16(v);
     }
@@ -240,3 +288,13 @@ GEMV(unmask_gemv_silu_u4, 4, true, false, false)
 GEMV(unmask_gemv_add_u8, 8, false, false, true)
 GEMV(unmask_gemv_norm_u8, 8, false, true, false)
 GEMV(unmask_gemv_norm_silu_u4, 4, true, true, false)
+
+// MoE experts, grouped (GRP above): grid (tiles, T * k); the table from moe.cu's route kernel.
+extern "C" __global__ void unmask_gemv_moe_up_u4(const uint4* w, const uint4* x, unsigned short* y,
+                                                 const MoeTable* tab, int t_len, int n, int k8, int ks, float eps) {
+    gemv<4, true, true, false, GRP_UP>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
+}
+extern "C" __global__ void unmask_gemv_moe_down_u8(const uint4* w, const uint4* x, float* yf,
+                                                   const MoeTable* tab, int t_len, int n, int k8, int ks) {
+    gemv<8, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
+}

@@ -24,6 +24,8 @@ JOBS = [
     ("fused.cu", []),
     ("gemv.cu", ["--gpu-architecture=compute_90"]),
     ("gemv.cu", ["--gpu-architecture=compute_80"]),
+    ("moe.cu", ["--gpu-architecture=compute_90"]),
+    ("moe.cu", []),
     ("sampler.cu", ["--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"]),
 ]
 

@@ -37,6 +37,12 @@ SHAPES = {
     "sdar-4b": (2560, 36, 32, 8, 128, 9728, 151936, False, 151669),
     "sdar-8b": (4096, 36, 32, 8, 128, 12288, 151936, False, 151669),
 }
+# MoE shapes (--compile or --static only): + (experts, top-k, moe intermediate)
+MOE_SHAPES = {
+    "tiny-moe": (64, 3, 4, 2, 16, 160, 354, False, 353, 8, 3, 48),
+    "moe-small": (1024, 8, 16, 4, 128, 3072, 151936, False, 151669, 64, 8, 512),
+    "sdar-30b-a3b": (2048, 48, 32, 4, 128, 6144, 151936, False, 151669, 128, 8, 768),
+}
 
 
 def make_model(shape, device, dtype, attn):
@@ -178,9 +184,80 @@ def decode(model, mask_id, prompt, args, dev, dtype, events):
     return output, forwards, steps_total
 
 
+@torch.no_grad()
+def decode_static(fn, model, mask_id, prompt, args, dev, events):
+    """decode() over scripts/torch_static.py's StaticDecoder (fn: it, or it compiled)."""
+    B, S, N = args.block, args.steps, args.max_new_tokens
+    P = len(prompt)
+    first_block = P // B
+    end_blocks = (P + N + B - 1) // B
+    forwards = steps_total = 0
+
+    def timed(kind, cells, start):
+        ids = torch.tensor(cells, device=dev)
+        st = torch.tensor(start, device=dev)
+        if dev.startswith("cuda"):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            out = fn(ids, st).clone()
+            b.record()
+            events.append((kind, a, b))
+        else:
+            t0 = time.perf_counter()
+            out = fn(ids, st).clone()
+            events.append((kind, t0, time.perf_counter()))
+        return out
+
+    for b in range(first_block):  # whole prompt blocks, one block pass each (one graph shape)
+        timed("prefill", prompt[b * B:(b + 1) * B], b * B)
+        forwards += 1
+    output = []
+    for blk in range(first_block, end_blocks):
+        start = blk * B
+        cells = [prompt[p] if p < P else mask_id for p in range(start, start + B)]
+        masked = [start + i >= P for i in range(B)]
+        m0 = sum(masked)
+        step = 0
+        while any(masked):
+            z = timed("denoise", cells, start)
+            forwards += 1
+            z[:, mask_id] = float("-inf")
+            p = torch.softmax(z, dim=-1)
+            conf, tok = p.max(dim=-1)
+            conf, tok = conf.tolist(), tok.tolist()
+            cand = [i for i in range(B) if masked[i]]
+            k = min(max(1, scheduled(step, m0, S)), len(cand))
+            pick = cand[:k] if args.strategy == "sequential" else sorted(cand, key=lambda i: (-conf[i], i))[:k]
+            for i in pick:
+                cells[i] = tok[i]
+                masked[i] = False
+            step += 1
+            steps_total += 1
+        timed("commit", cells, start)
+        forwards += 1
+        output.extend(cells[i] for i in range(B) if P <= start + i < P + N)
+    return output, forwards, steps_total
+
+
+def make_static(args, dev, dtype):
+    import torch_static as ts
+
+    spec = MOE_SHAPES.get(args.shape) or SHAPES[args.shape]
+    shape = ts.Shape(*spec)
+    capacity = -(-(args.prompt_len + args.max_new_tokens) // args.block) * args.block
+    model = ts.StaticDecoder(shape, capacity, args.block, dev, dtype)
+    fn = model
+    if args.compile:
+        fn = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    return model, fn, shape.mask_id, shape.vocab
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="sdar-1.7b", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="sdar-1.7b", choices=sorted(SHAPES) + sorted(MOE_SHAPES))
+    ap.add_argument("--compile", action="store_true",
+                    help="scripts/torch_static.py's static-cache decoder under torch.compile(mode='reduce-overhead')")
+    ap.add_argument("--static", action="store_true", help="the same static-cache decoder, eager")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
@@ -196,7 +273,11 @@ def main():
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
     dev = args.device
     t0 = time.perf_counter()
-    model, mask_id, vocab = make_model(args.shape, dev, dtype, args.attn)
+    static = args.compile or args.static or args.shape in MOE_SHAPES
+    if static:
+        model, fn, mask_id, vocab = make_static(args, dev, dtype)
+    else:
+        model, mask_id, vocab = make_model(args.shape, dev, dtype, args.attn)
     if dev.startswith("cuda"):
         torch.cuda.synchronize()
     load_s = time.perf_counter() - t0
@@ -211,7 +292,10 @@ def main():
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
         t = time.perf_counter()
-        out, forwards, steps = decode(model, mask_id, prompt, args, dev, dtype, events)
+        if static:
+            out, forwards, steps = decode_static(fn, model, mask_id, prompt, args, dev, events)
+        else:
+            out, forwards, steps = decode(model, mask_id, prompt, args, dev, dtype, events)
         if dev.startswith("cuda"):
             torch.cuda.synchronize()
             times = [(k, a.elapsed_time(b)) for k, a, b in events]
@@ -232,6 +316,7 @@ def main():
         "transformers": __import__("transformers").__version__,
         "dtype": args.dtype,
         "attn": args.attn,
+        "impl": "compiled" if args.compile else "static" if static else "transformers",
         "weight_bytes": weight_bytes,
         "prompt_len": args.prompt_len,
         "max_new_tokens": args.max_new_tokens,
@@ -249,10 +334,13 @@ def main():
         "denoise_ms_median": statistics.median(per("denoise")),
         "commit_ms_median": statistics.median(per("commit")),
         "prefill_ms_median": statistics.median(per("prefill")) if per("prefill") else None,
-        "wall_ms_per_forward": (wall - (statistics.median(per("prefill")) if per("prefill") else 0)) / max(1, forwards - 1),
+        # the decode's wall time less its prefill pass(es), over the block passes after them
+        "wall_ms_per_forward": statistics.median(
+            (x["wall_ms"] - sum(t for k, t in x["times"] if k == "prefill"))
+            / max(1, sum(1 for k, _ in x["times"] if k != "prefill")) for x in runs),
     }
     print(
-        f"torch reference {args.shape} {args.dtype} {args.attn} on {res['device']}: "
+        f"torch reference ({res['impl']}) {args.shape} {args.dtype} {args.attn} on {res['device']}: "
         f"{res['tokens_per_s']:.1f} tok/s, {res['forwards_per_s']:.1f} forwards/s, "
         f"{res['ms_per_forward_median']:.2f} ms/forward (CUDA events, median), "
         f"{res['wall_ms_per_forward']:.2f} ms/forward (wall), {tokens} tokens in {forwards} forwards"

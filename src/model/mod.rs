@@ -12,6 +12,7 @@ pub mod decoder;
 pub mod gemv;
 pub mod linear;
 pub mod mlp;
+pub mod moe_grouped;
 pub mod ops;
 mod paths;
 pub mod qwen3;

@@ -1,0 +1,559 @@
+//! The MoE block of a streamed block pass, as the GPU runs it (kernels/moe.cu and the grouped
+//! forms of kernels/gemv.cu, launched from `cuda/moe.rs`): routing on the device into a table,
+//! one grouped launch for every touched expert's gate|up, one for their down products, and a
+//! combine with the residual. Nothing comes back to the host and every shape depends only on
+//! (T, experts, k), so a captured CUDA graph replays the whole pass.
+//!
+//! The CPU bodies here are the same algorithm in Rust, written to be read against the kernels;
+//! they are what CI runs (the GPU has no CI), and `check-device` compares the kernels with them.
+//!
+//! Numbers as the kernels round them: router logits bf16 (the norm-folded gemv), softmax in f32,
+//! the top k ranked by logit (equal logits: the lower expert id first, as PyTorch's CPU topk
+//! orders equal values), each expert's gate and up products rounded to bf16 before
+//! silu(gate) * up, the down product rounded to bf16 then times the routing weight in f32, the
+//! k choices of a row summed in order in f32, rounded to bf16, plus the residual.
+
+use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
+use half::bf16;
+
+use super::gemv::{gemv_scaled, rms_inv_rows, silu_mul_rows};
+
+/// Rows a block pass has at most (the gemv kernel's 8 columns).
+pub const MAX_ROWS: usize = 8;
+/// Choices a row has at most (num_experts_per_tok).
+pub const MAX_CHOICES: usize = 8;
+/// (row, choice) slots of a pass.
+pub const MAX_SLOTS: usize = MAX_ROWS * MAX_CHOICES;
+/// Experts a layer may have (the route kernel's taken-flags are 32 words of 32 bits).
+pub const MAX_EXPERTS: usize = 1024;
+/// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
+pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
+/// The two u64 counters after the tables: distinct experts summed over passes, passes.
+pub const STATS_WORDS: usize = 4;
+
+/// One layer's routing of one pass (kernels/gemv.cu's `MoeTable`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    pub k: usize,
+    /// Distinct experts in first-seen order (row-major over (row, choice)).
+    pub experts: Vec<u32>,
+    /// Per distinct expert, the bitmask of the rows that chose it.
+    pub rows: Vec<u32>,
+    /// Per distinct expert, per row, the flat slot `t * k + j` that chose it (rows not in the
+    /// mask: unspecified; the kernel leaves them as they were).
+    pub slot: Vec<[i32; 8]>,
+    /// Per slot `t * k + j`: the expert and its weight.
+    pub topk: Vec<u32>,
+    pub weight: Vec<f32>,
+}
+
+impl Table {
+    /// The table as the kernels lay it out.
+    pub fn to_words(&self) -> Vec<u32> {
+        let mut w = vec![0u32; TABLE_WORDS];
+        w[0] = self.experts.len() as u32;
+        w[1] = self.k as u32;
+        let (expert, rows, slot) = (2, 2 + MAX_SLOTS, 2 + 2 * MAX_SLOTS);
+        let (topk, weight) = (slot + MAX_SLOTS * 8, slot + MAX_SLOTS * 9);
+        for (u, &e) in self.experts.iter().enumerate() {
+            w[expert + u] = e;
+            w[rows + u] = self.rows[u];
+            for t in 0..8 {
+                w[slot + u * 8 + t] = self.slot[u][t] as u32;
+            }
+        }
+        for (s, (&e, &p)) in self.topk.iter().zip(&self.weight).enumerate() {
+            w[topk + s] = e;
+            w[weight + s] = p.to_bits();
+        }
+        w
+    }
+
+    /// Reads a table back (`t` rows) from the kernels' layout.
+    pub fn from_words(w: &[u32], t: usize) -> Result<Self> {
+        if w.len() < TABLE_WORDS {
+            candle_core::bail!("moe table: {} words, expected {TABLE_WORDS}", w.len());
+        }
+        let (count, k) = (w[0] as usize, w[1] as usize);
+        if count > MAX_SLOTS || k > MAX_CHOICES || t * k > MAX_SLOTS {
+            candle_core::bail!("moe table: {count} experts, k {k}, {t} rows out of range");
+        }
+        let (expert, rows, slot) = (2, 2 + MAX_SLOTS, 2 + 2 * MAX_SLOTS);
+        let (topk, weight) = (slot + MAX_SLOTS * 8, slot + MAX_SLOTS * 9);
+        Ok(Table {
+            k,
+            experts: w[expert..expert + count].to_vec(),
+            rows: w[rows..rows + count].to_vec(),
+            slot: (0..count).map(|u| std::array::from_fn(|t| w[slot + u * 8 + t] as i32)).collect(),
+            topk: w[topk..topk + t * k].to_vec(),
+            weight: w[weight..weight + t * k].iter().map(|&b| f32::from_bits(b)).collect(),
+        })
+    }
+
+    /// `(expert, weight)` of row `t`'s choices, in rank order.
+    pub fn row(&self, t: usize) -> impl Iterator<Item = (u32, f32)> + '_ {
+        (0..self.k).map(move |j| (self.topk[t * self.k + j], self.weight[t * self.k + j]))
+    }
+}
+
+/// Routes `t` rows of router logits `[t, e]`: softmax over all experts in f32, the top `k` by
+/// logit (ties: the lower id), renormalised to sum 1 if `norm`. The table the kernels read.
+pub fn route(logits: &[f32], t: usize, e: usize, k: usize, norm: bool) -> Table {
+    let mut table = Table { k, experts: Vec::new(), rows: Vec::new(), slot: Vec::new(), topk: Vec::new(), weight: Vec::new() };
+    for r in 0..t {
+        let z = &logits[r * e..(r + 1) * e];
+        let mx = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = z.iter().map(|v| (v - mx).exp()).sum();
+        let mut order: Vec<usize> = (0..e).collect();
+        // stable: equal logits keep the lower id first
+        order.sort_by(|&a, &b| z[b].total_cmp(&z[a]));
+        let mut probs: Vec<f32> = order[..k].iter().map(|&i| (z[i] - mx).exp() / sum).collect();
+        if norm {
+            let s: f32 = probs.iter().sum();
+            probs.iter_mut().for_each(|p| *p /= s);
+        }
+        for (j, (&ex, p)) in order[..k].iter().zip(probs).enumerate() {
+            let sl = (r * k + j) as i32;
+            let u = match table.experts.iter().position(|&x| x as usize == ex) {
+                Some(u) => u,
+                None => {
+                    table.experts.push(ex as u32);
+                    table.rows.push(0);
+                    table.slot.push([-1; 8]);
+                    table.experts.len() - 1
+                }
+            };
+            table.rows[u] |= 1 << r;
+            table.slot[u][r] = sl;
+            table.topk.push(ex as u32);
+            table.weight.push(p);
+        }
+    }
+    table
+}
+
+/// Checks the shared preconditions of the grouped ops: `t` rows, `k` choices.
+fn check_rows(t: usize, k: usize) -> Result<()> {
+    if t == 0 || t > MAX_ROWS || k == 0 || k > MAX_CHOICES {
+        candle_core::bail!("moe: {t} rows and {k} choices; the kernels take 1..={MAX_ROWS} and 1..={MAX_CHOICES}");
+    }
+    Ok(())
+}
+
+fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => candle_core::bail!("moe: {what} must be contiguous"),
+    }
+}
+
+/// The routing tables of every sparse layer plus the counters: `[layers * TABLE_WORDS +
+/// STATS_WORDS]` u32, allocated once with the model and rewritten by each pass.
+pub fn new_tables(layers: usize, device: &candle_core::Device) -> Result<Tensor> {
+    Tensor::zeros(layers * TABLE_WORDS + STATS_WORDS, DType::U32, device)
+}
+
+/// Table `layer` of a tables buffer, read back to the host (for `--routing` and tests).
+pub fn read_table(tables: &Tensor, layer: usize, t: usize) -> Result<Table> {
+    let w = tables.narrow(0, layer * TABLE_WORDS, TABLE_WORDS)?.to_vec1::<u32>()?;
+    Table::from_words(&w, t)
+}
+
+/// (distinct experts summed over passes, passes) since the buffer was made.
+pub fn read_stats(tables: &Tensor) -> Result<(u64, u64)> {
+    let n = tables.dim(0)?;
+    let w = tables.narrow(0, n - STATS_WORDS, STATS_WORDS)?.to_vec1::<u32>()?;
+    Ok((w[0] as u64 | (w[1] as u64) << 32, w[2] as u64 | (w[3] as u64) << 32))
+}
+
+/// `tables[layer] = route(logits)` and the counters advanced: kernels/moe.cu's unmask_moe_route.
+pub struct RouteInto {
+    pub layer: usize,
+    pub k: usize,
+    pub norm: bool,
+}
+
+impl RouteInto {
+    pub fn run(&self, tables: &Tensor, logits: &Tensor) -> Result<()> {
+        tables.inplace_op2(logits, self)
+    }
+
+    /// `(t, e)`, after checking the logits and that the tables hold this layer.
+    pub fn dims(&self, lt: &Layout, ll: &Layout) -> Result<(usize, usize)> {
+        let (t, e) = ll.shape().dims2()?;
+        check_rows(t, self.k)?;
+        if e > MAX_EXPERTS || self.k > e {
+            candle_core::bail!("moe route: {e} experts, top {}; at most {MAX_EXPERTS} experts", self.k);
+        }
+        if lt.shape().elem_count() < (self.layer + 1) * TABLE_WORDS + STATS_WORDS || !lt.is_contiguous() {
+            candle_core::bail!("moe route: the tables buffer does not hold layer {}", self.layer);
+        }
+        Ok((t, e))
+    }
+}
+
+impl candle_core::InplaceOp2 for RouteInto {
+    fn name(&self) -> &'static str {
+        "unmask-moe-route"
+    }
+
+    fn cpu_fwd(&self, st: &mut CpuStorage, lt: &Layout, sl: &CpuStorage, ll: &Layout) -> Result<()> {
+        let (t, e) = self.dims(lt, ll)?;
+        let logits: Vec<f32> = match sl {
+            CpuStorage::BF16(v) => contiguous(v, ll, "logits")?.iter().map(|x| x.to_f32()).collect(),
+            CpuStorage::F32(v) => contiguous(v, ll, "logits")?.to_vec(),
+            _ => candle_core::bail!("moe route: logits must be bf16 or f32"),
+        };
+        let CpuStorage::U32(words) = st else { candle_core::bail!("moe route: tables must be u32") };
+        let words = &mut words[lt.start_offset()..];
+        let table = route(&logits, t, e, self.k, self.norm);
+        let at = self.layer * TABLE_WORDS;
+        words[at..at + TABLE_WORDS].copy_from_slice(&table.to_words());
+        let n = lt.shape().elem_count();
+        let stats = &mut words[n - STATS_WORDS..n];
+        let add = |lo: &mut [u32], v: u64| {
+            let cur = lo[0] as u64 | (lo[1] as u64) << 32;
+            let next = cur + v;
+            lo[0] = next as u32;
+            lo[1] = (next >> 32) as u32;
+        };
+        add(&mut stats[0..2], table.experts.len() as u64);
+        add(&mut stats[2..4], 1);
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, st: &mut candle_core::CudaStorage, lt: &Layout, sl: &candle_core::CudaStorage, ll: &Layout) -> Result<()> {
+        let (t, e) = self.dims(lt, ll)?;
+        super::cuda::moe::route(self, (t, e), (st, lt), (sl, ll))
+    }
+}
+
+/// The table of layer `layer` from a tables tensor on the CPU.
+fn cpu_table(tables: &Tensor, layer: usize, t: usize) -> Result<Table> {
+    read_table(tables, layer, t)
+}
+
+/// `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)` for every slot, `e` its expert and
+/// `x̂_t` row t normalised (the post-attention norm's weight is folded into every expert's
+/// columns): the grouped `unmask_gemv_moe_up_u4`. `w`: `[experts, 2 I, H]`, gate rows then up
+/// rows per expert.
+pub struct ExpertsUpInto<'a> {
+    pub tables: &'a Tensor,
+    pub layer: usize,
+    pub k: usize,
+    pub eps: f32,
+}
+
+impl ExpertsUpInto<'_> {
+    pub fn run(&self, act: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
+        act.inplace_op3(x, w, self)
+    }
+
+    /// `(t, experts, i, h)` after checking every operand.
+    pub fn dims(&self, la: &Layout, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
+        let (t, h) = lx.shape().dims2()?;
+        let (e, i2, wh) = lw.shape().dims3()?;
+        check_rows(t, self.k)?;
+        if wh != h || i2 % 2 != 0 || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
+            candle_core::bail!("moe up: x {:?}, w {:?}, act {:?} do not fit", lx.shape(), lw.shape(), la.shape());
+        }
+        Ok((t, e, i2 / 2, h))
+    }
+}
+
+impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
+    fn name(&self) -> &'static str {
+        "unmask-moe-up"
+    }
+
+    fn cpu_fwd(&self, sa: &mut CpuStorage, la: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+        let (t, _, i, h) = self.dims(la, lx, lw)?;
+        let (CpuStorage::BF16(act), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (sa, sx, sw) else {
+            candle_core::bail!("moe up: act, x and w must be bf16");
+        };
+        let (x, w) = (contiguous(x, lx, "x")?, contiguous(w, lw, "w")?);
+        let table = cpu_table(self.tables, self.layer, t)?;
+        let act = &mut act[la.start_offset()..];
+        for (u, &e) in table.experts.iter().enumerate() {
+            let rows: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).collect();
+            let xs: Vec<bf16> = rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
+            let scale = rms_inv_rows(&xs, rows.len(), h, self.eps);
+            let we = &w[e as usize * 2 * i * h..(e as usize + 1) * 2 * i * h];
+            let gu = gemv_scaled(&xs, we, (rows.len(), 2 * i, h), &scale);
+            let y = silu_mul_rows(&gu, rows.len(), i);
+            for (c, &r) in rows.iter().enumerate() {
+                let sl = table.slot[u][r] as usize;
+                act[sl * i..(sl + 1) * i].copy_from_slice(&y[c * i..(c + 1) * i]);
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        sa: &mut candle_core::CudaStorage,
+        la: &Layout,
+        sx: &candle_core::CudaStorage,
+        lx: &Layout,
+        sw: &candle_core::CudaStorage,
+        lw: &Layout,
+    ) -> Result<()> {
+        let dims = self.dims(la, lx, lw)?;
+        super::cuda::moe::experts_up(self, dims, (sa, la), (sx, lx), (sw, lw))
+    }
+}
+
+/// `part[t * k + j] = bf16(down_e · act[t * k + j]) * weight[t * k + j]`, f32, for every slot:
+/// the grouped `unmask_gemv_moe_down_u8`. `w`: `[experts, H, I]`.
+pub struct ExpertsDownInto<'a> {
+    pub tables: &'a Tensor,
+    pub layer: usize,
+    pub k: usize,
+}
+
+impl ExpertsDownInto<'_> {
+    pub fn run(&self, part: &Tensor, act: &Tensor, w: &Tensor) -> Result<()> {
+        part.inplace_op3(act, w, self)
+    }
+
+    /// `(t, experts, i, h)` after checking every operand.
+    pub fn dims(&self, lp: &Layout, la: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
+        let (slots, i) = la.shape().dims2()?;
+        let (e, h, wi) = lw.shape().dims3()?;
+        let t = slots / self.k.max(1);
+        check_rows(t, self.k)?;
+        if wi != i || slots != t * self.k || lp.shape().dims2()? != (slots, h) || !lp.is_contiguous() {
+            candle_core::bail!("moe down: act {:?}, w {:?}, part {:?} do not fit", la.shape(), lw.shape(), lp.shape());
+        }
+        Ok((t, e, i, h))
+    }
+}
+
+impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
+    fn name(&self) -> &'static str {
+        "unmask-moe-down"
+    }
+
+    fn cpu_fwd(&self, sp: &mut CpuStorage, lp: &Layout, sa: &CpuStorage, la: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+        let (t, _, i, h) = self.dims(lp, la, lw)?;
+        let (CpuStorage::F32(part), CpuStorage::BF16(act), CpuStorage::BF16(w)) = (sp, sa, sw) else {
+            candle_core::bail!("moe down: part must be f32, act and w bf16");
+        };
+        let (act, w) = (contiguous(act, la, "act")?, contiguous(w, lw, "w")?);
+        let table = cpu_table(self.tables, self.layer, t)?;
+        let part = &mut part[lp.start_offset()..];
+        for (u, &e) in table.experts.iter().enumerate() {
+            let slots: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).map(|r| table.slot[u][r] as usize).collect();
+            let xs: Vec<bf16> = slots.iter().flat_map(|&s| act[s * i..(s + 1) * i].iter().copied()).collect();
+            let we = &w[e as usize * h * i..(e as usize + 1) * h * i];
+            let y = gemv_scaled(&xs, we, (slots.len(), h, i), &vec![1.0; slots.len()]);
+            for (c, &s) in slots.iter().enumerate() {
+                for n in 0..h {
+                    part[s * h + n] = y[c * h + n].to_f32() * table.weight[s];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        sp: &mut candle_core::CudaStorage,
+        lp: &Layout,
+        sa: &candle_core::CudaStorage,
+        la: &Layout,
+        sw: &candle_core::CudaStorage,
+        lw: &Layout,
+    ) -> Result<()> {
+        let dims = self.dims(lp, la, lw)?;
+        super::cuda::moe::experts_down(self, dims, (sp, lp), (sa, la), (sw, lw))
+    }
+}
+
+/// `out[t] = bf16(bf16(Σ_j part[t * k + j]) + res[t])`: kernels/moe.cu's unmask_moe_combine.
+pub struct CombineInto {
+    pub k: usize,
+}
+
+impl CombineInto {
+    pub fn run(&self, out: &Tensor, part: &Tensor, res: &Tensor) -> Result<()> {
+        out.inplace_op3(part, res, self)
+    }
+
+    /// `(t, h)` after checking every operand.
+    pub fn dims(&self, lo: &Layout, lp: &Layout, lr: &Layout) -> Result<(usize, usize)> {
+        let (t, h) = lr.shape().dims2()?;
+        check_rows(t, self.k)?;
+        if lp.shape().dims2()? != (t * self.k, h) || lo.shape().dims2()? != (t, h) || !lo.is_contiguous() {
+            candle_core::bail!("moe combine: part {:?}, res {:?}, out {:?} do not fit", lp.shape(), lr.shape(), lo.shape());
+        }
+        Ok((t, h))
+    }
+}
+
+impl candle_core::InplaceOp3 for CombineInto {
+    fn name(&self) -> &'static str {
+        "unmask-moe-combine"
+    }
+
+    fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sp: &CpuStorage, lp: &Layout, sr: &CpuStorage, lr: &Layout) -> Result<()> {
+        let (t, h) = self.dims(lo, lp, lr)?;
+        let (CpuStorage::BF16(out), CpuStorage::F32(part), CpuStorage::BF16(res)) = (so, sp, sr) else {
+            candle_core::bail!("moe combine: out and res must be bf16, part f32");
+        };
+        let (part, res) = (contiguous(part, lp, "part")?, contiguous(res, lr, "res")?);
+        let out = &mut out[lo.start_offset()..];
+        for r in 0..t {
+            for c in 0..h {
+                let s: f32 = (0..self.k).map(|j| part[(r * self.k + j) * h + c]).sum();
+                out[r * h + c] = bf16::from_f32(bf16::from_f32(s).to_f32() + res[r * h + c].to_f32());
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        so: &mut candle_core::CudaStorage,
+        lo: &Layout,
+        sp: &candle_core::CudaStorage,
+        lp: &Layout,
+        sr: &candle_core::CudaStorage,
+        lr: &Layout,
+    ) -> Result<()> {
+        let dims = self.dims(lo, lp, lr)?;
+        super::cuda::moe::combine(self, dims, (so, lo), (sp, lp), (sr, lr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn route_takes_the_top_k_renormalised_with_lower_ids_first_on_ties() {
+        // row 0: experts 2 and 1 tie at the top; row 1 shares expert 3 with row 0
+        let logits = [0.0, 3.0, 3.0, 2.0, -1.0, /* row 1 */ 1.0, 0.0, 0.0, 4.0, 0.5];
+        let t = route(&logits, 2, 5, 3, true);
+        assert_eq!(t.topk, vec![1, 2, 3, 3, 0, 4]);
+        assert_eq!(t.experts, vec![1, 2, 3, 0, 4]);
+        assert_eq!(t.rows, vec![0b01, 0b01, 0b11, 0b10, 0b10]);
+        assert_eq!(t.slot[2][0], 2);
+        assert_eq!(t.slot[2][1], 3);
+        let (e3, e1, e2) = (3f32.exp(), 3f32.exp(), 2f32.exp());
+        let want = [e3 / (e3 + e1 + e2), e1 / (e3 + e1 + e2), e2 / (e3 + e1 + e2)];
+        for (g, w) in t.weight[..3].iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+        let s: f32 = t.weight[3..].iter().sum();
+        assert!((s - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn route_without_renormalising_keeps_softmax_probabilities() {
+        let logits = [1.0, 2.0, 0.0, 0.5];
+        let t = route(&logits, 1, 4, 2, false);
+        let z: f32 = logits.iter().map(|v: &f32| v.exp()).sum();
+        assert_eq!(t.topk, vec![1, 0]);
+        assert!((t.weight[0] - 2f32.exp() / z).abs() < 1e-6);
+        assert!((t.weight[1] - 1f32.exp() / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn tables_round_trip_through_the_kernel_layout_and_count_passes() -> Result<()> {
+        let dev = Device::Cpu;
+        let tables = new_tables(3, &dev)?;
+        let logits = Tensor::new(&[[0.5f32, 1.0, -2.0, 3.0], [3.0, 0.0, 1.0, 2.0]], &dev)?.to_dtype(DType::BF16)?;
+        let op = RouteInto { layer: 1, k: 2, norm: true };
+        op.run(&tables, &logits)?;
+        op.run(&tables, &logits)?;
+        let back = read_table(&tables, 1, 2)?;
+        let want = route(&[0.5, 1.0, -2.0, 3.0, 3.0, 0.0, 1.0, 2.0], 2, 4, 2, true);
+        assert_eq!(back, want);
+        assert_eq!(back.experts, vec![3, 1, 0]);
+        assert_eq!(read_stats(&tables)?, (6, 2));
+        assert_eq!(read_table(&tables, 0, 2)?.experts, Vec::<u32>::new());
+        Ok(())
+    }
+
+    /// The grouped ops against the plain per-row MoE: for each row, each chosen expert's SwiGLU
+    /// of the normed row times its weight, summed, plus the residual.
+    #[test]
+    fn grouped_ops_equal_the_per_row_reference() -> Result<()> {
+        let dev = Device::Cpu;
+        let (t, e, k, h, i) = (3usize, 6usize, 2usize, 64usize, 32usize);
+        let rnd = |n: usize, seed: u64| -> Vec<f32> {
+            let mut s = seed;
+            (0..n)
+                .map(|_| {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
+                })
+                .collect()
+        };
+        let bf = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev)?.to_dtype(DType::BF16);
+        let x = bf(rnd(t * h, 1), &[t, h])?;
+        let router = bf(rnd(e * h, 2), &[e, h])?;
+        let gate_up = bf(rnd(e * 2 * i * h, 3), &[e, 2 * i, h])?;
+        let down = bf(rnd(e * h * i, 4), &[e, h, i])?;
+        let eps = 1e-6;
+        // router logits through the norm-folded gemv (norm weight of ones)
+        let xv: Vec<bf16> = x.flatten_all()?.to_vec1()?;
+        let logits = gemv_scaled(&xv, &router.flatten_all()?.to_vec1::<bf16>()?, (t, e, h), &rms_inv_rows(&xv, t, h, eps));
+        let logits = Tensor::from_vec(logits, (t, e), &dev)?;
+        let tables = new_tables(1, &dev)?;
+        RouteInto { layer: 0, k, norm: true }.run(&tables, &logits)?;
+        let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
+        ExpertsUpInto { tables: &tables, layer: 0, k, eps }.run(&act, &x, &gate_up)?;
+        let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
+        ExpertsDownInto { tables: &tables, layer: 0, k }.run(&part, &act, &down)?;
+        let out = Tensor::zeros((t, h), DType::BF16, &dev)?;
+        CombineInto { k }.run(&out, &part, &x)?;
+        let got: Vec<f32> = out.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+
+        // reference in f32 from the same bf16 values, one row and one expert at a time
+        let f = |t: &Tensor| -> Result<Vec<f32>> { t.to_dtype(DType::F32)?.flatten_all()?.to_vec1() };
+        let (xf, guf, dnf, lf) = (f(&x)?, f(&gate_up)?, f(&down)?, f(&logits)?);
+        let table = route(&lf, t, e, k, true);
+        let mut worst = 0f32;
+        for r in 0..t {
+            let row = &xf[r * h..(r + 1) * h];
+            let rs = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / h as f32 + eps).sqrt();
+            let mut acc = vec![0f32; h];
+            for (ex, wt) in table.row(r) {
+                let g = |n: usize| -> f32 { (0..h).map(|c| guf[((ex as usize * 2 * i) + n) * h + c] * row[c] * rs).sum() };
+                let a: Vec<f32> = (0..i).map(|n| { let (gv, uv) = (g(n), g(i + n)); gv / (1.0 + (-gv).exp()) * uv }).collect();
+                for (n, o) in acc.iter_mut().enumerate() {
+                    *o += wt * (0..i).map(|c| dnf[(ex as usize * h + n) * i + c] * a[c]).sum::<f32>();
+                }
+            }
+            for n in 0..h {
+                let want = acc[n] + row[n];
+                worst = worst.max((got[r * h + n] - want).abs() / (1.0 + want.abs()));
+            }
+        }
+        assert!(worst < 2e-2, "grouped MoE differs from the per-row reference by {worst}");
+        // every slot's activation was written (none left at zero)
+        let a: Vec<f32> = f(&act)?;
+        assert!((0..t * k).all(|s| a[s * i..(s + 1) * i].iter().any(|v| *v != 0.0)));
+        Ok(())
+    }
+
+    #[test]
+    fn ops_refuse_rows_and_choices_past_the_kernels() -> Result<()> {
+        let dev = Device::Cpu;
+        let tables = new_tables(1, &dev)?;
+        let logits = Tensor::zeros((9, 4), DType::BF16, &dev)?;
+        let err = RouteInto { layer: 0, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
+        assert!(err.contains("9 rows"), "{err}");
+        let logits = Tensor::zeros((2, 4), DType::BF16, &dev)?;
+        let err = RouteInto { layer: 1, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
+        assert!(err.contains("layer 1"), "{err}");
+        Ok(())
+    }
+}
