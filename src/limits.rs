@@ -41,6 +41,10 @@ pub const CONFIG_BOUNDS: [(&str, usize); 8] = [
     ("max_position_embeddings", 1 << 24),
 ];
 
+/// Bounds on the mixture-of-experts fields of config.json (qwen3_moe.rs): SDAR-30B-A3B has 128
+/// experts, 8 per token, 768 wide; Qwen3-235B-A22B the same counts.
+pub const MOE_BOUNDS: [(&str, usize); 3] = [("num_experts", 1024), ("num_experts_per_tok", 64), ("moe_intermediate_size", 1 << 20)];
+
 /// `value` of `what` is at most `max`.
 pub fn at_most(what: &str, value: usize, max: usize) -> Result<()> {
     if value > max {

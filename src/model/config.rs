@@ -52,6 +52,30 @@ pub struct ModelConfig {
     /// The transformers class names; registry.rs reads them when `model_type` is not one it knows.
     #[serde(default)]
     pub architectures: Vec<String>,
+    /// The mixture-of-experts fields (qwen3_moe.rs checks them; other families ignore them).
+    #[serde(flatten)]
+    pub moe: MoeConfig,
+}
+
+/// config.json's MoE fields, with transformers' `Qwen3MoeConfig` defaults where it has them.
+#[derive(Clone, Debug, Deserialize)]
+pub struct MoeConfig {
+    #[serde(default)]
+    pub num_experts: Option<usize>,
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub norm_topk_prob: bool,
+    #[serde(default = "one")]
+    pub decoder_sparse_step: usize,
+    #[serde(default)]
+    pub mlp_only_layers: Vec<usize>,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn default_eps() -> f64 {
@@ -127,6 +151,13 @@ impl ModelConfig {
         (family.check)(self)
     }
 
+    /// Whether layer `l`'s feed-forward block is a mixture of experts: as transformers decides
+    /// it, not listed in `mlp_only_layers`, experts configured, and on the `decoder_sparse_step`.
+    pub fn is_sparse(&self, l: usize) -> bool {
+        let m = &self.moe;
+        m.num_experts.unwrap_or(0) > 0 && !m.mlp_only_layers.contains(&l) && (l + 1).is_multiple_of(m.decoder_sparse_step.max(1))
+    }
+
     pub fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
@@ -142,11 +173,14 @@ impl ModelConfig {
         let q = self.num_attention_heads * d;
         let kv = self.kv_heads() * d;
         let attn = h * q + 2 * h * kv + q * h + 2 * d;
-        let mlp = 3 * h * self.intermediate_size;
-        let layer = attn + mlp + 2 * h;
+        let dense = 3 * h * self.intermediate_size;
+        let m = &self.moe;
+        let (experts, moe_i) = (m.num_experts.unwrap_or(0), m.moe_intermediate_size.unwrap_or(0));
+        let sparse = experts * h + experts * 3 * h * moe_i;
+        let mlps: usize = (0..self.num_hidden_layers).map(|l| if self.is_sparse(l) { sparse } else { dense }).sum();
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
-        embed + head + self.num_hidden_layers * layer + h
+        embed + head + self.num_hidden_layers * (attn + 2 * h) + mlps + h
     }
 }
 

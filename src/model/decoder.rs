@@ -13,6 +13,7 @@ use super::config::ModelConfig;
 use super::gemv::{Epilogue, GemvInto};
 use super::linear::{Bf16Panels, Linear};
 use super::mlp::SwiGlu;
+use super::moe::{MoeBlock, Route};
 use super::ops;
 use super::paths::{bf16_weights_here, fused_here, gemv_here};
 use super::weights::WeightSource;
@@ -29,7 +30,12 @@ pub struct Loader<'a> {
     rows: bool,
 }
 
-impl Loader<'_> {
+impl<'a> Loader<'a> {
+    /// A loader for `device` and compute `dtype`, which picks the projections' layout (paths.rs).
+    pub fn new(w: &'a dyn WeightSource, dtype: DType, device: &'a Device) -> Self {
+        Loader { w, dtype, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
+    }
+
     /// A tensor that is not a projection (a norm weight, the embedding), in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         self.w.get(name, shape, self.dtype, self.device)
@@ -70,32 +76,45 @@ impl Loader<'_> {
 /// A layer's feed-forward block.
 pub enum Mlp {
     Dense(SwiGlu),
+    Sparse(MoeBlock),
 }
 
 impl Mlp {
-    fn forward(&self, x: &Tensor, fused: bool) -> Result<Tensor> {
+    /// The block's output, and each row's route where it is sparse.
+    fn forward(&self, x: &Tensor, fused: bool) -> Result<(Tensor, Option<Vec<Route>>)> {
         match self {
-            Mlp::Dense(m) => Ok(m.forward(x, fused)?),
+            Mlp::Dense(m) => Ok((m.forward(x, fused)?, None)),
+            Mlp::Sparse(m) => m.forward(x, fused).map(|(y, r)| (y, Some(r))),
         }
     }
 
     fn dense(&self) -> Option<&SwiGlu> {
         match self {
             Mlp::Dense(m) => Some(m),
+            Mlp::Sparse(_) => None,
         }
     }
 
     fn dense_mut(&mut self) -> Option<&mut SwiGlu> {
         match self {
             Mlp::Dense(m) => Some(m),
+            Mlp::Sparse(_) => None,
         }
     }
 
     fn bytes(&self) -> usize {
         match self {
             Mlp::Dense(m) => m.bytes(),
+            Mlp::Sparse(m) => m.bytes(),
         }
     }
+}
+
+/// One sparse layer's routing of a pass: each row's experts and weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerRoutes {
+    pub layer: usize,
+    pub rows: Vec<Route>,
 }
 
 pub struct Layer {
@@ -137,7 +156,7 @@ impl Model {
     /// tensor under the names all Qwen3-style checkpoints share.
     pub fn build(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device, mlp: impl Fn(&Loader, usize) -> Result<Mlp>) -> Result<Self> {
         let h = cfg.hidden_size;
-        let b = Loader { w, dtype, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) };
+        let b = Loader::new(w, dtype, device);
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
@@ -252,6 +271,13 @@ impl Model {
     /// blocks of `block` positions counted from position 0. The K/V of the first `keep` ids
     /// are committed (the rest stay scratch).
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<Tensor> {
+        Ok(self.forward_routed(ids, cache, block, keep)?.0)
+    }
+
+    /// [`Model::forward`], and the pass's routing in every sparse layer (none for a dense
+    /// model). The routes are the host-side values the MoE block computes with, so keeping
+    /// them costs nothing beyond these vectors.
+    pub fn forward_routed(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<(Tensor, Vec<LayerRoutes>)> {
         let (start, t) = (cache.len, ids.len());
         if keep > t {
             bail!("a pass over {t} positions cannot store {keep}");
@@ -271,9 +297,9 @@ impl Model {
             keys,
             mask,
         };
-        let hidden = self.forward_input(&input, cache)?;
+        let routed = self.forward_input_routed(&input, cache)?;
         cache.len += keep;
-        Ok(hidden)
+        Ok(routed)
     }
 
     /// The forward pass over device-side inputs. Writes the pass's K/V into the cache slots
@@ -281,6 +307,11 @@ impl Model {
     /// Launches the same kernels with the same arguments whatever the tensors hold, so a CUDA
     /// graph captured once can replay it.
     pub fn forward_input(&self, input: &PassInput, cache: &KvCache) -> Result<Tensor> {
+        Ok(self.forward_input_routed(input, cache)?.0)
+    }
+
+    /// [`Model::forward_input`] and its routing (see [`Model::forward_routed`]).
+    pub fn forward_input_routed(&self, input: &PassInput, cache: &KvCache) -> Result<(Tensor, Vec<LayerRoutes>)> {
         if input.keys > cache.capacity {
             bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
         }
@@ -288,19 +319,21 @@ impl Model {
         let cos = cache.cos.index_select(&input.positions, 0)?;
         let sin = cache.sin.index_select(&input.positions, 0)?;
         if let Some(ws) = self.workspace(x.dim(0)?, input.keys)? {
-            return self.forward_streamed(input, cache, &ws, x, (&cos, &sin));
+            return Ok((self.forward_streamed(input, cache, &ws, x, (&cos, &sin))?, Vec::new()));
         }
         // Residual stream `x`; `h` its normed input to the next block. The add of each residual
         // and the norm after it are one op when fused.
         let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
+        let mut routing = Vec::new();
         for (l, layer) in self.layers.iter().enumerate() {
             let attn = layer.attn.forward(&h, (&cos, &sin), &cache.kv[l], input, &self.heads, self.fused)?;
             (x, h) = self.add_norm(&x, &attn, &layer.post_norm)?;
-            let mlp = layer.mlp.forward(&h, self.fused)?;
+            let (mlp, routes) = layer.mlp.forward(&h, self.fused)?;
+            routing.extend(routes.map(|rows| LayerRoutes { layer: l, rows }));
             let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             (x, h) = self.add_norm(&x, &mlp, next)?;
         }
-        Ok(h)
+        Ok((h, routing))
     }
 
     /// The scratch of a streamed pass of `t` rows over `keys` keys, or `None` where the pass

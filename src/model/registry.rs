@@ -19,7 +19,7 @@ pub struct Family {
     pub mlp: fn(&ModelConfig, &Loader, usize) -> Result<Mlp>,
 }
 
-pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY];
+pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY, super::qwen3_moe::FAMILY];
 
 /// The family of `cfg`: by `model_type`, else by an entry of `architectures`.
 pub fn family(cfg: &ModelConfig) -> Result<&'static Family> {

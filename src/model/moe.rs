@@ -1,0 +1,221 @@
+//! The sparse feed-forward block of Qwen3-MoE (SDAR-MoE): a router picks, for each row, the
+//! `top_k` of `experts` SwiGLUs by probability, and the row's output is their weighted sum.
+//!
+//! Routing, exactly as transformers' `Qwen3MoeSparseMoeBlock`: router logits `x Gᵀ` → softmax
+//! over all experts in f32 → top-k of the probabilities (ties: the lower expert index first, as
+//! `torch.topk` returns them) → renormalised to sum 1 if `norm_topk_prob` → weights cast to the
+//! compute dtype → each chosen expert's SwiGLU of the row times its weight, summed expert by
+//! expert in ascending index order. No shared experts.
+
+use anyhow::Result;
+use candle_core::Tensor;
+
+use super::decoder::Loader;
+use super::linear::Linear;
+use super::mlp::SwiGlu;
+
+pub struct MoeBlock {
+    /// `mlp.gate.weight` `[experts, hidden]` as a projection: `x -> [T, experts]` logits.
+    router: Linear,
+    experts: Vec<SwiGlu>,
+    top_k: usize,
+    norm_topk_prob: bool,
+}
+
+/// The experts one row was routed to at one layer, best first, with their weights (after the
+/// renormalisation where the checkpoint asks for it): what `--routing` records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    pub experts: Vec<u32>,
+    pub weights: Vec<f32>,
+}
+
+impl MoeBlock {
+    /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`.
+    pub fn load(b: &Loader, prefix: &str, hidden: usize, (experts, top_k, intermediate): (usize, usize, usize), norm_topk_prob: bool) -> Result<Self> {
+        let router = b.proj(&[(format!("{prefix}.gate.weight"), experts)], hidden)?;
+        let experts = (0..experts)
+            .map(|e| SwiGlu::load(b, &format!("{prefix}.experts.{e}"), hidden, intermediate))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(MoeBlock { router, experts, top_k, norm_topk_prob })
+    }
+
+    /// `[T, hidden]` -> `[T, hidden]`, and each row's route.
+    pub fn forward(&self, x: &Tensor, fused: bool) -> Result<(Tensor, Vec<Route>)> {
+        let logits = self.router.forward(x)?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
+        let routes: Vec<Route> = logits.iter().map(|l| route(l, self.top_k, self.norm_topk_prob)).collect();
+        let mut out = x.zeros_like()?;
+        for (e, rows, weights) in by_expert(&routes, self.experts.len()) {
+            let dev = x.device();
+            let idx = Tensor::from_vec(rows, weights.len(), dev)?;
+            let w = Tensor::from_vec(weights.clone(), (weights.len(), 1), dev)?.to_dtype(x.dtype())?;
+            let y = self.experts[e].forward(&x.index_select(&idx, 0)?, fused)?.broadcast_mul(&w)?;
+            out = out.index_add(&idx, &y, 0)?;
+        }
+        Ok((out, routes))
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.router.bytes() + self.experts.iter().map(SwiGlu::bytes).sum::<usize>()
+    }
+
+    pub fn experts(&self) -> usize {
+        self.experts.len()
+    }
+}
+
+/// One row's route from its router logits: softmax in f32, top-k (ties: lower index first),
+/// renormalised if `norm`.
+pub fn route(logits: &[f32], k: usize, norm: bool) -> Route {
+    let probs = softmax(logits);
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    // A stable sort keeps equal probabilities in index order, as torch.topk returns them.
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    order.truncate(k);
+    let mut weights: Vec<f32> = order.iter().map(|&e| probs[e]).collect();
+    if norm {
+        let sum: f32 = weights.iter().sum();
+        weights.iter_mut().for_each(|w| *w /= sum);
+    }
+    Route { experts: order.into_iter().map(|e| e as u32).collect(), weights }
+}
+
+/// Softmax in f32 the way torch's CPU kernel computes it: `exp(x - max) * (1 / sum)`.
+fn softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = x.iter().map(|v| (v - max).exp()).collect();
+    let inv = 1.0 / e.iter().sum::<f32>();
+    e.into_iter().map(|v| v * inv).collect()
+}
+
+/// For each expert some row was routed to, in ascending order: the expert, its rows (u32, for
+/// `index_select`) and their weights.
+fn by_expert(routes: &[Route], experts: usize) -> Vec<(usize, Vec<u32>, Vec<f32>)> {
+    let mut per: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); experts];
+    for (row, r) in routes.iter().enumerate() {
+        for (&e, &w) in r.experts.iter().zip(&r.weights) {
+            per[e as usize].0.push(row as u32);
+            per[e as usize].1.push(w);
+        }
+    }
+    per.into_iter().enumerate().filter(|(_, (rows, _))| !rows.is_empty()).map(|(e, (r, w))| (e, r, w)).collect()
+}
+
+/// Distinct experts `routes` touch (what the stats panel shows per pass).
+pub fn distinct_experts(routes: &[Route]) -> usize {
+    let mut seen: Vec<u32> = routes.iter().flat_map(|r| r.experts.iter().copied()).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len()
+}
+
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use candle_core::{DType, Device};
+
+    use super::*;
+    use crate::model::weights::WeightSource;
+
+    fn close(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6)
+    }
+
+    #[test]
+    fn route_is_softmax_then_top_k_then_renormalised() {
+        let logits = [1.0f32, 3.0, 2.0, 0.5];
+        let e: Vec<f64> = logits.iter().map(|&x| (x as f64).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        let r = route(&logits, 2, false);
+        assert_eq!(r.experts, vec![1, 2]);
+        assert!(close(&r.weights, &[(e[1] / sum) as f32, (e[2] / sum) as f32]), "{:?}", r.weights);
+        let r = route(&logits, 2, true);
+        assert_eq!(r.experts, vec![1, 2]);
+        let two = e[1] + e[2];
+        assert!(close(&r.weights, &[(e[1] / two) as f32, (e[2] / two) as f32]), "{:?}", r.weights);
+        let all = route(&logits, 4, false);
+        assert_eq!(all.experts, vec![1, 2, 0, 3]);
+        assert!((all.weights.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn equal_probabilities_go_to_the_lower_expert_first() {
+        let r = route(&[0.0, 2.0, 1.0, 2.0, 2.0], 2, true);
+        assert_eq!(r.experts, vec![1, 3]);
+        assert_eq!(r.weights, vec![0.5, 0.5]);
+        let r = route(&[0.0; 6], 3, false);
+        assert_eq!(r.experts, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn rows_are_grouped_by_expert_in_ascending_order() {
+        let routes = vec![
+            Route { experts: vec![2, 0], weights: vec![0.75, 0.25] },
+            Route { experts: vec![0, 3], weights: vec![0.5, 0.5] },
+        ];
+        let groups = by_expert(&routes, 4);
+        assert_eq!(groups, vec![(0, vec![0, 1], vec![0.25, 0.5]), (2, vec![0], vec![0.75]), (3, vec![1], vec![0.5])]);
+        assert_eq!(distinct_experts(&routes), 3);
+    }
+
+    /// Named f32 tensors in memory.
+    struct Mem(HashMap<String, (Vec<f32>, Vec<usize>)>);
+
+    impl WeightSource for Mem {
+        fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> anyhow::Result<Tensor> {
+            let (v, s) = self.0.get(name).ok_or_else(|| anyhow::anyhow!("no tensor {name}"))?;
+            assert_eq!(s, shape, "{name}");
+            Ok(Tensor::from_vec(v.clone(), s.as_slice(), device)?.to_dtype(dtype)?)
+        }
+        fn contains(&self, name: &str) -> bool {
+            self.0.contains_key(name)
+        }
+    }
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed * 97)) % 2000) as f32 / 1000.0 - 1.0).collect()
+    }
+
+    #[test]
+    fn the_block_is_the_weighted_sum_of_each_rows_chosen_experts() {
+        let (h, n, k, i) = (4usize, 3usize, 2usize, 5usize);
+        let mut m = HashMap::new();
+        m.insert("m.gate.weight".to_string(), (values(n * h, 1), vec![n, h]));
+        for e in 0..n {
+            for (p, shape, seed) in [("gate_proj", [i, h], 10), ("up_proj", [i, h], 20), ("down_proj", [h, i], 30)] {
+                let len = shape[0] * shape[1];
+                m.insert(format!("m.experts.{e}.{p}.weight"), (values(len, seed + e as u32), shape.to_vec()));
+            }
+        }
+        let w = Mem(m);
+        let dev = Device::Cpu;
+        let block = MoeBlock::load(&Loader::new(&w, DType::F32, &dev), "m", h, (n, k, i), true).unwrap();
+        let x = values(3 * h, 7);
+        let (y, routes) = block.forward(&Tensor::from_vec(x.clone(), (3, h), &dev).unwrap(), false).unwrap();
+        let y = y.to_vec2::<f32>().unwrap();
+        // The same by hand, row by row, in f64.
+        let get = |name: &str| w.0[name].0.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+        let matvec = |wt: &[f64], rows: usize, x: &[f64]| -> Vec<f64> { (0..rows).map(|r| (0..x.len()).map(|c| wt[r * x.len() + c] * x[c]).sum()).collect() };
+        for row in 0..3 {
+            let xr: Vec<f64> = x[row * h..(row + 1) * h].iter().map(|&v| v as f64).collect();
+            let logits: Vec<f32> = matvec(&get("m.gate.weight"), n, &xr).into_iter().map(|v| v as f32).collect();
+            let want_route = route(&logits, k, true);
+            assert_eq!(routes[row].experts, want_route.experts, "row {row}");
+            let mut want = vec![0f64; h];
+            for (&e, &wt) in want_route.experts.iter().zip(&want_route.weights) {
+                let g = matvec(&get(&format!("m.experts.{e}.gate_proj.weight")), i, &xr);
+                let u = matvec(&get(&format!("m.experts.{e}.up_proj.weight")), i, &xr);
+                let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                let d = matvec(&get(&format!("m.experts.{e}.down_proj.weight")), h, &act);
+                want.iter_mut().zip(d).for_each(|(o, d)| *o += wt as f64 * d);
+            }
+            for (c, (&got, want)) in y[row].iter().zip(&want).enumerate() {
+                assert!((got as f64 - want).abs() < 1e-5, "row {row} col {c}: {got} vs {want}");
+            }
+        }
+        assert!(routes.iter().all(|r| r.experts.len() == k));
+    }
+}

@@ -1,0 +1,54 @@
+//! Qwen3-MoE and SDAR-MoE (SDAR-30B-A3B): a layer's feed-forward block is a sparse mixture of
+//! `num_experts` SwiGLUs of `moe_intermediate_size` (moe.rs) under `model.layers.N.mlp.gate`
+//! and `model.layers.N.mlp.experts.E`, except the layers listed in `mlp_only_layers` or off the
+//! `decoder_sparse_step`, which are dense SwiGLUs of `intermediate_size` (qwen3.rs's).
+
+use anyhow::{bail, Result};
+
+use super::config::ModelConfig;
+use super::decoder::{Loader, Mlp};
+use super::mlp::SwiGlu;
+use super::moe::MoeBlock;
+use super::registry::Family;
+
+pub const FAMILY: Family = Family {
+    model_types: &["sdar_moe", "qwen3_moe"],
+    architectures: &["SDARMoeForCausalLM", "Qwen3MoeForCausalLM"],
+    check,
+    mlp,
+};
+
+/// The MoE fields, bounded (crate::limits) before experts are allocated from them.
+fn check(cfg: &ModelConfig) -> Result<()> {
+    let m = &cfg.moe;
+    let required = [("num_experts", m.num_experts), ("num_experts_per_tok", m.num_experts_per_tok), ("moe_intermediate_size", m.moe_intermediate_size)];
+    for (field, v) in required {
+        let Some(v) = v else { bail!("field `{field}` is missing; model_type {:?} needs it", cfg.model_type) };
+        if v == 0 {
+            bail!("field `{field}` must be positive");
+        }
+        let max = crate::limits::MOE_BOUNDS.iter().find(|b| b.0 == field).map_or(usize::MAX, |b| b.1);
+        crate::limits::at_most(&format!("field `{field}`"), v, max)?;
+    }
+    let (experts, k) = (m.num_experts.unwrap_or(0), m.num_experts_per_tok.unwrap_or(0));
+    if k > experts {
+        bail!("field `num_experts_per_tok` ({k}) is more than `num_experts` ({experts})");
+    }
+    if m.decoder_sparse_step == 0 {
+        bail!("field `decoder_sparse_step` must be positive");
+    }
+    if let Some(&l) = m.mlp_only_layers.iter().find(|&&l| l >= cfg.num_hidden_layers) {
+        bail!("field `mlp_only_layers` lists layer {l}; the model has {} layers", cfg.num_hidden_layers);
+    }
+    Ok(())
+}
+
+fn mlp(cfg: &ModelConfig, b: &Loader, l: usize) -> Result<Mlp> {
+    let prefix = format!("model.layers.{l}.mlp");
+    let m = &cfg.moe;
+    if !cfg.is_sparse(l) {
+        return Ok(Mlp::Dense(SwiGlu::load(b, &prefix, cfg.hidden_size, cfg.intermediate_size)?));
+    }
+    let shape = (m.num_experts.unwrap_or(0), m.num_experts_per_tok.unwrap_or(0), m.moe_intermediate_size.unwrap_or(0));
+    Ok(Mlp::Sparse(MoeBlock::load(b, &prefix, cfg.hidden_size, shape, m.norm_topk_prob)?))
+}
