@@ -95,10 +95,19 @@ impl Mlp {
         }
     }
 
-    fn dense_mut(&mut self) -> Option<&mut SwiGlu> {
+    fn sparse(&self) -> Option<&MoeBlock> {
         match self {
-            Mlp::Dense(m) => Some(m),
-            Mlp::Sparse(_) => None,
+            Mlp::Sparse(m) => Some(m),
+            Mlp::Dense(_) => None,
+        }
+    }
+
+    /// Whether the streamed layer can run this block: dense with `[out, in]` projections, or
+    /// sparse with its experts stacked for the grouped kernels.
+    fn streamable(&self) -> bool {
+        match self {
+            Mlp::Dense(m) => m.gate_up_proj.rows().is_some() && m.down_proj.rows().is_some(),
+            Mlp::Sparse(m) => m.grouped().is_some(),
         }
     }
 
@@ -143,6 +152,9 @@ pub struct Model {
     max_positions: usize,
     dtype: DType,
     device: Device,
+    /// The routing tables of the grouped MoE kernels, one per layer, and their counters
+    /// (moe_grouped.rs): made when the norms are folded into a model with sparse layers.
+    moe_tables: Option<Tensor>,
 }
 
 impl Model {
@@ -197,8 +209,9 @@ impl Model {
             max_positions: cfg.max_position_embeddings,
             dtype,
             device: device.clone(),
+            moe_tables: None,
         };
-        if b.rows && m.all_dense() {
+        if b.rows && m.streamable() {
             m.fold_norms()?;
         }
         Ok(m)
@@ -220,9 +233,17 @@ impl Model {
         self.heads.kv_heads
     }
 
-    /// Whether every layer's feed-forward block is dense (what the streamed layer runs).
-    fn all_dense(&self) -> bool {
-        self.layers.iter().all(|l| l.mlp.dense().is_some())
+    /// Whether every layer's feed-forward block is one the streamed layer runs.
+    fn streamable(&self) -> bool {
+        self.layers.iter().all(|l| l.mlp.streamable())
+    }
+
+    /// Distinct experts the grouped MoE kernels touched, summed over passes, and the passes
+    /// (each sparse layer of a pass counts once), since the model was loaded: `None` for a
+    /// dense model or one that does not run the grouped kernels. Reads the device counters.
+    pub fn moe_stats(&self) -> Result<Option<(u64, u64)>> {
+        let Some(t) = &self.moe_tables else { return Ok(None) };
+        Ok(Some(super::moe_grouped::read_stats(t)?))
     }
 
     /// Bytes of every weight (embedding and lm_head included; tied ones once).
@@ -307,11 +328,17 @@ impl Model {
     /// Launches the same kernels with the same arguments whatever the tensors hold, so a CUDA
     /// graph captured once can replay it.
     pub fn forward_input(&self, input: &PassInput, cache: &KvCache) -> Result<Tensor> {
-        Ok(self.forward_input_routed(input, cache)?.0)
+        Ok(self.pass(input, cache, false)?.0)
     }
 
-    /// [`Model::forward_input`] and its routing (see [`Model::forward_routed`]).
+    /// [`Model::forward_input`] and its routing (see [`Model::forward_routed`]). A streamed pass
+    /// reads its routing tables back from the device, so this one is not for graph capture.
     pub fn forward_input_routed(&self, input: &PassInput, cache: &KvCache) -> Result<(Tensor, Vec<LayerRoutes>)> {
+        self.pass(input, cache, true)
+    }
+
+    /// The forward pass, and (`routes`) the routing of its sparse layers.
+    fn pass(&self, input: &PassInput, cache: &KvCache, routes: bool) -> Result<(Tensor, Vec<LayerRoutes>)> {
         if input.keys > cache.capacity {
             bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
         }
@@ -319,7 +346,9 @@ impl Model {
         let cos = cache.cos.index_select(&input.positions, 0)?;
         let sin = cache.sin.index_select(&input.positions, 0)?;
         if let Some(ws) = self.workspace(x.dim(0)?, input.keys)? {
-            return Ok((self.forward_streamed(input, cache, &ws, x, (&cos, &sin))?, Vec::new()));
+            let t = x.dim(0)?;
+            let h = self.forward_streamed(input, cache, &ws, x, (&cos, &sin))?;
+            return Ok((h, if routes { self.streamed_routes(t)? } else { Vec::new() }));
         }
         // Residual stream `x`; `h` its normed input to the next block. The add of each residual
         // and the norm after it are one op when fused.
@@ -343,30 +372,50 @@ impl Model {
         if !self.norms_folded || !self.fused || self.dtype != DType::BF16 || t > super::gemv::MAX_ROWS {
             return Ok(None);
         }
-        if keys + self.heads.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D {
+        if keys + self.heads.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D || !self.streamable() {
             return Ok(None);
         }
-        let l = &self.layers[0];
-        let Some(mlp) = l.mlp.dense() else { return Ok(None) };
-        let (Some(qkv), Some(o), Some(gate_up), Some(down)) = (l.attn.qkv_proj.rows(), l.attn.o_proj.rows(), mlp.gate_up_proj.rows(), mlp.down_proj.rows()) else {
-            return Ok(None);
-        };
         let (d, h, kvh) = (self.heads.head_dim, self.heads.heads, self.heads.kv_heads);
         let hidden = self.embed.dim(1)?;
         // SAFETY: uninitialised, but every kernel of the pass writes its whole buffer before
         // the next reads it (zeroing them was one memset node each in the graph)
-        let buf = |shape: &[usize]| unsafe { Tensor::empty(shape, self.dtype, &self.device) };
-        let ws = Workspace {
-            qkv: buf(&[t, (h + 2 * kvh) * d])?,
-            q: buf(&[h, t, d])?,
-            attn: buf(&[t, h * d])?,
-            mid: buf(&[t, hidden])?,
-            out: buf(&[t, hidden])?,
-            act: buf(&[t, mlp.intermediate])?,
+        let buf = |shape: &[usize], dt: DType| unsafe { Tensor::empty(shape, dt, &self.device) };
+        let dense = self.layers.iter().find_map(|l| l.mlp.dense().map(|m| (l, m)));
+        let sparse = self.layers.iter().find_map(|l| l.mlp.sparse());
+        let moe = match sparse {
+            Some(m) => {
+                let Some((_, router)) = m.grouped() else { return Ok(None) };
+                let (e, k, i) = (router.dim(0)?, m.top_k(), m.intermediate());
+                Some(MoeWorkspace {
+                    router: buf(&[t, e], self.dtype)?,
+                    act: buf(&[t * k, i], self.dtype)?,
+                    part: buf(&[t * k, hidden], DType::F32)?,
+                })
+            }
+            None => None,
         };
-        // `mid` stands in for the layer input: the same shape, dtype and layout
-        let fits = ws.products(&ws.mid, self.eps).iter().zip([qkv, o, gate_up, down]).all(|((op, input, _), w)| op.fits(input, w));
-        Ok(fits.then_some(ws))
+        let ws = Workspace {
+            qkv: buf(&[t, (h + 2 * kvh) * d], self.dtype)?,
+            q: buf(&[h, t, d], self.dtype)?,
+            attn: buf(&[t, h * d], self.dtype)?,
+            mid: buf(&[t, hidden], self.dtype)?,
+            out: buf(&[t, hidden], self.dtype)?,
+            act: buf(&[t, dense.map_or(0, |(_, m)| m.intermediate)], self.dtype)?,
+            moe,
+        };
+        // `mid` stands in for the layer input: the same shape, dtype and layout. The
+        // attention products of any layer; the MLP products of a dense layer if there is one.
+        let l0 = &self.layers[0];
+        let [qkv_p, o_p, gate_up_p, down_p] = ws.products(&ws.mid, self.eps);
+        let fits = |(op, input, _): &(GemvInto, &Tensor, &Tensor), w: Option<&Tensor>| w.is_some_and(|w| op.fits(input, w));
+        let mut ok = fits(&qkv_p, l0.attn.qkv_proj.rows()) && fits(&o_p, l0.attn.o_proj.rows());
+        if let Some((_, m)) = dense {
+            ok &= fits(&gate_up_p, m.gate_up_proj.rows()) && fits(&down_p, m.down_proj.rows());
+        }
+        if let (Some(m), Some(mw)) = (sparse, &ws.moe) {
+            ok &= moe_fits(m, &ws.mid, mw, self.eps);
+        }
+        Ok(ok.then_some(ws))
     }
 
     /// Whether a pass of `t` rows over `keys` keys runs [`Model::forward_streamed`].
@@ -388,7 +437,6 @@ impl Model {
         let mut x = embedded;
         let attn = self.heads.attention_op(input.keys);
         for (l, layer) in self.layers.iter().enumerate() {
-            let Some(mlp) = layer.mlp.dense() else { bail!("layer {l}: the streamed layer runs dense layers only") };
             let run = |(op, input, out): (GemvInto, &Tensor, &Tensor), p: &Linear| -> Result<()> {
                 let w = p.rows().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"))?;
                 Ok(op.run(out, input, w)?)
@@ -398,11 +446,56 @@ impl Model {
             ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &layer.attn.qkv_op(&self.heads))?;
             ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &input.positions, &attn)?;
             run(o, &layer.attn.o_proj)?;
-            run(gate_up, &mlp.gate_up_proj)?;
-            run(down, &mlp.down_proj)?;
+            match &layer.mlp {
+                Mlp::Dense(mlp) => {
+                    run(gate_up, &mlp.gate_up_proj)?;
+                    run(down, &mlp.down_proj)?;
+                }
+                Mlp::Sparse(moe) => self.moe_streamed(l, moe, ws)?,
+            }
             x = ws.out.clone();
         }
         Ok(rms_norm(&x, &self.norm, self.eps)?)
+    }
+
+    /// A sparse layer's feed-forward block in the streamed layer, `ws.out = ws.mid + moe(ws.mid)`,
+    /// as five kernels (moe_grouped.rs): the router product with the post-attention norm folded
+    /// in, the routing into this layer's table, the grouped gate|up of every (row, choice)
+    /// slot, the grouped down products times their weights, the sum plus the residual. Nothing
+    /// comes back to the host.
+    fn moe_streamed(&self, l: usize, moe: &MoeBlock, ws: &Workspace) -> Result<()> {
+        use super::moe_grouped::{CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto};
+        let (Some((g, router)), Some(mw), Some(tables)) = (moe.grouped(), &ws.moe, &self.moe_tables) else {
+            bail!("layer {l}: the streamed layer needs the MoE block's grouped form");
+        };
+        let k = moe.top_k();
+        GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(&mw.router, &ws.mid, router)?;
+        RouteInto { layer: l, k, norm: moe.norm_topk_prob() }.run(tables, &mw.router)?;
+        ExpertsUpInto { tables, layer: l, k, eps: self.eps }.run(&mw.act, &ws.mid, &g.gate_up)?;
+        ExpertsDownInto { tables, layer: l, k }.run(&mw.part, &mw.act, &g.down)?;
+        CombineInto { k }.run(&ws.out, &mw.part, &ws.mid)?;
+        Ok(())
+    }
+
+    /// The routes the grouped kernels took in the last streamed pass of `t` rows, read back
+    /// from the device tables (one copy per sparse layer).
+    fn streamed_routes(&self, t: usize) -> Result<Vec<LayerRoutes>> {
+        let Some(tables) = &self.moe_tables else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (l, layer) in self.layers.iter().enumerate() {
+            if layer.mlp.sparse().is_none() {
+                continue;
+            }
+            let table = super::moe_grouped::read_table(tables, l, t)?;
+            let rows = (0..t)
+                .map(|r| {
+                    let (experts, weights) = table.row(r).unzip();
+                    Route { experts, weights }
+                })
+                .collect();
+            out.push(LayerRoutes { layer: l, rows });
+        }
+        Ok(out)
     }
 
     /// Keeps every layer's projections `[out, in]` ([`Linear::Rows`]) with the norms folded in
@@ -414,14 +507,26 @@ impl Model {
             bail!("row weights are for the bf16 gemv kernel; this model computes in {:?}", self.dtype);
         }
         let norm = self.norm.clone();
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            let Some(mlp) = l.mlp.dense_mut() else { bail!("row weights: layer {i} is not dense") };
-            for p in [&mut l.attn.qkv_proj, &mut l.attn.o_proj, &mut mlp.gate_up_proj, &mut mlp.down_proj] {
-                *p = match std::mem::replace(p, Linear::Rows(norm.clone())) {
-                    Linear::Dense(w) => Linear::Rows(w.t()?.contiguous()?),
-                    Linear::Rows(w) => Linear::Rows(w),
-                    Linear::Bf16(_) => bail!("bf16 panels are the f32 CPU path's"),
-                };
+        let to_rows = |p: &mut Linear| -> Result<()> {
+            *p = match std::mem::replace(p, Linear::Rows(norm.clone())) {
+                Linear::Dense(w) => Linear::Rows(w.t()?.contiguous()?),
+                Linear::Rows(w) => Linear::Rows(w),
+                Linear::Bf16(_) => bail!("bf16 panels are the f32 CPU path's"),
+            };
+            Ok(())
+        };
+        for l in &mut self.layers {
+            to_rows(&mut l.attn.qkv_proj)?;
+            to_rows(&mut l.attn.o_proj)?;
+            match &mut l.mlp {
+                Mlp::Dense(mlp) => {
+                    to_rows(&mut mlp.gate_up_proj)?;
+                    to_rows(&mut mlp.down_proj)?;
+                }
+                Mlp::Sparse(moe) => {
+                    moe.for_each_proj(&mut |p| to_rows(p))?;
+                    moe.group()?;
+                }
             }
         }
         self.fold_norms()
@@ -435,13 +540,24 @@ impl Model {
         if self.norms_folded {
             return Ok(());
         }
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            let Some(mlp) = l.mlp.dense_mut() else { bail!("norms fold only into dense layers; layer {i} is not") };
-            for (p, w) in [(&mut l.attn.qkv_proj, &mut l.input_norm), (&mut mlp.gate_up_proj, &mut l.post_norm)] {
-                let Linear::Rows(rows) = p else { bail!("norms fold only into [out, in] projections") };
-                *rows = rows.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
-                *w = w.ones_like()?;
+        let fold = |p: &mut Linear, w: &mut Tensor| -> Result<()> {
+            let Linear::Rows(rows) = p else { bail!("norms fold only into [out, in] projections") };
+            *rows = rows.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
+            *w = w.ones_like()?;
+            Ok(())
+        };
+        for l in &mut self.layers {
+            fold(&mut l.attn.qkv_proj, &mut l.input_norm)?;
+            match &mut l.mlp {
+                Mlp::Dense(mlp) => fold(&mut mlp.gate_up_proj, &mut l.post_norm)?,
+                Mlp::Sparse(moe) => {
+                    moe.fold_norm(&l.post_norm)?;
+                    l.post_norm = l.post_norm.ones_like()?;
+                }
             }
+        }
+        if self.layers.iter().any(|l| l.mlp.sparse().is_some()) {
+            self.moe_tables = Some(super::moe_grouped::new_tables(self.layers.len(), &self.device)?);
         }
         self.norms_folded = true;
         Ok(())
@@ -490,6 +606,34 @@ struct Workspace {
     mid: Tensor,
     out: Tensor,
     act: Tensor,
+    /// Sparse layers' buffers, where the model has any.
+    moe: Option<MoeWorkspace>,
+}
+
+/// A sparse layer's buffers in a streamed pass: router logits `[T, experts]`, the experts'
+/// activations per (row, choice) slot `[T k, I]`, their weighted down products `[T k, H]` f32.
+struct MoeWorkspace {
+    router: Tensor,
+    act: Tensor,
+    part: Tensor,
+}
+
+/// Whether the grouped kernels take a sparse layer of this shape: the router through the
+/// norm-folded gemv, hidden and I multiples of the gemv's K step, the pass's slots within
+/// the routing table.
+fn moe_fits(m: &MoeBlock, mid: &Tensor, mw: &MoeWorkspace, eps: f32) -> bool {
+    use super::gemv::K_STEP;
+    use super::moe_grouped::{MAX_CHOICES, MAX_EXPERTS, MAX_SLOTS};
+    let Some((g, router)) = m.grouped() else { return false };
+    let (Ok(t), Ok((e, i2, h))) = (mid.dim(0), g.gate_up.dims3()) else { return false };
+    let router_op = GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None };
+    router_op.fits(mid, router)
+        && mw.act.dim(1).is_ok_and(|i| 2 * i == i2)
+        && h % K_STEP == 0
+        && (i2 / 2) % K_STEP == 0
+        && e <= MAX_EXPERTS
+        && m.top_k() <= MAX_CHOICES
+        && t * m.top_k() <= MAX_SLOTS
 }
 
 impl Workspace {

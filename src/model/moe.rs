@@ -20,6 +20,18 @@ pub struct MoeBlock {
     experts: Vec<SwiGlu>,
     top_k: usize,
     norm_topk_prob: bool,
+    /// The experts stacked for the streamed layer's grouped kernels (moe_grouped.rs), where the
+    /// projections are kept `[out, in]` for the gemv kernel; each expert's projections are then
+    /// views into these.
+    grouped: Option<Grouped>,
+}
+
+/// Every expert of a layer in one tensor per product, as the grouped kernels index them.
+pub struct Grouped {
+    /// `[experts, 2 I, hidden]`: each expert's gate rows then its up rows.
+    pub gate_up: Tensor,
+    /// `[experts, hidden, I]`.
+    pub down: Tensor,
 }
 
 /// The experts one row was routed to at one layer, best first, with their weights (after the
@@ -37,7 +49,78 @@ impl MoeBlock {
         let experts = (0..experts)
             .map(|e| SwiGlu::load(b, &format!("{prefix}.experts.{e}"), hidden, intermediate))
             .collect::<Result<Vec<_>>>()?;
-        Ok(MoeBlock { router, experts, top_k, norm_topk_prob })
+        let mut block = MoeBlock { router, experts, top_k, norm_topk_prob, grouped: None };
+        block.group()?;
+        Ok(block)
+    }
+
+    /// Stacks the experts for the grouped kernels where every projection is `[out, in]`
+    /// ([`Linear::Rows`]): one copy, after which each expert's projections are views into the
+    /// stacks (so the standard layer and the streamed one read the same memory).
+    pub fn group(&mut self) -> Result<()> {
+        if self.grouped.is_some() || !self.experts.iter().all(|e| e.gate_up_proj.rows().is_some() && e.down_proj.rows().is_some()) {
+            return Ok(());
+        }
+        let stack = |f: &dyn Fn(&SwiGlu) -> Option<&Tensor>| -> Result<Tensor> {
+            let ts: Vec<&Tensor> = self.experts.iter().filter_map(f).collect();
+            Ok(Tensor::stack(&ts, 0)?.contiguous()?)
+        };
+        let gate_up = stack(&|e| e.gate_up_proj.rows())?;
+        let down = stack(&|e| e.down_proj.rows())?;
+        self.set_views(&gate_up, &down)?;
+        self.grouped = Some(Grouped { gate_up, down });
+        Ok(())
+    }
+
+    fn set_views(&mut self, gate_up: &Tensor, down: &Tensor) -> Result<()> {
+        for (e, x) in self.experts.iter_mut().enumerate() {
+            x.gate_up_proj = Linear::Rows(gate_up.get(e)?);
+            x.down_proj = Linear::Rows(down.get(e)?);
+        }
+        Ok(())
+    }
+
+    /// Multiplies the post-attention norm's weight `w` into the router's and every expert's
+    /// gate|up columns (the grouped kernels scale each row by 1 / rms only), as the dense
+    /// layer's fold does. Grouped form only.
+    pub fn fold_norm(&mut self, w: &Tensor) -> Result<()> {
+        let (Some(g), Some(router)) = (&mut self.grouped, self.router.rows()) else {
+            anyhow::bail!("norms fold only into the grouped, [out, in] form of a MoE block");
+        };
+        let router = router.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
+        g.gate_up = g.gate_up.broadcast_mul(&w.reshape((1, 1, w.elem_count()))?)?.contiguous()?;
+        self.router = Linear::Rows(router);
+        let (gu, dn) = (g.gate_up.clone(), g.down.clone());
+        self.set_views(&gu, &dn)
+    }
+
+    /// The grouped form and the router `[experts, hidden]`, where the block has them.
+    pub fn grouped(&self) -> Option<(&Grouped, &Tensor)> {
+        Some((self.grouped.as_ref()?, self.router.rows()?))
+    }
+
+    /// Every projection of the block (router, each expert's gate|up and down), for a change of
+    /// layout before [`MoeBlock::group`].
+    pub fn for_each_proj(&mut self, f: &mut dyn FnMut(&mut Linear) -> Result<()>) -> Result<()> {
+        f(&mut self.router)?;
+        for e in &mut self.experts {
+            f(&mut e.gate_up_proj)?;
+            f(&mut e.down_proj)?;
+        }
+        Ok(())
+    }
+
+    pub fn top_k(&self) -> usize {
+        self.top_k
+    }
+
+    pub fn norm_topk_prob(&self) -> bool {
+        self.norm_topk_prob
+    }
+
+    /// Rows of each expert's activation (moe_intermediate_size).
+    pub fn intermediate(&self) -> usize {
+        self.experts.first().map_or(0, |e| e.intermediate)
     }
 
     /// `[T, hidden]` -> `[T, hidden]`, and each row's route.

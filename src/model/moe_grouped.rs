@@ -544,6 +544,77 @@ mod tests {
         Ok(())
     }
 
+    /// A MoE model through the streamed layer (the grouped ops' CPU bodies, the router with the
+    /// norm folded in) against the standard layer (MoeBlock's per-expert products): prefill,
+    /// commit, cached denoise and the fixed-window pass, with a dense layer between sparse
+    /// ones; and the routing read back from the tables equals the standard layer's.
+    #[test]
+    fn the_streamed_moe_layer_matches_the_standard_one() {
+        use crate::model::random::RandomWeights;
+        use crate::model::{Model, ModelConfig, PassInput};
+        let json = serde_json::json!({
+            "model_type": "sdar_moe", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+            "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
+            "tie_word_embeddings": false, "num_experts": 8, "num_experts_per_tok": 3,
+            "moe_intermediate_size": 64, "norm_topk_prob": true, "mlp_only_layers": [1],
+        });
+        let cfg = ModelConfig::parse(&json.to_string(), "test config").unwrap();
+        let dev = Device::Cpu;
+        let load = || {
+            let mut w = RandomWeights::on_host(&cfg, 9);
+            w.std = 0.05; // wide enough for routes that differ row to row
+            Model::load(&cfg, &w, DType::BF16, &dev).unwrap()
+        };
+        let (standard, mut streamed) = (load(), load());
+        streamed.use_row_weights().unwrap();
+        assert!(!standard.streams(4, 24));
+        assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
+        let run = |m: &Model| -> (Vec<Vec<f32>>, Vec<crate::model::decoder::LayerRoutes>) {
+            let mut cache = m.new_cache(24).unwrap();
+            let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
+            let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
+            let (h, routes) = m.forward_routed(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap();
+            let den = m.logits(&h).unwrap();
+            let (pos, mask) = PassInput::window(8, 4, 4, 24);
+            let input = PassInput {
+                ids: Tensor::new(&[9u32, 10, 11, 12], &dev).unwrap(),
+                positions: Tensor::from_vec(pos, 4, &dev).unwrap(),
+                keys: 24,
+                mask: Some(Tensor::from_vec(mask, (4, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap()),
+            };
+            let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
+            ([pre, commit, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect(), routes)
+        };
+        let ((a, ra), (b, rb)) = (run(&streamed), run(&standard));
+        for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+            let num: f32 = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum();
+            let den: f32 = y.iter().map(|q| q * q).sum();
+            let e = (num / den).sqrt();
+            assert!(e < 3e-2, "pass {k}: rel err {e}");
+        }
+        let num: f32 = a[2].iter().zip(&a[3]).map(|(p, q)| (p - q) * (p - q)).sum();
+        assert!(num.sqrt() < 1e-3, "window vs exact keys");
+        // the same experts in the same order for every row of both sparse layers
+        assert_eq!(ra.iter().map(|r| r.layer).collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(rb.iter().map(|r| r.layer).collect::<Vec<_>>(), vec![0, 2]);
+        for (x, y) in ra.iter().zip(&rb) {
+            for (p, q) in x.rows.iter().zip(&y.rows) {
+                assert_eq!(p.experts, q.experts, "layer {}", x.layer);
+                for (u, v) in p.weights.iter().zip(&q.weights) {
+                    assert!((u - v).abs() < 2e-2, "layer {}: weights {:?} vs {:?}", x.layer, p.weights, q.weights);
+                }
+            }
+        }
+        let distinct: std::collections::BTreeSet<Vec<u32>> = ra[0].rows.iter().map(|r| r.experts.clone()).collect();
+        assert!(distinct.len() > 1, "every row took the same experts: the test would not see a mix-up");
+        // 5 streamed passes (commit, denoise, window; prefill is standard) x 2 sparse layers
+        let (touched, passes) = streamed.moe_stats().unwrap().unwrap();
+        assert_eq!(passes, 6);
+        assert!((3..=6 * 8).contains(&touched), "{touched}");
+        assert_eq!(standard.moe_stats().unwrap(), None);
+    }
+
     #[test]
     fn ops_refuse_rows_and_choices_past_the_kernels() -> Result<()> {
         let dev = Device::Cpu;

@@ -16,9 +16,9 @@ use crate::model::gemv::{kernel_name, split, Epilogue, GemvInto};
 use super::launch::Args;
 
 pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
-const MODULE: &str = "unmask_gemv";
+pub(super) const MODULE: &str = "unmask_gemv";
 
-fn ptx(dev: &CudaDevice) -> Result<&'static str> {
+pub(super) fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
         // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.

@@ -3,10 +3,13 @@
 //!
 //! - [`ops`]: kernels/fused.cu, the fused ops of `model/ops.rs`.
 //! - [`gemv`]: kernels/gemv.cu, the tensor-core gemv of `model/gemv.rs` (the streamed layer).
+//! - [`moe`]: kernels/moe.cu and the grouped forms of kernels/gemv.cu, the MoE block of
+//!   `model/moe_grouped.rs`.
 //! - [`launch`]: launching either under programmatic dependent launch, and their NVRTC target.
 //!
 //! (The sampler's kernel, kernels/sampler.cu, is launched from `sampler/cuda.rs`.)
 
 pub mod gemv;
 pub mod launch;
+pub mod moe;
 pub mod ops;
