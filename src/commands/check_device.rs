@@ -84,6 +84,63 @@ fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Re
     Ok([prefill, denoise, window])
 }
 
+/// A random SDAR-MoE of real head geometry (16/4 heads of 128, top 8 of 32 experts), a dense
+/// layer between two sparse ones: the GPU in bf16 (the streamed layer: router gemv, routing
+/// table, grouped expert products, combine) and in f32 (the standard layer: per-expert
+/// products) against the CPU in f32.
+fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
+    let json = serde_json::json!({
+        "model_type": "sdar_moe", "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 3072,
+        "num_hidden_layers": 3, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128,
+        "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
+        "tie_word_embeddings": false, "num_experts": 32, "num_experts_per_tok": 8,
+        "moe_intermediate_size": 512, "norm_topk_prob": true, "mlp_only_layers": [1],
+    });
+    let cfg = crate::model::ModelConfig::parse(&json.to_string(), "check-device MoE config")?;
+    let weights = || {
+        let mut w = RandomWeights::on_host(&cfg, 11);
+        w.std = 0.05;
+        w
+    };
+    let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
+    let block = [5u32, 31999, 31999, 7];
+    let cpu_m = Model::load(&cfg, &weights(), DType::F32, &Device::Cpu)?;
+    let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
+    for (dt, limit) in [(DType::BF16, 5e-2), (DType::F32, 1e-4)] {
+        let g = Model::load(&cfg, &weights(), dt, dev)?;
+        let path = if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
+        if dt == DType::BF16 && dev.is_cuda() && path == "standard" {
+            bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
+        }
+        let got = three_passes(&g, &prompt, &block, capacity)?;
+        for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+            rep.check(format!("logits MoE 16/4x128 top 8 of 32 {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+        }
+        if let Some((touched, passes)) = g.moe_stats()? {
+            println!("MoE {dt:?}: {:.1} distinct experts per sparse layer per pass ({passes} layer passes)", touched as f64 / passes.max(1) as f64);
+        }
+    }
+    Ok(())
+}
+
+/// A cache of 2048 slots, 1900 of them committed: the streamed layer's attention over more
+/// than 512 keys (the split-K kernels on the GPU), in bf16 against the CPU in f32.
+fn long_cache_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+    let cfg = check_config(1024, 2, 32, 8, 128, 3072, 32000)?;
+    let prompt: Vec<u32> = (0..1900u32).map(|i| (i * 7919 + 13) % 31990).collect();
+    let block = [5u32, 31999, 31999, 7];
+    let cap = 2048;
+    let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+    let want = three_passes(&cpu_m, &prompt, &block, cap)?;
+    let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::BF16, dev)?;
+    let path = if g.streams(block.len(), cap) { "streamed" } else { "standard" };
+    let got = three_passes(&g, &prompt, &block, cap)?;
+    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+        rep.check(format!("logits 4B heads cache {cap}, 1900 committed, BF16 {path} {name}"), rel_err(a, b)?, 4e-2, "rel. L2 error vs CPU f32");
+    }
+    Ok(())
+}
+
 fn sampler_settings() -> Vec<(&'static str, Sampling)> {
     let t = |temperature, top_k, top_p| Sampling { temperature, top_k, top_p, seed: 0 };
     vec![
@@ -314,6 +371,10 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
             }
         }
     }
+
+    // 1c: the MoE block (grouped kernels on the streamed layer) and long caches (split-K attention)
+    moe_checks(&mut rep, &dev, capacity)?;
+    long_cache_checks(&mut rep, &dev)?;
 
     // 2b: synthetic rows of a real vocabulary
     let rows = 16;

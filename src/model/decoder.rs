@@ -372,7 +372,7 @@ impl Model {
         if !self.norms_folded || !self.fused || self.dtype != DType::BF16 || t > super::gemv::MAX_ROWS {
             return Ok(None);
         }
-        if keys + self.heads.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D || !self.streamable() {
+        if keys + self.heads.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D && !self.long_attention(keys) || !self.streamable() {
             return Ok(None);
         }
         let (d, h, kvh) = (self.heads.head_dim, self.heads.heads, self.heads.kv_heads);
@@ -416,6 +416,17 @@ impl Model {
             ok &= moe_fits(m, &ws.mid, mw, self.eps);
         }
         Ok(ok.then_some(ws))
+    }
+
+    /// Whether the streamed layer's attention takes `keys` keys past the fused kernel's limit:
+    /// the GPU's split-K kernels do (cuda/ops.rs, `split_applies`).
+    fn long_attention(&self, keys: usize) -> bool {
+        #[cfg(feature = "cuda")]
+        if self.device.is_cuda() {
+            return super::cuda::ops::split_applies(&self.heads.attention_op(keys));
+        }
+        let _ = keys;
+        false
     }
 
     /// Whether a pass of `t` rows over `keys` keys runs [`Model::forward_streamed`].

@@ -429,6 +429,71 @@ impl AttentionInto<'_> {
     }
 }
 
+/// Whether the streamed layer's attention over `op.keys` keys runs the split-K kernels
+/// (kernels/fused.cu, attention_split): bf16 heads of 128 over more than 512 keys, unless
+/// `UNMASK_ATTENTION_SPLIT=0`. They take any number of keys, so the streamed layer does too.
+pub fn split_applies(op: &Attention) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_SPLIT").as_deref() != Ok("0"));
+    on && op.head_dim == 128 && op.keys > 512
+}
+
+/// Keys one block of the split kernel takes (kernels/fused.cu's SPLIT_KEYS).
+const SPLIT_KEYS: usize = 128;
+
+impl AttentionInto<'_> {
+    /// kernels/fused.cu's unmask_attention_split_r{8,16,32}_bf16_d128 over (KV heads, chunks of
+    /// 128 keys, groups of query rows), then unmask_attention_merge_bf16_d128 over (H, T).
+    fn launch_split(
+        &self,
+        dev: &CudaDevice,
+        (so, lo): (&mut CudaStorage, &Layout),
+        (sq, lq): (&CudaStorage, &Layout),
+        (skv, lkv): (&CudaStorage, &Layout),
+        (t_len, cap): (usize, usize),
+    ) -> Result<()> {
+        let op = self.op;
+        let (h, kv, keys) = (op.heads, op.kv_heads, op.keys);
+        let rows = h / kv * t_len;
+        let r = match rows {
+            0..=8 => 8,
+            9..=16 => 16,
+            _ => 32,
+        };
+        let chunks = keys.div_ceil(SPLIT_KEYS);
+        let stream = dev.cuda_stream();
+        let q = view::<bf16>(sq, lq, "attention q")?;
+        let kvv = view::<bf16>(skv, lkv, "attention kv")?;
+        let (kpart, vpart) = (kvv.slice(0..kv * cap * 128), kvv.slice(kv * cap * 128..2 * kv * cap * 128));
+        // (max, sum, V sum) of every row for every chunk; freed in stream order after the merge
+        let mut part = unsafe { dev.alloc::<f32>(kv * chunks * rows * 130)? };
+        let mask_held = self.mask.map(Tensor::storage_and_layout);
+        let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
+        let f = dev.get_or_load_custom_func(&format!("unmask_attention_split_r{r}_bf16_d128"), MODULE, ptx(dev)?)?;
+        let cfg = LaunchConfig { grid_dim: (kv as u32, chunks as u32, rows.div_ceil(r) as u32), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let mut b = Args::new(&stream);
+        b.input(&q).input(&kpart).input(&vpart);
+        match &mask {
+            Some(m) => b.input(m),
+            None => b.null(),
+        };
+        b.output(&mut part).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+        // SAFETY: the kernel's signature; q [H, T, 128], the cache [2, KV, cap, 128] with keys
+        // <= cap and the mask [T, keys] checked by `op.check`; part holds KV x chunks x rows
+        // rows of 130 floats, the grid's z covers the rows R at a time.
+        unsafe { b.launch(&f, cfg)? };
+        let Some((a, e)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
+        let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..e);
+        let f = dev.get_or_load_custom_func("unmask_attention_merge_bf16_d128", MODULE, ptx(dev)?)?;
+        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let mut b = Args::new(&stream);
+        b.input(&part).output(&mut out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(chunks as i32);
+        // SAFETY: unmask_attention_merge_bf16_d128(part, out [T, H * 128], T, H, KV, chunks):
+        // every (row, chunk) of part was written by the split kernel above.
+        unsafe { b.launch(&f, cfg) }
+    }
+}
+
 impl candle_core::InplaceOp3 for AttentionInto<'_> {
     fn name(&self) -> &'static str {
         "unmask-attention-into"
@@ -449,6 +514,9 @@ impl candle_core::InplaceOp3 for AttentionInto<'_> {
         let dev = sq.device().clone();
         if self.staged(&dev, t_len)? {
             return self.launch_staged(&dev, (so, lo), (sq, lq), (skv, lkv), (t_len, cap));
+        }
+        if split_applies(op) {
+            return self.launch_split(&dev, (so, lo), (sq, lq), (skv, lkv), (t_len, cap));
         }
         let cfg = attention_cfg(op, t_len)?;
         let f = dev.get_or_load_custom_func("unmask_attention_bf16", MODULE, ptx(&dev)?)?;
