@@ -244,6 +244,51 @@ mod tests {
         assert_eq!(b.eos_token_id.unwrap().to_vec(), vec![3, 4]);
     }
 
+    const MOE: &str = r#"{"model_type":"sdar_moe","architectures":["SDARMoeForCausalLM"],"vocab_size":10,
+        "hidden_size":8,"intermediate_size":16,"num_hidden_layers":4,"num_attention_heads":2,
+        "num_key_value_heads":1,"head_dim":4,"num_experts":6,"num_experts_per_tok":2,
+        "moe_intermediate_size":4,"norm_topk_prob":true,"decoder_sparse_step":1,"mlp_only_layers":[]}"#;
+
+    #[test]
+    fn sparse_layers_follow_mlp_only_layers_and_the_sparse_step() {
+        let c = ModelConfig::parse(MOE, "c").unwrap();
+        assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [true; 4]);
+        let c = ModelConfig::parse(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,3]"), "c").unwrap();
+        assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [false, true, true, false]);
+        let c = ModelConfig::parse(&MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2"), "c").unwrap();
+        assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [false, true, false, true]);
+        // Qwen3MoeConfig's defaults: norm_topk_prob false, step 1, no dense layers.
+        let bare = MOE.replace(",\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[]", "");
+        let c = ModelConfig::parse(&bare, "c").unwrap();
+        assert_eq!((c.moe.norm_topk_prob, c.moe.decoder_sparse_step, c.moe.mlp_only_layers.len()), (false, 1, 0));
+        // A dense family never has sparse layers.
+        assert!(!ModelConfig::parse(MIN, "c").unwrap().is_sparse(0));
+        // Router + experts, per sparse layer, in the parameter count.
+        let dense = ModelConfig::parse(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,1,2,3]"), "c").unwrap();
+        let all = ModelConfig::parse(MOE, "c").unwrap();
+        assert_eq!(all.num_params() + 4 * 3 * 8 * 16, dense.num_params() + 4 * (6 * 8 + 6 * 3 * 8 * 4));
+    }
+
+    #[test]
+    fn moe_fields_are_checked_with_their_names() {
+        let cases = [
+            (MOE.replace("\"num_experts\":6,", ""), "field `num_experts` is missing; model_type \"sdar_moe\" needs it"),
+            (MOE.replace("\"num_experts_per_tok\":2", "\"num_experts_per_tok\":7"), "field `num_experts_per_tok` (7) is more than `num_experts` (6)"),
+            (MOE.replace("\"moe_intermediate_size\":4", "\"moe_intermediate_size\":0"), "field `moe_intermediate_size` must be positive"),
+            (MOE.replace("\"num_experts\":6", "\"num_experts\":100000"), "field `num_experts` is 100000, more than the limit of 1024"),
+            (MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":0"), "field `decoder_sparse_step` must be positive"),
+            (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[4]"), "field `mlp_only_layers` lists layer 4; the model has 4 layers"),
+            (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[-1]"), "invalid config: invalid value: integer `-1`"),
+        ];
+        for (text, want) in cases {
+            let e = err(&text);
+            assert!(e.starts_with("m/config.json: invalid config") && e.contains(want), "{e}");
+        }
+        // qwen3_moe and the architecture name reach the same family.
+        let c = ModelConfig::parse(&MOE.replace("\"sdar_moe\"", "\"qwen3_moe\""), "c").unwrap();
+        assert!(c.is_sparse(0));
+    }
+
     fn err(text: &str) -> String {
         format!("{:#}", ModelConfig::parse(text, "m/config.json").unwrap_err())
     }

@@ -20,6 +20,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
 pub mod registry;
+pub mod topk;
 pub mod weights;
 
 use std::path::{Path, PathBuf};

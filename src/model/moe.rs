@@ -2,8 +2,8 @@
 //! `top_k` of `experts` SwiGLUs by probability, and the row's output is their weighted sum.
 //!
 //! Routing, exactly as transformers' `Qwen3MoeSparseMoeBlock`: router logits `x Gᵀ` → softmax
-//! over all experts in f32 → top-k of the probabilities (ties: the lower expert index first, as
-//! `torch.topk` returns them) → renormalised to sum 1 if `norm_topk_prob` → weights cast to the
+//! over all experts in f32 → top-k of the probabilities (equal ones in the order PyTorch's CPU
+//! `torch.topk` leaves them: topk.rs; not simply the lower index first) → renormalised to sum 1 if `norm_topk_prob` → weights cast to the
 //! compute dtype → each chosen expert's SwiGLU of the row times its weight, summed expert by
 //! expert in ascending index order. No shared experts.
 
@@ -147,14 +147,11 @@ impl MoeBlock {
     }
 }
 
-/// One row's route from its router logits: softmax in f32, top-k (ties: lower index first),
-/// renormalised if `norm`.
+/// One row's route from its router logits: softmax in f32, top-k as `torch.topk` picks and
+/// orders them, renormalised if `norm`.
 pub fn route(logits: &[f32], k: usize, norm: bool) -> Route {
     let probs = softmax(logits);
-    let mut order: Vec<usize> = (0..probs.len()).collect();
-    // A stable sort keeps equal probabilities in index order, as torch.topk returns them.
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
-    order.truncate(k);
+    let order = super::topk::topk(&probs, k);
     let mut weights: Vec<f32> = order.iter().map(|&e| probs[e]).collect();
     if norm {
         let sum: f32 = weights.iter().sum();
@@ -224,12 +221,13 @@ mod tests {
     }
 
     #[test]
-    fn equal_probabilities_go_to_the_lower_expert_first() {
+    fn equal_probabilities_are_picked_as_torch_topk_picks_them() {
+        // torch.topk(softmax([0, 2, 1, 2, 2]), 2) on the CPU: indices [1, 4]
         let r = route(&[0.0, 2.0, 1.0, 2.0, 2.0], 2, true);
-        assert_eq!(r.experts, vec![1, 3]);
+        assert_eq!(r.experts, vec![1, 4]);
         assert_eq!(r.weights, vec![0.5, 0.5]);
         let r = route(&[0.0; 6], 3, false);
-        assert_eq!(r.experts, vec![0, 1, 2]);
+        assert_eq!(r.experts, vec![3, 5, 4]);
     }
 
     #[test]
