@@ -228,9 +228,12 @@ if traces:
           ", ".join(f"{t['a']} vs {t['b']}: {'same' if t['same'] else 'differs from step ' + str(t['first_divergent_step'])}" for t in traces if not t["required"]))
 if main and "rows" in main:
     wb = main["weight_bytes"]
-    floor = wb / bw["bytes_per_s"] * 1e3 if bw else None
+    # The bytes a block pass reads (layers, final norm, lm_head, B embedding rows: `unmask
+    # bench`'s pass_bytes); runs before issue 21 divided the whole weight size instead.
+    rb = main.get("floor", {}).get("denoise_bytes", wb)
+    floor = rb / bw["bytes_per_s"] * 1e3 if bw else None
     print(f"\n### SDAR-1.7B shape (random bf16 weights, {wb/1e9:.2f} GB), prompt {main['prompt_len']}, {main['max_new_tokens']} new tokens, B={main['block_length']} S={main['steps']}, batch 1")
-    if floor: print(f"HBM floor: {wb/1e9:.2f} GB / {bw['bytes_per_s']/1e12:.2f} TB/s = **{floor:.3f} ms per forward**\n")
+    if floor: print(f"HBM floor: {rb/1e9:.3f} GB read a pass / {bw['bytes_per_s']/1e12:.2f} TB/s = **{floor:.3f} ms per forward**\n")
     print(f"paths: {main['run']}\n")
     print("| strategy | events | ms/forward | x floor | denoise ms | +store ms | forwards/s | tok/s | tok/forward |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

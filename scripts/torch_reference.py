@@ -16,8 +16,11 @@ decode with a synchronize at the end (tokens/s, forwards/s). Warm-up decodes fir
 
 Runs with the GPU host's python3 (torch 2.11, transformers 5.17; no network):
     python3 scripts/torch_reference.py --shape sdar-1.7b --json out.json
-and on a CPU for a smoke test:
+and on a CPU (wall clock around every forward instead of CUDA events; torch's own CPU
+kernels, bf16 weights by default as a checkpoint ships them, every core unless --threads):
+    /work/pyref/bin/python scripts/torch_reference.py --shape sdar-1.7b --device cpu --max-new-tokens 16 --repeat 2
     python3 scripts/torch_reference.py --shape tiny --device cpu --dtype f32 --max-new-tokens 16
+docs/perf.md's CPU section puts these beside `unmask bench` on the same shape, same session.
 """
 
 import argparse
@@ -268,8 +271,11 @@ def main():
     ap.add_argument("--strategy", default="low_confidence_static", choices=["low_confidence_static", "sequential"])
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads on the CPU (default: torch's, every core)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
     dev = args.device
     t0 = time.perf_counter()
@@ -311,7 +317,7 @@ def main():
     non_prefill = [t for x in runs for k, t in x["times"] if k != "prefill"]
     res = {
         "shape": args.shape,
-        "device": torch.cuda.get_device_name() if dev.startswith("cuda") else dev,
+        "device": torch.cuda.get_device_name() if dev.startswith("cuda") else f"{dev} ({torch.get_num_threads()} threads)",
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         "dtype": args.dtype,
@@ -342,7 +348,8 @@ def main():
     print(
         f"torch reference ({res['impl']}) {args.shape} {args.dtype} {args.attn} on {res['device']}: "
         f"{res['tokens_per_s']:.1f} tok/s, {res['forwards_per_s']:.1f} forwards/s, "
-        f"{res['ms_per_forward_median']:.2f} ms/forward (CUDA events, median), "
+        f"{res['ms_per_forward_median']:.2f} ms/forward ({'CUDA events' if dev.startswith('cuda') else 'wall per forward'}, median: "
+        f"denoise {res['denoise_ms_median']:.2f}, commit {res['commit_ms_median']:.2f}, prefill {res['prefill_ms_median'] or 0:.2f}), "
         f"{res['wall_ms_per_forward']:.2f} ms/forward (wall), {tokens} tokens in {forwards} forwards"
     )
     if args.json:

@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::cli::{BenchArgs, EventsMode};
 use crate::engine::{decode_with_events, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
+use crate::model::config::ModelConfig;
 use crate::model::random::{shape_config, RandomWeights};
 use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Model};
 use crate::sampler::PosSample;
@@ -112,6 +113,7 @@ struct Report {
     dtype: String,
     params: usize,
     weight_bytes: usize,
+    floor: Floor,
     prompt_len: usize,
     max_new_tokens: usize,
     block_length: usize,
@@ -160,6 +162,77 @@ fn synthetic_prompt(n: usize, vocab: usize, avoid: &[u32]) -> Vec<u32> {
     out
 }
 
+/// What one forward of `rows` positions reads of the weights, in bytes of `elem` each (as
+/// the kernels read them: 2 for bf16): every layer (projections and norms), the final norm,
+/// lm_head, and `rows` rows of the embedding. A tied lm_head is the embedding, read whole once
+/// (the rows looked up are among the bytes it reads anyway). docs/perf.md's floor is this over
+/// the bandwidth measured in the same run.
+pub fn pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize) -> usize {
+    let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
+    let (q, kv) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
+    let layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h + 2 * d;
+    let embed = cfg.vocab_size * h;
+    let head_and_rows = if cfg.tie_word_embeddings { embed } else { embed + rows.min(cfg.vocab_size) * h };
+    (cfg.num_hidden_layers * layer + h + head_and_rows) * elem
+}
+
+/// The host's memory read bandwidth in bytes/s: the best of 5 sums over a 512 MiB buffer (16
+/// times the L3 of the machines we use), one contiguous share per thread as the products
+/// share out their panels. The floor of a CPU pass divides [`pass_bytes`] by this.
+fn host_read_bandwidth() -> f64 {
+    use rayon::prelude::*;
+    let buf = vec![1f32; 128 << 20];
+    let threads = candle_core::utils::get_num_threads().max(1);
+    let share = buf.len().div_ceil(threads);
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let total: f32 = buf.par_chunks(share).map(sum_lanes).sum();
+        best = best.min(t0.elapsed().as_secs_f64());
+        std::hint::black_box(total);
+    }
+    (buf.len() * 4) as f64 / best
+}
+
+/// A sum in 16 independent lanes, so that it vectorises and is bound by memory.
+fn sum_lanes(v: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    acc.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
+/// Bytes per weight value as the projections read them: bf16 weights on the CPU stay bf16
+/// under f32 compute (linear.rs), so a bf16 source reads 2 whatever the compute dtype.
+fn weight_elem_bytes(stored: &str, dtype: candle_core::DType) -> usize {
+    match stored {
+        "bf16" | "f16" => 2,
+        _ => dtype.size_in_bytes(),
+    }
+}
+
+/// The floor of each kind of pass, for the report.
+#[derive(Serialize)]
+struct Floor {
+    /// Bytes a denoising pass (B rows), a storing pass (2B rows) and the prefill pass read.
+    denoise_bytes: usize,
+    stored_bytes: usize,
+    prefill_bytes: usize,
+    /// Host read bandwidth measured in this run (CPU only; on a GPU scripts/gpu_run.sh
+    /// divides by the device's copy bandwidth).
+    read_bytes_per_s: Option<f64>,
+}
+
+impl Floor {
+    fn ms(&self, bytes: usize) -> Option<f64> {
+        self.read_bytes_per_s.map(|bw| bytes as f64 / bw * 1e3)
+    }
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
@@ -167,7 +240,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let device = parse_device(&args.decode.device)?;
     let dtype = parse_dtype(&args.decode.dtype, &device)?;
     let t0 = Instant::now();
-    let (model, mask_id, detok, info, generation, block_size): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, Option<usize>) =
+    let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
         match (&args.random_init, &args.decode.model) {
             (Some(shape), _) => {
                 let cfg = shape_config(shape)?;
@@ -180,22 +253,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     hidden_size: cfg.hidden_size,
                     num_layers: cfg.num_hidden_layers,
                     num_params: cfg.num_params(),
-                    dtype: format!("{dtype:?}").to_lowercase(),
+                    dtype: w.stored_dtype(dtype),
                 };
                 let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
-                (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg.block_size)
+                (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg)
             }
             (None, _) => {
                 let (source, _) = crate::session::model_source(&args.decode)?;
                 let ck = Checkpoint::load(&source, &device, dtype)?;
                 let mask = ck.tokenizer.mask_id();
-                (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config.block_size)
+                (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config)
             }
         };
     device.synchronize()?;
     crate::session::single_thread_for_small_models(info.num_params, &device);
     let load_s = t0.elapsed().as_secs_f64();
-    let base: DecodeSettings = args.decode.settings(&generation, block_size)?;
+    let base: DecodeSettings = args.decode.settings(&generation, cfg.block_size)?;
     let strategies: Vec<Strategy> = match args.decode.strategy {
         Some(s) => vec![s],
         None => Strategy::ALL.to_vec(),
@@ -208,6 +281,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let vocab = model.vocab_size();
     let weight_bytes = model.weight_bytes();
     let prompt_ids = synthetic_prompt(args.prompt_len, vocab, &[mask_id]);
+    let elem = weight_elem_bytes(&info.dtype, dtype);
+    let b = base.block_length;
+    let floor = Floor {
+        denoise_bytes: pass_bytes(&cfg, b, elem),
+        stored_bytes: pass_bytes(&cfg, 2 * b, elem),
+        prefill_bytes: pass_bytes(&cfg, args.prompt_len / b * b, elem),
+        read_bytes_per_s: device.is_cpu().then(host_read_bandwidth),
+    };
     let mut den = ModelDenoiser::new(model, mask_id);
     eprintln!(
         "unmask bench: {} on {} ({dtype:?}), {:.2} GB of weights, loaded in {load_s:.1} s; paths {:?}",
@@ -254,6 +335,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         dtype: format!("{dtype:?}").to_lowercase(),
         params: info.num_params,
         weight_bytes,
+        floor,
         prompt_len: args.prompt_len,
         max_new_tokens: base.max_new_tokens,
         block_length: base.block_length,
@@ -387,22 +469,49 @@ fn print_table(r: &Report) {
             r.run.capture_error.as_ref().map(|e| format!(" (capture failed: {e})")).unwrap_or_default()
         );
     }
+    let f = &r.floor;
+    let gb = |b: usize| b as f64 / 1e9;
+    match f.read_bytes_per_s {
+        Some(bw) => println!(
+            "# floor: host read bandwidth {:.1} GB/s (this run); a pass reads {:.3} GB (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill): {:.1} / {:.1} / {:.1} ms",
+            bw / 1e9,
+            gb(f.denoise_bytes),
+            r.block_length,
+            gb(f.stored_bytes),
+            gb(f.prefill_bytes),
+            f.ms(f.denoise_bytes).unwrap_or(f64::NAN),
+            f.ms(f.stored_bytes).unwrap_or(f64::NAN),
+            f.ms(f.prefill_bytes).unwrap_or(f64::NAN)
+        ),
+        None => println!(
+            "# bytes a pass reads: {:.3} GB (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill); the floor is these over the device's bandwidth",
+            gb(f.denoise_bytes),
+            r.block_length,
+            gb(f.stored_bytes),
+            gb(f.prefill_bytes)
+        ),
+    }
+    let x = |ms: f64, bytes: usize| f.ms(bytes).map(|fl| format!("{:.2}", ms / fl)).unwrap_or_else(|| "-".into());
     println!(
-        "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | +store ms | prefill ms | tok/forward | decode ms |"
+        "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | x floor | +store ms | x floor | prefill ms | x floor | tok/forward | decode ms |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
+        // No whole prompt block, no prefill pass.
+        let no_prefill = row.prefill_ms_median.is_nan();
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} |",
+            "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {:.3} | {} | {} | {} | {:.3} | {:.1} |",
             row.strategy,
             row.events,
             row.tokens_per_s,
             row.forwards_per_s,
             row.ms_per_forward,
             row.denoise_ms_median,
+            x(row.denoise_ms_median, f.denoise_bytes),
             row.stored_ms_median,
-            // No whole prompt block, no prefill pass.
-            if row.prefill_ms_median.is_nan() { "-".to_string() } else { format!("{:.2}", row.prefill_ms_median) },
+            x(row.stored_ms_median, f.stored_bytes),
+            if no_prefill { "-".to_string() } else { format!("{:.2}", row.prefill_ms_median) },
+            if no_prefill { "-".to_string() } else { x(row.prefill_ms_median, f.prefill_bytes) },
             row.tokens_per_forward,
             row.decode_ms
         );
@@ -423,7 +532,33 @@ fn print_table(r: &Report) {
 
 #[cfg(test)]
 mod tests {
-    use super::interleaved;
+    use super::*;
+
+    /// issue 21's table: at 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
+    /// 0.825 / 1.93 / 3.63 ms; the embedding counts 4 rows, lm_head whole.
+    #[test]
+    fn a_pass_reads_the_layers_the_head_and_b_embedding_rows() {
+        let floor_ms = |shape: &str| pass_bytes(&shape_config(shape).unwrap(), 4, 2) as f64 / 4.17e12 * 1e3;
+        assert_eq!(pass_bytes(&shape_config("sdar-1.7b").unwrap(), 4, 2), 3_441_166_336);
+        assert_eq!(format!("{:.3}", floor_ms("sdar-1.7b")), "0.825");
+        assert_eq!(format!("{:.2}", floor_ms("sdar-4b")), "1.93");
+        assert_eq!(format!("{:.2}", floor_ms("sdar-8b")), "3.63");
+        // 8 rows read 4 more embedding rows; a tied head reads the embedding once, whatever B
+        let c = shape_config("sdar-1.7b").unwrap();
+        assert_eq!(pass_bytes(&c, 8, 2) - pass_bytes(&c, 4, 2), 4 * 2048 * 2);
+        let tied = shape_config("qwen3-0.6b").unwrap();
+        assert_eq!(pass_bytes(&tied, 4, 2), pass_bytes(&tied, 8, 2));
+        assert_eq!(pass_bytes(&tied, 4, 2), 2 * tied.num_params(), "tied: every weight once");
+        assert_eq!(pass_bytes(&c, 4, 4), 2 * pass_bytes(&c, 4, 2));
+    }
+
+    #[test]
+    fn the_bandwidth_sum_adds_every_element() {
+        let v: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+        assert_eq!(sum_lanes(&v), 499_500.0);
+        assert_eq!(weight_elem_bytes("bf16", candle_core::DType::F32), 2);
+        assert_eq!(weight_elem_bytes("f32", candle_core::DType::F32), 4);
+    }
 
     #[test]
     fn events_on_and_off_alternate_which_goes_first() {

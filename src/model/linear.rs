@@ -12,17 +12,26 @@
 //!   values are exactly the f32 ones (bf16 -> f32 is lossless).
 //!
 //! The bf16 kernel walks `W` in panels of [`PANEL`] output columns, laid out panel by panel
-//! (`[out / PANEL][in][PANEL]`) so that each panel is one sequential stream, and keeps the
-//! `PANEL` sums of up to [`ROWS`] input rows in registers while it streams.
+//! (`[out / PANEL][in][PANEL]`) so that each panel is one sequential stream. The panels are
+//! shared out between the threads (candle's count: `RAYON_NUM_THREADS`, else the cores); each
+//! thread sweeps its panels with up to [`ROWS`] input rows at a time, their `PANEL` sums in
+//! registers. More rows (8 in a storing pass, hundreds in a prefill) sweep the same panel again,
+//! which is then in the core's L2 cache: DRAM streams every weight byte once a product whatever
+//! the row count, and a prefill is bound by the FMA units, not by memory.
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
 
 use super::gemv::Gemv;
 
-/// Output columns per panel: two 16-lane f32 registers per row.
-pub const PANEL: usize = 32;
-/// Input rows per sweep over the weights (accumulators: `ROWS * PANEL / 16` registers).
-pub const ROWS: usize = 8;
+/// Output columns per panel: two 8-lane f32 registers per row on AVX2.
+pub const PANEL: usize = 16;
+/// Input rows per sweep over a panel: 4 rows x 2 registers = 8 accumulators, which with the
+/// widened weights and the broadcast input fit AVX2's 16 registers without spilling.
+pub const ROWS: usize = 4;
+/// Below this many multiply-adds a product runs on the calling thread: handing work to the
+/// pool costs more than it saves (the embedded model's projections).
+const PARALLEL_FROM: usize = 1 << 20;
 
 pub enum Linear {
     Dense(Tensor),
@@ -80,41 +89,80 @@ impl std::fmt::Debug for Bf16Panels {
     }
 }
 
+/// Where column `c` (0..16) of a panel row is stored. The AVX2 kernel widens a row of 16 bf16
+/// with two unpacks against zero, which work within 128-bit halves: the low one yields stored
+/// positions 0-3 and 8-11, the high one 4-7 and 12-15. Storing columns 4-7 at 8-11 and 8-11
+/// at 4-7 makes the two registers columns 0-7 and 8-15 in order. (Its own inverse.)
+const fn slot(c: usize) -> usize {
+    match c / 4 {
+        1 => c + 4,
+        2 => c - 4,
+        _ => c,
+    }
+}
+
 impl Bf16Panels {
     /// From a row-major `[out, in]` weight (the checkpoint's own layout), as bf16 bits.
     pub fn from_out_in(w: &[u16], out: usize, inp: usize) -> Self {
         assert_eq!(w.len(), out * inp, "weight of {out}x{inp} holds {} values", w.len());
         let panels = out.div_ceil(PANEL);
         let mut data = vec![0u16; panels * inp * PANEL];
-        for o in 0..out {
-            let (p, j) = (o / PANEL, o % PANEL);
-            let row = &w[o * inp..(o + 1) * inp];
-            for (i, &v) in row.iter().enumerate() {
-                data[(p * inp + i) * PANEL + j] = v;
+        // Panel by panel, writing in order and reading PANEL rows of `w` side by side, each
+        // sequentially: a load streams the checkpoint once.
+        data.par_chunks_mut(inp * PANEL).enumerate().for_each(|(p, panel)| {
+            for j in 0..PANEL.min(out - p * PANEL) {
+                let row = &w[(p * PANEL + j) * inp..][..inp];
+                for (dst, &v) in panel[slot(j)..].iter_mut().step_by(PANEL).zip(row) {
+                    *dst = v;
+                }
             }
-        }
+        });
         Bf16Panels { k: inp, n: out, data }
     }
 
-    /// From a `[out, in]` tensor of any dtype that holds bf16 values (converted exactly).
+    /// From a `[out, in]` tensor of any dtype that holds bf16 values (converted exactly); a
+    /// contiguous bf16 one is read in place.
     pub fn from_tensor(w: &Tensor) -> Result<Self> {
         let (out, inp) = w.dims2()?;
-        let bits: Vec<u16> = w.to_dtype(DType::BF16)?.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|b| b.to_bits()).collect();
-        Ok(Self::from_out_in(&bits, out, inp))
+        let w = w.to_dtype(DType::BF16)?.contiguous()?;
+        let (storage, layout) = w.storage_and_layout();
+        let (CpuStorage::BF16(v), Some((a, b))) = (&*storage, layout.contiguous_offsets()) else {
+            let bits: Vec<u16> = w.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|b| b.to_bits()).collect();
+            return Ok(Self::from_out_in(&bits, out, inp));
+        };
+        // SAFETY: bf16 is a transparent u16 (half's `#[repr(transparent)]`).
+        let bits = unsafe { std::slice::from_raw_parts(v[a..b].as_ptr().cast::<u16>(), b - a) };
+        Ok(Self::from_out_in(bits, out, inp))
     }
 
     /// `y [t, n] = x [t, k] W`, x row-major.
     pub fn matmul(&self, x: &[f32], t: usize) -> Vec<f32> {
+        assert_eq!(x.len(), t * self.k, "{t} rows of {} features", self.k);
         let mut y = vec![0f32; t * self.n];
-        for r0 in (0..t).step_by(ROWS) {
-            let rows = ROWS.min(t - r0);
-            let xs = &x[r0 * self.k..(r0 + rows) * self.k];
-            let ys = &mut y[r0 * self.n..(r0 + rows) * self.n];
-            kernel::run(self, xs, rows, ys);
+        let panels = self.n.div_ceil(PANEL);
+        let threads = if t * self.n * self.k < PARALLEL_FROM { 1 } else { candle_core::utils::get_num_threads().clamp(1, panels) };
+        let out = Out(y.as_mut_ptr());
+        let per = panels.div_ceil(threads);
+        let work = |c: usize| {
+            for p in c * per..((c + 1) * per).min(panels) {
+                // SAFETY: panel `p` writes only columns p*PANEL.. of each row, and each panel
+                // belongs to one chunk; `y` outlives the scope of every chunk.
+                unsafe { kernel::panel(self, p, x, t, &out) };
+            }
+        };
+        if threads == 1 {
+            work(0);
+        } else {
+            (0..threads).into_par_iter().for_each(work);
         }
         y
     }
 }
+
+/// The output of [`Bf16Panels::matmul`], written by several threads at disjoint columns.
+struct Out(*mut f32);
+// SAFETY: see the one use; the threads write disjoint elements.
+unsafe impl Sync for Out {}
 
 impl CustomOp1 for Bf16Panels {
     fn name(&self) -> &'static str {
@@ -136,76 +184,105 @@ impl CustomOp1 for Bf16Panels {
     }
 }
 
-/// The kernel, compiled for the best instruction set the CPU has (picked at run time): the same
-/// Rust, vectorised by the compiler for AVX-512, AVX2+FMA, or the baseline.
+/// One panel times every row, [`ROWS`] rows a sweep: AVX2+FMA intrinsics where the CPU has
+/// them (checked at run time), else portable Rust the compiler vectorises as it can. Both sum
+/// each output in the same order (k ascending, one f32 fused multiply-add a step), so they
+/// agree exactly.
 mod kernel {
-    use super::{Bf16Panels, PANEL};
+    use super::{slot, Bf16Panels, Out, PANEL, ROWS};
 
-    pub fn run(w: &Bf16Panels, x: &[f32], rows: usize, y: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the feature was just detected.
-                return unsafe { avx512(w, x, rows, y) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                // SAFETY: as above.
-                return unsafe { avx2(w, x, rows, y) };
-            }
-        }
-        generic(w, x, rows, y)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,fma")]
-    unsafe fn avx512(w: &Bf16Panels, x: &[f32], rows: usize, y: &mut [f32]) {
-        generic(w, x, rows, y)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2(w: &Bf16Panels, x: &[f32], rows: usize, y: &mut [f32]) {
-        generic(w, x, rows, y)
-    }
-
-    #[inline(always)]
-    fn generic(w: &Bf16Panels, x: &[f32], rows: usize, y: &mut [f32]) {
-        // One monomorphised body per row count, so the accumulators are a fixed-size array the
-        // compiler keeps in registers.
-        match rows {
-            1 => panels::<1>(w, x, y),
-            2 => panels::<2>(w, x, y),
-            3 => panels::<3>(w, x, y),
-            4 => panels::<4>(w, x, y),
-            5 => panels::<5>(w, x, y),
-            6 => panels::<6>(w, x, y),
-            7 => panels::<7>(w, x, y),
-            8 => panels::<8>(w, x, y),
-            _ => unreachable!("at most ROWS rows per sweep"),
-        }
-    }
-
-    #[inline(always)]
-    fn panels<const R: usize>(w: &Bf16Panels, x: &[f32], y: &mut [f32]) {
+    /// # Safety
+    /// `out` points at `t * w.n` floats that nothing else reads or writes at the columns of
+    /// panel `p` while this runs.
+    pub unsafe fn panel(w: &Bf16Panels, p: usize, x: &[f32], t: usize, out: &Out) {
         let (k, n) = (w.k, w.n);
-        for (p, panel) in w.data.chunks_exact(k * PANEL).enumerate() {
-            let mut acc = [[0f32; PANEL]; R];
-            for (i, wrow) in panel.chunks_exact(PANEL).enumerate() {
-                let mut wf = [0f32; PANEL];
-                for j in 0..PANEL {
-                    wf[j] = f32::from_bits((wrow[j] as u32) << 16);
+        let pw = &w.data[p * k * PANEL..][..k * PANEL];
+        let cols = PANEL.min(n - p * PANEL);
+        #[cfg(target_arch = "x86_64")]
+        let simd = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        let simd = false;
+        for r0 in (0..t).step_by(ROWS) {
+            let rows = ROWS.min(t - r0);
+            let xs = &x[r0 * k..(r0 + rows) * k];
+            let mut acc = [[0f32; PANEL]; ROWS];
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: the features were just detected.
+                unsafe { avx2::sweep(pw, xs, rows, k, &mut acc) };
+            }
+            if !simd {
+                portable(pw, xs, rows, k, &mut acc);
+            }
+            for (r, a) in acc.iter().enumerate().take(rows) {
+                // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols) };
+                dst.copy_from_slice(&a[..cols]);
+            }
+        }
+    }
+
+    fn widen(b: u16) -> f32 {
+        f32::from_bits((b as u32) << 16)
+    }
+
+    pub fn portable(pw: &[u16], xs: &[f32], rows: usize, k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+        for (i, wrow) in pw.chunks_exact(PANEL).enumerate() {
+            let wf: [f32; PANEL] = std::array::from_fn(|c| widen(wrow[slot(c)]));
+            for (r, a) in acc.iter_mut().enumerate().take(rows) {
+                let xv = xs[r * k + i];
+                for c in 0..PANEL {
+                    a[c] = xv.mul_add(wf[c], a[c]);
                 }
-                for r in 0..R {
-                    let xv = x[r * k + i];
-                    for j in 0..PANEL {
-                        acc[r][j] = xv.mul_add(wf[j], acc[r][j]);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    pub mod avx2 {
+        use super::{PANEL, ROWS};
+        use std::arch::x86_64::*;
+
+        /// # Safety
+        /// The CPU has AVX2 and FMA.
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn sweep(pw: &[u16], xs: &[f32], rows: usize, k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+            // One body per row count, so the accumulators are registers.
+            match rows {
+                1 => rows_n::<1>(pw, xs, k, acc),
+                2 => rows_n::<2>(pw, xs, k, acc),
+                3 => rows_n::<3>(pw, xs, k, acc),
+                _ => rows_n::<4>(pw, xs, k, acc),
+            }
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn rows_n<const R: usize>(pw: &[u16], xs: &[f32], k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+            assert!(pw.len() >= k * PANEL && xs.len() >= R * k);
+            let zero = _mm256_setzero_si256();
+            let mut lo = [_mm256_setzero_ps(); R];
+            let mut hi = [_mm256_setzero_ps(); R];
+            let (w, x) = (pw.as_ptr(), xs.as_ptr());
+            for i in 0..k {
+                // SAFETY: i < k, within the lengths asserted above.
+                unsafe {
+                    let b = _mm256_loadu_si256(w.add(i * PANEL).cast());
+                    // bf16 -> f32 is the 16 bits moved to the top half
+                    let wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, b));
+                    let wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, b));
+                    for r in 0..R {
+                        let xv = _mm256_broadcast_ss(&*x.add(r * k + i));
+                        lo[r] = _mm256_fmadd_ps(xv, wl, lo[r]);
+                        hi[r] = _mm256_fmadd_ps(xv, wh, hi[r]);
                     }
                 }
             }
-            let c0 = p * PANEL;
-            let cols = PANEL.min(n - c0);
             for r in 0..R {
-                y[r * n + c0..r * n + c0 + cols].copy_from_slice(&acc[r][..cols]);
+                // SAFETY: each row of `acc` holds 16 floats.
+                unsafe {
+                    _mm256_storeu_ps(acc[r].as_mut_ptr(), lo[r]);
+                    _mm256_storeu_ps(acc[r].as_mut_ptr().add(8), hi[r]);
+                }
             }
         }
     }
@@ -237,6 +314,50 @@ mod tests {
         }
     }
 
+    /// A product big enough to be shared out between threads, 8 rows (a storing pass: two
+    /// sweeps a panel) and 37 (a prefill chunk with a ragged last sweep), against the naive
+    /// sums; and the portable body against the AVX2 one, which must agree bit for bit.
+    #[test]
+    fn threaded_products_and_both_bodies_match_the_naive_sums() {
+        let (out, inp) = (PANEL * 40 + 3, 256);
+        assert!(8 * out * inp >= PARALLEL_FROM, "large enough to take the pool");
+        let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
+        let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp);
+        for t in [4, 8, 37] {
+            let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
+            let y = p.matmul(&x, t);
+            for r in 0..t {
+                for o in 0..out {
+                    let want: f32 = (0..inp).map(|i| x[r * inp + i] * w[o * inp + i]).sum();
+                    assert_eq!(y[r * out + o], want, "t={t} row {r} col {o}");
+                }
+            }
+        }
+        // inexact values: the two bodies still round alike
+        let x: Vec<f32> = (0..4 * inp).map(|i| (i as f32 * 0.37).sin()).collect();
+        let pw = &p.data[..inp * PANEL];
+        let mut a = [[0f32; PANEL]; ROWS];
+        kernel::portable(pw, &x, 3, inp, &mut a);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            let mut b = [[0f32; PANEL]; ROWS];
+            // SAFETY: detected just above.
+            unsafe { kernel::avx2::sweep(pw, &x, 3, inp, &mut b) };
+            assert_eq!(a, b);
+        }
+        for c in 0..PANEL {
+            let want = (0..inp).fold(0f32, |s, i| x[inp + i].mul_add(w[c * inp + i], s));
+            assert_eq!(a[1][c], want, "column {c}");
+        }
+    }
+
+    #[test]
+    fn the_slots_put_each_column_where_the_unpacks_find_it() {
+        let stored: Vec<usize> = (0..PANEL).map(slot).collect();
+        assert_eq!(stored, [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]);
+        assert!((0..PANEL).all(|c| slot(slot(c)) == c));
+    }
+
     #[test]
     fn as_a_candle_op_it_equals_the_f32_matmul_of_the_widened_weights() {
         let dev = candle_core::Device::Cpu;
@@ -248,7 +369,7 @@ mod tests {
         let want = x.broadcast_matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
         let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
         assert!(diff < 1e-4, "max diff {diff}");
-        assert_eq!(lin.bytes(), 2 * 24 * 64, "two zero-padded panels of 32 columns");
+        assert_eq!(lin.bytes(), 2 * 24 * 48, "three zero-padded panels of 16 columns");
     }
 
     #[test]

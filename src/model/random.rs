@@ -1,7 +1,8 @@
 //! Seeded random weights of a named real shape, built directly on the target device, for
 //! benchmarks (`unmask bench --random-init sdar-1.7b`). They go through the same
 //! [`Model::load`](super::Model::load) as a checkpoint, so the forward pass measured is the one
-//! that decodes real models.
+//! that decodes real models. [`RandomWeights::new`] stores them as bf16, as SDAR's checkpoints
+//! are, so that the CPU keeps them bf16 (linear.rs's panels) exactly as it does a checkpoint's.
 
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
@@ -13,10 +14,16 @@ use super::weights::WeightSource;
 
 /// The shapes `--random-init` knows. SDAR's are their Qwen3 bases (head_dim 128, vocab
 /// 151936, rope_theta 1e6, no biases).
-pub const SHAPES: [&str; 5] = ["tiny", "qwen3-0.6b", "sdar-1.7b", "sdar-4b", "sdar-8b"];
+pub const SHAPES: [&str; 7] = ["tiny", "qwen3-0.6b", "sdar-1.7b", "sdar-4b", "sdar-8b", "moe-small", "sdar-30b-a3b"];
 
 /// `config.json` of a named shape.
 pub fn shape_config(name: &str) -> Result<ModelConfig> {
+    let json = shape_json(name)?;
+    ModelConfig::parse(&json.to_string(), &format!("--random-init {name}"))
+}
+
+/// `config.json` of a named shape, as JSON.
+pub fn shape_json(name: &str) -> Result<serde_json::Value> {
     // (hidden, layers, heads, kv heads, head_dim, intermediate, vocab, tied, mask id)
     let (h, l, qh, kvh, d, i, v, tied, mask) = match name {
         // the test fixture's shape (tests/fixtures/tiny-random)
@@ -26,6 +33,10 @@ pub fn shape_config(name: &str) -> Result<ModelConfig> {
         "sdar-1.7b" => (2048, 28, 16, 8, 128, 6144, 151936, false, 151669),
         "sdar-4b" => (2560, 36, 32, 8, 128, 9728, 151936, false, 151669),
         "sdar-8b" => (4096, 36, 32, 8, 128, 12288, 151936, false, 151669),
+        // SDAR-30B-A3B (sdar_moe): 48 sparse layers of 128 experts, 8 a row, 32/4 heads
+        "sdar-30b-a3b" => (2048, 48, 32, 4, 128, 6144, 151936, false, 151669),
+        // a small MoE of the same head geometry, for quick GPU runs
+        "moe-small" => (1024, 8, 16, 4, 128, 3072, 151936, false, 151669),
         other => bail!("--random-init {other}: unknown shape; known: {}", SHAPES.join(", ")),
     };
     let json = serde_json::json!({
@@ -44,7 +55,116 @@ pub fn shape_config(name: &str) -> Result<ModelConfig> {
         "block_size": 4,
         "mask_token_id": mask,
     });
-    ModelConfig::parse(&json.to_string(), &format!("--random-init {name}"))
+    Ok(with_moe(json, name))
+}
+
+/// The MoE fields of the MoE shapes: (experts, experts a row, expert intermediate size).
+fn with_moe(mut json: serde_json::Value, name: &str) -> serde_json::Value {
+    let (experts, k, inter) = match name {
+        "sdar-30b-a3b" => (128, 8, 768),
+        "moe-small" => (64, 8, 512),
+        _ => return json,
+    };
+    let extra = serde_json::json!({
+        "model_type": "sdar_moe",
+        "num_experts": experts,
+        "num_experts_per_tok": k,
+        "moe_intermediate_size": inter,
+        "norm_topk_prob": true,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    });
+    if let (Some(o), Some(e)) = (json.as_object_mut(), extra.as_object()) {
+        o.extend(e.clone());
+    }
+    json
+}
+
+/// Every weight of `cfg` in the order [`Model::load`](super::Model::load) reads them (so a
+/// [`RandomWeights`] source draws them in this order), with their shapes.
+pub fn tensor_order(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
+    let (q, kv) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
+    let mut out = Vec::new();
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        for (n, shape) in [
+            ("input_layernorm", vec![h]),
+            ("self_attn.q_proj", vec![q, h]),
+            ("self_attn.k_proj", vec![kv, h]),
+            ("self_attn.v_proj", vec![kv, h]),
+            ("self_attn.o_proj", vec![h, q]),
+            ("self_attn.q_norm", vec![d]),
+            ("self_attn.k_norm", vec![d]),
+            ("post_attention_layernorm", vec![h]),
+            ("mlp.gate_proj", vec![i, h]),
+            ("mlp.up_proj", vec![i, h]),
+            ("mlp.down_proj", vec![h, i]),
+        ] {
+            out.push((format!("{p}.{n}.weight"), shape));
+        }
+    }
+    out.push(("model.embed_tokens.weight".into(), vec![cfg.vocab_size, h]));
+    if !cfg.tie_word_embeddings {
+        out.push(("lm_head.weight".into(), vec![cfg.vocab_size, h]));
+    }
+    out.push(("model.norm.weight".into(), vec![h]));
+    out
+}
+
+/// Writes the random bf16 weights of shape `name` drawn from `seed` as a checkpoint folder
+/// (`config.json`, one `model.safetensors` with the real tensor names, a tokenizer), so that
+/// a CPU benchmark can load a real bf16 checkpoint without a download. The weights equal
+/// `--random-init name` with the same seed. The safetensors file is written tensor by tensor
+/// (at most one tensor in memory); returns its size in bytes.
+pub fn write_checkpoint(name: &str, seed: u64, dir: &std::path::Path) -> Result<u64> {
+    use anyhow::Context;
+    use std::io::Write;
+    let mut json = shape_json(name)?;
+    if json.get("num_experts").is_some() {
+        bail!("{name}: checkpoints are written for the dense shapes only; a MoE shape runs with --random-init");
+    }
+    json["torch_dtype"] = "bfloat16".into();
+    json["architectures"] = serde_json::json!(["SDARForCausalLM"]);
+    let cfg = shape_config(name)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    let file = |f: &str| dir.join(f);
+    let write = |f: &str, bytes: &[u8]| std::fs::write(file(f), bytes).with_context(|| format!("{}: cannot write", file(f).display()));
+    write("config.json", serde_json::to_string_pretty(&json)?.as_bytes())?;
+    // The tiny shape's vocabulary is the test fixture's; every other is Qwen3's (151669 ids,
+    // `<|MASK|>` added at 151669 on load).
+    if name == "tiny" {
+        write("tokenizer.json", include_bytes!("../../tests/fixtures/tiny-random/tokenizer.json"))?;
+    } else {
+        write("tokenizer.json.gz", include_bytes!("../../tests/fixtures/qwen3-tokenizer/tokenizer.json.gz"))?;
+    }
+    // safetensors: an 8-byte header length, the JSON header (padded to 8 bytes), the data
+    let order = tensor_order(&cfg);
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
+    let mut at = 0usize;
+    for (n, shape) in &order {
+        let len = shape.iter().product::<usize>() * 2;
+        header.insert(n.clone(), serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [at, at + len]}));
+        at += len;
+    }
+    let mut head = serde_json::to_string(&header)?.into_bytes();
+    head.resize(head.len().div_ceil(8) * 8, b' ');
+    let path = file("model.safetensors");
+    let f = std::fs::File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 22, f);
+    let cpu = Device::Cpu;
+    let w = RandomWeights::new(&cfg, seed, &cpu)?;
+    let mut put = |bytes: &[u8]| out.write_all(bytes).with_context(|| format!("{}: cannot write", path.display()));
+    put(&(head.len() as u64).to_le_bytes())?;
+    put(&head)?;
+    for (n, shape) in &order {
+        let t = w.get(n, shape, DType::BF16, &cpu)?.flatten_all()?.to_vec1::<half::bf16>()?;
+        let bytes: Vec<u8> = t.iter().flat_map(|b| b.to_bits().to_le_bytes()).collect();
+        put(&bytes)?;
+    }
+    out.flush().with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok((8 + head.len() + at) as u64)
 }
 
 /// Norm weights are 1, every other tensor is drawn with standard deviation `std` (a normal on
@@ -55,6 +175,9 @@ pub struct RandomWeights {
     /// Draw on the host (ChaCha8) whatever the target device, so that every device gets the
     /// same weights (for CPU/GPU comparisons); otherwise CUDA draws with curand.
     pub host: bool,
+    /// The dtype the weights are "stored" in, as a checkpoint's are: every value drawn is
+    /// rounded to it, and [`WeightSource::stored`] reports it. `None`: the compute dtype.
+    pub stored: Option<DType>,
     rng: std::cell::RefCell<ChaCha8Rng>,
 }
 
@@ -64,12 +187,18 @@ impl RandomWeights {
         if !device.is_cpu() {
             device.set_seed(seed)?;
         }
-        Ok(RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: false, rng: ChaCha8Rng::seed_from_u64(seed).into() })
+        let rng = ChaCha8Rng::seed_from_u64(seed).into();
+        Ok(RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: false, stored: Some(DType::BF16), rng })
+    }
+
+    /// The stored dtype's name, as a checkpoint's header gives it (`bf16`).
+    pub fn stored_dtype(&self, compute: DType) -> String {
+        format!("{:?}", self.stored.unwrap_or(compute)).to_lowercase()
     }
 
     /// Weights drawn on the host from `seed` alone: the same tensors on every device.
     pub fn on_host(cfg: &ModelConfig, seed: u64) -> Self {
-        RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: true, rng: ChaCha8Rng::seed_from_u64(seed).into() }
+        RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: true, stored: None, rng: ChaCha8Rng::seed_from_u64(seed).into() }
     }
 }
 
@@ -87,11 +216,19 @@ impl WeightSource for RandomWeights {
         } else {
             Tensor::randn(0f32, self.std, shape, device)?
         };
+        let t = match self.stored {
+            Some(s) => t.to_dtype(s)?,
+            None => t,
+        };
         Ok(t.to_dtype(dtype)?)
     }
 
     fn contains(&self, name: &str) -> bool {
         name != "lm_head.weight" || !self.tied
+    }
+
+    fn stored(&self, _name: &str) -> Option<DType> {
+        self.stored
     }
 }
 
@@ -150,6 +287,46 @@ mod tests {
         let mut c2 = m2.new_cache(16).unwrap();
         let h2 = m2.forward(&[1, 2, 3, 4, 5, 6], &mut c2, 4, 6).unwrap();
         assert_eq!(h.to_vec2::<f32>().unwrap(), h2.to_vec2::<f32>().unwrap());
+    }
+
+    /// The checkpoint written for a shape loads as a bf16 checkpoint and holds exactly the
+    /// weights `--random-init` draws from the same seed: the same logits.
+    #[test]
+    fn a_written_checkpoint_equals_the_random_init_weights() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = write_checkpoint("tiny", 11, dir.path()).unwrap();
+        assert_eq!(bytes, std::fs::metadata(dir.path().join("model.safetensors")).unwrap().len());
+        let src = crate::model::Source::Dir(dir.path().to_path_buf());
+        let ck = crate::model::Checkpoint::load(&src, &Device::Cpu, DType::F32).unwrap();
+        assert_eq!(ck.info.dtype, "bf16");
+        let cfg = shape_config("tiny").unwrap();
+        let rand = super::super::Model::load(&cfg, &RandomWeights::new(&cfg, 11, &Device::Cpu).unwrap(), DType::F32, &Device::Cpu).unwrap();
+        let logits = |m: &super::super::Model| {
+            let mut cache = m.new_cache(16).unwrap();
+            m.logits(&m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, 6).unwrap()).unwrap().to_vec2::<f32>().unwrap()
+        };
+        assert_eq!(logits(&ck.model), logits(&rand));
+        assert_eq!(ck.model.weight_bytes(), rand.weight_bytes());
+    }
+
+    /// Random weights of a named shape load as a bf16 checkpoint does on the CPU: projections
+    /// in bf16 panels (2 bytes a weight) under f32 compute, every value a bf16 one.
+    #[test]
+    fn random_weights_are_stored_bf16_and_take_the_checkpoint_path() {
+        let cfg = shape_config("tiny").unwrap();
+        let w = RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap();
+        assert_eq!(w.stored("model.layers.0.mlp.down_proj.weight"), Some(DType::BF16));
+        assert_eq!(w.stored_dtype(DType::F32), "bf16");
+        let t = w.get("model.embed_tokens.weight", &[354, 64], DType::F32, &Device::Cpu).unwrap();
+        let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(v.iter().all(|&x| half::bf16::from_f32(x).to_f32() == x), "values are bf16 ones");
+        let m = super::super::Model::load(&cfg, &RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap(), DType::F32, &Device::Cpu).unwrap();
+        let f32_model = super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
+        // the embedding f32 in both; each layer's 43008 projection weights 2 bytes (panels)
+        // against 4; lm_head's 354 rows 4 bytes against 2 in 23 panels of 16
+        let layers = 2 * 43008 * (4 - 2);
+        let head = 354 * 64 * 4 - 23 * 16 * 64 * 2;
+        assert_eq!(f32_model.weight_bytes() - m.weight_bytes(), layers + head);
     }
 
     /// The fused ops (their CPU implementations, the kernels' algorithm) against the generic

@@ -59,7 +59,7 @@ pub fn route(op: &RouteInto, (t, e): (usize, usize), (st, lt): (&mut CudaStorage
     let base = lt.start_offset();
     let words = st.as_cuda_slice_mut::<u32>()?;
     // the table of this layer, and the u64 counters (8-byte aligned: TABLE_WORDS is even)
-    let (head, tail) = words.split_at_mut(base + n - STATS_WORDS);
+    let (mut head, mut tail) = words.split_at_mut(base + n - STATS_WORDS);
     let at = base + op.layer * TABLE_WORDS;
     let mut table = head.slice_mut(at..at + TABLE_WORDS);
     let mut stats = tail.slice_mut(0..STATS_WORDS);
