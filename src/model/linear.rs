@@ -126,7 +126,7 @@ impl Bf16Panels {
         let (out, inp) = w.dims2()?;
         let w = w.to_dtype(DType::BF16)?.contiguous()?;
         let (storage, layout) = w.storage_and_layout();
-        let (CpuStorage::BF16(v), Some((a, b))) = (&*storage, layout.contiguous_offsets()) else {
+        let (candle_core::Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) else {
             let bits: Vec<u16> = w.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|b| b.to_bits()).collect();
             return Ok(Self::from_out_in(&bits, out, inp));
         };
