@@ -2,8 +2,8 @@
 // grouped expert products of kernels/gemv.cu:
 //   1. router logits [T, E] bf16: gemv.cu's norm form (the post-attention norm folded into the
 //      router's columns, as into every expert's gate|up);
-//   2. unmask_moe_route (here): softmax over all experts in f32, the top k (ties: the lower
-//      expert id, as PyTorch's CPU topk orders them), renormalised when the config says so, and
+//   2. unmask_moe_route (here): softmax over all experts in f32, the top k (exact ties: the
+//      lower expert id; PyTorch's order on ties is its sort's, src/model/topk.rs), renormalised when the config says so, and
 //      the routing table the grouped products read: the distinct experts the pass touched, the
 //      rows of each, each row's slots and weights;
 //   3. unmask_gemv_moe_up_u4: silu(gate) * up of every (row, choice) slot, one launch over the

@@ -117,7 +117,9 @@ impl ModelDenoiser {
     fn pass(&mut self, pass: Pass<'_>) -> Result<Tensor> {
         let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
         let (s, b) = (pass.store.len(), pass.block.len());
-        Ok(self.model.forward(&pass.ids(), cache, b, s)?.narrow(0, s, b)?)
+        let ids = pass.ids();
+        let done = prefill_chunks(&self.model, &ids[..s], cache, b)?;
+        Ok(self.model.forward(&ids[done..], cache, b, s - done)?.narrow(0, s - done, b)?)
     }
 
     /// A fixed-buffer pass; returns its buffers (samples and logits on the device).
@@ -148,6 +150,26 @@ impl ModelDenoiser {
 
 fn to_pos(k: &KernelSample) -> PosSample {
     PosSample { token: k.token, conf: k.conf, entropy: k.entropy }
+}
+
+/// Rows a prompt is stored in at most per forward, before the pass that carries the block: a
+/// long prompt's attention then holds `[chunk, keys]` scores, not `[prompt, prompt]` (a 32k
+/// prompt's would need tens of GB). Short prompts (the common case, and every golden) take one
+/// pass as before.
+pub const PREFILL_CHUNK: usize = 512;
+
+/// Stores the leading whole chunks of `store` (a multiple of `block` rows) into the cache, one
+/// committed forward each, leaving at most [`PREFILL_CHUNK`] rows for the pass that follows;
+/// returns the rows stored. Chunks start on block boundaries, so the block-causal mask of each
+/// is the one the whole prompt would have had.
+pub fn prefill_chunks(model: &Model, store: &[u32], cache: &mut KvCache, block: usize) -> Result<usize> {
+    let chunk = (PREFILL_CHUNK / block).max(1) * block;
+    let mut done = 0;
+    while store.len() - done > chunk {
+        model.forward(&store[done..done + chunk], cache, block, chunk)?;
+        done += chunk;
+    }
+    Ok(done)
 }
 
 impl Denoiser for ModelDenoiser {
@@ -218,5 +240,35 @@ impl Denoiser for ModelDenoiser {
                 sample(row, sampling, u)
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod prefill_tests {
+    use super::*;
+    use crate::model::random::{shape_config, RandomWeights};
+
+    /// A 600-token prompt stored as 512 + 88 rows then the block gives the block the logits of
+    /// the one-shot pass over all 604 rows (the same keys, the same mask).
+    #[test]
+    fn a_long_prompt_is_stored_in_chunks_with_the_same_result() {
+        let cfg = shape_config("tiny").unwrap();
+        let m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 4), DType::F32, &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..604u32).map(|i| (i * 37 + 5) % 350).collect();
+        let (store, block) = (&ids[..600], 4);
+        let mut one = m.new_cache(608).unwrap();
+        let whole = m.logits(&m.forward(&ids, &mut one, block, 600).unwrap().narrow(0, 600, 4).unwrap()).unwrap();
+        let mut cache = m.new_cache(608).unwrap();
+        let done = prefill_chunks(&m, store, &mut cache, block).unwrap();
+        assert_eq!((done, cache.len()), (512, 512));
+        let rest = m.forward(&ids[done..], &mut cache, block, 600 - done).unwrap().narrow(0, 600 - done, 4).unwrap();
+        let chunked = m.logits(&rest).unwrap();
+        assert_eq!(cache.len(), 600);
+        let (a, b) = (whole.flatten_all().unwrap().to_vec1::<f32>().unwrap(), chunked.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-4, "chunked prefill differs by {worst}");
+        // a short prompt is not chunked
+        let mut c2 = m.new_cache(608).unwrap();
+        assert_eq!(prefill_chunks(&m, &ids[..512], &mut c2, block).unwrap(), 0);
     }
 }

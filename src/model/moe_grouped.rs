@@ -8,8 +8,10 @@
 //! they are what CI runs (the GPU has no CI), and `check-device` compares the kernels with them.
 //!
 //! Numbers as the kernels round them: router logits bf16 (the norm-folded gemv), softmax in f32,
-//! the top k ranked by logit (equal logits: the lower expert id first, as PyTorch's CPU topk
-//! orders equal values), each expert's gate and up products rounded to bf16 before
+//! the top k ranked by logit (equal logits: the lower expert id first, a fixed rule the kernel
+//! can apply cheaply; PyTorch's own order on exact ties is that of its sorts, which the CPU path
+//! reproduces in topk.rs, so the two can differ only where two router logits are bit-equal),
+//! each expert's gate and up products rounded to bf16 before
 //! silu(gate) * up, the down product rounded to bf16 then times the routing weight in f32, the
 //! k choices of a row summed in order in f32, rounded to bf16, plus the residual.
 
@@ -97,7 +99,7 @@ impl Table {
 }
 
 /// Routes `t` rows of router logits `[t, e]`: softmax over all experts in f32, the top `k` by
-/// logit (ties: the lower id), renormalised to sum 1 if `norm`. The table the kernels read.
+/// logit (exact ties: the lower id; see the module's note), renormalised to sum 1 if `norm`. The table the kernels read.
 pub fn route(logits: &[f32], t: usize, e: usize, k: usize, norm: bool) -> Table {
     let mut table = Table { k, experts: Vec::new(), rows: Vec::new(), slot: Vec::new(), topk: Vec::new(), weight: Vec::new() };
     for r in 0..t {
