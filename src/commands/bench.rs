@@ -108,6 +108,8 @@ struct Row {
 
 #[derive(Serialize)]
 struct Report {
+    /// MoE models: distinct experts per sparse layer per block pass, counted on the device.
+    moe_experts_per_layer_pass: Option<f64>,
     model: String,
     device: String,
     dtype: String,
@@ -168,12 +170,23 @@ fn synthetic_prompt(n: usize, vocab: usize, avoid: &[u32]) -> Vec<u32> {
 /// (the rows looked up are among the bytes it reads anyway). docs/perf.md's floor is this over
 /// the bandwidth measured in the same run.
 pub fn pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize) -> usize {
+    moe_pass_bytes(cfg, rows, elem, 0.0)
+}
+
+/// [`pass_bytes`] of a model with sparse layers, each of which reads its router and the
+/// `experts` distinct experts the pass's rows were routed to (a mean, counted on the device:
+/// `Model::moe_stats`); dense layers as in [`pass_bytes`].
+pub fn moe_pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize, experts: f64) -> usize {
     let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (q, kv) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
-    let layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h + 2 * d;
+    let attn = h * (q + 2 * kv) + q * h + 2 * h + 2 * d;
+    let (n_experts, moe_i) = (cfg.moe.num_experts.unwrap_or(0), cfg.moe.moe_intermediate_size.unwrap_or(0));
+    let layers: f64 = (0..cfg.num_hidden_layers)
+        .map(|l| if cfg.is_sparse(l) { (attn + n_experts * h) as f64 + experts * (3 * h * moe_i) as f64 } else { (attn + 3 * h * i) as f64 })
+        .sum();
     let embed = cfg.vocab_size * h;
     let head_and_rows = if cfg.tie_word_embeddings { embed } else { embed + rows.min(cfg.vocab_size) * h };
-    (cfg.num_hidden_layers * layer + h + head_and_rows) * elem
+    (layers as usize + h + head_and_rows) * elem
 }
 
 /// The host's memory read bandwidth in bytes/s: the best of 5 sums over a 512 MiB buffer (16
@@ -329,7 +342,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     let run = den.status();
+    // MoE: the floor counts the distinct experts the passes really touched (the grouped
+    // kernels count them on the device), not the config's experts
+    let mut floor = floor;
+    let mut moe_experts = None;
+    if let Some((touched, layer_passes)) = den.model().moe_stats()? {
+        let mean = touched as f64 / layer_passes.max(1) as f64;
+        moe_experts = Some(mean);
+        floor.denoise_bytes = moe_pass_bytes(&cfg, b, elem, mean);
+        floor.stored_bytes = moe_pass_bytes(&cfg, 2 * b, elem, mean);
+        floor.prefill_bytes = moe_pass_bytes(&cfg, args.prompt_len / b * b, elem, mean);
+        eprintln!("MoE: {mean:.1} distinct experts per sparse layer per block pass ({layer_passes} layer passes counted on the device)");
+    }
     let report = Report {
+        moe_experts_per_layer_pass: moe_experts,
         model: info.source.clone(),
         device: args.decode.device.clone(),
         dtype: format!("{dtype:?}").to_lowercase(),
