@@ -28,7 +28,7 @@ impl Pace {
     /// `--pace`: 0 is unlimited, a positive number is steps per second.
     pub fn new(per_second: f64) -> Result<Pace, String> {
         match per_second {
-            p if p == 0.0 => Ok(Pace::Unlimited),
+            0.0 => Ok(Pace::Unlimited),
             p if p.is_finite() && p > 0.0 => Ok(Pace::PerSecond(p)),
             p => Err(format!("--pace {p}: must be 0 (as fast as the decode goes) or a positive number of steps per second")),
         }
