@@ -28,7 +28,7 @@ pub struct Cli {
 }
 
 /// How the screens look (the TUI, `replay`, `compare`, `record`).
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
 pub struct LookArgs {
     /// No colour: every decoded cell shows its step number, confidence shows as bars. Also
     /// turned on by the NO_COLOR environment variable.
@@ -37,6 +37,11 @@ pub struct LookArgs {
     /// Colours for a dark or a light terminal background.
     #[arg(long, value_enum, value_name = "T", default_value = "dark", global = true)]
     pub theme: crate::ui::theme::ThemeName,
+    /// Steps per second the view walks through the decode from its first step until it
+    /// catches up with the decode, which never waits for it (`+`/`-` change it live); 0: as
+    /// fast as the steps come. The TUI and `replay`.
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 10.0, global = true)]
+    pub pace: f64,
 }
 
 impl LookArgs {
@@ -45,6 +50,11 @@ impl LookArgs {
     pub fn theme(&self) -> &'static crate::ui::theme::Theme {
         use crate::ui::theme::{pick, Depth};
         pick(self.theme, Depth::from_env(self.mono))
+    }
+
+    /// `--pace`, checked.
+    pub fn pace(&self) -> Result<crate::ui::cursor::Pace> {
+        crate::ui::cursor::Pace::new(self.pace).map_err(anyhow::Error::msg)
     }
 }
 
@@ -263,7 +273,7 @@ pub struct DecodeArgs {
     #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
     pub steps: Option<usize>,
     /// Unmasking strategy.
-    #[arg(long, value_enum, global = true)]
+    #[arg(long, value_enum, ignore_case = true, global = true)]
     pub strategy: Option<Strategy>,
     /// Where SDAR and lmdeploy disagree (tokens per step, dynamic's use of steps).
     #[arg(long, value_enum, global = true)]
@@ -304,7 +314,7 @@ impl DecodeArgs {
         let d = DecodeSettings::default();
         let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
             (Some(s), _) => s,
-            (None, Some(name)) => <Strategy as clap::ValueEnum>::from_str(name, false)
+            (None, Some(name)) => <Strategy as clap::ValueEnum>::from_str(name, true)
                 .map_err(|_| anyhow::anyhow!("generation_config.json: field `remasking_strategy`: unknown strategy {name:?}"))?,
             (None, None) => d.strategy,
         };
@@ -333,7 +343,7 @@ macro_rules! side_args {
     ($name:ident, $suffix:literal) => {
         #[derive(Args, Debug, Clone, Default)]
         pub struct $name {
-            #[arg(id = concat!("strategy_", $suffix), long = concat!("strategy-", $suffix), value_enum, value_name = "S")]
+            #[arg(id = concat!("strategy_", $suffix), long = concat!("strategy-", $suffix), value_enum, ignore_case = true, value_name = "S")]
             pub strategy: Option<Strategy>,
             #[arg(id = concat!("schedule_", $suffix), long = concat!("schedule-", $suffix), value_enum, value_name = "S")]
             pub schedule: Option<Schedule>,
@@ -386,6 +396,24 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn strategies_answer_to_the_spellings_users_type() {
+        let parse = |s: &str| match Cli::try_parse_from(["unmask", "--strategy", s]) {
+            Ok(cli) => Ok(cli.decode.strategy.unwrap()),
+            Err(e) => Err(e.kind()),
+        };
+        for s in ["low_confidence_dynamic", "low-confidence-dynamic", "Low-Confidence-Dynamic", "LOW_CONFIDENCE_DYNAMIC", "dynamic"] {
+            assert_eq!(parse(s), Ok(Strategy::LowConfidenceDynamic), "{s}");
+        }
+        assert_eq!(parse("low-confidence-static"), Ok(Strategy::LowConfidenceStatic));
+        assert_eq!(parse("Entropy-Bounded"), Ok(Strategy::EntropyBounded));
+        assert_eq!(parse("Sequential"), Ok(Strategy::Sequential));
+        assert_eq!(parse("lowconfidence"), Err(clap::error::ErrorKind::InvalidValue));
+        let cli = Cli::try_parse_from(["unmask", "compare", "--strategy-a", "Low-Confidence-Static"]).unwrap();
+        let Some(Command::Compare { a, .. }) = cli.command else { panic!() };
+        assert_eq!(a.strategy, Some(Strategy::LowConfidenceStatic));
     }
 
     #[test]

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         Some(Command::Export { trace, format, table, out }) => {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }
-        Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file, cli.look.theme()),
+        Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file, &cli.look),
         Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::commands::record::from_trace(file, cast, pacing),
         Some(Command::Record { decode, cast, trace, pacing }) => {
             unmask::commands::record::run(decode, cast, trace.as_deref(), pacing)
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Some(Command::Steps(args)) => unmask::commands::steps::run(args),
         Some(Command::Bench(args)) => unmask::commands::bench::run(args),
         Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
-        None => unmask::commands::tui::run(&cli.decode, cli.look.theme()),
+        None => unmask::commands::tui::run(&cli.decode, &cli.look),
     };
     if let Some(sig) = unmask::signals::caught() {
         // The command wound down early and kept what it had; say so, and exit as killed.

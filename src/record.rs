@@ -43,11 +43,13 @@ impl Pacing {
             bail!("--step-delay must be zero or more seconds, not {}", self.step_delay);
         }
         use crate::limits::{MAX_CAST_HEIGHT, MAX_CAST_WIDTH};
-        if !(1..=MAX_CAST_WIDTH).contains(&self.width) {
-            bail!("--width must be within 1..={MAX_CAST_WIDTH} (got {})", self.width);
+        // Under the TUI's minimum every frame would say "terminal too small".
+        use crate::ui::layout::{MIN_HEIGHT, MIN_WIDTH};
+        if !(MIN_WIDTH..=MAX_CAST_WIDTH).contains(&self.width) {
+            bail!("--width must be within {MIN_WIDTH}..={MAX_CAST_WIDTH}, the TUI's smallest to largest (got {})", self.width);
         }
-        if !(1..=MAX_CAST_HEIGHT).contains(&self.height) {
-            bail!("--height must be within 1..={MAX_CAST_HEIGHT} (got {})", self.height);
+        if !(MIN_HEIGHT..=MAX_CAST_HEIGHT).contains(&self.height) {
+            bail!("--height must be within {MIN_HEIGHT}..={MAX_CAST_HEIGHT}, the TUI's smallest to largest (got {})", self.height);
         }
         Ok(())
     }
@@ -66,6 +68,7 @@ pub fn default_title(events: &[Event]) -> String {
 pub fn final_app(events: Vec<Event>, label: String, stopped: Option<String>, p: &Pacing) -> App {
     let mut app = App::replay(events, label, stopped);
     app.size = Rect::new(0, 0, p.width, p.height);
+    app.cast = true;
     app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
     app
 }
@@ -123,6 +126,7 @@ pub fn record<W: Write>(
     let mut frames = Frames::new(p)?;
     let mut app = App::replay(events, app_label, stopped);
     app.size = Rect::new(0, 0, p.width, p.height);
+    app.cast = true;
     let interval = 1.0 / p.fps;
     let mut last: Option<f64> = None;
     let head = app.store.run().and_then(|r| r.head());
@@ -149,4 +153,50 @@ pub fn record<W: Write>(
     cast.output(t_end, &frames.frame(&app)?)?;
     cast.output(t_end + HOLD, END)?;
     cast.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+
+    fn pacing(width: u16, height: u16) -> Pacing {
+        Pacing { fps: 1000.0, step_delay: 0.01, width, height }
+    }
+
+    /// Every screen of a cast, as a terminal shows it after each frame.
+    fn screens(cast: &[u8], p: &Pacing) -> Vec<String> {
+        let (_, events) = crate::cast::parse(std::str::from_utf8(cast).unwrap()).unwrap();
+        let mut term = vt100::Parser::new(p.height, p.width, 0);
+        events
+            .iter()
+            .map(|(_, _, data)| {
+                term.process(data.as_bytes());
+                term.screen().contents()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cast_shows_no_key_hints_and_no_paused_state() {
+        let p = pacing(120, 36);
+        let cast = record(synth::trace(&Synth::small()), "t".into(), None, &p, "t", Vec::new(), "mem").unwrap();
+        let shown = screens(&cast, &p);
+        assert!(shown.len() > 10, "{} frames", shown.len());
+        for s in &shown {
+            for lie in ["PAUSED", "behind", "? help", "space pause", "LIVE", "PLAYING"] {
+                assert!(!s.contains(lie), "a cast frame shows {lie:?}:\n{s}");
+            }
+        }
+        assert!(shown[0].contains("overall 1/26"), "{}", shown[0]);
+    }
+
+    #[test]
+    fn sizes_under_the_tui_s_minimum_are_refused() {
+        let e = pacing(59, 40).validate().unwrap_err().to_string();
+        assert_eq!(e, "--width must be within 60..=1000, the TUI's smallest to largest (got 59)");
+        let e = pacing(120, 19).validate().unwrap_err().to_string();
+        assert!(e.starts_with("--height must be within 20..="), "{e}");
+        pacing(60, 20).validate().unwrap();
+    }
 }

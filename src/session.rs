@@ -83,19 +83,37 @@ impl Session {
 /// `max_position_embeddings`: checked here, before a TUI takes the terminal, rather than when
 /// the engine sizes its cache (where it would end the decode with an error on screen).
 fn check_positions(prompt: usize, s: &crate::settings::DecodeSettings, max: usize) -> Result<()> {
-    let b = s.block_length.max(1);
-    let need = prompt.checked_add(s.max_new_tokens).and_then(|n| n.div_ceil(b).checked_mul(b));
-    match need {
-        Some(n) if n <= max => Ok(()),
-        _ => anyhow::bail!(
-            "--max-new-tokens {}: the prompt's {prompt} tokens plus {} new ones, in blocks of {b}, \
-             exceed the model's {max} positions (config.json `max_position_embeddings`); \
-             at most {} new tokens fit",
-            s.max_new_tokens,
-            s.max_new_tokens,
-            (max / b * b).saturating_sub(prompt)
-        ),
+    let (b, n) = (s.block_length.max(1), s.max_new_tokens);
+    if positions(prompt, n, b).is_some_and(|need| need <= max) {
+        return Ok(());
     }
+    let limit = "config.json `max_position_embeddings`";
+    if prompt >= max {
+        anyhow::bail!("--prompt: its {} fill the model's {max} positions ({limit})", crate::format::count(prompt, "token"));
+    }
+    let fit = (max / b * b).saturating_sub(prompt);
+    if fit == 0 {
+        // No length helps: the blocks are too long. Say which block lengths fit this decode
+        // (or, if it is too long for any, as many new tokens as the model has room for).
+        let n = n.min(max - prompt);
+        let best = (1..=max).rev().find(|&c| positions(prompt, n, c).is_some_and(|need| need <= max)).unwrap_or(1);
+        anyhow::bail!(
+            "--block-length {b}: in blocks of {b}, not one new token fits after the prompt's {} in the model's \
+             {max} positions ({limit}); blocks of at most {best} fit {}",
+            crate::format::count(prompt, "token"),
+            crate::format::count(n, "new token")
+        );
+    }
+    anyhow::bail!(
+        "--max-new-tokens {n}: the prompt's {prompt} tokens plus {n} new ones, in blocks of {b}, \
+         exceed the model's {max} positions ({limit}); at most {} fit",
+        crate::format::count(fit, "new token")
+    )
+}
+
+/// Positions a decode takes: the prompt and the new tokens, in whole blocks.
+fn positions(prompt: usize, new: usize, block: usize) -> Option<usize> {
+    prompt.checked_add(new).and_then(|t| t.div_ceil(block).checked_mul(block))
 }
 
 /// Every prompt token must index the embedding: a tokenizer.json larger than config.json's

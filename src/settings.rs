@@ -6,10 +6,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
+/// Each also answers to its hyphenated spelling and a short name (`--strategy` ignores case).
 pub enum Strategy {
     Sequential,
+    #[value(alias = "low-confidence-static", alias = "static")]
     LowConfidenceStatic,
+    #[value(alias = "low-confidence-dynamic", alias = "dynamic")]
     LowConfidenceDynamic,
+    #[value(alias = "entropy-bounded", alias = "entropy")]
     EntropyBounded,
 }
 
@@ -162,8 +166,8 @@ impl DecodeSettings {
             self.steps
         );
         match self.strategy {
-            Strategy::LowConfidenceDynamic => s += &format!(" thr={:.2}", self.threshold),
-            Strategy::EntropyBounded => s += &format!(" eb={:.2}", self.eb_threshold),
+            Strategy::LowConfidenceDynamic => s += &format!(" thr={}", crate::format::fixed(self.threshold.into(), 2)),
+            Strategy::EntropyBounded => s += &format!(" eb={}", crate::format::fixed(self.eb_threshold.into(), 2)),
             _ => {}
         }
         if self.schedule == Schedule::Lmdeploy {

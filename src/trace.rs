@@ -67,6 +67,11 @@ pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
                 break;
             }
         }
+        if let Some(kind) = export_kind(&buf).filter(|_| events.is_empty()) {
+            anyhow::bail!(
+                "{label}: this is {kind}, not a trace; `unmask trace --out FILE` writes a trace (replay, steps and export read one)"
+            );
+        }
         if buf.len() > MAX_TRACE_LINE {
             stopped = Some(format!("{label}:{n}: line longer than {MAX_TRACE_LINE} bytes"));
             break;
@@ -92,6 +97,26 @@ pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
     Ok(ReadTrace { events, stopped })
 }
 
+/// What an `unmask export` output looks like from its first line, if the line is one: people
+/// hand those to `replay` for a trace.
+fn export_kind(first: &[u8]) -> Option<&'static str> {
+    let line = String::from_utf8_lossy(first);
+    let line = line.trim();
+    let csv_headers = ["pos,index,block,", "global_step,block,step,", "index,step_map"];
+    if first.starts_with(b"\x89PNG") {
+        Some("a PNG image (`unmask export --format png`)")
+    } else if line.starts_with("<svg") || line.starts_with("<?xml") {
+        Some("an SVG image (`unmask export --format svg`)")
+    } else if csv_headers.iter().any(|h| line.starts_with(h)) {
+        Some("a CSV table from `unmask export`")
+    } else if line == "{" {
+        // A trace's every line is a whole event; a lone brace opens a multi-line document.
+        Some("a JSON document (`unmask export --format json` writes these)")
+    } else {
+        None
+    }
+}
+
 fn parse_line(line: &str, first: bool) -> Result<Event, String> {
     let ev: Event = serde_json::from_str(line).map_err(|e| format!("invalid event: {e}"))?;
     match (&ev, first) {
@@ -112,4 +137,37 @@ pub fn read_file(path: &std::path::Path) -> Result<ReadTrace> {
     crate::limits::regular_file(path)?;
     let f = std::fs::File::open(path).with_context(|| format!("{label}: cannot open"))?;
     read(std::io::BufReader::new(f), &label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name)
+    }
+
+    #[test]
+    fn an_export_file_is_named_as_one() {
+        for (file, kind) in [
+            ("tiny-dynamic.json", "a JSON document (`unmask export --format json` writes these)"),
+            ("tiny-dynamic.tokens.csv", "a CSV table from `unmask export`"),
+            ("tiny-dynamic.steps.csv", "a CSV table from `unmask export`"),
+            ("tiny-dynamic.step_map.csv", "a CSV table from `unmask export`"),
+        ] {
+            let path = fixture(file);
+            let e = read_file(&path).unwrap_err().to_string();
+            let want = format!(
+                "{}: this is {kind}, not a trace; `unmask trace --out FILE` writes a trace (replay, steps and export read one)",
+                path.display()
+            );
+            assert_eq!(e, want);
+        }
+        let e = read(&b"<?xml version=\"1.0\"?>\n<svg>"[..], "map.svg").unwrap_err().to_string();
+        assert!(e.starts_with("map.svg: this is an SVG image"), "{e}");
+        let e = read(&b"\x89PNG\r\n\x1a\n\0\0"[..], "map.png").unwrap_err().to_string();
+        assert!(e.starts_with("map.png: this is a PNG image"), "{e}");
+        // A trace is still a trace.
+        assert!(read_file(&fixture("tiny-dynamic.jsonl")).unwrap().stopped.is_none());
+    }
 }

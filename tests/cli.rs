@@ -237,3 +237,33 @@ fn a_decode_longer_than_the_models_positions_is_refused_before_it_starts() {
          exceed the model's 512 positions (config.json `max_position_embeddings`); at most 506 new tokens fit\n"
     );
 }
+
+#[test]
+fn a_block_too_long_for_the_model_blames_the_block_length_in_the_tui_and_in_trace() {
+    // The embedded model: 512 positions, a 6-token prompt, 256 new tokens by default.
+    let want = "unmask: error: --block-length 1000: in blocks of 1000, not one new token fits after the prompt's \
+                6 tokens in the model's 512 positions (config.json `max_position_embeddings`); blocks of at most \
+                512 fit 256 new tokens\n";
+    // The TUI checks the decode before it needs a terminal: the same line as `trace`.
+    for args in [&["trace", "--block-length", "1000"][..], &["--block-length", "1000"][..]] {
+        let out = unmask(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8(out.stderr).unwrap(), want, "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn bad_pace_and_export_files_are_refused_before_the_tui_needs_a_terminal() {
+    let out = unmask(&["--pace", "-2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "unmask: error: --pace -2: must be 0 (as fast as the decode goes) or a positive number of steps per second\n"
+    );
+    let csv = fixture("traces/tiny-dynamic.tokens.csv");
+    let out = unmask(&["replay", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("this is a CSV table from `unmask export`, not a trace; `unmask trace --out FILE` writes a trace"), "{err}");
+}

@@ -139,8 +139,10 @@ fn forwards(screen: &str) -> usize {
     screen[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
 }
 
+/// A live decode whose view follows the head as fast as it goes (`--pace 0`): these tests
+/// look at the decode's end, not at its unfolding (see `the_default_pace_unfolds_the_decode`).
 fn live_args(max_new: &str) -> Vec<&str> {
-    vec!["--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", max_new]
+    vec!["--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", max_new, "--pace", "0"]
 }
 
 #[test]
@@ -204,10 +206,11 @@ fn write_trace(dir: &Path) -> PathBuf {
     path
 }
 
-/// Everything but the lines that must differ: the title (live vs replay) and the rates
-/// (wall-clock timings of two different runs).
+/// Everything but the lines that must differ: the title (live vs replay), the rates
+/// (wall-clock timings of two different runs) and the footer's key hints (a replay lists only
+/// the keys that work there).
 fn comparable(screen: &str) -> String {
-    screen.lines().skip(1).filter(|l| !l.contains("tok/s")).collect::<Vec<_>>().join("\n")
+    screen.lines().skip(1).filter(|l| !l.contains("tok/s") && !l.contains("? help")).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -223,7 +226,7 @@ fn replay_of_a_trace_shows_the_live_screens() {
 
     let replay = Tmux::start("same-replay", &["replay", trace.to_str().unwrap()], (120, 40));
     // A replay starts playing from the first step; End jumps to the head.
-    replay.wait_for("the replay", |s| s.contains("PLAYING") || s.contains("● LIVE"));
+    replay.wait_for("the replay", |s| s.contains("· pace ") || s.contains("● LIVE"));
     replay.keys(&["End"]);
     let replay_screen = replay.wait_for("the head", |s| s.contains("● LIVE") && s.contains("finished: "));
     assert!(replay_screen.contains("replay "), "{replay_screen}");
@@ -298,7 +301,7 @@ fn a_panic_restores_the_terminal_before_printing() {
 
 #[test]
 fn without_a_terminal_it_says_so_in_one_line() {
-    for args in [live_args("8"), vec!["replay", "nowhere.jsonl"]] {
+    for args in [live_args("8"), vec!["replay", "tests/fixtures/traces/tiny-dynamic.jsonl"]] {
         let out = Command::new(BIN).current_dir(root()).args(&args).output().unwrap();
         assert!(!out.status.success());
         assert!(out.stdout.is_empty(), "escape codes written to a pipe");
@@ -503,4 +506,43 @@ fn r_r_q_exits_at_once_without_the_queued_decode() {
     assert!(s.contains("EXIT=0"), "{s}");
     // Without the fix the second restart decodes 1000 tokens first (tens of seconds).
     assert!(start.elapsed() < Duration::from_secs(3), "took {:?} to exit", start.elapsed());
+}
+
+#[test]
+fn the_default_pace_unfolds_the_decode() {
+    if !have_tmux() {
+        return;
+    }
+    // The embedded model with every default: its first screen shows the first steps, not the end.
+    let t = Tmux::start("pace", &[], (120, 40));
+    let s = t.wait_text("overall ");
+    assert!(!(s.contains("finished: ") && s.contains("● LIVE")), "the first screen is already the end:\n{s}");
+    let (n, m) = overall(&s);
+    assert!(n < 20, "step {n}/{m} on the first screen:\n{s}");
+    t.quit_cleanly(&["q"]);
+}
+
+#[test]
+fn pace_keys_and_go_to_in_a_replay() {
+    if !have_tmux() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path());
+    let t = Tmux::start("goto", &["replay", trace.to_str().unwrap()], (120, 40));
+    t.wait_text("· pace 10/s");
+    t.keys(&["+"]);
+    t.wait_text("· pace 20/s");
+    t.keys(&["-", "-"]);
+    t.wait_text("· pace 5/s");
+    t.keys(&["g", "1", "2"]);
+    t.wait_text("go to step (12) or block (b7): 12");
+    t.keys(&["Enter"]);
+    let s = t.wait_text("PAUSED");
+    assert_eq!(overall(&s).0, 12, "{s}");
+    t.keys(&["g", "9", "9", "9", "Enter"]);
+    t.wait_text("g: no step 999");
+    t.keys(&["End"]);
+    t.wait_text("● LIVE");
+    t.quit_cleanly(&["q"]);
 }

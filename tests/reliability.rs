@@ -212,7 +212,7 @@ fn cast_sizes_are_bounded() {
     let cast = dir.path().join("o.cast");
     let t = fixture("traces/tiny-dynamic.jsonl");
     let o = unmask(&["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap(), "--width", "65535", "--height", "65535"]);
-    assert!(one_line_error(&o).contains("--width must be within 1..=1000 (got 65535)"));
+    assert!(one_line_error(&o).contains("--width must be within 60..=1000, the TUI's smallest to largest (got 65535)"));
 }
 
 #[test]

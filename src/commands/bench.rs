@@ -304,11 +304,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let mut den = ModelDenoiser::new(model, mask_id);
     eprintln!(
-        "unmask bench: {} on {} ({dtype:?}), {:.2} GB of weights, loaded in {load_s:.1} s; paths {:?}",
+        "unmask bench: {} on {} ({}), {:.2} GB of weights, loaded in {load_s:.1} s; {}",
         info.source,
         args.decode.device,
+        dtype.as_str(),
         weight_bytes as f64 / 1e9,
-        den.options()
+        paths_in_words(&den.options())
     );
 
     let mut rows = Vec::new();
@@ -358,7 +359,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         moe_experts_per_layer_pass: moe_experts,
         model: info.source.clone(),
         device: args.decode.device.clone(),
-        dtype: format!("{dtype:?}").to_lowercase(),
+        dtype: dtype.as_str().to_string(),
         params: info.num_params,
         weight_bytes,
         floor,
@@ -472,19 +473,37 @@ fn summarise(strategy: Strategy, events: bool, per: Vec<OneDecode>) -> Row {
     }
 }
 
-fn print_table(r: &Report) {
-    println!(
-        "# {} on {} ({}), {:.3} GB weights, prompt {}, {} new tokens, B={} S={}, {} timed decodes (median)",
+/// The execution paths in words, for the banner on stderr.
+fn paths_in_words(o: &crate::engine::RunOptions) -> String {
+    let on = |b: bool| if b { "on" } else { "off" };
+    format!("paths: device sampler {}, fixed passes {}, CUDA graphs {}", on(o.device_sampler), on(o.fixed_passes), on(o.cuda_graph))
+}
+
+/// The table's first line: what was measured, in words.
+fn heading(r: &Report) -> String {
+    use crate::format::count;
+    let s = &r.sampling;
+    let sampling = if s.is_greedy() {
+        "greedy".to_string()
+    } else {
+        format!("temperature {}, top-k {}, top-p {}, seed {}", s.temperature, s.top_k, s.top_p, s.seed)
+    };
+    format!(
+        "# {} on {} ({}), {:.3} GB weights, prompt of {}, {} at most, block length {}, {} per block, {sampling}; median of {}",
         r.model,
         r.device,
         r.dtype,
         r.weight_bytes as f64 / 1e9,
-        r.prompt_len,
-        r.max_new_tokens,
+        count(r.prompt_len, "token"),
+        count(r.max_new_tokens, "new token"),
         r.block_length,
-        r.steps,
-        r.repeat
-    );
+        count(r.steps, "step"),
+        count(r.repeat, "timed decode"),
+    )
+}
+
+fn print_table(r: &Report) {
+    println!("{}", heading(r));
     if let Some(o) = &r.run.options {
         println!(
             "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}{}",
@@ -584,6 +603,36 @@ mod tests {
         assert_eq!(sum_lanes(&v), 499_500.0);
         assert_eq!(weight_elem_bytes("bf16", candle_core::DType::F32), 2);
         assert_eq!(weight_elem_bytes("f32", candle_core::DType::F32), 4);
+    }
+
+    #[test]
+    fn settings_print_in_words() {
+        let r = Report {
+            model: "embedded:tiny-sdar".into(),
+            device: "cpu".into(),
+            dtype: candle_core::DType::F32.as_str().into(),
+            params: 1,
+            weight_bytes: 2_500_000,
+            prompt_len: 64,
+            max_new_tokens: 1,
+            block_length: 4,
+            steps: 1,
+            sampling: Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 },
+            warmup: 1,
+            repeat: 3,
+            load_s: 0.0,
+            run: RunStatus::default(),
+            rows: Vec::new(),
+            moe_experts_per_layer_pass: None,
+            floor: Floor { denoise_bytes: 0, stored_bytes: 0, prefill_bytes: 0, read_bytes_per_s: None },
+        };
+        assert_eq!(
+            heading(&r),
+            "# embedded:tiny-sdar on cpu (f32), 0.003 GB weights, prompt of 64 tokens, 1 new token at most, \
+             block length 4, 1 step per block, temperature 0.7, top-k 40, top-p 0.95, seed 0; median of 3 timed decodes"
+        );
+        let o = crate::engine::RunOptions { device_sampler: true, fixed_passes: false, cuda_graph: false };
+        assert_eq!(paths_in_words(&o), "paths: device sampler on, fixed passes off, CUDA graphs off");
     }
 
     #[test]

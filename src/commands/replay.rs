@@ -4,14 +4,15 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use crate::cli::LookArgs;
 use crate::trace;
-use crate::ui::theme::Theme;
 use crate::ui::App;
 
-pub fn run(path: &Path, theme: &'static Theme) -> Result<()> {
-    super::tui::require_terminal()?;
+pub fn run(path: &Path, look: &LookArgs) -> Result<()> {
+    let pace = look.pace()?;
     let t = trace::read_file(path)?;
-    let mut app = App::replay(t.events, path.display().to_string(), t.stopped);
-    app.theme = theme;
+    super::tui::require_terminal()?;
+    let mut app = App::replay(t.events, path.display().to_string(), t.stopped).with_pace(pace);
+    app.theme = look.theme();
     super::tui::serve(&mut app, None, &mut |_| {})
 }

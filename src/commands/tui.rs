@@ -4,11 +4,10 @@ use std::io::IsTerminal;
 
 use anyhow::{bail, Result};
 
-use crate::cli::DecodeArgs;
+use crate::cli::{DecodeArgs, LookArgs};
 use crate::engine::{Control, Request};
 use crate::session::Session;
 use crate::settings::DecodeSettings;
-use crate::ui::theme::Theme;
 use crate::ui::{self, App, EngineCmd};
 
 /// The TUI needs a terminal; a pipe or a file gets a pointer to `unmask trace` instead of
@@ -20,9 +19,13 @@ pub fn require_terminal() -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: &DecodeArgs, theme: &'static Theme) -> Result<()> {
+pub fn run(args: &DecodeArgs, look: &LookArgs) -> Result<()> {
+    // Everything that can be wrong with the flags is said before the terminal is needed (and
+    // long before it is taken), in the same words as `trace`.
+    let pace = look.pace()?;
+    let session = Session::open(args)?;
     require_terminal()?;
-    let (engine, base, rx) = Session::open(args)?.spawn();
+    let (engine, base, rx) = session.spawn();
     engine.submit(with_settings(&base, base.settings.clone()));
     let mut steer = |cmd: EngineCmd| match cmd {
         EngineCmd::Pause => engine.send(Control::Pause),
@@ -31,8 +34,8 @@ pub fn run(args: &DecodeArgs, theme: &'static Theme) -> Result<()> {
         // Replaces the decode under way and any restart not yet started (R R runs one).
         EngineCmd::Restart(s) => engine.submit(with_settings(&base, s)),
     };
-    let mut app = App::live();
-    app.theme = theme;
+    let mut app = App::live().with_pace(pace);
+    app.theme = look.theme();
     serve(&mut app, Some(rx), &mut steer)
     // `engine` drops after the screen is restored: it cancels the decode and joins the thread.
 }

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 use ratatui::layout::{Position, Rect};
 
-use super::cursor::{Cursor, Mode};
+use super::cursor::{Cursor, Mode, Pace};
 use super::layout::{self, Areas};
 use super::theme::{Theme, DARK};
-use super::{grid, text};
+use super::{goto, grid, text, timeline};
 use crate::events::Event;
 use crate::settings::{DecodeSettings, Strategy};
 use crate::store::{Run, Store};
@@ -70,6 +70,11 @@ pub struct App {
     /// The terminal's size at the last draw or resize (mouse hit tests need the layout).
     pub size: Rect,
     pub theme: &'static Theme,
+    /// Drawn for a recording (`record`, `replay --cast`): a cast cannot take keys, so it shows
+    /// no key hints, and its cursor is placed step by step, so it shows no paused state.
+    pub cast: bool,
+    /// What has been typed at the `g` prompt, while it is open.
+    pub goto: Option<String>,
     /// The text view's line starts of settled blocks (see `text`); a memo, not state.
     pub text_cache: RefCell<text::TextCache>,
     generation: usize,
@@ -106,15 +111,24 @@ impl App {
             quit: false,
             size: Rect::new(0, 0, 120, 40),
             theme: &DARK,
+            cast: false,
+            goto: None,
             text_cache: RefCell::default(),
             generation,
             last_tick: None,
         }
     }
 
-    /// A live decode: follows the head as events arrive.
+    /// A live decode: follows the head as events arrive (see [`App::with_pace`]).
     pub fn live() -> Self {
-        App::new(Store::new(), Cursor::default(), Source::Live { engine_paused: false, restarting: false })
+        App::new(Store::new(), Cursor::paced(Pace::Unlimited), Source::Live { engine_paused: false, restarting: false })
+    }
+
+    /// The view walks from the first step at `pace` (and again after a restart) until it
+    /// catches up with the head; the engine never waits for it.
+    pub fn with_pace(mut self, pace: Pace) -> Self {
+        self.cursor = Cursor::paced(pace);
+        self
     }
 
     /// A recorded trace, played from its first step.
@@ -156,7 +170,7 @@ impl App {
 
     /// A restart (or the first header): the old positions mean nothing any more.
     fn on_new_run(&mut self) -> Vec<EngineCmd> {
-        self.cursor = Cursor::with_speed(self.cursor.speed);
+        self.cursor = Cursor::paced(self.cursor.pace);
         self.selected = None;
         self.grid_top = None;
         self.text_top = None;
@@ -235,6 +249,10 @@ impl App {
     pub fn on_key(&mut self, k: KeyEvent) -> Vec<EngineCmd> {
         self.message = None;
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if self.goto.is_some() && !ctrl {
+            self.goto_key(k.code);
+            return Vec::new();
+        }
         if matches!(k.code, KeyCode::Char('q')) || (ctrl && matches!(k.code, KeyCode::Char('c'))) {
             self.quit = true;
             return Vec::new();
@@ -267,6 +285,7 @@ impl App {
             KeyCode::Home => self.cursor.home(run),
             KeyCode::End => self.go_live(),
             KeyCode::Char('r') => self.cursor.replay(),
+            KeyCode::Char('g') => self.goto = Some(String::new()),
             KeyCode::Char('+') | KeyCode::Char('=') => self.speed(true),
             KeyCode::Char('-') | KeyCode::Char('_') => self.speed(false),
             KeyCode::Char('c') => self.ghosts = !self.ghosts,
@@ -281,14 +300,42 @@ impl App {
             KeyCode::PageUp => self.scroll_text(-1),
             KeyCode::PageDown => self.scroll_text(1),
             KeyCode::Char('m') => return self.adjust(|s| s.strategy = s.strategy.next()),
-            KeyCode::Char('t') => return self.adjust(|s| nudge_threshold(s, -THRESHOLD_STEP)),
-            KeyCode::Char('T') => return self.adjust(|s| nudge_threshold(s, THRESHOLD_STEP)),
+            KeyCode::Char('t') => return self.threshold(-THRESHOLD_STEP),
+            KeyCode::Char('T') => return self.threshold(THRESHOLD_STEP),
             KeyCode::Char('s') => return self.adjust(|s| s.steps = s.steps.saturating_sub(1).max(1)),
             KeyCode::Char('S') => return self.adjust(|s| s.steps = (s.steps + 1).min(s.block_length)),
             KeyCode::Char('R') => return self.restart(),
             _ => {}
         }
         Vec::new()
+    }
+
+    /// A key while the `g` prompt is open: it takes digits and `b`; Enter jumps, Esc cancels.
+    fn goto_key(&mut self, code: KeyCode) {
+        let Some(typed) = self.goto.as_mut() else { return };
+        match code {
+            KeyCode::Char(c) if typed.len() < 12 && (c.is_ascii_digit() || c == 'b' || c == 'B') => typed.push(c),
+            KeyCode::Backspace => {
+                typed.pop();
+            }
+            KeyCode::Esc => self.goto = None,
+            KeyCode::Enter => {
+                let typed = self.goto.take().unwrap_or_default();
+                let Some(run) = self.store.run() else { return };
+                match goto::parse(&typed).and_then(|g| goto::resolve(run, g)) {
+                    Ok(k) => self.seek(k),
+                    Err(e) => self.warn(format!("g: {e}")),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Holds the view at step `k`, with the panels following it.
+    fn seek(&mut self, k: usize) {
+        let Some(run) = self.store.run() else { return };
+        self.cursor.goto(run, k);
+        self.grid_top = None;
     }
 
     /// `End`: back to the live head, with every panel following again.
@@ -304,7 +351,11 @@ impl App {
         } else {
             self.cursor.slower()
         }
-        self.info(format!("playback speed {} steps/s", self.cursor.steps_per_second()));
+        let pace = match self.cursor.pace {
+            Pace::Unlimited => "unlimited (the view jumps to the head)".to_string(),
+            p => format!("{p}"),
+        };
+        self.info(format!("pace {pace}"));
     }
 
     fn info(&mut self, text: String) {
@@ -357,6 +408,16 @@ impl App {
         }
         self.info(format!("{summary}: applies from the next block (R restarts now)"));
         vec![EngineCmd::Settings(s)]
+    }
+
+    /// `t`/`T`: only the dynamic and entropy-bounded strategies have a threshold to move.
+    fn threshold(&mut self, by: f32) -> Vec<EngineCmd> {
+        let strategy = self.desired.as_ref().or(self.store.run().map(Run::latest_settings)).map(|s| s.strategy);
+        if let Some(s @ (Strategy::Sequential | Strategy::LowConfidenceStatic)) = strategy.filter(|_| self.is_live()) {
+            self.warn(format!("{} has no threshold: t/T move low_confidence_dynamic's and entropy_bounded's (m changes the strategy)", s.name()));
+            return Vec::new();
+        }
+        self.adjust(|s| nudge_threshold(s, by))
     }
 
     fn restart(&mut self) -> Vec<EngineCmd> {
@@ -418,6 +479,10 @@ impl App {
                 if let Some(pos) = hit {
                     self.selected = Some(pos);
                 }
+                let step = self.view().and_then(|v| timeline::hit(&v, a.timeline, at));
+                if let Some(k) = step {
+                    self.seek(k);
+                }
             }
             MouseEventKind::ScrollUp | MouseEventKind::ScrollDown => {
                 let down = m.kind == MouseEventKind::ScrollDown;
@@ -464,11 +529,11 @@ fn nudge_threshold(s: &mut DecodeSettings, by: f32) {
 /// The knobs in one phrase, for messages.
 fn knobs(s: &DecodeSettings) -> String {
     let thr = match s.strategy {
-        Strategy::EntropyBounded => format!(" eb {:.2}", s.eb_threshold),
-        Strategy::LowConfidenceDynamic => format!(" threshold {:.2}", s.threshold),
+        Strategy::EntropyBounded => format!(" eb {}", crate::format::fixed(s.eb_threshold.into(), 2)),
+        Strategy::LowConfidenceDynamic => format!(" threshold {}", crate::format::fixed(s.threshold.into(), 2)),
         _ => String::new(),
     };
-    format!("{}{thr}, {} steps", s.strategy.name(), s.steps)
+    format!("{}{thr}, {}", s.strategy.name(), crate::format::count(s.steps, "step"))
 }
 
 /// The inspector's default cell: the first cell committed by the newest step, as of step `k`,
@@ -575,6 +640,30 @@ mod tests {
         press(&mut app, key('m')); // entropy_bounded: T moves eb_threshold instead
         let s = sent(press(&mut app, key('T')));
         assert_eq!((s.threshold, s.eb_threshold), (0.80, 0.40));
+    }
+
+    #[test]
+    fn threshold_keys_under_a_strategy_without_one_say_so() {
+        let mut app = live_app();
+        press(&mut app, key('m'));
+        press(&mut app, key('m')); // entropy_bounded, then sequential
+        assert_eq!(app.pending().unwrap().strategy, Strategy::Sequential);
+        for c in ['t', 'T'] {
+            assert!(press(&mut app, key(c)).is_empty());
+            let m = app.message.clone().unwrap();
+            assert_eq!(m.level, Level::Warn);
+            assert_eq!(m.text, "sequential has no threshold: t/T move low_confidence_dynamic's and entropy_bounded's (m changes the strategy)");
+        }
+        assert_eq!(app.pending().unwrap().threshold, 0.85, "unchanged");
+    }
+
+    #[test]
+    fn one_step_is_singular() {
+        let mut app = live_app();
+        for _ in 0..3 {
+            press(&mut app, key('s'));
+        }
+        assert_eq!(app.message.unwrap().text, "low_confidence_dynamic threshold 0.85, 1 step: applies from the next block (R restarts now)");
     }
 
     #[test]
@@ -685,9 +774,73 @@ mod tests {
         app.sync_clock(t0);
         assert_eq!(app.view().unwrap().at, Some(0));
         assert!(app.tick(t0 + Duration::from_millis(160)));
-        assert_eq!(app.view().unwrap().at, Some(3), "20 steps/s");
+        assert_eq!(app.view().unwrap().at, Some(1), "10 steps/s");
         assert!(app.next_tick(t0, Duration::from_millis(16)).is_some());
         press(&mut app, code(KeyCode::End));
         assert_eq!(app.next_tick(t0, Duration::ZERO), None);
+    }
+
+    fn typed(app: &mut App, s: &str) {
+        for c in s.chars() {
+            press(app, key(c));
+        }
+    }
+
+    #[test]
+    fn g_jumps_to_a_typed_step_or_block() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        typed(&mut app, "g12q");
+        assert!(!app.quit, "the prompt takes the keys");
+        assert_eq!(app.goto.as_deref(), Some("12"));
+        press(&mut app, code(KeyCode::Enter));
+        assert_eq!((app.goto.clone(), app.view().unwrap().at, app.cursor.mode), (None, Some(11), Mode::Paused));
+        let b = app.store.run().unwrap().blocks()[2].clone();
+        typed(&mut app, &format!("gb{}", b.block));
+        press(&mut app, code(KeyCode::Enter));
+        assert_eq!(app.view().unwrap().at, Some(b.first_step));
+        // A wrong entry says so and leaves the view where it was.
+        typed(&mut app, "g99");
+        press(&mut app, code(KeyCode::Enter));
+        let m = app.message.clone().unwrap();
+        assert_eq!((m.text.as_str(), m.level), ("g: no step 99: the decode has 26 steps", Level::Warn));
+        assert_eq!(app.view().unwrap().at, Some(b.first_step));
+        // Esc cancels; Backspace edits.
+        typed(&mut app, "g34");
+        press(&mut app, code(KeyCode::Backspace));
+        assert_eq!(app.goto.as_deref(), Some("3"));
+        press(&mut app, code(KeyCode::Esc));
+        assert_eq!((app.goto.clone(), app.message.clone()), (None, None));
+        assert_eq!(app.view().unwrap().at, Some(b.first_step));
+        typed(&mut app, "g");
+        press(&mut app, code(KeyCode::Enter));
+        assert!(app.message.as_ref().unwrap().text.starts_with("g: \"\" is not a step"), "{:?}", app.message);
+    }
+
+    fn click(app: &mut App, column: u16, row: u16) {
+        let m = MouseEvent { kind: MouseEventKind::Down(MouseButton::Left), column, row, modifiers: KeyModifiers::NONE };
+        app.on_input(TermEvent::Mouse(m), Instant::now());
+    }
+
+    #[test]
+    fn a_click_on_the_timeline_bar_seeks_there() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        app.size = Rect::new(0, 0, 120, 36);
+        press(&mut app, code(KeyCode::End));
+        let t = app.areas().unwrap().timeline;
+        // The bar is the second row inside the frame, 118 columns for 26 steps (head 25):
+        // step k sits at column k * 117 / 25.
+        let (x0, bar) = (t.x + 1, t.y + 2);
+        click(&mut app, x0, bar);
+        assert_eq!((app.view().unwrap().at, app.cursor.mode), (Some(0), Mode::Paused));
+        click(&mut app, x0 + 60, bar);
+        assert_eq!(app.view().unwrap().at, Some(13));
+        click(&mut app, x0 + 58, bar);
+        assert_eq!(app.view().unwrap().at, Some(12), "between steps 12 (col 56) and 13 (col 60): the nearer first");
+        click(&mut app, x0 + 117, bar);
+        assert_eq!(app.view().unwrap().at, Some(25));
+        click(&mut app, x0 + 20, bar - 1);
+        assert_eq!(app.view().unwrap().at, Some(25), "the position line is not the bar");
+        click(&mut app, t.x, bar);
+        assert_eq!(app.view().unwrap().at, Some(25), "nor is the frame");
     }
 }

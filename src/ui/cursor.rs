@@ -1,13 +1,70 @@
 //! Where the view stands among the recorded steps: following the live head, pinned to a step,
-//! or playing forward at a chosen speed. Pure: time comes in as durations.
+//! or playing forward at a pace. Pure: time comes in as durations, so the pacer (given the
+//! time elapsed and the pace, which step is shown) is tested without sleeping.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::store::Run;
 
-/// Playback speeds in steps per second (`+`/`-` walk this ladder).
-pub const SPEEDS: [f64; 10] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
-const DEFAULT_SPEED: usize = 4;
+/// How fast the view walks through recorded steps. The engine never waits for it: the view
+/// falls behind the head and catches up at this pace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pace {
+    /// As fast as events come: the view jumps to the head.
+    Unlimited,
+    /// Steps per second; always finite and positive (see [`Pace::new`]).
+    PerSecond(f64),
+}
+
+/// The paces `+`/`-` walk through; past the last comes `Unlimited`.
+pub const LADDER: [f64; 10] = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+
+/// Ten steps a second: the embedded model's ~200 steps unfold over about 20 s, slow enough to
+/// follow a block filling in, fast enough not to bore.
+pub const DEFAULT_PACE: Pace = Pace::PerSecond(10.0);
+
+impl Pace {
+    /// `--pace`: 0 is unlimited, a positive number is steps per second.
+    pub fn new(per_second: f64) -> Result<Pace, String> {
+        match per_second {
+            0.0 => Ok(Pace::Unlimited),
+            p if p.is_finite() && p > 0.0 => Ok(Pace::PerSecond(p)),
+            p => Err(format!("--pace {p}: must be 0 (as fast as the decode goes) or a positive number of steps per second")),
+        }
+    }
+
+    pub fn per_second(self) -> Option<f64> {
+        match self {
+            Pace::Unlimited => None,
+            Pace::PerSecond(p) => Some(p),
+        }
+    }
+
+    /// The next pace up the ladder.
+    pub fn faster(self) -> Pace {
+        match self {
+            Pace::Unlimited => Pace::Unlimited,
+            Pace::PerSecond(p) => LADDER.iter().find(|&&l| l > p).map_or(Pace::Unlimited, |&l| Pace::PerSecond(l)),
+        }
+    }
+
+    /// The next pace down the ladder; the slowest stays.
+    pub fn slower(self) -> Pace {
+        let p = self.per_second().unwrap_or(f64::INFINITY);
+        LADDER.iter().rev().find(|&&l| l < p).map_or(self, |&l| Pace::PerSecond(l))
+    }
+}
+
+impl fmt::Display for Pace {
+    /// `10/s`, `2.5/s`, `unlimited`.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Pace::Unlimited => write!(f, "unlimited"),
+            Pace::PerSecond(p) => write!(f, "{p}/s"),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Mode {
@@ -15,7 +72,7 @@ pub enum Mode {
     Live,
     /// Held at a step while the store keeps growing.
     Paused,
-    /// Moving forward at `SPEEDS[speed]`; becomes `Live` on reaching the head.
+    /// Moving forward at the pace; becomes `Live` on reaching the head.
     Playing,
 }
 
@@ -24,26 +81,27 @@ pub struct Cursor {
     pub mode: Mode,
     /// The step shown when not live.
     at: usize,
-    pub speed: usize,
+    pub pace: Pace,
     /// Fraction of a step accumulated by playback.
     carry: f64,
 }
 
 impl Default for Cursor {
     fn default() -> Self {
-        Cursor { mode: Mode::Live, at: 0, speed: DEFAULT_SPEED, carry: 0.0 }
+        Cursor { mode: Mode::Live, at: 0, pace: DEFAULT_PACE, carry: 0.0 }
     }
 }
 
 impl Cursor {
-    /// Following the head, keeping a chosen playback speed.
-    pub fn with_speed(speed: usize) -> Self {
-        Cursor { speed: speed.min(SPEEDS.len() - 1), ..Cursor::default() }
+    /// From the first step at `pace`: playing, or live when the pace is unlimited.
+    pub fn paced(pace: Pace) -> Self {
+        let mode = if pace == Pace::Unlimited { Mode::Live } else { Mode::Playing };
+        Cursor { mode, pace, ..Cursor::default() }
     }
 
-    /// A cursor that plays the run from its first step.
+    /// A cursor that plays the run from its first step at the default pace.
     pub fn playing() -> Self {
-        Cursor { mode: Mode::Playing, ..Cursor::default() }
+        Cursor::paced(DEFAULT_PACE)
     }
 
     /// The step index the view shows, given the run's head; `None` before any step.
@@ -53,10 +111,6 @@ impl Cursor {
             Mode::Live => head,
             _ => self.at.min(head),
         })
-    }
-
-    pub fn steps_per_second(&self) -> f64 {
-        SPEEDS[self.speed]
     }
 
     /// How many steps the view is behind the live head.
@@ -74,6 +128,12 @@ impl Cursor {
         self.carry = 0.0;
     }
 
+    /// Plays on from where the view stands, or goes live if the pace is unlimited.
+    fn play(&mut self) {
+        self.mode = if self.pace == Pace::Unlimited { Mode::Live } else { Mode::Playing };
+        self.carry = 0.0;
+    }
+
     /// `space`: pause the view where it is, or resume: play on towards the head.
     pub fn toggle_pause(&mut self, run: &Run) {
         match self.mode {
@@ -82,7 +142,7 @@ impl Cursor {
                 self.pin(run, k);
             }
             Mode::Paused if Some(self.at) >= run.head() => self.mode = Mode::Live,
-            Mode::Paused => self.mode = Mode::Playing,
+            Mode::Paused => self.play(),
         }
     }
 
@@ -130,27 +190,36 @@ impl Cursor {
         self.carry = 0.0;
     }
 
-    /// `r`: play from the first step at the current speed.
+    /// `r`: play from the first step at the current pace.
     pub fn replay(&mut self) {
-        *self = Cursor { mode: Mode::Playing, speed: self.speed, ..Cursor::default() };
+        *self = Cursor { at: 0, ..self.clone() };
+        self.play();
     }
 
     pub fn faster(&mut self) {
-        self.speed = (self.speed + 1).min(SPEEDS.len() - 1);
+        self.pace = self.pace.faster();
+        if self.mode == Mode::Playing && self.pace == Pace::Unlimited {
+            self.play();
+        }
     }
 
     pub fn slower(&mut self) {
-        self.speed = self.speed.saturating_sub(1);
+        self.pace = self.pace.slower();
     }
 
     /// Advances playback by `dt`; true if the shown step changed.
     pub fn tick(&mut self, dt: Duration, head: Option<usize>) -> bool {
         let (Mode::Playing, Some(head)) = (self.mode, head) else { return false };
-        self.carry += dt.as_secs_f64() * self.steps_per_second();
-        let n = self.carry.floor();
-        self.carry -= n;
         let before = self.at;
-        self.at = (self.at + n as usize).min(head);
+        match self.pace.per_second() {
+            Some(sps) => {
+                self.carry += dt.as_secs_f64() * sps;
+                let n = self.carry.floor();
+                self.carry -= n;
+                self.at = (self.at + n as usize).min(head);
+            }
+            None => self.at = head,
+        }
         if self.at >= head {
             self.mode = Mode::Live;
             self.carry = 0.0;
@@ -160,10 +229,14 @@ impl Cursor {
 
     /// How long until playback next moves a step, if it is playing.
     pub fn next_tick(&self) -> Option<Duration> {
-        (self.mode == Mode::Playing).then(|| {
-            let left = (1.0 - self.carry).max(0.0) / self.steps_per_second();
-            Duration::from_secs_f64(left)
-        })
+        if self.mode != Mode::Playing {
+            return None;
+        }
+        let left = match self.pace.per_second() {
+            Some(sps) => (1.0 - self.carry).max(0.0) / sps,
+            None => 0.0,
+        };
+        Some(Duration::from_secs_f64(left))
     }
 }
 
@@ -248,7 +321,7 @@ mod tests {
         c.home(r);
         c.toggle_pause(r);
         assert_eq!(c.mode, Mode::Playing);
-        assert!(c.tick(Duration::from_millis(100), r.head()), "20 steps/s for 0.1 s is two steps");
+        assert!(c.tick(Duration::from_millis(200), r.head()), "10 steps/s for 0.2 s is two steps");
         assert_eq!(c.at(r.head()), Some(2));
         c.toggle_pause(r);
         assert_eq!(c.mode, Mode::Paused);
@@ -259,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn replay_restarts_at_the_chosen_speed() {
+    fn replay_restarts_at_the_chosen_pace() {
         let s = store();
         let r = s.run().unwrap();
         let mut c = Cursor::default();
@@ -267,11 +340,11 @@ mod tests {
         c.faster();
         c.replay();
         assert_eq!(c.at(r.head()), Some(0));
-        assert_eq!(c.steps_per_second(), 100.0);
-        assert!(!c.tick(Duration::from_millis(5), r.head()), "half a step: nothing yet");
-        assert!(c.tick(Duration::from_millis(5), r.head()));
+        assert_eq!(c.pace, Pace::PerSecond(50.0));
+        assert!(!c.tick(Duration::from_millis(10), r.head()), "half a step: nothing yet");
+        assert!(c.tick(Duration::from_millis(10), r.head()));
         assert_eq!(c.at(r.head()), Some(1));
-        assert!(c.next_tick().unwrap() <= Duration::from_millis(10));
+        assert!(c.next_tick().unwrap() <= Duration::from_millis(20));
     }
 
     #[test]
@@ -286,15 +359,66 @@ mod tests {
     }
 
     #[test]
-    fn speed_is_clamped() {
-        let mut c = Cursor::default();
+    fn pace_walks_the_ladder_to_unlimited_and_back() {
+        let mut p = Pace::new(3.0).unwrap();
+        p = p.faster();
+        assert_eq!(p, Pace::PerSecond(5.0), "from off the ladder to the next rung up");
         for _ in 0..20 {
-            c.slower();
+            p = p.slower();
         }
-        assert_eq!(c.steps_per_second(), 1.0);
-        for _ in 0..20 {
-            c.faster();
+        assert_eq!(p, Pace::PerSecond(1.0), "the slowest stays");
+        for _ in 0..9 {
+            p = p.faster();
         }
-        assert_eq!(c.steps_per_second(), 1000.0);
+        assert_eq!(p, Pace::PerSecond(1000.0));
+        assert_eq!(p.faster(), Pace::Unlimited);
+        assert_eq!(Pace::Unlimited.faster(), Pace::Unlimited);
+        assert_eq!(Pace::Unlimited.slower(), Pace::PerSecond(1000.0));
+        assert_eq!(Pace::new(0.5).unwrap().slower(), Pace::PerSecond(0.5));
+        assert_eq!((Pace::PerSecond(10.0).to_string(), Pace::PerSecond(2.5).to_string()), ("10/s".into(), "2.5/s".into()));
+    }
+
+    #[test]
+    fn pace_flag_values() {
+        assert_eq!(Pace::new(0.0), Ok(Pace::Unlimited));
+        assert_eq!(Pace::new(8.0), Ok(Pace::PerSecond(8.0)));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = Pace::new(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--pace {bad}: must be 0")), "{e}");
+        }
+    }
+
+    /// The pacer: a decode whose 26 steps all arrived at once is shown one step per 1/pace
+    /// seconds, whatever the ticks' spacing, and goes live on reaching the head.
+    #[test]
+    fn the_view_follows_the_head_at_the_pace() {
+        let s = store();
+        let r = s.run().unwrap();
+        let head = r.head();
+        let mut c = Cursor::paced(Pace::PerSecond(8.0));
+        assert_eq!((c.mode, c.at(head)), (Mode::Playing, Some(0)));
+        for (dt_ms, want) in [(100, 0), (30, 1), (250, 3), (1000, 11), (1, 11)] {
+            c.tick(Duration::from_millis(dt_ms), head);
+            assert_eq!(c.at(head), Some(want), "after another {dt_ms} ms");
+        }
+        assert_eq!(c.behind(head), 25 - 11);
+        assert!(c.tick(Duration::from_secs(2), head));
+        assert_eq!((c.mode, c.at(head)), (Mode::Live, head), "caught up: live");
+        // Before the first step there is nothing to walk, and no time is banked.
+        let mut c = Cursor::paced(Pace::PerSecond(8.0));
+        assert!(!c.tick(Duration::from_secs(5), None));
+        assert_eq!(c.at(head), Some(0));
+        assert_eq!(Cursor::paced(Pace::Unlimited).mode, Mode::Live);
+    }
+
+    #[test]
+    fn faster_past_the_ladder_goes_live() {
+        let s = store();
+        let r = s.run().unwrap();
+        let mut c = Cursor::paced(Pace::PerSecond(1000.0));
+        c.faster();
+        assert_eq!((c.mode, c.at(r.head())), (Mode::Live, r.head()));
+        c.slower();
+        assert_eq!(c.pace, Pace::PerSecond(1000.0));
     }
 }

@@ -19,8 +19,10 @@ pub const KEYS: &KeyTable = &[
             ("← → h l", "one step back / forward"),
             ("[ ]", "one block back / forward"),
             ("Home End", "first step / live head (End also re-follows)"),
+            ("g", "go to a step (12) or a block (b7)"),
+            ("click", "on the timeline's bar: go to that step"),
             ("r", "replay from the start"),
-            ("+ -", "playback speed"),
+            ("+ -", "pace: steps per second the view plays"),
         ],
     ),
     (
@@ -110,7 +112,7 @@ mod tests {
     #[test]
     fn every_key_the_app_handles_is_listed() {
         let listed: String = KEYS.iter().flat_map(|(_, k)| k.iter().map(|(k, _)| format!(" {k} "))).collect();
-        for k in ["space", "h", "l", "[", "]", "Home", "End", "r", "+", "-", "j", "k", "Tab", "Esc", "c", "p", "m", "t", "T", "s", "S", "R", "?", "q", "Ctrl-C", "PgUp"] {
+        for k in ["space", "h", "l", "[", "]", "Home", "End", "g", "r", "+", "-", "j", "k", "Tab", "Esc", "c", "p", "m", "t", "T", "s", "S", "R", "?", "q", "Ctrl-C", "PgUp"] {
             assert!(listed.contains(&format!(" {k} ")), "help does not list {k}");
         }
     }

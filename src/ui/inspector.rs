@@ -11,6 +11,7 @@ use super::app::View;
 use super::glyph::{self, Mode};
 use crate::detok::Piece;
 use crate::store::{CellState, TrajPoint};
+use crate::format::fixed;
 
 /// A token as the inspector quotes it: spaces kept (the quotes show them), everything else
 /// that would not show made visible.
@@ -107,8 +108,8 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             l.push(Span::styled(format!(" step {} ", d.step + 1), t.cell_style(d.step, span)));
             l.push(Span::styled(format!(" of block {} · decode step {}", pos / run.block_length(), d.at + 1), t.dim()));
             out.push(Line::from(l));
-            let mut l: Vec<Span> = kv(v, "conf ", format!("{:.3}", d.conf)).into();
-            l.extend(kv(v, "  entropy ", format!("{:.3} nats", d.entropy)));
+            let mut l: Vec<Span> = kv(v, "conf ", fixed(d.conf.into(), 3)).into();
+            l.extend(kv(v, "  entropy ", format!("{} nats", fixed(d.entropy.into(), 3))));
             out.push(Line::from(l));
             if pos >= run.output_end(v.at) {
                 out.push(Line::from(Span::styled("dropped: after the EOS or beyond max_new_tokens", t.warn())));
@@ -121,7 +122,7 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         CellState::Masked { cand: Some(c) } => {
             out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
             let mut l: Vec<Span> = kv(v, "best  ", quoted(&run.token_label(c.token))).into();
-            l.extend(kv(v, "  conf ", format!("{:.3}", c.conf)));
+            l.extend(kv(v, "  conf ", fixed(c.conf.into(), 3)));
             out.push(Line::from(l));
         }
     }
@@ -160,7 +161,7 @@ fn trajectory<'a>(v: &View, traj: &[TrajPoint], width: usize, room: usize) -> Ve
             Span::styled(format!("{:>3} ", p.step + 1), Style::default().fg(hue)),
             Span::styled(if p.committed { "✓ " } else { "  " }, Style::default().fg(hue)),
             Span::styled(text, text_style),
-            Span::styled(format!(" {:.2} ", p.conf), t.dim()),
+            Span::styled(format!(" {} ", fixed(p.conf.into(), 2)), t.dim()),
             Span::styled(bar(p.conf, bar_w), Style::default().fg(hue)),
         ]));
     }
@@ -201,6 +202,28 @@ mod tests {
         let text = snapshot_text(&render_panel(&app, 56, 12, render));
         assert!(text.contains("A4 96") && text.contains("🤖"), "{text}");
         insta::assert_snapshot!(text);
+    }
+
+    /// A certain token's entropy comes out as -0.0 (or a hair below zero): shown as 0.000.
+    #[test]
+    fn no_negative_zero_entropy() {
+        let mut events = synth::trace(&Synth::small());
+        let pos = events
+            .iter_mut()
+            .find_map(|e| match e {
+                crate::events::Event::Step(s) if !s.committed.is_empty() => {
+                    s.committed[0].entropy = -0.0;
+                    Some(s.committed[0].pos)
+                }
+                _ => None,
+            })
+            .unwrap();
+        let mut app = App::replay(events, "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        app.selected = Some(pos);
+        let text = snapshot_text(&render_panel(&app, 56, 12, render));
+        assert!(text.contains("entropy 0.000 nats"), "{text}");
+        assert!(!text.contains("-0.0"), "{text}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod app;
 pub mod compare;
 pub mod cursor;
 pub mod glyph;
+pub mod goto;
 pub mod grid;
 pub mod help;
 pub mod inspector;
@@ -200,6 +201,22 @@ mod tests {
         insta::assert_snapshot!(screen(&finished_app(), 80, 30));
     }
 
+    /// The engine ran ahead and finished; the view, at 8 steps/s, is one second into it.
+    #[test]
+    fn full_screen_mid_pace() {
+        let mut app = App::live().with_pace(cursor::Pace::PerSecond(8.0));
+        for e in synth::trace(&Synth::small()) {
+            app.ingest(e);
+        }
+        let t0 = Instant::now();
+        app.sync_clock(t0);
+        assert!(app.tick(t0 + Duration::from_secs(1)));
+        assert_eq!((app.cursor.mode, app.view().unwrap().at), (cursor::Mode::Playing, Some(8)));
+        let s = screen(&app, 120, 36);
+        assert!(s.contains("finished: ") && s.contains("▶ 9/26 · pace 8/s"), "{s}");
+        insta::assert_snapshot!(s);
+    }
+
     #[test]
     fn too_small_says_so() {
         let s = screen(&finished_app(), 50, 15);
@@ -244,7 +261,11 @@ mod tests {
         }
         let mut replay = App::replay(events, "x".into(), None);
         replay.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
-        let body = |s: String| s.lines().skip(1).collect::<Vec<_>>().join("\n");
+        // The title says live or replay, and the footer lists the keys that work in each.
+        let body = |s: String| {
+            let lines: Vec<&str> = s.lines().collect();
+            lines[1..lines.len() - 1].join("\n")
+        };
         assert_eq!(body(screen(&live, 120, 36)), body(screen(&replay, 120, 36)));
         for a in [&mut live, &mut replay] {
             a.on_key(KeyEvent::new(KeyCode::Char('['), KeyModifiers::NONE));
@@ -300,9 +321,7 @@ mod tests {
         let mut term = Terminal::new(TestBackend::new(120, 36)).unwrap();
         let mut app = App::replay(synth::trace(&Synth::small()), "x".into(), None);
         // 1000 steps/s: the 26 steps play in well under a second.
-        for _ in 0..10 {
-            app.cursor.faster();
-        }
+        app.cursor.pace = cursor::Pace::PerSecond(1000.0);
         let mut steer = |_| {};
         let task = run(&mut term, &mut app, None, input, &mut steer);
         let quit_later = async {

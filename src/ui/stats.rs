@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use crate::settings::{DecodeSettings, Schedule, Strategy};
+use crate::format::fixed;
 
 fn frame<'a>(v: &View) -> Block<'a> {
     Block::bordered().border_style(v.theme.border()).title(Line::from(Span::styled(" Stats ", v.theme.title())))
@@ -87,8 +88,8 @@ fn settings_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
 fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let mut g = vec![kv(v, "strategy", s.strategy.name().to_string())];
     match s.strategy {
-        Strategy::EntropyBounded => g.push(kv(v, "eb", format!("{:.2}", s.eb_threshold))),
-        _ => g.push(kv(v, "threshold", format!("{:.2}", s.threshold))),
+        Strategy::EntropyBounded => g.push(kv(v, "eb", fixed(s.eb_threshold.into(), 2))),
+        _ => g.push(kv(v, "threshold", fixed(s.threshold.into(), 2))),
     }
     g.push(kv(v, "steps", s.steps.to_string()));
     g.push(kv(v, "block", s.block_length.to_string()));
@@ -112,8 +113,8 @@ fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let finished = v.run.finish.is_some();
     let when = if finished { "R restarts with it" } else { "from the next block · R restarts now" };
     let thr = match p.strategy {
-        Strategy::EntropyBounded => format!("eb {:.2}", p.eb_threshold),
-        _ => format!("threshold {:.2}", p.threshold),
+        Strategy::EntropyBounded => format!("eb {}", fixed(p.eb_threshold.into(), 2)),
+        _ => format!("threshold {}", fixed(p.threshold.into(), 2)),
     };
     vec![
         vec![

@@ -87,11 +87,22 @@ fn state<'a>(v: &View) -> Vec<Span<'a>> {
     s
 }
 
-/// The hints every screen shows, shortest first to go when the line is narrow.
-const HINTS: &str = "? help  space pause  ←→ step  [] block  m strategy  R restart  q quit ";
+/// The hints a live screen shows; the line is cut from the left when it is narrow.
+const HINTS: &str = "? help  space pause  ←→ step  [] block  g go to  m strategy  R restart  q quit ";
+/// A replay has no engine: only keys that work there.
+const REPLAY_HINTS: &str = "? help  space pause  ←→ step  [] block  g go to  +- pace  q quit ";
 
 pub fn footer(app: &App, area: Rect, buf: &mut Buffer) {
     let t = app.theme;
+    if let Some(typed) = &app.goto {
+        let prompt = Line::from(vec![
+            Span::styled(" go to step (12) or block (b7): ", t.label()),
+            Span::styled(format!("{typed}▏"), t.value()),
+        ]);
+        let keys = Line::from(Span::styled("Enter go  Esc cancel ", t.faint()));
+        split_line(area, buf, &prompt, &keys);
+        return;
+    }
     let note = app.message.as_ref().map(|m| (m.text.clone(), m.level)).or_else(|| stop_note(app));
     let left = match note {
         Some((text, Level::Warn)) => Line::from(Span::styled(format!(" ⚠ {text}"), t.warn())),
@@ -99,7 +110,13 @@ pub fn footer(app: &App, area: Rect, buf: &mut Buffer) {
         None => Line::default(),
     };
     let room = area.width as usize - left.width().min(area.width as usize);
-    let (hints, _) = glyph::fit(HINTS, room.saturating_sub(1));
+    // A recording takes no keys: hints in it would be a lie.
+    let hints = match app.source {
+        _ if app.cast => "",
+        Source::Live { .. } => HINTS,
+        Source::Replay { .. } => REPLAY_HINTS,
+    };
+    let (hints, _) = glyph::fit(hints, room.saturating_sub(1));
     split_line(area, buf, &left, &Line::from(Span::styled(hints.into_owned(), t.faint())));
 }
 
@@ -122,5 +139,36 @@ mod tests {
         assert_eq!(human(131_712), "131.7K");
         assert_eq!(human(1_700_000_000), "1.7B");
         assert_eq!(human(12), "12");
+    }
+}
+
+#[cfg(test)]
+mod footer_tests {
+    use super::*;
+    use crate::synth::{self, Synth};
+    use crate::ui::testing::{snapshot_text, render_panel};
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    fn footer_panel(v: &View, area: Rect, buf: &mut Buffer) {
+        footer(v.app, area, buf)
+    }
+
+    #[test]
+    fn goto_prompt() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        for c in [KeyCode::Char('g'), KeyCode::Char('1'), KeyCode::Char('2')] {
+            app.on_key(KeyEvent::new(c, KeyModifiers::NONE));
+        }
+        insta::assert_snapshot!(snapshot_text(&render_panel(&app, 100, 1, footer_panel)));
+    }
+
+    #[test]
+    fn replay_hints_only_keys_that_work_there() {
+        let app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        let s = snapshot_text(&render_panel(&app, 100, 1, footer_panel));
+        assert_eq!(s.trim(), "? help  space pause  ←→ step  [] block  g go to  +- pace  q quit");
+        for engine_key in ["strategy", "restart"] {
+            assert!(!s.contains(engine_key), "{s}");
+        }
     }
 }

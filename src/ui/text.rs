@@ -218,7 +218,7 @@ fn frame<'a>(v: &View, scrolled: Option<(usize, usize)>, end: usize) -> Block<'a
     };
     Block::bordered()
         .border_style(t.border())
-        .title(Line::from(vec![Span::styled(" Text ", t.title()), Span::styled(format!("{generated} tokens "), t.dim())]))
+        .title(Line::from(vec![Span::styled(" Text ", t.title()), Span::styled(format!("{} ", crate::format::count(generated, "token")), t.dim())]))
         .title_bottom(Line::from(state).right_aligned())
 }
 

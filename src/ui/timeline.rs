@@ -3,13 +3,14 @@
 //! is behind, where the live head is.
 
 use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use ratatui::layout::{Position, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::cursor::Mode;
+use super::goto;
 
 fn frame<'a>(v: &View) -> Block<'a> {
     Block::bordered().border_style(v.theme.border()).title(Line::from(Span::styled(" Timeline ", v.theme.title())))
@@ -57,13 +58,32 @@ fn mode_badge<'a>(v: &View) -> Line<'a> {
     let c = &v.app.cursor;
     let head = v.run.head();
     let behind = c.behind(head);
+    if v.app.cast {
+        // A recording places its cursor step by step; "paused" and "behind" would be false.
+        return Line::default();
+    }
     let (text, style) = match c.mode {
         Mode::Live => ("● LIVE".to_string(), Style::default().fg(t.step_color(2, 7))),
         Mode::Paused if behind == 0 => ("⏸ PAUSED at the head".to_string(), Style::default().fg(t.warn)),
         Mode::Paused => (format!("⏸ PAUSED · {behind} behind the head"), Style::default().fg(t.warn)),
-        Mode::Playing => (format!("▶ PLAYING {} steps/s · {behind} to go", c.steps_per_second()), Style::default().fg(t.accent)),
+        // Catching up with the head at the pace: where the view is, of how many recorded.
+        Mode::Playing => {
+            let shown = match (v.at, head) {
+                (Some(k), Some(h)) => format!("{}/{} · ", k + 1, h + 1),
+                _ => String::new(),
+            };
+            (format!("▶ {shown}pace {}", c.pace), Style::default().fg(t.accent))
+        }
     };
     Line::from(Span::styled(text, style.add_modifier(Modifier::BOLD)))
+}
+
+/// The step under a click on the bar (the timeline's second inner row), if it is there.
+pub fn hit(v: &View, area: Rect, at: Position) -> Option<usize> {
+    let inner = frame(v).inner(area);
+    let head = v.run.head()?;
+    let on_bar = at.y == inner.y + 1 && inner.height > 1 && (inner.x..inner.right()).contains(&at.x);
+    on_bar.then(|| goto::step_at_column((at.x - inner.x) as usize, inner.width as usize, head))
 }
 
 /// `━━━━━●──────┃`: done up to the cursor, recorded beyond it, the head at the end.
@@ -128,6 +148,6 @@ mod tests {
     fn timeline_playing() {
         let app = app();
         let s = snapshot_text(&render_panel(&app, 100, 4, render));
-        assert!(s.contains("PLAYING 20 steps/s") && s.contains("overall 1/26"), "{s}");
+        assert!(s.contains("▶ 1/26 · pace 10/s") && s.contains("overall 1/26"), "{s}");
     }
 }

@@ -1,0 +1,121 @@
+//! Seeking: `g` then a step number (1-based, as the timeline shows it) or `b7` for block 7,
+//! and a click on the timeline's bar. Pure: text or a column in, a step index or a one-line
+//! reason out.
+
+use crate::store::Run;
+
+/// Where the user asked to go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Goto {
+    /// A step counted from 1 over the decode (the timeline's "overall").
+    Step(usize),
+    /// The first step of a block, numbered as the trace and the timeline number it.
+    Block(usize),
+}
+
+/// The prompt's text as a destination; the error says what was typed and what is accepted.
+pub fn parse(typed: &str) -> Result<Goto, String> {
+    let t = typed.trim();
+    let (block, digits) = match t.strip_prefix(['b', 'B']) {
+        Some(rest) => (true, rest.trim()),
+        None => (false, t),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("{t:?} is not a step or a block: type a step number (12) or b and a block (b7)"))?;
+    Ok(if block { Goto::Block(n) } else { Goto::Step(n) })
+}
+
+/// The step index (0-based, as the store counts) of a destination in `run`.
+pub fn resolve(run: &Run, g: Goto) -> Result<usize, String> {
+    let Some(head) = run.head() else { return Err("no step decoded yet".into()) };
+    let decoded = match run.finish {
+        Some(_) => format!("the decode has {}", plural(head + 1, "step")),
+        None => format!("the decode is at step {} so far", head + 1),
+    };
+    match g {
+        Goto::Step(0) => Err("steps are counted from 1".into()),
+        Goto::Step(n) if n - 1 > head => Err(format!("no step {n}: {decoded}")),
+        Goto::Step(n) => Ok(n - 1),
+        Goto::Block(b) => {
+            let steps = run.block_steps(b);
+            if !steps.is_empty() {
+                return Ok(steps.start);
+            }
+            let blocks = run.blocks();
+            let span = match (blocks.first(), blocks.last()) {
+                (Some(f), Some(l)) => format!("blocks {}–{} have steps", f.block, l.block),
+                _ => "no block has steps yet".into(),
+            };
+            Err(format!("block {b} has no steps: {span}"))
+        }
+    }
+}
+
+/// The step under column `x` of a timeline bar `width` columns wide, for a run whose head is
+/// `head`. The bar draws step k at column `k * (width - 1) / head`: of the steps around `x`,
+/// the one drawn nearest to it (the first, where several share a column; the earlier, on a tie).
+pub fn step_at_column(x: usize, width: usize, head: usize) -> usize {
+    if width < 2 || head == 0 {
+        return head;
+    }
+    let x = x.min(width - 1);
+    let col = |k: usize| k * (width - 1) / head;
+    let guess = x * head / (width - 1);
+    (guess.saturating_sub(1)..=(guess + 2).min(head)).min_by_key(|&k| (col(k).abs_diff(x), k)).unwrap_or(head)
+}
+
+/// `1 step`, `2 steps`.
+fn plural(n: usize, noun: &str) -> String {
+    crate::format::count(n, noun)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use crate::synth::{self, Synth};
+
+    fn store() -> Store {
+        Store::from_events(synth::trace(&Synth::small()))
+    }
+
+    #[test]
+    fn typed_destinations() {
+        assert_eq!(parse("12"), Ok(Goto::Step(12)));
+        assert_eq!(parse(" b7 "), Ok(Goto::Block(7)));
+        assert_eq!(parse("B 3"), Ok(Goto::Block(3)));
+        assert_eq!(parse("x").unwrap_err(), "\"x\" is not a step or a block: type a step number (12) or b and a block (b7)");
+        assert!(parse("").is_err() && parse("b").is_err() && parse("-3").is_err());
+    }
+
+    #[test]
+    fn destinations_in_a_run() {
+        let s = store();
+        let r = s.run().unwrap();
+        assert_eq!(resolve(r, Goto::Step(1)), Ok(0));
+        assert_eq!(resolve(r, Goto::Step(26)), Ok(25));
+        assert_eq!(resolve(r, Goto::Step(27)).unwrap_err(), "no step 27: the decode has 26 steps");
+        assert_eq!(resolve(r, Goto::Step(0)).unwrap_err(), "steps are counted from 1");
+        let b = r.blocks()[2].clone();
+        assert_eq!(resolve(r, Goto::Block(b.block)), Ok(b.first_step));
+        let (first, last) = (r.blocks()[0].block, r.blocks().last().unwrap().block);
+        assert_eq!(
+            resolve(r, Goto::Block(last + 1)).unwrap_err(),
+            format!("block {} has no steps: blocks {first}–{last} have steps", last + 1)
+        );
+    }
+
+    #[test]
+    fn columns_map_back_to_the_steps_drawn_there() {
+        // The bar draws step k at column k * (w - 1) / head.
+        for (w, head) in [(50, 25), (98, 25), (20, 214), (2, 1)] {
+            for k in 0..=head {
+                let col = k * (w - 1) / head;
+                let back = step_at_column(col, w, head);
+                assert_eq!(back * (w - 1) / head, col, "w {w} head {head}: step {k} at column {col} came back as {back}");
+            }
+        }
+        assert_eq!(step_at_column(0, 50, 25), 0);
+        assert_eq!(step_at_column(49, 50, 25), 25);
+        assert_eq!(step_at_column(500, 50, 25), 25, "past the end: the head");
+    }
+}
