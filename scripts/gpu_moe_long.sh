@@ -100,9 +100,12 @@ EOF
 fi
 
 if [[ $PART == torch ]]; then
-  stage "PyTorch references: static-cache decoder under torch.compile(reduce-overhead), same algorithm"
+  stage "side by side: unmask bench and the compiled PyTorch reference (static KV cache, torch.compile reduce-overhead), same algorithm, same shapes"
   for shape in ${TORCH_SHAPES:-sdar-1.7b sdar-4b sdar-8b sdar-30b-a3b}; do
-    timeout 240 python3 scripts/torch_reference.py --shape $shape --compile --prompt-len 64 --max-new-tokens 128 \
+    timeout 120 "$BIN" bench --random-init $shape --device cuda --prompt-len 64 --max-new-tokens 128 \
+      --strategy low_confidence_static --events on --warmup 1 --repeat 2 --json "$OUT/bench-$shape.json" \
+      && record "bench-$shape" ok || record "bench-$shape" FAIL
+    timeout 200 python3 scripts/torch_reference.py --shape $shape --compile --prompt-len 64 --max-new-tokens 128 \
       --strategy low_confidence_static --warmup 1 --repeat 2 --json "$OUT/torch-compiled-$shape.json" \
       && record "torch-compiled-$shape" ok || record "torch-compiled-$shape" FAIL
   done
