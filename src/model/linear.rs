@@ -231,8 +231,8 @@ mod kernel {
             let wf: [f32; PANEL] = std::array::from_fn(|c| widen(wrow[slot(c)]));
             for (r, a) in acc.iter_mut().enumerate().take(rows) {
                 let xv = xs[r * k + i];
-                for c in 0..PANEL {
-                    a[c] = xv.mul_add(wf[c], a[c]);
+                for (s, &w) in a.iter_mut().zip(&wf) {
+                    *s = xv.mul_add(w, *s);
                 }
             }
         }
@@ -270,18 +270,18 @@ mod kernel {
                     // bf16 -> f32 is the 16 bits moved to the top half
                     let wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, b));
                     let wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, b));
-                    for r in 0..R {
+                    for (r, (l, h)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
                         let xv = _mm256_broadcast_ss(&*x.add(r * k + i));
-                        lo[r] = _mm256_fmadd_ps(xv, wl, lo[r]);
-                        hi[r] = _mm256_fmadd_ps(xv, wh, hi[r]);
+                        *l = _mm256_fmadd_ps(xv, wl, *l);
+                        *h = _mm256_fmadd_ps(xv, wh, *h);
                     }
                 }
             }
-            for r in 0..R {
+            for ((a, l), h) in acc.iter_mut().zip(lo).zip(hi) {
                 // SAFETY: each row of `acc` holds 16 floats.
                 unsafe {
-                    _mm256_storeu_ps(acc[r].as_mut_ptr(), lo[r]);
-                    _mm256_storeu_ps(acc[r].as_mut_ptr().add(8), hi[r]);
+                    _mm256_storeu_ps(a.as_mut_ptr(), l);
+                    _mm256_storeu_ps(a.as_mut_ptr().add(8), h);
                 }
             }
         }
