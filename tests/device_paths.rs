@@ -29,6 +29,7 @@ fn run(opts: RunOptions, settings: &DecodeSettings, prompt_ids: &[u32]) -> Vec<E
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), opts);
     let mut events = vec![];
@@ -123,6 +124,7 @@ fn fixed_passes_survive_a_restart_in_the_same_denoiser() {
             device: "cpu".into(),
             chat: None,
             sources: Default::default(),
+            candidates: 1,
         };
         let fin = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
         outs.push((prompt, fin.output_ids));
@@ -149,6 +151,7 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     };
     let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
     let mut sent = vec![];
