@@ -305,9 +305,28 @@ pub struct DecodeArgs {
     /// Compute dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
     #[arg(long, value_name = "DT", default_value = "auto", global = true)]
     pub dtype: String,
+    /// Keep the K most probable tokens of every masked position and their probabilities in
+    /// each step (the inspector shows them and the margin p1 - p2), 1 to 16; 1: only the token
+    /// drawn. Above 1 on a GPU, sampling runs on the host (slower).
+    #[arg(long, allow_negative_numbers = true, value_name = "K", global = true, value_parser = parse_candidates)]
+    pub candidates: Option<usize>,
+}
+
+/// `--candidates K`: 1..=MAX_CANDIDATES.
+fn parse_candidates(s: &str) -> Result<usize, String> {
+    let max = crate::sampler::MAX_CANDIDATES;
+    match s.parse::<usize>() {
+        Ok(k) if (1..=max).contains(&k) => Ok(k),
+        _ => Err(format!("expected a whole number from 1 to {max} (candidates kept per masked position)")),
+    }
 }
 
 impl DecodeArgs {
+    /// `--candidates`, 1 when not given.
+    pub fn candidates(&self) -> usize {
+        self.candidates.unwrap_or(1)
+    }
+
     /// Flags over checkpoint defaults (generation_config.json, then config.json's
     /// `block_size`) over unmask defaults; validated.
     pub fn settings(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {

@@ -119,6 +119,10 @@ pub struct Committed {
     pub bytes: Option<Vec<u8>>,
     pub conf: f32,
     pub entropy: f32,
+    /// `--candidates K` above 1: the K most probable tokens of the distribution `token` was
+    /// drawn from, most probable first. Absent otherwise (and in older traces).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<TopCandidate>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +134,21 @@ pub struct Candidate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<Vec<u8>>,
     pub conf: f32,
+    /// As in [`Committed`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<TopCandidate>,
+}
+
+/// One of a position's most probable tokens at a step (`--candidates`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopCandidate {
+    pub token: u32,
+    /// As in [`Committed`].
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+    /// Its probability under the distribution the position's token was drawn from.
+    pub p: f32,
 }
 
 /// A block is finished and its K/V are committed to the cache.
@@ -198,8 +217,12 @@ impl Event {
                 nums.push(("t_ms", s.t_ms));
                 for c in &s.committed {
                     nums.extend([("committed.conf", c.conf as f64), ("committed.entropy", c.entropy as f64)]);
+                    nums.extend(c.top.iter().map(|t| ("committed.top.p", t.p as f64)));
                 }
-                nums.extend(s.masked.iter().map(|c| ("masked.conf", c.conf as f64)));
+                for c in &s.masked {
+                    nums.push(("masked.conf", c.conf as f64));
+                    nums.extend(c.top.iter().map(|t| ("masked.top.p", t.p as f64)));
+                }
                 if let Some(st) = &s.settings {
                     nums.extend(settings(st));
                 }

@@ -12,7 +12,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::events::{BlockEvent, Event, FinishEvent, Header, StepEvent};
+use crate::events::{BlockEvent, Event, FinishEvent, Header, StepEvent, TopCandidate};
+pub use crate::sampler::MAX_CANDIDATES;
 use crate::settings::DecodeSettings;
 
 /// Positions per block (`--block-length`, `settings.block_length`, `block_size`).
@@ -230,6 +231,20 @@ impl RunShape {
         Ok(())
     }
 
+    /// A `top` list (`--candidates`): bounded, tokens of the vocabulary, probabilities.
+    fn top(&self, list: &str, top: &[TopCandidate]) -> Result<(), String> {
+        if top.len() > MAX_CANDIDATES {
+            return Err(format!("field `{list}.top` holds {} candidates, more than the limit of {MAX_CANDIDATES}", top.len()));
+        }
+        for t in top {
+            self.token(&format!("{list}.top.token"), t.token)?;
+            if !(0.0..=1.0).contains(&t.p) {
+                return Err(format!("field `{list}.top.p` is {}, not a probability", t.p));
+            }
+        }
+        Ok(())
+    }
+
     fn step(&mut self, s: &StepEvent) -> Result<(), String> {
         self.block_in_range(s.block)?;
         if s.step >= MAX_STEPS.max(self.block_length) {
@@ -246,6 +261,7 @@ impl RunShape {
                 return Err(format!("committed position {} is outside block {}'s generated positions {generated:?}", c.pos, s.block));
             }
             self.token("committed.token", c.token)?;
+            self.top("committed", &c.top)?;
             if !self.committed.insert(c.pos) {
                 return Err(format!("committed position {} a second time", c.pos));
             }
@@ -255,6 +271,7 @@ impl RunShape {
                 return Err(format!("masked position {} is outside block {}'s generated positions {generated:?}", c.pos, s.block));
             }
             self.token("masked.token", c.token)?;
+            self.top("masked", &c.top)?;
         }
         if s.forward <= self.last_forward {
             return Err(format!("field `forward` is {}, not more than the previous step's {}", s.forward, self.last_forward));
@@ -327,6 +344,19 @@ mod tests {
             (
                 Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.block = 1 << 40 }),
                 format!("field `block` is {}, outside this decode's blocks", 1u64 << 40),
+            ),
+            (
+                Box::new(move |ev| *ev = synth::with_candidates(std::mem::take(ev), MAX_CANDIDATES + 1)),
+                format!("field `committed.top` holds {} candidates, more than the limit of {MAX_CANDIDATES}", MAX_CANDIDATES + 1),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_candidates(std::mem::take(ev), 2);
+                    if let Event::Step(s) = &mut ev[step_at] {
+                        s.committed[0].top[1].token = 1 << 30;
+                    }
+                }),
+                format!("field `committed.top.token` is {}, outside the vocabulary", 1 << 30),
             ),
         ];
         for (edit, want) in cases {

@@ -73,6 +73,7 @@ impl Session {
             device: args.device.clone(),
             chat: Some(chat),
             sources,
+            candidates: args.candidates(),
         };
         let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::detok::{self, End, Piece};
-use crate::events::{BlockEvent, Event, FinishEvent, FinishReason, Header, StepEvent};
+use crate::events::{BlockEvent, Event, FinishEvent, FinishReason, Header, StepEvent, TopCandidate};
+use crate::sampler::Ranked;
 use crate::settings::DecodeSettings;
 
 /// `CellRec::at` of a position nothing has decoded yet.
@@ -113,6 +114,10 @@ pub struct Run {
     steps: Vec<StepRec>,
     blocks: Vec<BlockRec>,
     cands: Vec<Cand>,
+    /// `--candidates` lists, all in one vector: `tops[top_of[(step index, pos)]]` is the list
+    /// of `pos` at that step (committed or still masked). Empty for a trace without them.
+    tops: Vec<Ranked>,
+    top_of: HashMap<(u32, u32), Range<u32>>,
     /// Text of every token id seen (a token's piece never changes within a run).
     pieces: HashMap<u32, Box<str>>,
     /// Bytes of the tokens whose bytes are not their piece (they split a character).
@@ -212,6 +217,8 @@ impl Run {
             steps: Vec::new(),
             blocks: Vec::new(),
             cands: Vec::new(),
+            tops: Vec::new(),
+            top_of: HashMap::new(),
             pieces,
             raw,
             texts: Vec::new(),
@@ -464,10 +471,8 @@ impl Run {
                 continue;
             }
             self.cells[c.pos] = CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
-            self.pieces.entry(c.token).or_insert_with(|| c.text.as_str().into());
-            if let Some(b) = &c.bytes {
-                self.raw.entry(c.token).or_insert_with(|| b.as_slice().into());
-            }
+            self.learn(c.token, &c.text, c.bytes.as_deref());
+            self.push_top(k, c.pos, &c.top);
             if self.header.eos_ids.contains(&c.token) && c.pos < self.header.max_len {
                 self.eos.push((c.pos, k));
             }
@@ -477,10 +482,8 @@ impl Run {
         let start = self.cands.len() as u32;
         for c in s.masked.iter().filter(|c| span.contains(&c.pos)) {
             self.cands.push(Cand { pos: c.pos as u32, token: c.token, conf: c.conf });
-            self.pieces.entry(c.token).or_insert_with(|| c.text.as_str().into());
-            if let Some(b) = &c.bytes {
-                self.raw.entry(c.token).or_insert_with(|| b.as_slice().into());
-            }
+            self.learn(c.token, &c.text, c.bytes.as_deref());
+            self.push_top(k, c.pos, &c.top);
         }
         // Sorted so that a cell's candidate is a binary search away.
         self.cands[start as usize..].sort_by_key(|c| c.pos);
@@ -497,6 +500,33 @@ impl Run {
         });
         self.blocks.last_mut().expect("pushed above").steps += 1;
         self.update_step_span();
+    }
+
+    /// Remembers a token's text (and bytes, where they differ) as the events spelled it.
+    fn learn(&mut self, token: u32, text: &str, bytes: Option<&[u8]>) {
+        self.pieces.entry(token).or_insert_with(|| text.into());
+        if let Some(b) = bytes {
+            self.raw.entry(token).or_insert_with(|| b.into());
+        }
+    }
+
+    /// Keeps the `--candidates` list of `pos` at step index `k` (nothing for an empty one).
+    fn push_top(&mut self, k: usize, pos: usize, top: &[TopCandidate]) {
+        if top.is_empty() {
+            return;
+        }
+        let start = self.tops.len() as u32;
+        for t in top {
+            self.learn(t.token, &t.text, t.bytes.as_deref());
+            self.tops.push(Ranked { token: t.token, p: t.p });
+        }
+        self.top_of.insert((k as u32, pos as u32), start..self.tops.len() as u32);
+    }
+
+    /// The most probable tokens of `pos` at step index `k`, most probable first, as
+    /// `--candidates` recorded them (empty without them, or where `pos` was not sampled).
+    pub fn top(&self, pos: usize, k: usize) -> &[Ranked] {
+        self.top_of.get(&(k as u32, pos as u32)).map_or(&[], |r| &self.tops[r.start as usize..r.end as usize])
     }
 
     /// A step belongs to the newest block or starts the next one; anything else (a block that
@@ -552,6 +582,8 @@ impl Run {
             + self.blocks.capacity() * size_of::<BlockRec>()
             + self.cands.capacity() * size_of::<Cand>()
             + self.eos.capacity() * size_of::<(usize, usize)>()
+            + self.tops.capacity() * size_of::<Ranked>()
+            + self.top_of.capacity() * size_of::<((u32, u32), Range<u32>)>()
             + pieces
     }
 }
@@ -604,6 +636,26 @@ mod tests {
         assert!(t.windows(2).all(|w| w[0].at < w[1].at));
         let block = pos / r.block_length();
         assert!(t.iter().all(|p| r.step(p.at).unwrap().block == block));
+    }
+
+    #[test]
+    fn candidate_lists_are_kept_per_step_and_position() {
+        let s = Store::from_events(synth::with_candidates(synth::trace(&Synth::small()), 3));
+        let r = s.run().unwrap();
+        let head = r.head().unwrap();
+        let mut seen = 0;
+        for pos in r.prompt_len()..r.header.max_len {
+            for p in r.trajectory(pos, head) {
+                let top = r.top(pos, p.at);
+                assert_eq!(top.len(), 3, "pos {pos} step index {}", p.at);
+                assert_eq!((top[0].token, top[0].p), (p.token, p.conf));
+                assert_eq!(r.piece(top[1].token), synth::VOCAB[top[1].token as usize]);
+                seen += 1;
+            }
+        }
+        assert!(seen > 24);
+        assert!(r.top(0, 0).is_empty(), "a prompt cell has none");
+        assert!(store().run().unwrap().top(8, 0).is_empty(), "a trace without them has none");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! combining characters.
 
 use crate::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TRACE_VERSION,
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TopCandidate,
+    TRACE_VERSION,
 };
 use crate::settings::DecodeSettings;
 
@@ -156,6 +157,29 @@ pub fn trace(cfg: &Synth) -> Vec<Event> {
     events
 }
 
+/// `events` with `k` candidates on every committed and masked entry, as `--candidates k` writes
+/// them: the entry's own token first with its confidence, then other tokens of the vocabulary,
+/// each half as likely as the one before (within what the first leaves).
+pub fn with_candidates(mut events: Vec<Event>, k: usize) -> Vec<Event> {
+    let top = |token: u32, conf: f32| -> Vec<TopCandidate> {
+        let rest = (1.0 - conf).min(conf);
+        (0..k)
+            .map(|i| {
+                let t = if i == 0 { token } else { (token + 7 * i as u32) % VOCAB.len() as u32 };
+                let p = if i == 0 { conf } else { rest / (1u32 << i) as f32 };
+                TopCandidate { token: t, text: piece(t), bytes: None, p }
+            })
+            .collect()
+    };
+    for ev in &mut events {
+        if let Event::Step(s) = ev {
+            s.committed.iter_mut().for_each(|c| c.top = top(c.token, c.conf));
+            s.masked.iter_mut().for_each(|c| c.top = top(c.token, c.conf));
+        }
+    }
+    events
+}
+
 /// Fixed timings: 7.5 ms per forward pass.
 fn ms(forward: usize) -> f64 {
     forward as f64 * 7.5
@@ -187,7 +211,7 @@ fn decode_block(
             .iter()
             .map(|&q| {
                 let token = final_token(cfg, q);
-                Committed { pos: q, token, text: piece(token), bytes: None, conf: conf(q), entropy: 2.0 * (1.0 - conf(q)) }
+                Committed { pos: q, token, text: piece(token), bytes: None, conf: conf(q), entropy: 2.0 * (1.0 - conf(q)), top: vec![] }
             })
             .collect();
         let cands = masked
@@ -195,7 +219,7 @@ fn decode_block(
             .map(|&q| {
                 // Early guesses wander; the last guess before the commit is usually the final token.
                 let token = if unit(cfg.seed ^ 1, q, step) < 0.6 { final_token(cfg, q) } else { (mix(q as u64 + step as u64) % VOCAB.len() as u64) as u32 };
-                Candidate { pos: q, token, text: piece(token), bytes: None, conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step) }
+                Candidate { pos: q, token, text: piece(token), bytes: None, conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step), top: vec![] }
             })
             .collect();
         events.push(Event::Step(StepEvent {
@@ -300,6 +324,7 @@ pub fn split_trace() -> Vec<Event> {
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     };
     let mut events = vec![];
     decode(&mut Script { cached: 0 }, &Bytes, &req, &mut |e| events.push(e), None);

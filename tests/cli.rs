@@ -267,3 +267,71 @@ fn bad_pace_and_export_files_are_refused_before_the_tui_needs_a_terminal() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("this is a CSV table from `unmask export`, not a trace; `unmask trace --out FILE` writes a trace"), "{err}");
 }
+
+#[test]
+fn candidates_3_round_trip_through_a_trace_and_leave_the_decode_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (with, without) = (dir.path().join("k3.jsonl"), dir.path().join("k1.jsonl"));
+    let model = fixture("tiny-random");
+    let base = ["trace", "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "12", "--temperature", "0"];
+    for (path, k) in [(&with, "3"), (&without, "1")] {
+        let mut args = base.to_vec();
+        args.extend(["--candidates", k, "--out", path.to_str().unwrap()]);
+        let out = unmask(&args);
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Read back, the events are every line as written; written again and read, the same
+    // events (bytes may differ only in the last digit of a time: serde_json's float parsing).
+    let text = std::fs::read_to_string(&with).unwrap();
+    let read = unmask::trace::read_file(&with).unwrap();
+    assert_eq!(read.stopped, None);
+    let lines: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(read.events, lines);
+    let mut again = Vec::new();
+    let mut w = unmask::trace::TraceWriter::new(&mut again, "again");
+    read.events.iter().for_each(|e| w.write(e).unwrap());
+    assert_eq!(unmask::trace::read(again.as_slice(), "again").unwrap().events, read.events);
+    assert_eq!(String::from_utf8(again).unwrap().matches("\"top\":[").count(), text.matches("\"top\":[").count());
+    // Every sampled entry has its 3 most probable tokens, most probable first; greedy, the
+    // first is the token itself with its confidence.
+    let k3 = steps(&read.events);
+    let entries: Vec<(u32, f32, &Vec<unmask::events::TopCandidate>)> = k3
+        .iter()
+        .flat_map(|s| {
+            s.committed.iter().map(|c| (c.token, c.conf, &c.top)).chain(s.masked.iter().map(|c| (c.token, c.conf, &c.top)))
+        })
+        .collect();
+    assert!(entries.len() > 12);
+    for (token, conf, top) in entries {
+        assert_eq!(top.len(), 3);
+        assert_eq!((top[0].token, top[0].p), (token, conf));
+        assert!(top.windows(2).all(|w| w[0].p >= w[1].p), "{top:?}");
+        assert!(top.iter().all(|t| !t.text.is_empty() || t.bytes.is_some()));
+    }
+    // The same decode: tokens and steps; K = 1 writes no `top` at all.
+    let k1 = unmask::trace::read_file(&without).unwrap().events;
+    let strip = |s: &unmask::events::StepEvent| {
+        let c: Vec<(usize, u32)> = s.committed.iter().map(|c| (c.pos, c.token)).collect();
+        let m: Vec<(usize, u32)> = s.masked.iter().map(|c| (c.pos, c.token)).collect();
+        (s.block, s.step, c, m)
+    };
+    assert_eq!(k3.iter().map(|s| strip(s)).collect::<Vec<_>>(), steps(&k1).iter().map(|s| strip(s)).collect::<Vec<_>>());
+    assert!(!std::fs::read_to_string(&without).unwrap().contains("\"top\""));
+}
+
+#[test]
+fn candidates_outside_1_to_16_are_a_one_line_error() {
+    for k in ["0", "100", "-1", "three"] {
+        let out = unmask(&["trace", "--candidates", k]);
+        assert_eq!(out.status.code(), Some(1), "--candidates {k}");
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            err,
+            format!(
+                "unmask: error: invalid value '{k}' for '--candidates <K>': expected a whole number from 1 to 16 \
+                 (candidates kept per masked position) (see --help)\n"
+            )
+        );
+    }
+}

@@ -29,6 +29,7 @@ fn run(opts: RunOptions, settings: &DecodeSettings, prompt_ids: &[u32]) -> Vec<E
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), opts);
     let mut events = vec![];
@@ -123,6 +124,7 @@ fn fixed_passes_survive_a_restart_in_the_same_denoiser() {
             device: "cpu".into(),
             chat: None,
             sources: Default::default(),
+            candidates: 1,
         };
         let fin = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
         outs.push((prompt, fin.output_ids));
@@ -149,6 +151,7 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     };
     let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
     let mut sent = vec![];
@@ -157,4 +160,41 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
     assert!(off.text.is_empty());
     let on = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
     assert_eq!((off.output_ids, off.forwards, off.steps), (on.output_ids, on.forwards, on.steps));
+}
+
+/// `--candidates 3` on the GPU's paths: ranking takes the host path (eager pass, host logits,
+/// reference sampler) for every pass, so the decode is the reference one, lists added.
+#[test]
+fn candidates_above_1_take_the_host_path_and_decode_the_same() {
+    let ck = load();
+    let device = RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false };
+    let sampled = settings(Strategy::LowConfidenceDynamic, Sampling { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3 });
+    let reference = run(RunOptions::reference(), &sampled, &[5, 6, 7, 8, 9]);
+    let req = Request {
+        prompt: String::new(),
+        prompt_ids: vec![5, 6, 7, 8, 9],
+        settings: sampled,
+        mask_id: ck.tokenizer.mask_id(),
+        eos_ids: vec![],
+        model: ck.info.clone(),
+        device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
+        candidates: 3,
+    };
+    let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), device);
+    let mut events = vec![];
+    let fin = decode(&mut den, &ck.tokenizer, &req, &mut |e| events.push(e), None);
+    assert_eq!(den.status().host_rows, fin.forwards * 4, "every position of every pass on the host");
+    let tokens = |ev: &[Event]| -> Vec<Vec<(usize, u32)>> {
+        ev.iter()
+            .filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None })
+            .map(|s| s.committed.iter().map(|c| (c.pos, c.token)).chain(s.masked.iter().map(|c| (c.pos, c.token))).collect())
+            .collect()
+    };
+    assert_eq!(tokens(&events), tokens(&reference));
+    let lists = events.iter().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None }).flat_map(|s| &s.committed);
+    for c in lists {
+        assert!(!c.top.is_empty() && c.top.len() <= 3 && c.top.windows(2).all(|w| w[0].p >= w[1].p), "{:?}", c.top);
+    }
 }

@@ -80,6 +80,7 @@ fn request(prompt_len: usize, settings: DecodeSettings) -> Request {
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     }
 }
 

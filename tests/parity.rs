@@ -156,6 +156,7 @@ fn run_case(case: &Case, ck: Checkpoint) -> Vec<Event> {
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
+        candidates: 1,
     };
     let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
     let mut events = vec![];

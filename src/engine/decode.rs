@@ -10,11 +10,11 @@ use anyhow::Result;
 use super::{Control, Denoiser, Detok, Pass};
 use crate::detok::{self, End};
 use crate::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent,
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TopCandidate,
     TRACE_VERSION,
 };
 use crate::sampler::strategy::{Cell, StepRule};
-use crate::sampler::{PosSample, Uniforms};
+use crate::sampler::{PosSample, Ranked, Uniforms};
 use crate::settings::DecodeSettings;
 
 /// What stays fixed for one decode.
@@ -30,6 +30,9 @@ pub struct Request {
     /// Copied into the header as is.
     pub chat: Option<crate::events::ChatInfo>,
     pub sources: std::collections::BTreeMap<String, String>,
+    /// `--candidates`: how many of its most probable tokens every sampled position's event
+    /// carries (1: none beyond the token itself, the trace as before `--candidates` existed).
+    pub candidates: usize,
 }
 
 /// The outcome of control messages that arrive mid-decode.
@@ -60,6 +63,8 @@ struct Loop<'a> {
     carry: Vec<u8>,
     /// Denoising steps the last block took.
     block_steps: usize,
+    /// Time spent building events (what `unmask bench` reports as their cost on this thread).
+    event_time: std::time::Duration,
 }
 
 /// One token's text alone, and its bytes where they differ from that text.
@@ -103,6 +108,19 @@ pub fn decode_with_events(
     control: Option<&Receiver<Control>>,
     events: bool,
 ) -> FinishEvent {
+    decode_measured(denoiser, detok, req, sink, control, events).0
+}
+
+/// [`decode_with_events`], also returning the time this thread spent building events (header,
+/// steps, blocks, the finish event's text): the engine's share of what events cost.
+pub fn decode_measured(
+    denoiser: &mut dyn Denoiser,
+    detok: &dyn Detok,
+    req: &Request,
+    sink: &mut dyn FnMut(Event),
+    control: Option<&Receiver<Control>>,
+    events: bool,
+) -> (FinishEvent, std::time::Duration) {
     let mut lp = Loop {
         denoiser,
         detok,
@@ -118,6 +136,7 @@ pub fn decode_with_events(
         tokens: Default::default(),
         carry: Vec::new(),
         block_steps: 0,
+        event_time: Default::default(),
     };
     let mut output = Vec::new();
     let mut blocks = 0;
@@ -129,6 +148,7 @@ pub fn decode_with_events(
         Ok(Err(e)) => (FinishReason::Error, Some(format!("{e:#}"))),
         Err(panic) => (FinishReason::Error, Some(panic)),
     };
+    let t0 = Instant::now();
     let fin = FinishEvent {
         reason,
         text: if events { detok.decode(&output) } else { String::new() },
@@ -139,8 +159,9 @@ pub fn decode_with_events(
         elapsed_ms: lp.ms(),
         error,
     };
+    let event_time = lp.event_time + t0.elapsed();
     (lp.sink)(Event::Finish(fin.clone()));
-    fin
+    (fin, event_time)
 }
 
 /// Refuses a pass whose samples are not a distribution (NaN or infinite logits: NaN/Inf
@@ -201,7 +222,9 @@ impl Loop<'_> {
         };
         let end_blocks = max_len.div_ceil(b);
         if self.events {
+            let t0 = Instant::now();
             self.header(req, first_block, max_len);
+            self.event_time += t0.elapsed();
         }
         self.denoiser.reset(end_blocks * b)?;
         // Finished blocks not in the cache yet: the next block's first pass stores them.
@@ -224,7 +247,9 @@ impl Loop<'_> {
                     Some(i) => Some(start.max(p) + i + 1 - start),
                     None => (block + 1 == end_blocks).then(|| (p + n).min(start + b) - start),
                 };
+                let t0 = Instant::now();
                 self.block_event(block, start, &cells, out_end);
+                self.event_time += t0.elapsed();
             }
             unstored = cells;
             match eos_at {
@@ -277,7 +302,12 @@ impl Loop<'_> {
             }
             let u = uniforms.draw(b, &sampling);
             let store = std::mem::take(unstored);
-            let samples = self.denoiser.denoise(Pass { store: &store, block: cells }, &sampling, &u)?;
+            let pass = Pass { store: &store, block: cells };
+            // Ranked lists only when someone reads them: the engine's own decode never needs them.
+            let (samples, ranked) = match req.candidates {
+                k if k > 1 && self.events => self.denoiser.denoise_ranked(pass, &sampling, &u, k)?,
+                _ => (self.denoiser.denoise(pass, &sampling, &u)?, Vec::new()),
+            };
             self.forwards += 1;
             check_samples(&samples, b, start, block, step, self.forwards)?;
             let view: Vec<Cell> = samples
@@ -295,10 +325,12 @@ impl Loop<'_> {
                 step += 1;
                 continue;
             }
-            let committed = picked.iter().map(|&i| self.committed(start + i, &samples[i])).collect();
+            let t0 = Instant::now();
+            let top = |i: usize| ranked.get(i).map_or(&[][..], Vec::as_slice);
+            let committed = picked.iter().map(|&i| self.committed(start + i, &samples[i], top(i))).collect();
             let candidates = (0..b)
                 .filter(|&i| masked[i])
-                .map(|i| self.candidate(start + i, &samples[i]))
+                .map(|i| self.candidate(start + i, &samples[i], top(i)))
                 .collect();
             let ev = StepEvent {
                 block,
@@ -309,6 +341,7 @@ impl Loop<'_> {
                 t_ms: self.ms(),
                 settings: if step == 0 { changed.take() } else { None },
             };
+            self.event_time += t0.elapsed();
             (self.sink)(Event::Step(ev));
             step += 1;
         }
@@ -345,14 +378,24 @@ impl Loop<'_> {
         cache.entry(id).or_insert_with(|| TokenText::of(self.detok, id)).clone()
     }
 
-    fn committed(&self, pos: usize, s: &PosSample) -> Committed {
+    fn committed(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Committed {
         let TokenText { text, bytes } = self.token(s.token);
-        Committed { pos, token: s.token, text, bytes, conf: s.conf, entropy: s.entropy }
+        Committed { pos, token: s.token, text, bytes, conf: s.conf, entropy: s.entropy, top: self.top(top) }
     }
 
-    fn candidate(&self, pos: usize, s: &PosSample) -> Candidate {
+    fn candidate(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Candidate {
         let TokenText { text, bytes } = self.token(s.token);
-        Candidate { pos, token: s.token, text, bytes, conf: s.conf }
+        Candidate { pos, token: s.token, text, bytes, conf: s.conf, top: self.top(top) }
+    }
+
+    fn top(&self, ranked: &[Ranked]) -> Vec<TopCandidate> {
+        ranked
+            .iter()
+            .map(|r| {
+                let TokenText { text, bytes } = self.token(r.token);
+                TopCandidate { token: r.token, text, bytes, p: r.p }
+            })
+            .collect()
     }
 
     /// Applies queued control messages; while paused, waits for the next one.

@@ -11,11 +11,11 @@ use std::thread::JoinHandle;
 
 use anyhow::Result;
 
-pub use decode::{decode, decode_with_events, Request};
+pub use decode::{decode, decode_measured, decode_with_events, Request};
 pub use runner::{ModelDenoiser, RunOptions, RunStatus};
 
 use crate::events::Event;
-use crate::sampler::PosSample;
+use crate::sampler::{PosSample, Ranked};
 use crate::settings::{DecodeSettings, Sampling};
 
 /// What one forward pass of a decode takes, placed right after the cached prefix.
@@ -45,6 +45,19 @@ pub trait Denoiser: Send {
     /// sample for every position of `pass.block`. `uniforms` holds one draw per position of
     /// the block (unused when greedy).
     fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>>;
+    /// [`Denoiser::denoise`], and for every position of the block its `k` most probable
+    /// tokens ([`crate::sampler::sample_ranked`]; `--candidates`). A denoiser that has no
+    /// distribution to rank (a scripted one) returns no lists, as this default does.
+    fn denoise_ranked(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &Sampling,
+        uniforms: &[f32],
+        k: usize,
+    ) -> Result<(Vec<PosSample>, Vec<Vec<Ranked>>)> {
+        let _ = k;
+        Ok((self.denoise(pass, sampling, uniforms)?, Vec::new()))
+    }
 }
 
 /// Token ids to text, for event payloads.

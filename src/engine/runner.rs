@@ -16,7 +16,7 @@ use super::fixed::FixedPass;
 use super::{Denoiser, Pass};
 use crate::model::{KvCache, Model};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
-use crate::sampler::{sample, PosSample};
+use crate::sampler::{sample, sample_ranked, PosSample, Ranked};
 use crate::settings::Sampling;
 
 /// Which execution paths a [`ModelDenoiser`] takes.
@@ -67,7 +67,8 @@ pub struct RunStatus {
     pub capture_error: Option<String>,
     /// Whether fixed passes are being replayed from CUDA graphs.
     pub graphs_live: bool,
-    /// Positions the device sampler handed back to the host sampler.
+    /// Positions the device sampler handed back to the host sampler (all of them with
+    /// `--candidates` above 1).
     pub host_rows: usize,
     /// Whether every fixed pass runs the streamed layer (six kernels a layer into a workspace).
     pub streamed_layer: bool,
@@ -184,6 +185,35 @@ impl Denoiser for ModelDenoiser {
             }
         }
         Ok(())
+    }
+
+    /// Always the host path, on any device: ranking needs every probability of a row, and the
+    /// device sampler (kernels/sampler.cu) hands back one token per position. So a decode with
+    /// `--candidates` above 1 runs eager passes and pulls `[B, vocab]` f32 logits every step
+    /// (on a GPU, much slower than the default; its tokens are the reference sampler's).
+    fn denoise_ranked(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &Sampling,
+        uniforms: &[f32],
+        k: usize,
+    ) -> Result<(Vec<PosSample>, Vec<Vec<Ranked>>)> {
+        let hidden = self.pass(pass)?;
+        let mut logits = self.model.logits(&hidden)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        if self.opts.device_sampler {
+            self.host_rows += logits.len();
+        }
+        let mask = self.mask_id as usize;
+        Ok(logits
+            .iter_mut()
+            .zip(uniforms)
+            .map(|(row, &u)| {
+                if let Some(z) = row.get_mut(mask) {
+                    *z = f32::NEG_INFINITY;
+                }
+                sample_ranked(row, sampling, u, k)
+            })
+            .unzip())
     }
 
     fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {

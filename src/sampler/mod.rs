@@ -21,6 +21,19 @@ pub struct PosSample {
     pub entropy: f32,
 }
 
+/// One of the most probable tokens of a position, with its probability under the distribution
+/// the position's token is drawn from (as [`PosSample::conf`]): `--candidates K` keeps K of them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranked {
+    pub token: u32,
+    pub p: f32,
+}
+
+/// The most candidates `--candidates` keeps per position: enough to read a margin and the
+/// runners-up, few enough that a trace stays readable (every masked position of every step
+/// carries them).
+pub const MAX_CANDIDATES: usize = 16;
+
 /// The seeded stream of uniforms, one per sampled position. Greedy decoding draws none, so a
 /// greedy trace does not depend on the seed.
 pub struct Uniforms(ChaCha8Rng);
@@ -45,19 +58,35 @@ impl Uniforms {
 /// its sample says so with a NaN `conf` and `entropy`, which [`PosSample::is_valid`] reports and
 /// the decode loop turns into an error naming the position, rather than a made-up token.
 pub fn sample(logits: &[f32], sampling: &Sampling, u: f32) -> PosSample {
+    sample_ranked(logits, sampling, u, 0).0
+}
+
+/// [`sample`], and the `k` most probable tokens of the distribution it draws from, most
+/// probable first (ties: the lower id first), tokens of probability 0 left out (so fewer than
+/// `k` when top-k or top-p keep fewer). `k == 0` allocates nothing.
+pub fn sample_ranked(logits: &[f32], sampling: &Sampling, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
     // NaN and +inf have no place in a distribution; -inf (a suppressed token) is fine.
     if logits.is_empty() || logits.iter().any(|z| z.is_nan() || *z == f32::INFINITY) {
-        return PosSample::INVALID;
+        return (PosSample::INVALID, Vec::new());
     }
     if sampling.is_greedy() {
-        return greedy(logits);
+        let g = Greedy::of(logits);
+        let top = if k == 0 { Vec::new() } else { g.ranked(logits, k) };
+        return (g.sample(), top);
     }
     let inv_t = 1.0 / sampling.temperature;
     match filtered(logits, inv_t, sampling.top_k, sampling.top_p) {
-        Some(kept) => draw(&kept, u),
+        Some(kept) => {
+            let top = kept.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect();
+            (draw(&kept, u), top)
+        }
         // So cold that the scaled logits overflow: the distribution is its zero-temperature
         // limit, all mass on the argmax (what greedy picks, with certainty).
-        None => PosSample { conf: 1.0, entropy: 0.0, ..greedy(logits) },
+        None => {
+            let s = PosSample { conf: 1.0, entropy: 0.0, ..Greedy::of(logits).sample() };
+            let top = if k == 0 { Vec::new() } else { vec![Ranked { token: s.token, p: 1.0 }] };
+            (s, top)
+        }
     }
 }
 
@@ -71,20 +100,53 @@ impl PosSample {
     }
 }
 
-fn greedy(logits: &[f32]) -> PosSample {
-    let (mut best, mut max) = (0usize, f32::NEG_INFINITY);
-    for (i, &z) in logits.iter().enumerate() {
-        // Strictly greater: the lowest id wins a tie.
-        if z > max {
-            max = z;
-            best = i;
+/// The softmax of a row, as much of it as greedy decoding needs.
+struct Greedy {
+    best: u32,
+    max: f32,
+    /// ln Σ e^(z - max).
+    log_z: f32,
+    /// Σ p (z - max).
+    mean_shifted: f32,
+}
+
+impl Greedy {
+    fn of(logits: &[f32]) -> Self {
+        let (mut best, mut max) = (0usize, f32::NEG_INFINITY);
+        for (i, &z) in logits.iter().enumerate() {
+            // Strictly greater: the lowest id wins a tie.
+            if z > max {
+                max = z;
+                best = i;
+            }
         }
+        let (log_z, mean_shifted) = log_partition(logits.iter().copied(), max);
+        Greedy { best: best as u32, max, log_z, mean_shifted }
     }
-    let (log_z, mean_shifted) = log_partition(logits.iter().copied(), max);
-    PosSample {
-        token: best as u32,
-        conf: (-log_z).exp(),
-        entropy: log_z - mean_shifted,
+
+    fn sample(&self) -> PosSample {
+        PosSample { token: self.best, conf: (-self.log_z).exp(), entropy: self.log_z - self.mean_shifted }
+    }
+
+    /// The `k` largest logits as probabilities, most probable first, the lower id first on a
+    /// tie: one pass keeping a sorted list of at most `k` (k is at most [`MAX_CANDIDATES`]:
+    /// a full sort of a 151,936-token row per position would cost more than the pass).
+    fn ranked(&self, logits: &[f32], k: usize) -> Vec<Ranked> {
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+        for (i, &z) in logits.iter().enumerate() {
+            if z == f32::NEG_INFINITY || (top.len() == k && z <= top[k - 1].1) {
+                continue;
+            }
+            // After every equal logit: ids are visited in increasing order.
+            let at = top.partition_point(|&(_, t)| t >= z);
+            top.insert(at, (i as u32, z));
+            top.truncate(k);
+        }
+        // The argmax's probability is e^-(log_z), exactly `conf`: the same expression.
+        top.into_iter()
+            .map(|(token, z)| Ranked { token, p: ((z - self.max) - self.log_z).exp() })
+            .filter(|r| r.p > 0.0)
+            .collect()
     }
 }
 
@@ -278,6 +340,75 @@ mod tests {
         let cold = sample(&z, &Sampling { temperature: 0.25, ..Sampling::default() }, 0.0);
         assert_eq!((hot.token, cold.token), (1, 1));
         assert!(cold.conf > hot.conf);
+    }
+
+    /// The reference top-k: every token's probability under the distribution drawn from
+    /// (softmax of logits / T, top-k and top-p applied, renormalised), fully sorted.
+    fn reference_top(z: &[f32], s: &Sampling, k: usize) -> Vec<(u32, f32)> {
+        let t = if s.is_greedy() { 1.0 } else { s.temperature };
+        let scaled: Vec<f32> = z.iter().map(|x| x / t).collect();
+        let p = softmax(&scaled);
+        let mut all: Vec<(u32, f32)> = p.iter().enumerate().map(|(i, &p)| (i as u32, p)).collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if !s.is_greedy() {
+            if s.top_k > 0 {
+                all.truncate(s.top_k);
+            }
+            let mut cum = 0.0;
+            let total: f32 = all.iter().map(|x| x.1).sum();
+            let keep = all.iter().position(|x| {
+                cum += x.1 / total;
+                cum >= s.top_p
+            });
+            if s.top_p < 1.0 {
+                all.truncate(keep.map_or(all.len(), |n| n + 1));
+            }
+            let total: f32 = all.iter().map(|x| x.1).sum();
+            all.iter_mut().for_each(|x| x.1 /= total);
+        }
+        all.into_iter().filter(|x| x.1 > 0.0).take(k).collect()
+    }
+
+    #[test]
+    fn ranked_candidates_are_the_reference_top_k_of_the_logits() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        // Ties (quantised logits) and a suppressed token, over a vocabulary of 500.
+        let z: Vec<f32> = (0..500)
+            .map(|i| if i == 7 { f32::NEG_INFINITY } else { (rng.random::<f32>() * 40.0).round() / 4.0 })
+            .collect();
+        let settings = [
+            Sampling::default(),
+            Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 },
+            Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0 },
+            Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0 },
+        ];
+        for s in settings {
+            for k in [1, 3, 16] {
+                let (pick, top) = sample_ranked(&z, &s, 0.4, k);
+                let want = reference_top(&z, &s, k);
+                let got: Vec<u32> = top.iter().map(|r| r.token).collect();
+                let ids: Vec<u32> = want.iter().map(|r| r.0).collect();
+                assert_eq!(got, ids, "{s:?} k {k}");
+                for (r, w) in top.iter().zip(&want) {
+                    assert!((r.p - w.1).abs() < 1e-5, "{s:?} k {k}: {r:?} vs {w:?}");
+                }
+                assert_eq!(pick, sample(&z, &s, 0.4), "ranking does not change the draw");
+                if s.is_greedy() {
+                    assert_eq!((top[0].token, top[0].p), (pick.token, pick.conf), "greedy: the first is the pick, same p");
+                }
+            }
+        }
+        assert_eq!(sample_ranked(&z, &Sampling::default(), 0.0, 0).1, vec![]);
+    }
+
+    #[test]
+    fn ranked_candidates_leave_out_what_cannot_be_drawn() {
+        let z = [1.0, f32::NEG_INFINITY, 0.5, -200.0];
+        let (_, top) = sample_ranked(&z, &Sampling::default(), 0.0, 16);
+        assert_eq!(top.iter().map(|r| r.token).collect::<Vec<_>>(), vec![0, 2], "-inf and an underflowed token are out");
+        let cold = Sampling { temperature: 1e-38, ..Sampling::default() };
+        assert_eq!(sample_ranked(&z, &cold, 0.3, 3).1, vec![Ranked { token: 0, p: 1.0 }]);
+        assert_eq!(sample_ranked(&[f32::NAN, 1.0], &Sampling::default(), 0.0, 3).1, vec![]);
     }
 
     #[test]

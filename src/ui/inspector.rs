@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Widget};
 use super::app::View;
 use super::glyph::{self, Mode};
 use crate::detok::Piece;
+use crate::sampler::Ranked;
 use crate::store::{CellState, TrajPoint};
 use crate::format::fixed;
 
@@ -110,6 +111,9 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             out.push(Line::from(l));
             let mut l: Vec<Span> = kv(v, "conf ", fixed(d.conf.into(), 3)).into();
             l.extend(kv(v, "  entropy ", format!("{} nats", fixed(d.entropy.into(), 3))));
+            if let Some(m) = margin(run.top(pos, d.at)) {
+                l.extend(kv(v, "  margin ", fixed(m.into(), 3)));
+            }
             out.push(Line::from(l));
             if pos >= run.output_end(v.at) {
                 out.push(Line::from(Span::styled("dropped: after the EOS or beyond max_new_tokens", t.warn())));
@@ -123,19 +127,67 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
             let mut l: Vec<Span> = kv(v, "best  ", quoted(&run.token_label(c.token))).into();
             l.extend(kv(v, "  conf ", fixed(c.conf.into(), 3)));
+            let newest = v.at.and_then(|k| run.trajectory(pos, k).last().map(|p| p.at));
+            if let Some(m) = newest.and_then(|at| margin(run.top(pos, at))) {
+                l.extend(kv(v, "  margin ", fixed(m.into(), 3)));
+            }
             out.push(Line::from(l));
         }
     }
     let Some(k) = v.at else { return out };
     let traj = run.trajectory(pos, k);
     let room = height.saturating_sub(out.len() + 1);
-    out.push(Line::from(Span::styled("trajectory: best candidate per step while masked", t.faint())));
-    out.extend(trajectory(v, &traj, width, room));
+    let ranked = traj.iter().map(|p| run.top(pos, p.at).len()).max().unwrap_or(0);
+    if ranked > 0 {
+        out.push(Line::from(Span::styled(format!("trajectory: top {ranked} per step · Δ = p1 − p2"), t.faint())));
+    } else {
+        out.push(Line::from(Span::styled("trajectory: best candidate per step while masked", t.faint())));
+    }
+    out.extend(trajectory(v, pos, &traj, width, room));
+    out
+}
+
+/// p1 - p2 of a `--candidates` list (p1 alone when nothing else could be drawn); `None`
+/// without a list.
+fn margin(top: &[Ranked]) -> Option<f32> {
+    let p1 = top.first()?.p;
+    Some(p1 - top.get(1).map_or(0.0, |r| r.p))
+}
+
+/// `0.41` as `.41`: a candidate list is tight on room.
+fn short_p(p: f32) -> String {
+    let s = format!("{p:.2}");
+    match s.strip_prefix('0') {
+        Some(rest) => rest.to_string(),
+        None => s,
+    }
+}
+
+/// A trajectory line's candidates: the margin, then as many `"text" .41` as fit in `width`
+/// columns, the token the step drew (or committed) in the text style.
+fn ranked_spans<'a>(v: &View, top: &[Ranked], chosen: u32, width: usize) -> Vec<Span<'a>> {
+    let t = v.theme;
+    let m = margin(top).unwrap_or(0.0);
+    let mut out = vec![Span::styled(format!("Δ{} ", short_p(m)), t.value())];
+    let mut left = width.saturating_sub(6);
+    for r in top {
+        let p = format!(" {} ", short_p(r.p));
+        // At least a quote, a character and a quote, then its probability.
+        if left < 3 + p.len() {
+            break;
+        }
+        let q = quoted(&v.run.token_label(r.token));
+        let (text, tw) = glyph::fit(&q, (left - p.len()).min(10));
+        left -= tw + p.len();
+        let style = if r.token == chosen { t.text() } else { t.dim() };
+        out.push(Span::styled(text.to_string(), style));
+        out.push(Span::styled(p, t.faint()));
+    }
     out
 }
 
 /// One line per step, newest last; if they do not all fit, the oldest give way.
-fn trajectory<'a>(v: &View, traj: &[TrajPoint], width: usize, room: usize) -> Vec<Line<'a>> {
+fn trajectory<'a>(v: &View, pos: usize, traj: &[TrajPoint], width: usize, room: usize) -> Vec<Line<'a>> {
     let t = v.theme;
     let span = v.run.step_span();
     // When they do not all fit, the newest win; a note says how many gave way if there is
@@ -152,6 +204,16 @@ fn trajectory<'a>(v: &View, traj: &[TrajPoint], width: usize, room: usize) -> Ve
     }
     for p in traj.iter().skip(skip) {
         let hue = t.step_color(p.step, span);
+        let top = v.run.top(pos, p.at);
+        if !top.is_empty() {
+            let mut l = vec![
+                Span::styled(format!("{:>3} ", p.step + 1), Style::default().fg(hue)),
+                Span::styled(if p.committed { "✓ " } else { "  " }, Style::default().fg(hue)),
+            ];
+            l.extend(ranked_spans(v, top, p.token, width.saturating_sub(6)));
+            out.push(Line::from(l));
+            continue;
+        }
         let q = quoted(&v.run.token_label(p.token));
         let (text, tw) = glyph::fit(&q, text_w);
         // Padded by display width: a wide character takes two columns.
@@ -258,6 +320,21 @@ mod tests {
         app.selected = Some(bell);
         let s = snapshot_text(&render_panel(&app, 56, 12, render));
         assert!(s.contains("\"␇\"") && s.contains("U+0007"), "{s}");
+    }
+
+    #[test]
+    fn inspector_shows_candidates_and_margins_at_every_step() {
+        let mut app = App::replay(synth::with_candidates(synth::trace(&Synth::small()), 3), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        app.selected = Some(13);
+        let text = snapshot_text(&render_panel(&app, 56, 12, render));
+        let v = app.view().unwrap();
+        let CellState::Decoded(d) = v.run.cell(13, v.at) else { panic!("cell 13 is decoded") };
+        let top = v.run.top(13, d.at);
+        assert_eq!(top.len(), 3);
+        let want = format!("margin {:.3}", top[0].p - top[1].p);
+        assert!(text.contains(&want) && text.contains("top 3 per step"), "{want}\n{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]
