@@ -270,7 +270,7 @@ fn block_frame(s: &mut String, l: &Layout, origin: (f64, f64), i: usize, block: 
             num(CELL_H + 1.0)
         );
     }
-    if i % l.blocks_per_row == 0 {
+    if i.is_multiple_of(l.blocks_per_row) {
         let _ = writeln!(
             s,
             r#"<text x="{}" y="{}" font-size="6" fill="{GREY}" text-anchor="end">{block}</text>"#,

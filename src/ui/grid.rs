@@ -210,7 +210,7 @@ pub fn cell_area(v: &View, area: Rect, pos: usize) -> Option<Rect> {
 pub fn mark_at(v: &View, area: Rect, pos: usize) -> Option<Position> {
     let r = cell_area(v, area, pos)?;
     let g = geom(v, frame(v).inner(area).width);
-    let first_in_line = (pos % v.run.block_length()) % g.per_line == 0;
+    let first_in_line = (pos % v.run.block_length()).is_multiple_of(g.per_line);
     let x = if g.gap > 0 || first_in_line { r.x - 1 } else { r.x };
     Some(Position::new(x, r.y))
 }
