@@ -47,7 +47,9 @@ pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> 
     let (ea, ra) = spawn(&greedy_unless_given(a))?;
     let (eb, rb) = spawn(&greedy_unless_given(b))?;
     let mut app = CompareApp::live();
+    // Each side draws its panels with the theme too (--mono's step marks in the cells).
     app.theme = theme;
+    app.sides.iter_mut().for_each(|s| s.theme = theme);
     let result = serve(&mut app, [Some(ra), Some(rb)]);
     // The engines drop after the screen is restored: that cancels their decodes.
     drop((ea, eb));
