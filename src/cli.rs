@@ -80,13 +80,14 @@ pub enum Command {
         #[arg(long)]
         headless: bool,
     },
-    /// Per-token and per-step tables of a trace: which token was decoded at which step.
+    /// Per-token and per-step tables of a trace: which token was decoded at which step; or
+    /// the step map as a figure (`--format svg`).
     Export {
         /// A trace written by `unmask trace`.
         trace: PathBuf,
         #[arg(long, value_enum, default_value = "csv")]
         format: ExportFormat,
-        /// Which table, for CSV (JSON holds all three).
+        /// Which table, for CSV (JSON holds all three; SVG draws the step map).
         #[arg(long, value_enum, default_value = "tokens")]
         table: ExportTable,
         /// Write here instead of stdout.
@@ -223,6 +224,10 @@ pub struct CheckDeviceArgs {
 pub enum ExportFormat {
     Csv,
     Json,
+    /// The step map as a figure: cells coloured by step, confidence bars, legend, settings.
+    Svg,
+    /// Not built in: convert the SVG (the error says how).
+    Png,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

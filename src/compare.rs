@@ -1,5 +1,8 @@
 //! Two decodes of the same prompt, compared: where the outputs diverge, what each spent in
-//! forwards and steps, block by block. Pure: two event lists in, a comparison out.
+//! forwards and steps, block by block, and cell by cell which output tokens differ and which
+//! are the same token decoded at another step. Pure: two event lists in, a comparison out.
+
+use std::collections::HashMap;
 
 use crate::events::{Event, FinishEvent, Header};
 
@@ -12,6 +15,8 @@ pub struct RunSummary {
     pub blocks: usize,
     pub reason: String,
     pub elapsed_ms: f64,
+    /// Whether this run sampled (temperature > 0): then its tokens also depend on random draws.
+    pub sampled: bool,
 }
 
 impl RunSummary {
@@ -41,25 +46,79 @@ pub struct Comparison {
     /// is a prefix of the other.
     pub first_divergence: Option<usize>,
     pub blocks: Vec<BlockPair>,
+    /// Output cells both runs decoded to the same token, at a different step of its block.
+    pub other_step: Vec<CellPair>,
+    /// Output cells where the runs decoded different tokens.
+    pub other_token: Vec<CellPair>,
+}
+
+impl Comparison {
+    /// Whether either side sampled: the two then differ by their random draws too, not only
+    /// by their settings.
+    pub fn sampled(&self) -> bool {
+        self.runs.iter().any(|r| r.sampled)
+    }
+}
+
+/// One output cell as both runs decoded it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellPair {
+    /// Index among the output tokens (0: the first token after the prompt).
+    pub index: usize,
+    /// Absolute position in each run (they differ only if the prompts do).
+    pub pos: usize,
+    pub tokens: [u32; 2],
+    /// The step within its block (0-based) at which each run committed it; `None` where the
+    /// trace has no step event that committed it.
+    pub steps: [Option<usize>; 2],
+}
+
+/// What one run did: header, blocks, the step (within its block) that committed each
+/// position, finish.
+struct RunEvents<'a> {
+    header: Option<&'a Header>,
+    blocks: Vec<BlockRow>,
+    committed_at: HashMap<usize, usize>,
+    finish: Option<&'a FinishEvent>,
 }
 
 /// A block as one run committed it: (index, steps taken, tokens).
 type BlockRow = (usize, usize, Vec<u32>);
 
-fn last_run(events: &[Event]) -> (Option<&Header>, Vec<BlockRow>, Option<&FinishEvent>) {
+fn last_run(events: &[Event]) -> RunEvents<'_> {
     let start = events.iter().rposition(|e| matches!(e, Event::Header(_))).unwrap_or(0);
-    let mut header = None;
-    let mut blocks = Vec::new();
-    let mut finish = None;
+    let mut run = RunEvents { header: None, blocks: Vec::new(), committed_at: HashMap::new(), finish: None };
     for e in &events[start..] {
         match e {
-            Event::Header(h) => header = Some(h),
-            Event::Block(b) => blocks.push((b.block, b.steps, b.tokens.clone())),
-            Event::Finish(f) => finish = Some(f),
-            Event::Step(_) => {}
+            Event::Header(h) => run.header = Some(h),
+            Event::Block(b) => run.blocks.push((b.block, b.steps, b.tokens.clone())),
+            Event::Finish(f) => run.finish = Some(f),
+            Event::Step(s) => run.committed_at.extend(s.committed.iter().map(|c| (c.pos, s.step))),
         }
     }
-    (header.map(|h| &**h), blocks, finish)
+    run
+}
+
+impl RunEvents<'_> {
+    fn prompt_len(&self) -> usize {
+        self.header.map_or(0, |h| h.prompt_ids.len())
+    }
+}
+
+/// The output cells both runs have, split into same token at another step and other token.
+fn cell_pairs(a: &RunEvents, b: &RunEvents, out: [&[u32]; 2]) -> (Vec<CellPair>, Vec<CellPair>) {
+    let (mut other_step, mut other_token) = (Vec::new(), Vec::new());
+    for (index, (&x, &y)) in out[0].iter().zip(out[1]).enumerate() {
+        let [pa, pb] = [a.prompt_len() + index, b.prompt_len() + index];
+        let steps = [a.committed_at.get(&pa).copied(), b.committed_at.get(&pb).copied()];
+        let pair = CellPair { index, pos: pa, tokens: [x, y], steps };
+        if x != y {
+            other_token.push(pair);
+        } else if steps[0] != steps[1] {
+            other_step.push(pair);
+        }
+    }
+    (other_step, other_token)
 }
 
 fn summary(header: Option<&Header>, blocks: usize, finish: Option<&FinishEvent>) -> RunSummary {
@@ -71,20 +130,22 @@ fn summary(header: Option<&Header>, blocks: usize, finish: Option<&FinishEvent>)
         blocks,
         reason: finish.map(|f| format!("{:?}", f.reason).to_lowercase()).unwrap_or_else(|| "unfinished".into()),
         elapsed_ms: finish.map_or(0.0, |f| f.elapsed_ms),
+        sampled: header.is_some_and(|h| !h.settings.sampling.is_greedy()),
     }
 }
 
 pub fn compare(a: &[Event], b: &[Event]) -> Comparison {
-    let (ha, ba, fa) = last_run(a);
-    let (hb, bb, fb) = last_run(b);
-    let runs = [summary(ha, ba.len(), fa), summary(hb, bb.len(), fb)];
+    let (ra, rb) = (last_run(a), last_run(b));
+    let runs = [summary(ra.header, ra.blocks.len(), ra.finish), summary(rb.header, rb.blocks.len(), rb.finish)];
+    let (other_step, other_token) = cell_pairs(&ra, &rb, [&runs[0].output_ids, &runs[1].output_ids]);
+    let (ba, bb) = (&ra.blocks, &rb.blocks);
     let first_divergence = runs[0]
         .output_ids
         .iter()
         .zip(&runs[1].output_ids)
         .position(|(x, y)| x != y);
-    let last = ba.iter().chain(&bb).map(|b| b.0).max();
-    let first = ba.iter().chain(&bb).map(|b| b.0).min();
+    let last = ba.iter().chain(bb.iter()).map(|b| b.0).max();
+    let first = ba.iter().chain(bb.iter()).map(|b| b.0).min();
     let blocks = match (first, last) {
         (Some(first), Some(last)) => (first..=last)
             .map(|block| {
@@ -99,8 +160,33 @@ pub fn compare(a: &[Event], b: &[Event]) -> Comparison {
             .collect(),
         _ => vec![],
     };
-    Comparison { runs, first_divergence, blocks }
+    Comparison { runs, first_divergence, blocks, other_step, other_token }
 }
+
+/// How many cells the headless summary lists by position.
+const LISTED: usize = 5;
+
+/// `12 (first: pos 40 steps 2/3, pos 41 steps 1/2, …)`: a count and the first cells, steps
+/// 1-based as A/B.
+fn cell_list(cells: &[CellPair], with_steps: bool) -> String {
+    if cells.is_empty() {
+        return "0".into();
+    }
+    let step = |s: Option<usize>| s.map_or("-".to_string(), |s| (s + 1).to_string());
+    let shown: Vec<String> = cells
+        .iter()
+        .take(LISTED)
+        .map(|c| match with_steps {
+            true => format!("pos {} steps {}/{}", c.pos, step(c.steps[0]), step(c.steps[1])),
+            false => format!("pos {}", c.pos),
+        })
+        .collect();
+    let more = if cells.len() > LISTED { ", …" } else { "" };
+    format!("{} (first: {}{more})", cells.len(), shown.join(", "))
+}
+
+/// The line that says the sides' random draws differ too, when either samples.
+pub const SAMPLED_NOTE: &str = "sampled (temperature > 0): the sides also differ by their random draws";
 
 /// The comparison as a plain-text table (`unmask compare --headless`).
 pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
@@ -142,6 +228,12 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     s += "\n";
+    s += &format!("same token, other step (A/B): {}\n", cell_list(&c.other_step, true));
+    s += &format!("different token: {}\n", cell_list(&c.other_token, false));
+    if c.sampled() {
+        s += SAMPLED_NOTE;
+        s += "\n";
+    }
     for (name, t) in ["A", "B"].iter().zip(texts) {
         s += &format!("--- {name}\n{t}\n");
     }
@@ -230,5 +322,106 @@ mod tests {
         let c = compare(&a, &a);
         assert_eq!(c.first_divergence, None);
         assert!(table(&c, ["", ""]).contains("outputs are identical"));
+    }
+
+    /// Two synthetic decodes of one prompt that commit the same tokens, B in half the steps.
+    fn same_tokens_other_steps() -> (Vec<Event>, Vec<Event>) {
+        use crate::synth::{trace, Synth};
+        let a = trace(&Synth { new_tokens: 10, ..Synth::small() });
+        let b = trace(&Synth { new_tokens: 10, steps: 2, ..Synth::small() });
+        (a, b)
+    }
+
+    /// The step (within its block, 0-based) that committed `pos`, read straight off the events.
+    fn step_of(events: &[Event], pos: usize) -> usize {
+        events
+            .iter()
+            .find_map(|e| match e {
+                Event::Step(s) if s.committed.iter().any(|c| c.pos == pos) => Some(s.step),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn same_tokens_at_other_steps_are_found_and_counted() {
+        let (a, b) = same_tokens_other_steps();
+        let c = compare(&a, &b);
+        assert_eq!(c.runs[0].output_ids, c.runs[1].output_ids);
+        assert_eq!(c.first_divergence, None);
+        assert!(c.other_token.is_empty());
+        // Every output cell decoded at a different step is listed, and only those.
+        let expected: Vec<usize> = (6..16).filter(|&p| step_of(&a, p) != step_of(&b, p)).collect();
+        assert!(!expected.is_empty());
+        assert_eq!(c.other_step.iter().map(|p| p.pos).collect::<Vec<_>>(), expected);
+        for p in &c.other_step {
+            assert_eq!(p.steps, [Some(step_of(&a, p.pos)), Some(step_of(&b, p.pos))]);
+            assert_eq!(p.index, p.pos - 6);
+        }
+        assert!(!c.sampled());
+    }
+
+    #[test]
+    fn a_different_token_is_counted_apart_from_other_steps() {
+        let (a, mut b) = same_tokens_other_steps();
+        // B commits another token at position 9 (same step as before).
+        for e in &mut b {
+            match e {
+                Event::Step(s) => s.committed.iter_mut().filter(|c| c.pos == 9).for_each(|c| c.token = 0),
+                Event::Finish(f) => f.output_ids[3] = 0,
+                _ => {}
+            }
+        }
+        let c = compare(&a, &b);
+        assert_eq!(c.first_divergence, Some(3));
+        assert_eq!(c.other_token.len(), 1);
+        let d = &c.other_token[0];
+        assert_eq!((d.pos, d.index, d.tokens[1]), (9, 3, 0));
+        assert!(c.other_step.iter().all(|p| p.pos != 9));
+        assert!(table(&c, ["", ""]).contains("\ndifferent token: 1 (first: pos 9)\n"));
+    }
+
+    #[test]
+    fn headless_table_lists_both_kinds_of_cell_exactly() {
+        let (a, b) = same_tokens_other_steps();
+        let t = table(&compare(&a, &b), ["x", "y"]);
+        let expected = r"                   A                                                B
+settings           low_confidence_dynamic B=4 S=4 thr=0.85 greedy   low_confidence_dynamic B=4 S=2 thr=0.85 greedy
+tokens             10                                               10
+forwards           10                                               5
+steps              10                                               5
+blocks             3                                                3
+tokens/forward     1.000                                            2.000
+finish             length                                           length
+elapsed ms         75.0                                             37.5
+outputs are identical
+blocks that differ: none
+steps per block (A/B): 1:2/1 2:4/2 3:4/2
+same token, other step (A/B): 5 (first: pos 6 steps 2/1, pos 8 steps 4/2, pos 9 steps 3/1, pos 13 steps 4/2, pos 15 steps 3/1)
+different token: 0
+--- A
+x
+--- B
+y
+";
+        assert_eq!(t, expected);
+        // Past five cells the list ends in an ellipsis.
+        let many: Vec<CellPair> = (0..7).map(|i| CellPair { index: i, pos: 6 + i, tokens: [1, 1], steps: [Some(0), None] }).collect();
+        assert_eq!(
+            cell_list(&many, true),
+            "7 (first: pos 6 steps 1/-, pos 7 steps 1/-, pos 8 steps 1/-, pos 9 steps 1/-, pos 10 steps 1/-, …)"
+        );
+    }
+
+    #[test]
+    fn sampled_sides_are_announced() {
+        let (a, mut b) = same_tokens_other_steps();
+        if let Event::Header(h) = &mut b[0] {
+            h.settings.sampling.temperature = 0.7;
+        }
+        let c = compare(&a, &b);
+        assert!(c.sampled());
+        assert!(table(&c, ["", ""]).contains(&format!("\n{SAMPLED_NOTE}\n")));
+        assert!(!table(&compare(&a, &a), ["", ""]).contains("random draws"));
     }
 }

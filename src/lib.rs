@@ -12,6 +12,7 @@ pub mod embedded;
 pub mod engine;
 pub mod events;
 pub mod export;
+pub mod figure;
 pub mod format;
 pub mod fuzz;
 pub mod keys;

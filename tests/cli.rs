@@ -203,6 +203,58 @@ fn compare_headless_prints_both_sides_and_where_they_differ() {
     assert!(text.contains("outputs diverge at token") || text.contains("outputs are identical"));
 }
 
+/// `compare --headless` with the run-dependent timing blanked.
+fn compare_headless(args: &[&str]) -> String {
+    let mut all = vec!["compare", "--headless"];
+    all.extend_from_slice(args);
+    let out = unmask(&all);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines().map(|l| if l.starts_with("elapsed ms") { "elapsed ms" } else { l }).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+#[test]
+fn compare_headless_counts_cells_at_other_steps_and_other_tokens_exactly() {
+    let model = fixture("tiny-random");
+    let text = compare_headless(&[
+        "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "16",
+        "--strategy-a", "low_confidence_static", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5",
+    ]);
+    let expected = "                   A                                      B
+settings           low_confidence_static B=4 S=4 greedy   low_confidence_dynamic B=4 S=4 thr=0.50 greedy
+tokens             16                                     16
+forwards           19                                     6
+steps              19                                     6
+blocks             5                                      5
+tokens/forward     0.842                                  2.667
+finish             length                                 length
+elapsed ms
+outputs diverge at token 2
+blocks that differ: 1 2 3 4 5
+steps per block (A/B): 1:3/1 2:4/1 3:4/2 4:4/1 5:4/1
+same token, other step (A/B): 2 (first: pos 6 steps 2/1, pos 8 steps 2/1)
+different token: 10 (first: pos 7, pos 9, pos 10, pos 13, pos 14, …)
+--- A
+ionYYY��YYion���YYionion
+--- B
+ionYionY�YYYYYind��Y�\u{1d}
+";
+    assert_eq!(text, expected);
+}
+
+#[test]
+fn compare_is_greedy_unless_a_temperature_is_given() {
+    // The embedded model's generation_config samples at 0.7; compare does not, by default.
+    let text = compare_headless(&["--max-new-tokens", "4", "--strategy-a", "sequential"]);
+    let settings = text.lines().find(|l| l.starts_with("settings")).unwrap();
+    assert_eq!(settings.matches(" greedy").count(), 2, "{text}");
+    assert!(!text.contains("random draws"), "{text}");
+    let text = compare_headless(&["--max-new-tokens", "4", "--strategy-a", "sequential", "--temperature-b", "0.7"]);
+    let settings = text.lines().find(|l| l.starts_with("settings")).unwrap();
+    assert!(settings.contains(" greedy") && settings.contains(" T=0.7"), "{text}");
+    assert!(text.contains("\nsampled (temperature > 0): the sides also differ by their random draws\n"), "{text}");
+}
+
 #[test]
 fn bench_with_events_both_reports_an_on_and_an_off_row_per_strategy() {
     let json = std::env::temp_dir().join(format!("unmask-bench-{}.json", std::process::id()));

@@ -55,3 +55,75 @@ fn a_truncated_trace_exports_what_came_before_the_bad_line() {
     // Lines 1-3 are the header, block 1's only step and its block event.
     assert_eq!(csv.lines().count(), 1 + 1, "CSV header + the one whole step");
 }
+
+fn unmask(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_unmask")).args(args).output().unwrap()
+}
+
+/// The committed trace's step map as a figure, parsed back: every generated token is one
+/// cell, at its position, with its text and the fill of the step that decoded it.
+#[test]
+fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour() {
+    use unmask::ui::theme::{pick, Depth, ThemeName};
+    let events = unmask::trace::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
+    let svg = unmask::figure::step_map_svg(&events).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+    let root = doc.root_element();
+    assert_eq!((root.tag_name().name(), root.tag_name().namespace()), ("svg", Some("http://www.w3.org/2000/svg")));
+    let t = unmask::export::tables(&events);
+    let store = unmask::store::Store::from_events(events.clone());
+    let span = store.run().unwrap().step_span();
+    let cells: Vec<_> = doc.descendants().filter(|n| n.attribute("class") == Some("decoded")).collect();
+    assert_eq!(cells.len(), t.tokens.len());
+    let theme = pick(ThemeName::Light, Depth::TrueColor);
+    for (g, row) in cells.iter().zip(&t.tokens) {
+        assert_eq!(g.attribute("data-pos"), Some(row.pos.to_string().as_str()));
+        assert_eq!(g.attribute("data-step"), Some((row.step + 1).to_string().as_str()), "1-based");
+        let rect = g.children().find(|c| c.has_tag_name("rect")).unwrap();
+        let (r, gr, b) = theme.cell_rgb(row.step, span).0;
+        assert_eq!(rect.attribute("fill"), Some(format!("#{r:02x}{gr:02x}{b:02x}").as_str()), "pos {}", row.pos);
+        let text = g.children().find(|c| c.has_tag_name("text")).unwrap().text().unwrap_or("");
+        let shown = unmask::ui::glyph::escape(&row.text, unmask::ui::glyph::Mode::Cell);
+        assert_eq!(text, unmask::ui::glyph::fit(&shown, 5).0, "pos {}", row.pos);
+    }
+    insta::assert_snapshot!(svg);
+}
+
+#[test]
+fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
+    let trace = traces().join("tiny-dynamic.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("map.svg");
+    let out = unmask(&["export".as_ref(), trace.as_os_str(), "--format".as_ref(), "svg".as_ref(), "--out".as_ref(), map.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    let events = unmask::trace::read_file(&trace).unwrap().events;
+    assert_eq!(std::fs::read_to_string(&map).unwrap(), unmask::figure::step_map_svg(&events).unwrap());
+
+    // --out naming the trace itself is refused before anything is written.
+    let copy = dir.path().join("t.jsonl");
+    std::fs::copy(&trace, &copy).unwrap();
+    let out = unmask(&["export".as_ref(), copy.as_os_str(), "--format".as_ref(), "svg".as_ref(), "--out".as_ref(), copy.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--out would overwrite the trace"), "{err}");
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&trace).unwrap());
+
+    // PNG is not built in: the error says how to convert the SVG.
+    let png = dir.path().join("map.png");
+    let out = unmask(&["export".as_ref(), trace.as_os_str(), "--format".as_ref(), "png".as_ref(), "--out".as_ref(), png.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("unmask: error: --format png is not built in") && err.contains("rsvg-convert"), "{err}");
+    assert!(!png.exists());
+
+    // A trace with nothing decoded: a one-line error naming the file.
+    let head = dir.path().join("head.jsonl");
+    let first = std::fs::read_to_string(&trace).unwrap().lines().next().unwrap().to_string();
+    std::fs::write(&head, first + "\n").unwrap();
+    let out = unmask(&["export".as_ref(), head.as_os_str(), "--format".as_ref(), "svg".as_ref()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("head.jsonl: cannot draw the step map: the trace has no decoded token to draw"), "{err}");
+}

@@ -21,9 +21,17 @@ pub fn decode_side(args: &DecodeArgs, side: &str) -> Result<Vec<Event>> {
     Ok(events)
 }
 
+/// Compare is greedy unless a temperature is given (`--temperature`, `--temperature-a/-b`):
+/// a checkpoint's sampling default (the embedded model's is 0.7) would make the two sides
+/// also differ by their random draws, which hides what the settings change. A side that does
+/// sample is announced in the comparison.
+pub fn greedy_unless_given(args: &DecodeArgs) -> DecodeArgs {
+    DecodeArgs { temperature: args.temperature.or(Some(0.0)), ..args.clone() }
+}
+
 pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
-    let ea = decode_side(a, "A")?;
-    let eb = decode_side(b, "B")?;
+    let ea = decode_side(&greedy_unless_given(a), "A")?;
+    let eb = decode_side(&greedy_unless_given(b), "B")?;
     let text = |ev: &[Event]| match ev.last() {
         Some(Event::Finish(f)) => f.text.clone(),
         _ => String::new(),
@@ -36,10 +44,12 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
 /// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.
 pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> {
     super::tui::require_terminal()?;
-    let (ea, ra) = spawn(a)?;
-    let (eb, rb) = spawn(b)?;
+    let (ea, ra) = spawn(&greedy_unless_given(a))?;
+    let (eb, rb) = spawn(&greedy_unless_given(b))?;
     let mut app = CompareApp::live();
+    // Each side draws its panels with the theme too (--mono's step marks in the cells).
     app.theme = theme;
+    app.sides.iter_mut().for_each(|s| s.theme = theme);
     let result = serve(&mut app, [Some(ra), Some(rb)]);
     // The engines drop after the screen is restored: that cancels their decodes.
     drop((ea, eb));

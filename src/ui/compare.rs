@@ -1,7 +1,9 @@
 //! Compare mode: two decodes of one prompt side by side, A on the left and B on the right, each
 //! a full [`App`] drawn with the TUI's own panels in half the width. One cursor moves both:
 //! in lock-step by global step index, or aligned by block (block n, step s on both sides).
-//! Cells where the two committed different tokens at the same position are marked.
+//! Cells where the two committed different tokens at the same position are marked `≠`, cells
+//! where they committed the same token at different steps of its block `≈` (a glyph, so the
+//! marks read without colour too).
 
 use std::time::{Duration, Instant};
 
@@ -321,16 +323,42 @@ impl CompareApp {
         Some(last + Duration::from_secs_f64(1.0 / SPEED).max(frame))
     }
 
-    /// Positions where both sides, as shown, have committed different tokens.
-    pub fn differing(&self) -> Vec<usize> {
+    /// Every position where both sides, as shown, have committed a cell of the output, and
+    /// the two differ: in the token, or only in the step of its block that decoded it.
+    pub fn marks(&self) -> Vec<(usize, Mark)> {
         let [Some(a), Some(b)] = [self.sides[0].view(), self.sides[1].view()] else { return Vec::new() };
-        let end = a.run.shown_end(a.at).min(b.run.shown_end(b.at));
-        (a.run.prompt_len()..end)
-            .filter(|&p| match (a.run.cell(p, a.at), b.run.cell(p, b.at)) {
-                (CellState::Decoded(x), CellState::Decoded(y)) => x.token != y.token,
-                _ => false,
+        let end = [a.run.shown_end(a.at), b.run.shown_end(b.at), a.run.output_end(a.at), b.run.output_end(b.at)];
+        (a.run.prompt_len()..end.into_iter().min().unwrap_or(0))
+            .filter_map(|p| match (a.run.cell(p, a.at), b.run.cell(p, b.at)) {
+                (CellState::Decoded(x), CellState::Decoded(y)) if x.token != y.token => Some((p, Mark::OtherToken)),
+                (CellState::Decoded(x), CellState::Decoded(y)) if x.step != y.step => Some((p, Mark::OtherStep)),
+                _ => None,
             })
             .collect()
+    }
+
+    /// Positions where both sides, as shown, have committed different tokens.
+    pub fn differing(&self) -> Vec<usize> {
+        self.marks().into_iter().filter(|m| m.1 == Mark::OtherToken).map(|m| m.0).collect()
+    }
+}
+
+/// How a cell differs between the two sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// The same token, decoded at another step of its block.
+    OtherStep,
+    /// Another token.
+    OtherToken,
+}
+
+impl Mark {
+    /// Drawn before the cell (or over its first column when cells abut).
+    pub fn glyph(self) -> &'static str {
+        match self {
+            Mark::OtherStep => "≈",
+            Mark::OtherToken => "≠",
+        }
     }
 }
 
@@ -359,7 +387,7 @@ pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     side_line(app, 1, line_b, buf);
     diff_line(app, diff, buf);
     let [left, right] = Layout::horizontal([Constraint::Percentage(50); 2]).areas(body);
-    let marks = app.differing();
+    let marks = app.marks();
     for (i, col) in [left, right].into_iter().enumerate() {
         column(app, i, col, &marks, buf);
     }
@@ -454,18 +482,44 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
         },
         None => "decoding…".into(),
     };
-    let marks = app.differing();
-    let here = match marks.first() {
-        Some(p) => format!("{} cells differ here, first at position {p} (marked)", marks.len()),
-        None => "no committed cell differs here".into(),
+    let marks = app.marks();
+    let mut spans = vec![Span::styled(format!(" {overall}"), t.value()), Span::styled(" · ", t.dim())];
+    if marks.is_empty() {
+        spans.push(Span::styled("no committed cell differs here", t.dim()));
+    } else {
+        spans.push(Span::styled("here ", t.dim()));
+    }
+    let count = |kind| marks.iter().filter(|m| m.1 == kind).count();
+    let parts = [(Mark::OtherToken, count(Mark::OtherToken), ""), (Mark::OtherStep, count(Mark::OtherStep), " at another step")];
+    for (i, &(kind, n, tail)) in parts.iter().filter(|p| p.1 > 0).enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(" · ", t.dim()));
+        }
+        let what = match kind {
+            Mark::OtherToken => "other token",
+            Mark::OtherStep => "same token",
+        };
+        let plural = if n == 1 { "" } else { "s" };
+        spans.push(Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)));
+        spans.push(Span::styled(format!("{n} {what}{plural}{tail}"), t.warn()));
+    }
+    if app.comparison().is_some_and(Comparison::sampled) {
+        spans.push(Span::styled(" · sampled: draws differ too", t.dim()));
+    }
+    buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+}
+
+/// The mark glyph's style: warn for another token, the accent for another step.
+fn mark_style(t: &Theme, kind: Mark) -> Style {
+    let fg = match kind {
+        Mark::OtherToken => t.warn,
+        Mark::OtherStep => t.accent,
     };
-    let style = if marks.is_empty() { t.dim() } else { t.warn() };
-    let line = Line::from(vec![Span::styled(format!(" {overall}"), t.value()), Span::styled(" · ", t.dim()), Span::styled(here, style)]);
-    buf.set_line(area.x, area.y, &line, area.width);
+    Style::default().fg(fg).add_modifier(Modifier::BOLD)
 }
 
 /// One side: grid, text and timeline in a column, the differing cells marked.
-fn column(app: &CompareApp, i: usize, area: Rect, marks: &[usize], buf: &mut Buffer) {
+fn column(app: &CompareApp, i: usize, area: Rect, marks: &[(usize, Mark)], buf: &mut Buffer) {
     let Some(v) = app.sides[i].view() else {
         super::centred(app.theme, area, buf, format!("{}: waiting for the engine's first event…", NAMES[i]));
         return;
@@ -478,9 +532,16 @@ fn column(app: &CompareApp, i: usize, area: Rect, marks: &[usize], buf: &mut Buf
         text::render(&v, txt, buf);
     }
     timeline::render(&v, tl, buf);
-    let mark = Style::default().fg(app.theme.warn).add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
-    for r in marks.iter().filter_map(|&p| grid::cell_area(&v, g, p)) {
-        buf.set_style(r, mark);
+    // Another token: the cell reversed in the warning colour, and `≠`; the same token at
+    // another step: `≈` only, the cell keeps its step's hue.
+    let reversed = Style::default().fg(app.theme.warn).add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
+    for &(p, kind) in marks {
+        if let (Mark::OtherToken, Some(r)) = (kind, grid::cell_area(&v, g, p)) {
+            buf.set_style(r, reversed);
+        }
+        if let Some(at) = grid::mark_at(&v, g, p) {
+            buf.set_string(at.x, at.y, kind.glyph(), mark_style(app.theme, kind));
+        }
     }
     // Which side this is, on the grid's top border.
     let label = format!(" {} ", NAMES[i]);
@@ -679,4 +740,59 @@ mod tests {
         let s = screen(&CompareApp::live(), 100, 30);
         assert!(s.contains("A: waiting") && s.contains("B: waiting"), "{s}");
     }
+
+    /// Synthetic decodes of one prompt: the same tokens, B in half the steps, except that B
+    /// decodes another token at position 9.
+    fn steps_pair() -> CompareApp {
+        use crate::events::Event;
+        use crate::synth::{trace, Synth};
+        let a = trace(&Synth { new_tokens: 10, ..Synth::small() });
+        let mut b = trace(&Synth { new_tokens: 10, steps: 2, ..Synth::small() });
+        for e in &mut b {
+            match e {
+                Event::Step(s) => s.committed.iter_mut().filter(|c| c.pos == 9).for_each(|c| (c.token, c.text) = (0, "ROMEO".into())),
+                Event::Block(bl) if bl.start == 8 => bl.tokens[1] = 0,
+                Event::Finish(f) => f.output_ids[3] = 0,
+                _ => {}
+            }
+        }
+        CompareApp::replay(a, b)
+    }
+
+    #[test]
+    fn other_tokens_and_other_steps_are_marked_apart() {
+        let app = steps_pair();
+        let c = app.comparison().unwrap().clone();
+        let marks = app.marks();
+        let of = |kind| marks.iter().filter(|m| m.1 == kind).map(|m| m.0).collect::<Vec<_>>();
+        assert_eq!(of(Mark::OtherToken), vec![9]);
+        assert_eq!(of(Mark::OtherStep), c.other_step.iter().map(|p| p.pos).collect::<Vec<_>>());
+        assert!(of(Mark::OtherStep).len() >= 3, "{marks:?}");
+        let s = screen(&app, 120, 36);
+        let line = s.lines().nth(3).unwrap();
+        let steps = of(Mark::OtherStep);
+        assert_eq!(line, format!(" outputs diverge at token 3 (position 9) · here ≠ 1 other token · ≈ {} same tokens at another step", steps.len()));
+        // Both sides' grids carry one mark per marked cell.
+        assert_eq!(s.matches('≠').count(), 1 + 2, "{s}");
+        assert_eq!(s.matches('≈').count(), 1 + 2 * steps.len(), "{s}");
+        insta::assert_snapshot!(s);
+        // Without colour the marks are the same glyphs (and the different token stays reversed).
+        let mut mono = steps_pair();
+        mono.theme = crate::ui::theme::pick(crate::ui::theme::ThemeName::Dark, crate::ui::theme::Depth::Mono);
+        let m = screen(&mono, 120, 36);
+        assert_eq!((m.matches('≠').count(), m.matches('≈').count()), (3, 1 + 2 * steps.len()), "{m}");
+    }
+
+    #[test]
+    fn sampled_sides_are_announced_on_the_screen() {
+        let mut app = steps_pair();
+        assert!(!screen(&app, 160, 36).contains("draws differ"));
+        let mut events = crate::synth::trace(&crate::synth::Synth { new_tokens: 10, ..crate::synth::Synth::small() });
+        if let crate::events::Event::Header(h) = &mut events[0] {
+            h.settings.sampling.temperature = 0.7;
+        }
+        app = CompareApp::replay(events.clone(), events);
+        assert!(screen(&app, 160, 36).contains("sampled: draws differ too"));
+    }
 }
+

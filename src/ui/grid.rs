@@ -204,6 +204,17 @@ pub fn cell_area(v: &View, area: Rect, pos: usize) -> Option<Rect> {
     Some(Rect::new(x, inner.y + line as u16, g.cell_w, 1).intersection(inner))
 }
 
+/// Where a one-column mark for `pos` goes (compare mode's `≠`, `≈`): the blank column before
+/// the cell (the gap between cells, or the label's trailing space), else, when cells abut, the
+/// cell's first column.
+pub fn mark_at(v: &View, area: Rect, pos: usize) -> Option<Position> {
+    let r = cell_area(v, area, pos)?;
+    let g = geom(v, frame(v).inner(area).width);
+    let first_in_line = (pos % v.run.block_length()).is_multiple_of(g.per_line);
+    let x = if g.gap > 0 || first_in_line { r.x - 1 } else { r.x };
+    Some(Position::new(x, r.y))
+}
+
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     let block = frame(v).title_bottom(legend(v, area.width));
     let inner = block.inner(area);

@@ -12,7 +12,8 @@ use std::sync::LazyLock;
 
 use ratatui::style::{Color, Modifier, Style};
 
-type Rgb = (u8, u8, u8);
+/// A colour as 8-bit sRGB channels.
+pub type Rgb = (u8, u8, u8);
 
 /// How many colours the terminal can show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,9 +267,15 @@ impl Theme {
     /// A decoded grid cell: filled with its step's hue, text in black or white, whichever
     /// reads on it. Confidence is not in the fill (see `conf_mark`).
     pub fn cell_style(&self, step: usize, span: usize) -> Style {
-        let bg = self.step_rgb(step, span);
-        let fg = if luma(bg) > 0.5 { self.on_light } else { self.on_dark };
+        let (bg, fg) = self.cell_rgb(step, span);
         Style::default().bg(fit(bg, self.depth)).fg(fit(fg, self.depth))
+    }
+
+    /// A decoded cell's fill and text colour before they are fitted to a depth (the SVG
+    /// figure draws with them too).
+    pub fn cell_rgb(&self, step: usize, span: usize) -> (Rgb, Rgb) {
+        let bg = self.step_rgb(step, span);
+        (bg, if luma(bg) > 0.5 { self.on_light } else { self.on_dark })
     }
 
     /// A decoded token in prose: its step's hue as the text colour; a low-confidence token
