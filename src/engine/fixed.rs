@@ -55,7 +55,8 @@ impl FixedPass {
             logits: Tensor::zeros((block, model.vocab_size()), dt, dev)?,
             samples: Tensor::zeros((block, 4), DType::F32, dev)?,
             written_start: None,
-            capture: capture && cfg!(feature = "cuda") && dev.is_cuda(),
+            // a MoE model off the streamed layer routes on the host (MoeBlock::forward): no graph
+            capture: capture && cfg!(feature = "cuda") && dev.is_cuda() && model.capturable(t, capacity),
             #[cfg(feature = "cuda")]
             graphs: Vec::new(),
             capture_error: None,

@@ -429,6 +429,12 @@ impl Model {
         false
     }
 
+    /// Whether a pass of `t` rows over `keys` keys can be captured as a CUDA graph: the streamed
+    /// layer always; the standard layer unless a sparse block routes on the host.
+    pub fn capturable(&self, t: usize, keys: usize) -> bool {
+        self.streams(t, keys) || self.layers.iter().all(|l| l.mlp.sparse().is_none())
+    }
+
     /// Whether a pass of `t` rows over `keys` keys runs [`Model::forward_streamed`].
     pub fn streams(&self, t: usize, keys: usize) -> bool {
         matches!(self.workspace(t, keys), Ok(Some(_)))

@@ -572,6 +572,8 @@ mod tests {
         streamed.use_row_weights().unwrap();
         assert!(!standard.streams(4, 24));
         assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
+        // the standard layer routes on the host: no CUDA graph; the streamed one is capturable
+        assert!(!standard.capturable(4, 24) && streamed.capturable(4, 24));
         let run = |m: &Model| -> (Vec<Vec<f32>>, Vec<crate::model::decoder::LayerRoutes>) {
             let mut cache = m.new_cache(24).unwrap();
             let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
