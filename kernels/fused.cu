@@ -555,10 +555,12 @@ SILU(unmask_silu_mul_bf16, unsigned short)
 // Rows: r = gi * T + t is head (kv head * group + gi), query t. Same arithmetic per key as the
 // kernels above (dot in f32 along d, scaled, plus the mask); sums in another order.
 // grid (KV, chunks, ceil(rows / SPLIT_ROWS)), block 256, static smem 33 KiB.
-// part: [KV][chunks][rows][128 + 2] f32.
+// part: [KV][chunks][rows][SPLIT_STRIDE] f32: the V sum, max, sum of exponentials, two pad
+// floats (rows 16-byte aligned for the merge's float4 loads).
 #define SPLIT_KEYS 128
 #define SPLIT_ROWS 32
 #define SPLIT_PITCH (SPLIT_KEYS + 1)
+#define SPLIT_STRIDE 132
 
 template <int R>
 __device__ void attention_split(const unsigned short* __restrict__ q, const uint4* __restrict__ k_cache,
@@ -658,7 +660,7 @@ __device__ void attention_split(const unsigned short* __restrict__ q, const uint
         for (int i = 0; i < RPT; ++i) {
             const int rr = rg + 4 * i, r = r0 + rr;
             if (r >= rows) continue;
-            float* o = part + (((long)g * chunks + c) * rows + r) * 130;
+            float* o = part + (((long)g * chunks + c) * rows + r) * SPLIT_STRIDE;
             o[2 * p] = acc[i][0];
             o[2 * p + 1] = acc[i][1];
             if (p == 0) o[128] = stat[rr][0], o[129] = stat[rr][1];
@@ -676,23 +678,48 @@ ATT_SPLIT(8)
 ATT_SPLIT(16)
 ATT_SPLIT(32)
 
-// grid (H, T), block 128: row (h, t)'s chunks merged into out [T, H * 128] (bf16).
-extern "C" __global__ void __launch_bounds__(128) unmask_attention_merge_bf16_d128(
+// grid (H, T), block 256: row (h, t)'s chunks merged into out [T, H * 128] (bf16). Each of the
+// 8 warps folds every 8th chunk into a running (max, sum, V sum) with its lanes across d (4
+// values a lane), so a long cache's hundreds of chunks are read 8 at a time, not in one
+// serial loop; the warps' partials are then folded the same way through shared memory.
+extern "C" __global__ void __launch_bounds__(256) unmask_attention_merge_bf16_d128(
     const float* __restrict__ part, unsigned short* __restrict__ out, int t_len, int heads, int kvh, int chunks) {
+    __shared__ float wm[8], wl[8], wacc[8][128];
     pdl_enter();
-    const int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = heads / kvh, g = h / group, rows = group * t_len, r = (h % group) * t_len + t;
-    const float* base = part + ((long)g * chunks * rows + r) * 130;
-    float m = NEG_INF;
-    for (int c = 0; c < chunks; ++c) m = fmaxf(m, base[(long)c * rows * 130 + 128]);
-    float num = 0.0f, den = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-        const float* p = base + (long)c * rows * 130;
+    const float* base = part + ((long)g * chunks * rows + r) * SPLIT_STRIDE;
+    float m = NEG_INF, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+    for (int c = warp; c < chunks; c += 8) {
+        const float* p = base + (long)c * rows * SPLIT_STRIDE;
         const float mc = p[128];
         if (mc == NEG_INF) continue;
-        const float w = expf(mc - m);
-        num = fmaf(w, p[i], num);
-        den = fmaf(w, p[129], den);
+        const float4 v = *(const float4*)(p + 4 * lane);
+        const float lc = p[129];
+        const float mn = fmaxf(m, mc);
+        const float a = m == NEG_INF ? 0.0f : expf(m - mn), b = expf(mc - mn);
+        l = l * a + lc * b;
+        acc[0] = acc[0] * a + v.x * b;
+        acc[1] = acc[1] * a + v.y * b;
+        acc[2] = acc[2] * a + v.z * b;
+        acc[3] = acc[3] * a + v.w * b;
+        m = mn;
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) wacc[warp][4 * lane + e] = acc[e];
+    __syncthreads();
+    if (threadIdx.x >= 128) return;
+    const int i = threadIdx.x;
+    float mt = NEG_INF;
+    for (int w = 0; w < 8; ++w) mt = fmaxf(mt, wm[w]);
+    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < 8; ++w) {
+        if (wm[w] == NEG_INF) continue;
+        const float s = expf(wm[w] - mt);
+        num = fmaf(s, wacc[w][i], num);
+        den = fmaf(s, wl[w], den);
     }
     st(out, (long)t * heads * 128 + (long)h * 128 + i, num / den);
 }

@@ -2,7 +2,8 @@
 # The GPU run for the MoE path (issue 20) and long caches (issue 21 item 5), on the H200, one call.
 #
 #   bash scripts/gpu_moe_long.sh        # from the repo root, with .gpu/unmask.gz present
-#   PART=torch bash scripts/gpu_moe_long.sh   # only the compiled PyTorch references
+#   PART=torch bash scripts/gpu_moe_long.sh   # unmask bench and the compiled PyTorch references
+#   PART=long bash scripts/gpu_moe_long.sh    # check-device and the long-cache benches only
 #
 # Writes flat files to $OUT (default /tmp/unmask-gpu-out): moe_long.log (everything printed),
 # bandwidth.json, check.json (check-device, which covers the MoE grouped kernels and the
@@ -58,12 +59,14 @@ print(f"copy {n/2**30:.0f} GiB: median {ms:.3f} ms -> {bw/1e12:.3f} TB/s (read +
 json.dump({"bytes": n, "median_ms": ms, "bytes_per_s": bw, "device": torch.cuda.get_device_name()}, open(sys.argv[1], "w"), indent=2)
 EOF
 
-if [[ $PART == unmask ]]; then
+if [[ $PART == unmask || $PART == long ]]; then
   stage "check-device (dense, MoE grouped kernels, split-K attention over 1900 keys) vs CPU"
   timeout 240 "$BIN" check-device --model tests/fixtures/tiny-random --device cuda --json "$OUT/check.json" > "$W/check.txt" 2>&1 \
     && record check-device PASS || record check-device FAIL
   grep -E "FAIL|MoE|cache 2048|checks," "$W/check.txt" | head -60
+fi
 
+if [[ $PART == unmask ]]; then
   stage "MoE fixture: CPU vs GPU traces (tests/fixtures/tiny-sdar-moe, greedy)"
   for s in low_confidence_static low_confidence_dynamic; do
     timeout 60 "$BIN" trace --model tests/fixtures/tiny-sdar-moe --device cpu --strategy $s --max-new-tokens 32 --out "$W/cpu-$s.jsonl" 2>&1 | tail -1
@@ -87,7 +90,9 @@ EOF
   UNMASK_GEMV=0 timeout 200 "$BIN" bench --random-init sdar-30b-a3b --device cuda --prompt-len 64 --max-new-tokens 64 \
     --strategy low_confidence_static --events off --warmup 1 --repeat 1 --json "$OUT/bench-sdar-30b-a3b-standard.json" \
     && record "bench-30b-standard-layer" ok || record "bench-30b-standard-layer" FAIL
+fi
 
+if [[ $PART == unmask || $PART == long ]]; then
   stage "bench: long caches, SDAR-1.7B shape (split-K attention), events off"
   for p in 512 4096 16384 32000; do
     timeout 150 "$BIN" bench --random-init sdar-1.7b --device cuda --prompt-len $p --max-new-tokens 64 \

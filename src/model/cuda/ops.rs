@@ -440,6 +440,8 @@ pub fn split_applies(op: &Attention) -> bool {
 
 /// Keys one block of the split kernel takes (kernels/fused.cu's SPLIT_KEYS).
 const SPLIT_KEYS: usize = 128;
+/// Floats a (row, chunk) takes in the split kernel's output (kernels/fused.cu's SPLIT_STRIDE).
+const SPLIT_STRIDE: usize = 132;
 
 impl AttentionInto<'_> {
     /// kernels/fused.cu's unmask_attention_split_r{8,16,32}_bf16_d128 over (KV heads, chunks of
@@ -466,7 +468,7 @@ impl AttentionInto<'_> {
         let kvv = view::<bf16>(skv, lkv, "attention kv")?;
         let (kpart, vpart) = (kvv.slice(0..kv * cap * 128), kvv.slice(kv * cap * 128..2 * kv * cap * 128));
         // (max, sum, V sum) of every row for every chunk; freed in stream order after the merge
-        let mut part = unsafe { dev.alloc::<f32>(kv * chunks * rows * 130)? };
+        let mut part = unsafe { dev.alloc::<f32>(kv * chunks * rows * SPLIT_STRIDE)? };
         let mask_held = self.mask.map(Tensor::storage_and_layout);
         let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
         let f = dev.get_or_load_custom_func(&format!("unmask_attention_split_r{r}_bf16_d128"), MODULE, ptx(dev)?)?;
@@ -480,12 +482,12 @@ impl AttentionInto<'_> {
         b.output(&mut part).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
         // SAFETY: the kernel's signature; q [H, T, 128], the cache [2, KV, cap, 128] with keys
         // <= cap and the mask [T, keys] checked by `op.check`; part holds KV x chunks x rows
-        // rows of 130 floats, the grid's z covers the rows R at a time.
+        // rows of SPLIT_STRIDE floats, the grid's z covers the rows R at a time.
         unsafe { b.launch(&f, cfg)? };
         let Some((a, e)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..e);
         let f = dev.get_or_load_custom_func("unmask_attention_merge_bf16_d128", MODULE, ptx(dev)?)?;
-        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let mut b = Args::new(&stream);
         b.input(&part).output(&mut out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(chunks as i32);
         // SAFETY: unmask_attention_merge_bf16_d128(part, out [T, H * 128], T, H, KV, chunks):
