@@ -315,6 +315,11 @@ pub struct DecodeArgs {
     /// drawn. Above 1 on a GPU, sampling runs on the host (slower).
     #[arg(long, allow_negative_numbers = true, value_name = "K", global = true, value_parser = parse_candidates)]
     pub candidates: Option<usize>,
+    /// Record, for every committed position, the experts it was routed to in each sparse layer
+    /// of a mixture-of-experts model and their weights, and the distinct experts each pass read
+    /// (the inspector and the stats panel show them). Off: free.
+    #[arg(long, global = true)]
+    pub routing: bool,
 }
 
 /// `--candidates K`: 1..=MAX_CANDIDATES.

@@ -257,6 +257,7 @@ mod tests {
                 num_layers: 1,
                 num_params: 1,
                 dtype: "f32".into(),
+                moe: None,
             },
             settings: DecodeSettings { block_length: 2, ..DecodeSettings::default() },
             mask_token_id: 9,

@@ -88,6 +88,22 @@ pub struct ModelInfo {
     pub num_layers: usize,
     pub num_params: usize,
     pub dtype: String,
+    /// A mixture-of-experts model's routing layout (absent for a dense model, and in traces
+    /// written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeInfo>,
+}
+
+/// How a mixture-of-experts model routes: what `--routing` fields index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MoeInfo {
+    /// Experts per sparse layer.
+    pub experts: usize,
+    /// Experts each row is routed to per sparse layer.
+    pub top_k: usize,
+    /// The sparse layers, ascending: `routes[i]` and `distinct_experts[i]` are layer
+    /// `sparse_layers[i]`'s.
+    pub sparse_layers: Vec<usize>,
 }
 
 /// One denoising pass: what it committed and what it would pick for every position still masked.
@@ -106,6 +122,11 @@ pub struct StepEvent {
     /// Present on the first step of a block whose settings differ from the previous block's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<DecodeSettings>,
+    /// `--routing`: per sparse layer (`model.moe.sparse_layers`), how many distinct experts the
+    /// rows of this step's forward pass (the blocks it stored and the block) were routed to:
+    /// the experts whose weights the pass read. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub distinct_experts: Vec<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -123,6 +144,20 @@ pub struct Committed {
     /// drawn from, most probable first. Absent otherwise (and in older traces).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top: Vec<TopCandidate>,
+    /// `--routing` on a mixture-of-experts model: per sparse layer (`model.moe.sparse_layers`),
+    /// the experts this position's row was routed to in the pass that committed it, and their
+    /// weights. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+/// The experts one row was routed to in one sparse layer, most probable first, and the weights
+/// its output summed them with (renormalised to sum 1 where the checkpoint's `norm_topk_prob`
+/// asks).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Route {
+    pub experts: Vec<u32>,
+    pub weights: Vec<f32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::events::{BlockEvent, Event, FinishEvent, Header, StepEvent, TopCandidate};
+use crate::events::{BlockEvent, Event, FinishEvent, Header, MoeInfo, Route, StepEvent, TopCandidate};
 pub use crate::sampler::MAX_CANDIDATES;
 use crate::settings::DecodeSettings;
 
@@ -149,6 +149,8 @@ struct RunShape {
     /// `forward` of the newest step: the running count only grows.
     last_forward: usize,
     committed: HashSet<usize>,
+    /// The header's routing layout, which `--routing` fields must follow.
+    moe: Option<MoeInfo>,
 }
 
 /// Checks each event of a trace against its header and the events before it, so that nothing
@@ -175,6 +177,22 @@ impl TraceCheck {
             Event::Finish(f) => self.run.as_ref().map_or(Ok(()), |r| r.finish(f)),
         }
     }
+}
+
+/// A header's routing layout: bounded as config.json's is, top-k within the experts, sparse
+/// layers ascending and inside the model.
+fn moe_info(m: MoeInfo, layers: usize) -> Result<MoeInfo, String> {
+    let [(_, max_experts), (_, max_k), _] = MOE_BOUNDS;
+    if m.experts == 0 || m.experts > max_experts {
+        return Err(format!("field `model.moe.experts` is {}, outside 1..={max_experts}", m.experts));
+    }
+    if m.top_k == 0 || m.top_k > max_k.min(m.experts) {
+        return Err(format!("field `model.moe.top_k` is {}, outside 1..={}", m.top_k, max_k.min(m.experts)));
+    }
+    if m.sparse_layers.len() > layers || m.sparse_layers.windows(2).any(|w| w[0] >= w[1]) || m.sparse_layers.iter().any(|&l| l >= layers) {
+        return Err(format!("field `model.moe.sparse_layers` is not an ascending list of layers below model.num_layers {layers}"));
+    }
+    Ok(m)
 }
 
 fn header(h: &Header) -> Result<RunShape, String> {
@@ -213,6 +231,7 @@ fn header(h: &Header) -> Result<RunShape, String> {
         end_block: h.max_len.div_ceil(b).max(h.first_block + 1),
         last_forward: 0,
         committed: HashSet::new(),
+        moe: h.model.moe.clone().map(|m| moe_info(m, h.model.num_layers)).transpose()?,
     })
 }
 
@@ -245,6 +264,51 @@ impl RunShape {
         Ok(())
     }
 
+    /// The layout `--routing` fields follow, for a trace that has them: one entry per sparse
+    /// layer of the header's `model.moe`.
+    fn layout(&self, field: &str, entries: usize) -> Result<&MoeInfo, String> {
+        let Some(m) = &self.moe else {
+            return Err(format!("field `{field}` is present, but the header's model has no `moe` layout"));
+        };
+        if entries != m.sparse_layers.len() {
+            return Err(format!("field `{field}` holds {entries} entries for {} sparse layers", m.sparse_layers.len()));
+        }
+        Ok(m)
+    }
+
+    /// A committed position's routes (`--routing`): at most top-k experts of the layout's per
+    /// sparse layer, each with a weight.
+    fn routes(&self, pos: usize, routes: &[Route]) -> Result<(), String> {
+        if routes.is_empty() {
+            return Ok(());
+        }
+        let m = self.layout("committed.routes", routes.len())?;
+        for (r, &layer) in routes.iter().zip(&m.sparse_layers) {
+            let at = format!("position {pos} layer {layer}");
+            if r.experts.len() > m.top_k || r.weights.len() != r.experts.len() {
+                return Err(format!("field `committed.routes` of {at} holds {} experts and {} weights; top_k is {}", r.experts.len(), r.weights.len(), m.top_k));
+            }
+            if let Some(e) = r.experts.iter().find(|&&e| e as usize >= m.experts) {
+                return Err(format!("field `committed.routes.experts` of {at} is {e}, outside the {} experts", m.experts));
+            }
+            if let Some(w) = r.weights.iter().find(|w| !(0.0..=1.0).contains(*w)) {
+                return Err(format!("field `committed.routes.weights` of {at} is {w}, not a weight in 0..=1"));
+            }
+        }
+        Ok(())
+    }
+
+    fn distinct_experts(&self, counts: &[u32]) -> Result<(), String> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let m = self.layout("distinct_experts", counts.len())?;
+        match counts.iter().find(|&&n| n as usize > m.experts) {
+            Some(n) => Err(format!("field `distinct_experts` holds {n}, more than the {} experts", m.experts)),
+            None => Ok(()),
+        }
+    }
+
     fn step(&mut self, s: &StepEvent) -> Result<(), String> {
         self.block_in_range(s.block)?;
         if s.step >= MAX_STEPS.max(self.block_length) {
@@ -262,6 +326,7 @@ impl RunShape {
             }
             self.token("committed.token", c.token)?;
             self.top("committed", &c.top)?;
+            self.routes(c.pos, &c.routes)?;
             if !self.committed.insert(c.pos) {
                 return Err(format!("committed position {} a second time", c.pos));
             }
@@ -273,6 +338,7 @@ impl RunShape {
             self.token("masked.token", c.token)?;
             self.top("masked", &c.top)?;
         }
+        self.distinct_experts(&s.distinct_experts)?;
         if s.forward <= self.last_forward {
             return Err(format!("field `forward` is {}, not more than the previous step's {}", s.forward, self.last_forward));
         }
@@ -312,6 +378,8 @@ mod tests {
         for cfg in [Synth::small(), Synth::long(300, 8, 3), Synth::long(64, 4, 4)] {
             assert_eq!(check_all(&synth::trace(&cfg)), Ok(()));
         }
+        let routed = synth::with_routes(synth::trace(&Synth::small()), &synth::sdar_moe_layout());
+        assert_eq!(check_all(&routed), Ok(()));
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
         for name in ["tiny-dynamic.jsonl", "compare-a.jsonl", "compare-b.jsonl"] {
             let t = crate::trace::read_file(&dir.join(name)).unwrap();
@@ -357,6 +425,60 @@ mod tests {
                     }
                 }),
                 format!("field `committed.top.token` is {}, outside the vocabulary", 1 << 30),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_routes(std::mem::take(ev), &synth::sdar_moe_layout());
+                    if let Event::Step(s) = &mut ev[step_at] {
+                        s.committed[0].routes[3].experts.push(1);
+                    }
+                }),
+                "holds 9 experts and 8 weights; top_k is 8".into(),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_routes(std::mem::take(ev), &synth::sdar_moe_layout());
+                    if let Event::Step(s) = &mut ev[step_at] {
+                        s.committed[0].routes[47].experts[2] = 128;
+                    }
+                }),
+                "field `committed.routes.experts` of position".into(),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_routes(std::mem::take(ev), &synth::sdar_moe_layout());
+                    if let Event::Step(s) = &mut ev[step_at] {
+                        s.committed[0].routes[0].weights[0] = f32::NAN;
+                    }
+                }),
+                "layer 0 is NaN, not a weight in 0..=1".into(),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_routes(std::mem::take(ev), &synth::sdar_moe_layout());
+                    if let Event::Header(h) = &mut ev[0] {
+                        h.model.moe = None;
+                    }
+                }),
+                "field `committed.routes` is present, but the header's model has no `moe` layout".into(),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_routes(std::mem::take(ev), &synth::sdar_moe_layout());
+                    if let Event::Step(s) = &mut ev[step_at] {
+                        s.distinct_experts.pop();
+                    }
+                }),
+                "field `distinct_experts` holds 47 entries for 48 sparse layers".into(),
+            ),
+            (
+                Box::new(move |ev| {
+                    *ev = synth::with_routes(std::mem::take(ev), &synth::sdar_moe_layout());
+                    if let Event::Header(h) = &mut ev[0] {
+                        h.model.moe.as_mut().unwrap().top_k = 129;
+                    }
+                }),
+                "field `model.moe.top_k` is 129, outside 1..=64".into(),
             ),
         ];
         for (edit, want) in cases {

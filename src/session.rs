@@ -42,6 +42,9 @@ impl Session {
     pub fn open(args: &DecodeArgs) -> Result<Self> {
         let (source, name) = model_source(args)?;
         let device = parse_device(&args.device)?;
+        if args.routing {
+            check_routing(&source)?;
+        }
         let mut ckpt = Checkpoint::load(&source, &device, parse_dtype(&args.dtype, &device)?)?;
         if let Some(id) = hub_id(args) {
             ckpt.info.source = id;
@@ -74,10 +77,29 @@ impl Session {
             chat: Some(chat),
             sources,
             candidates: args.candidates(),
+            routing: args.routing,
         };
         let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
     }
+}
+
+/// `--routing` needs a mixture-of-experts model: checked from config.json before the weights
+/// load (a dense checkpoint can be many GB).
+pub fn check_routing(source: &Source) -> Result<()> {
+    let (config, label) = source.config()?;
+    routing_layout(&config, &label).map(|_| ())
+}
+
+/// The sparse layers `--routing` reports, or why there are none.
+pub fn routing_layout(config: &crate::model::ModelConfig, label: &str) -> Result<crate::events::MoeInfo> {
+    config.moe_info().ok_or_else(|| {
+        anyhow!(
+            "--routing: {label} describes a dense model (model_type {:?}, no sparse layers); routing needs a \
+             mixture-of-experts checkpoint such as SDAR-30B-A3B (model_type \"sdar_moe\")",
+            config.model_type
+        )
+    })
 }
 
 /// The decode's positions (whole blocks over prompt + `max_new_tokens`) must fit the model's

@@ -145,7 +145,7 @@ mod tests {
     use crate::synth::{self, Synth};
 
     fn commit(pos: usize, text: &str) -> Committed {
-        Committed { pos, token: pos as u32, text: text.into(), bytes: None, conf: 0.5, entropy: 0.1, top: vec![] }
+        Committed { pos, token: pos as u32, text: text.into(), bytes: None, conf: 0.5, entropy: 0.1, top: vec![], routes: vec![] }
     }
 
     #[test]

@@ -47,7 +47,35 @@ pub struct StepRec {
     pub first_commit: Option<usize>,
     /// This step's candidates for still-masked cells, sorted by position, in `Run::cands`.
     cands: Range<u32>,
+    /// `--routing`: distinct experts the step's pass read, over its sparse layers.
+    pub experts: Option<ExpertCounts>,
 }
+
+/// Distinct experts one pass read per sparse layer: mean, fewest and most over the layers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpertCounts {
+    pub mean: f32,
+    pub min: u32,
+    pub max: u32,
+}
+
+impl ExpertCounts {
+    fn of(per_layer: &[u32]) -> Option<Self> {
+        let (min, max) = (*per_layer.iter().min()?, *per_layer.iter().max()?);
+        let mean = per_layer.iter().map(|&n| n as f32).sum::<f32>() / per_layer.len() as f32;
+        Some(ExpertCounts { mean, min, max })
+    }
+}
+
+/// One (expert, weight) slot of a recorded route.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RouteSlot {
+    /// `NO_EXPERT` where the route had fewer than `top_k` experts.
+    expert: u16,
+    weight: f32,
+}
+
+const NO_EXPERT: u16 = u16::MAX;
 
 /// One decode block that has at least one step.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +146,10 @@ pub struct Run {
     /// of `pos` at that step (committed or still masked). Empty for a trace without them.
     tops: Vec<Ranked>,
     top_of: HashMap<(u32, u32), Range<u32>>,
+    /// `--routing` routes, all in one vector: a routed position's `top_k` slots per sparse
+    /// layer (the header's `model.moe` order) start at `route_of[pos]`. Empty without them.
+    routes: Vec<RouteSlot>,
+    route_of: HashMap<u32, u32>,
     /// Text of every token id seen (a token's piece never changes within a run).
     pieces: HashMap<u32, Box<str>>,
     /// Bytes of the tokens whose bytes are not their piece (they split a character).
@@ -219,6 +251,8 @@ impl Run {
             cands: Vec::new(),
             tops: Vec::new(),
             top_of: HashMap::new(),
+            routes: Vec::new(),
+            route_of: HashMap::new(),
             pieces,
             raw,
             texts: Vec::new(),
@@ -473,6 +507,7 @@ impl Run {
             self.cells[c.pos] = CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
             self.learn(c.token, &c.text, c.bytes.as_deref());
             self.push_top(k, c.pos, &c.top);
+            self.push_routes(c.pos, &c.routes);
             if self.header.eos_ids.contains(&c.token) && c.pos < self.header.max_len {
                 self.eos.push((c.pos, k));
             }
@@ -497,6 +532,7 @@ impl Run {
             tokens_total,
             first_commit,
             cands: start..self.cands.len() as u32,
+            experts: ExpertCounts::of(&s.distinct_experts),
         });
         self.blocks.last_mut().expect("pushed above").steps += 1;
         self.update_step_span();
@@ -521,6 +557,42 @@ impl Run {
             self.tops.push(Ranked { token: t.token, p: t.p });
         }
         self.top_of.insert((k as u32, pos as u32), start..self.tops.len() as u32);
+    }
+
+    /// Keeps the `--routing` routes of committed `pos` (nothing for none, or where the header
+    /// has no layout for them: a trace checked by limits.rs always does).
+    fn push_routes(&mut self, pos: usize, routes: &[crate::events::Route]) {
+        let Some(k) = self.header.model.moe.as_ref().map(|m| m.top_k) else { return };
+        if routes.is_empty() {
+            return;
+        }
+        self.route_of.insert(pos as u32, self.routes.len() as u32);
+        for r in routes {
+            let slots = (0..k).map(|i| match (r.experts.get(i), r.weights.get(i)) {
+                (Some(&e), Some(&w)) => RouteSlot { expert: u16::try_from(e).unwrap_or(NO_EXPERT), weight: w },
+                _ => RouteSlot { expert: NO_EXPERT, weight: 0.0 },
+            });
+            self.routes.extend(slots);
+        }
+    }
+
+    /// The `--routing` routes of committed `pos`, one per sparse layer (the header's
+    /// `model.moe.sparse_layers`), or `None` where none were recorded.
+    pub fn routes(&self, pos: usize) -> Option<Vec<crate::events::Route>> {
+        let m = self.header.model.moe.as_ref()?;
+        let start = *self.route_of.get(&(pos as u32))? as usize;
+        let all = self.routes.get(start..start + m.sparse_layers.len() * m.top_k)?;
+        let route = |slots: &[RouteSlot]| {
+            let used = slots.iter().filter(|s| s.expert != NO_EXPERT);
+            crate::events::Route { experts: used.clone().map(|s| s.expert.into()).collect(), weights: used.map(|s| s.weight).collect() }
+        };
+        Some(all.chunks(m.top_k).map(route).collect())
+    }
+
+    /// The mean over the steps up to `k` of distinct experts a pass read per sparse layer.
+    pub fn experts_mean(&self, k: usize) -> Option<f32> {
+        let means: Vec<f32> = self.steps.get(..=k)?.iter().filter_map(|s| s.experts.map(|e| e.mean)).collect();
+        (!means.is_empty()).then(|| means.iter().sum::<f32>() / means.len() as f32)
     }
 
     /// The most probable tokens of `pos` at step index `k`, most probable first, as
@@ -583,6 +655,8 @@ impl Run {
             + self.cands.capacity() * size_of::<Cand>()
             + self.eos.capacity() * size_of::<(usize, usize)>()
             + self.tops.capacity() * size_of::<Ranked>()
+            + self.routes.capacity() * size_of::<RouteSlot>()
+            + self.route_of.capacity() * size_of::<(u32, u32)>()
             + self.top_of.capacity() * size_of::<((u32, u32), Range<u32>)>()
             + pieces
     }
@@ -636,6 +710,35 @@ mod tests {
         assert!(t.windows(2).all(|w| w[0].at < w[1].at));
         let block = pos / r.block_length();
         assert!(t.iter().all(|p| r.step(p.at).unwrap().block == block));
+    }
+
+    /// `--routing`: every committed position's routes come back as its event held them, and
+    /// every step's distinct-expert counts as their mean, fewest and most.
+    #[test]
+    fn routes_and_expert_counts_are_kept() {
+        let events = synth::with_routes(synth::trace(&Synth::small()), &synth::sdar_moe_layout());
+        let s = Store::from_events(events.clone());
+        let r = s.run().unwrap();
+        let mut routed = 0;
+        let mut k = 0;
+        for ev in &events {
+            let Event::Step(step) = ev else { continue };
+            for c in &step.committed {
+                assert_eq!(r.routes(c.pos).as_deref(), Some(&c.routes[..]), "pos {}", c.pos);
+                routed += 1;
+            }
+            let n = &step.distinct_experts;
+            let want = ExpertCounts { mean: n.iter().sum::<u32>() as f32 / 48.0, min: *n.iter().min().unwrap(), max: *n.iter().max().unwrap() };
+            assert_eq!(r.step(k).unwrap().experts, Some(want));
+            k += 1;
+        }
+        assert!(routed > 20);
+        assert_eq!(r.routes(0), None, "a prompt cell has none");
+        assert!(r.experts_mean(r.head().unwrap()).is_some());
+        // Without --routing: nothing, and no layout needed.
+        let plain = Store::from_events(synth::trace(&Synth::small()));
+        assert_eq!(plain.run().unwrap().routes(13), None);
+        assert_eq!(plain.run().unwrap().step(0).unwrap().experts, None);
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! combining characters.
 
 use crate::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TopCandidate,
-    TRACE_VERSION,
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, MoeInfo, Route, StepEvent,
+    TopCandidate, TRACE_VERSION,
 };
 use crate::settings::DecodeSettings;
 
@@ -98,6 +98,7 @@ fn header(cfg: &Synth) -> Header {
             num_layers: 2,
             num_params: 131_712,
             dtype: "f32".into(),
+            moe: None,
         },
         settings: cfg.settings(),
         mask_token_id: MASK_ID,
@@ -180,6 +181,48 @@ pub fn with_candidates(mut events: Vec<Event>, k: usize) -> Vec<Event> {
     events
 }
 
+/// SDAR-30B-A3B's routing layout: 128 experts, 8 per row, all 48 layers sparse.
+pub fn sdar_moe_layout() -> MoeInfo {
+    MoeInfo { experts: 128, top_k: 8, sparse_layers: (0..48).collect() }
+}
+
+/// `events` as `--routing` writes them for a model of `moe`'s layout: every committed entry
+/// routed in every sparse layer (distinct experts, descending weights that sum to 1, drawn
+/// from the position and layer), every step with its distinct-expert counts.
+pub fn with_routes(mut events: Vec<Event>, moe: &MoeInfo) -> Vec<Event> {
+    let (n, k) = (moe.experts as u64, moe.top_k);
+    let route = |pos: usize, layer: usize| -> Route {
+        let mut experts: Vec<u32> = Vec::with_capacity(k);
+        let mut x = mix((pos as u64) << 16 | layer as u64);
+        while experts.len() < k {
+            let e = (x % n) as u32;
+            if !experts.contains(&e) {
+                experts.push(e);
+            }
+            x = mix(x);
+        }
+        let raw: Vec<f32> = (0..k).map(|i| 1.0 / (i as f32 + 0.2 + ((pos + layer) % 7) as f32 * 0.4).powi(2)).collect();
+        let sum: f32 = raw.iter().sum();
+        Route { experts, weights: raw.iter().map(|w| w / sum).collect() }
+    };
+    for ev in &mut events {
+        match ev {
+            Event::Header(h) => {
+                let layers = moe.sparse_layers.last().map_or(0, |l| l + 1);
+                h.model.num_layers = h.model.num_layers.max(layers);
+                h.model.moe = Some(moe.clone());
+            }
+            Event::Step(s) => {
+                s.committed.iter_mut().for_each(|c| c.routes = moe.sparse_layers.iter().map(|&l| route(c.pos, l)).collect());
+                let rows = (s.committed.len() + s.masked.len()).max(1);
+                s.distinct_experts = moe.sparse_layers.iter().map(|&l| (((rows * k) as u64).min(n) as u32).saturating_sub((l % 3) as u32).max(1)).collect();
+            }
+            _ => {}
+        }
+    }
+    events
+}
+
 /// Fixed timings: 7.5 ms per forward pass.
 fn ms(forward: usize) -> f64 {
     forward as f64 * 7.5
@@ -211,7 +254,7 @@ fn decode_block(
             .iter()
             .map(|&q| {
                 let token = final_token(cfg, q);
-                Committed { pos: q, token, text: piece(token), bytes: None, conf: conf(q), entropy: 2.0 * (1.0 - conf(q)), top: vec![] }
+                Committed { pos: q, token, text: piece(token), bytes: None, conf: conf(q), entropy: 2.0 * (1.0 - conf(q)), top: vec![], routes: vec![] }
             })
             .collect();
         let cands = masked
@@ -230,6 +273,7 @@ fn decode_block(
             masked: cands,
             t_ms: ms(*forward),
             settings: if step == 0 { changed.take() } else { None },
+            distinct_experts: vec![],
         }));
         step += 1;
     }
@@ -320,11 +364,13 @@ pub fn split_trace() -> Vec<Event> {
             num_layers: 1,
             num_params: 1,
             dtype: "f32".into(),
+            moe: None,
         },
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
         candidates: 1,
+        routing: false,
     };
     let mut events = vec![];
     decode(&mut Script { cached: 0 }, &Bytes, &req, &mut |e| events.push(e), None);

@@ -30,6 +30,7 @@ fn run(opts: RunOptions, settings: &DecodeSettings, prompt_ids: &[u32]) -> Vec<E
         chat: None,
         sources: Default::default(),
         candidates: 1,
+        routing: false,
     };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), opts);
     let mut events = vec![];
@@ -125,6 +126,7 @@ fn fixed_passes_survive_a_restart_in_the_same_denoiser() {
             chat: None,
             sources: Default::default(),
             candidates: 1,
+            routing: false,
         };
         let fin = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
         outs.push((prompt, fin.output_ids));
@@ -152,6 +154,7 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
         chat: None,
         sources: Default::default(),
         candidates: 1,
+        routing: false,
     };
     let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
     let mut sent = vec![];
@@ -181,6 +184,7 @@ fn candidates_above_1_take_the_host_path_and_decode_the_same() {
         chat: None,
         sources: Default::default(),
         candidates: 3,
+        routing: false,
     };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), device);
     let mut events = vec![];

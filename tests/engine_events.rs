@@ -76,11 +76,13 @@ fn request(prompt_len: usize, settings: DecodeSettings) -> Request {
             num_layers: 1,
             num_params: 1,
             dtype: "f32".into(),
+            moe: None,
         },
         device: "cpu".into(),
         chat: None,
         sources: Default::default(),
         candidates: 1,
+        routing: false,
     }
 }
 

@@ -147,6 +147,7 @@ fn run_case(case: &Case, ck: Checkpoint) -> Vec<Event> {
         chat: None,
         sources: Default::default(),
         candidates: 1,
+        routing: false,
     };
     let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
     let mut events = vec![];

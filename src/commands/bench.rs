@@ -22,12 +22,12 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::cli::{BenchArgs, EventsMode};
-use crate::engine::{decode_measured, decode_with_events, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
+use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
 use crate::model::config::ModelConfig;
 use crate::model::random::{shape_config, RandomWeights};
 use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Model};
-use crate::sampler::{PosSample, Ranked};
+use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
 /// Wraps a denoiser and times every call, synchronising the device after each. Calls are
@@ -64,8 +64,8 @@ impl Denoiser for Timed<'_> {
         self.times.push(pass, ms);
         Ok(r)
     }
-    fn denoise_ranked(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32], k: usize) -> Result<(Vec<PosSample>, Vec<Vec<Ranked>>)> {
-        let (r, ms) = self.time(|d| d.denoise_ranked(pass, s, u, k))?;
+    fn denoise_asked(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32], ask: Ask) -> Result<Denoised> {
+        let (r, ms) = self.time(|d| d.denoise_asked(pass, s, u, ask))?;
         self.times.push(pass, ms);
         Ok(r)
     }
@@ -136,6 +136,7 @@ struct Report {
     steps: usize,
     sampling: Sampling,
     candidates: usize,
+    routing: bool,
     warmup: usize,
     repeat: usize,
     load_s: f64,
@@ -272,6 +273,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         match (&args.random_init, &args.decode.model) {
             (Some(shape), _) => {
                 let cfg = shape_config(shape)?;
+                if args.decode.routing {
+                    crate::session::routing_layout(&cfg, &format!("--random-init {shape}"))?;
+                }
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
                 let model = Model::load(&cfg, &w, dtype, &device).with_context(|| format!("--random-init {shape}"))?;
                 let info = ModelInfo {
@@ -282,12 +286,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     num_layers: cfg.num_hidden_layers,
                     num_params: cfg.num_params(),
                     dtype: w.stored_dtype(dtype),
+                    moe: cfg.moe_info(),
                 };
                 let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
                 (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg)
             }
             (None, _) => {
                 let (source, _) = crate::session::model_source(&args.decode)?;
+                if args.decode.routing {
+                    crate::session::check_routing(&source)?;
+                }
                 let ck = Checkpoint::load(&source, &device, dtype)?;
                 let mask = ck.tokenizer.mask_id();
                 (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config)
@@ -341,6 +349,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             chat: None,
             sources: Default::default(),
             candidates: args.decode.candidates(),
+            routing: args.decode.routing,
         };
         // With events both on and off, their decodes alternate (on, off, then off, on, ...), so
         // a drift of the machine's speed during the run falls on both alike: the cost is a
@@ -385,6 +394,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         steps: base.steps,
         sampling: base.sampling,
         candidates: args.decode.candidates(),
+        routing: args.decode.routing,
         warmup: args.warmup,
         repeat: args.repeat,
         load_s,
@@ -672,6 +682,7 @@ mod tests {
             rows: Vec::new(),
             moe_experts_per_layer_pass: None,
             candidates: 1,
+            routing: false,
             floor: Floor { denoise_bytes: 0, stored_bytes: 0, prefill_bytes: 0, read_bytes_per_s: None },
         };
         assert_eq!(

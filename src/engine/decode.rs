@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::{Control, Denoiser, Detok, Pass};
+use super::{Ask, Control, Denoised, Denoiser, Detok, Pass};
 use crate::detok::{self, End};
 use crate::events::{
     BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TopCandidate,
@@ -33,6 +33,16 @@ pub struct Request {
     /// `--candidates`: how many of its most probable tokens every sampled position's event
     /// carries (1: none beyond the token itself, the trace as before `--candidates` existed).
     pub candidates: usize,
+    /// `--routing`: every committed position's event carries its route in each sparse layer,
+    /// every step the distinct experts its pass read (a mixture-of-experts model only).
+    pub routing: bool,
+}
+
+impl Request {
+    /// What each pass is asked for beyond its samples.
+    fn ask(&self) -> Ask {
+        Ask { candidates: self.candidates, routing: self.routing }
+    }
 }
 
 /// The outcome of control messages that arrive mid-decode.
@@ -303,10 +313,10 @@ impl Loop<'_> {
             let u = uniforms.draw(b, &sampling);
             let store = std::mem::take(unstored);
             let pass = Pass { store: &store, block: cells };
-            // Ranked lists only when someone reads them: the engine's own decode never needs them.
-            let (samples, ranked) = match req.candidates {
-                k if k > 1 && self.events => self.denoiser.denoise_ranked(pass, &sampling, &u, k)?,
-                _ => (self.denoiser.denoise(pass, &sampling, &u)?, Vec::new()),
+            // Ranked lists and routes only when someone reads them: the decode never needs them.
+            let Denoised { samples, ranked, routing } = match req.ask() {
+                ask if ask.any() && self.events => self.denoiser.denoise_asked(pass, &sampling, &u, ask)?,
+                _ => Denoised { samples: self.denoiser.denoise(pass, &sampling, &u)?, ..Denoised::default() },
             };
             self.forwards += 1;
             check_samples(&samples, b, start, block, step, self.forwards)?;
@@ -327,7 +337,11 @@ impl Loop<'_> {
             }
             let t0 = Instant::now();
             let top = |i: usize| ranked.get(i).map_or(&[][..], Vec::as_slice);
-            let committed = picked.iter().map(|&i| self.committed(start + i, &samples[i], top(i))).collect();
+            let routes = |i: usize| routing.as_ref().and_then(|r| r.block.get(i)).cloned().unwrap_or_default();
+            let committed = picked
+                .iter()
+                .map(|&i| Committed { routes: routes(i), ..self.committed(start + i, &samples[i], top(i)) })
+                .collect();
             let candidates = (0..b)
                 .filter(|&i| masked[i])
                 .map(|i| self.candidate(start + i, &samples[i], top(i)))
@@ -340,6 +354,7 @@ impl Loop<'_> {
                 masked: candidates,
                 t_ms: self.ms(),
                 settings: if step == 0 { changed.take() } else { None },
+                distinct_experts: routing.map(|r| r.distinct).unwrap_or_default(),
             };
             self.event_time += t0.elapsed();
             (self.sink)(Event::Step(ev));
@@ -380,7 +395,7 @@ impl Loop<'_> {
 
     fn committed(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Committed {
         let TokenText { text, bytes } = self.token(s.token);
-        Committed { pos, token: s.token, text, bytes, conf: s.conf, entropy: s.entropy, top: self.top(top) }
+        Committed { pos, token: s.token, text, bytes, conf: s.conf, entropy: s.entropy, top: self.top(top), routes: Vec::new() }
     }
 
     fn candidate(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Candidate {

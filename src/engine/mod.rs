@@ -45,18 +45,63 @@ pub trait Denoiser: Send {
     /// sample for every position of `pass.block`. `uniforms` holds one draw per position of
     /// the block (unused when greedy).
     fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>>;
-    /// [`Denoiser::denoise`], and for every position of the block its `k` most probable
-    /// tokens ([`crate::sampler::sample_ranked`]; `--candidates`). A denoiser that has no
-    /// distribution to rank (a scripted one) returns no lists, as this default does.
-    fn denoise_ranked(
-        &mut self,
-        pass: Pass<'_>,
-        sampling: &Sampling,
-        uniforms: &[f32],
-        k: usize,
-    ) -> Result<(Vec<PosSample>, Vec<Vec<Ranked>>)> {
-        let _ = k;
-        Ok((self.denoise(pass, sampling, uniforms)?, Vec::new()))
+    /// [`Denoiser::denoise`], and what `ask` asks for beyond the samples: for every position of
+    /// the block its most probable tokens (`--candidates`), the pass's routing (`--routing`).
+    /// A denoiser that has neither (a scripted one) returns the samples alone, as this default
+    /// does.
+    fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+        let _ = ask;
+        Ok(Denoised { samples: self.denoise(pass, sampling, uniforms)?, ..Denoised::default() })
+    }
+}
+
+/// What a decode asks of each pass beyond its samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// Ranked tokens kept per position ([`crate::sampler::sample_ranked`]); 0 or 1: none.
+    pub candidates: usize,
+    /// The routing of a mixture-of-experts model's sparse layers.
+    pub routing: bool,
+}
+
+impl Ask {
+    /// Whether anything beyond the samples is asked.
+    pub fn any(&self) -> bool {
+        self.candidates > 1 || self.routing
+    }
+}
+
+/// A pass's samples, and what an [`Ask`] asked for (empty where it was not asked or the
+/// denoiser has none).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Denoised {
+    pub samples: Vec<PosSample>,
+    /// Per block position, its most probable tokens, most probable first.
+    pub ranked: Vec<Vec<Ranked>>,
+    pub routing: Option<PassRouting>,
+}
+
+/// How one pass routed, in the sparse layers' order (`ModelInfo::moe`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PassRouting {
+    /// Per sparse layer: distinct experts over every row the pass forwarded (stored and block).
+    pub distinct: Vec<u32>,
+    /// Per block position: its route in each sparse layer.
+    pub block: Vec<Vec<crate::events::Route>>,
+}
+
+impl PassRouting {
+    /// From the routes of every row of a forward whose last `b` rows are the block.
+    pub fn of(layers: Vec<crate::model::decoder::LayerRoutes>, b: usize) -> Self {
+        let distinct = layers.iter().map(|l| l.distinct_experts() as u32).collect();
+        let mut block = vec![Vec::with_capacity(layers.len()); b];
+        for layer in layers {
+            let first = layer.rows.len().saturating_sub(b);
+            for (i, route) in layer.rows.into_iter().skip(first).enumerate() {
+                block[i].push(route);
+            }
+        }
+        PassRouting { distinct, block }
     }
 }
 

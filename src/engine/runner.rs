@@ -13,10 +13,10 @@ use anyhow::{anyhow, Result};
 use candle_core::{DType, Device, Tensor};
 
 use super::fixed::FixedPass;
-use super::{Denoiser, Pass};
+use super::{Ask, Denoised, Denoiser, Pass, PassRouting};
 use crate::model::{KvCache, Model};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
-use crate::sampler::{sample, sample_ranked, PosSample, Ranked};
+use crate::sampler::{sample, sample_ranked, PosSample};
 use crate::settings::Sampling;
 
 /// Which execution paths a [`ModelDenoiser`] takes.
@@ -114,13 +114,17 @@ impl ModelDenoiser {
     }
 
     /// One eager forward pass over `pass.store` then `pass.block`, storing the former.
-    /// Returns the block's final hidden states.
-    fn pass(&mut self, pass: Pass<'_>) -> Result<Tensor> {
+    /// Returns the block's final hidden states, and (`routed`) how the pass routed.
+    fn pass(&mut self, pass: Pass<'_>, routed: bool) -> Result<(Tensor, Option<PassRouting>)> {
         let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
         let (s, b) = (pass.store.len(), pass.block.len());
         let ids = pass.ids();
         let done = prefill_chunks(&self.model, &ids[..s], cache, b)?;
-        Ok(self.model.forward(&ids[done..], cache, b, s - done)?.narrow(0, s - done, b)?)
+        let (hidden, routes) = match routed {
+            true => self.model.forward_routed(&ids[done..], cache, b, s - done)?,
+            false => (self.model.forward(&ids[done..], cache, b, s - done)?, Vec::new()),
+        };
+        Ok((hidden.narrow(0, s - done, b)?, routed.then(|| PassRouting::of(routes, b))))
     }
 
     /// A fixed-buffer pass; returns its buffers (samples and logits on the device).
@@ -187,40 +191,51 @@ impl Denoiser for ModelDenoiser {
         Ok(())
     }
 
-    /// Always the host path, on any device: ranking needs every probability of a row, and the
-    /// device sampler (kernels/sampler.cu) hands back one token per position. So a decode with
-    /// `--candidates` above 1 runs eager passes and pulls `[B, vocab]` f32 logits every step
-    /// (on a GPU, much slower than the default; its tokens are the reference sampler's).
-    fn denoise_ranked(
-        &mut self,
-        pass: Pass<'_>,
-        sampling: &Sampling,
-        uniforms: &[f32],
-        k: usize,
-    ) -> Result<(Vec<PosSample>, Vec<Vec<Ranked>>)> {
-        let hidden = self.pass(pass)?;
+    /// `--candidates` above 1 always takes the host path, on any device: ranking needs every
+    /// probability of a row, and the device sampler (kernels/sampler.cu) hands back one token
+    /// per position. So such a decode runs eager passes and pulls `[B, vocab]` f32 logits every
+    /// step (on a GPU, much slower than the default; its tokens are the reference sampler's).
+    /// `--routing` alone keeps the pass the decode would run anyway.
+    fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+        if ask.candidates <= 1 {
+            let (samples, routing) = self.sampled(pass, sampling, uniforms, ask.routing)?;
+            return Ok(Denoised { samples, ranked: Vec::new(), routing });
+        }
+        let (hidden, routing) = self.pass(pass, ask.routing)?;
         let mut logits = self.model.logits(&hidden)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
         if self.opts.device_sampler {
             self.host_rows += logits.len();
         }
         let mask = self.mask_id as usize;
-        Ok(logits
+        let (samples, ranked) = logits
             .iter_mut()
             .zip(uniforms)
             .map(|(row, &u)| {
                 if let Some(z) = row.get_mut(mask) {
                     *z = f32::NEG_INFINITY;
                 }
-                sample_ranked(row, sampling, u, k)
+                sample_ranked(row, sampling, u, ask.candidates)
             })
-            .unzip())
+            .unzip();
+        Ok(Denoised { samples, ranked, routing })
     }
 
     fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+        Ok(self.sampled(pass, sampling, uniforms, false)?.0)
+    }
+}
+
+impl ModelDenoiser {
+    /// A pass sampled by the fastest path the options allow, and (`routed`) its routing. A pass
+    /// replayed from fixed buffers reads its routing back from the device tables, which only the
+    /// streamed layer fills; a routed pass that would not stream runs eagerly.
+    fn sampled(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], routed: bool) -> Result<(Vec<PosSample>, Option<PassRouting>)> {
         let params = KernelParams::new(sampling, self.mask_id);
         let u = (!sampling.is_greedy()).then_some(uniforms);
+        let (s, b) = (pass.store.len(), pass.block.len());
+        let capacity = self.cache.as_ref().map_or(0, KvCache::capacity);
         // A prompt prefill is a one-off of any length: eager, not worth a fixed shape.
-        if self.opts.fixed_passes && pass.store.len() <= pass.block.len() {
+        if self.opts.fixed_passes && s <= b && (!routed || self.model.streams(s + b, capacity)) {
             let fixed = self.fixed_pass(pass, &params, u)?;
             let ks = fixed.samples()?;
             let rows: Vec<Option<Vec<f32>>> = ks
@@ -228,7 +243,11 @@ impl Denoiser for ModelDenoiser {
                 .enumerate()
                 .map(|(r, k)| if k.overflow { fixed.logits_row(r).map(Some) } else { Ok(None) })
                 .collect::<Result<_>>()?;
-            return Ok(ks
+            let routing = match routed {
+                true => Some(PassRouting::of(self.model.streamed_routes(s + b)?, b)),
+                false => None,
+            };
+            let samples = ks
                 .iter()
                 .zip(rows)
                 .zip(uniforms)
@@ -236,9 +255,10 @@ impl Denoiser for ModelDenoiser {
                     Some(row) => self.host_sample(row, sampling, u),
                     None => to_pos(k),
                 })
-                .collect());
+                .collect();
+            return Ok((samples, routing));
         }
-        let hidden = self.pass(pass)?;
+        let (hidden, routing) = self.pass(pass, routed)?;
         if self.opts.device_sampler {
             let mut logits = self.model.logits_raw(&hidden)?;
             if !native_dtype(logits.dtype()) {
@@ -256,11 +276,11 @@ impl Denoiser for ModelDenoiser {
                     to_pos(&k)
                 });
             }
-            return Ok(samples);
+            return Ok((samples, routing));
         }
         let mut logits = self.model.logits(&hidden)?.to_vec2::<f32>()?;
         let mask = self.mask_id as usize;
-        Ok(logits
+        let samples = logits
             .iter_mut()
             .zip(uniforms)
             .map(|(row, &u)| {
@@ -269,7 +289,8 @@ impl Denoiser for ModelDenoiser {
                 }
                 sample(row, sampling, u)
             })
-            .collect())
+            .collect();
+        Ok((samples, routing))
     }
 }
 

@@ -168,6 +168,16 @@ impl ModelConfig {
 
     /// Parameter count implied by the shapes (what the weights must add up to). The sizes are
     /// bounded at parse time ([`crate::limits::CONFIG_BOUNDS`]), so this cannot wrap on 64 bits.
+    /// The routing layout step events' `--routing` fields index; `None` for a dense model.
+    pub fn moe_info(&self) -> Option<crate::events::MoeInfo> {
+        let sparse_layers: Vec<usize> = (0..self.num_hidden_layers).filter(|&l| self.is_sparse(l)).collect();
+        (!sparse_layers.is_empty()).then(|| crate::events::MoeInfo {
+            experts: self.moe.num_experts.unwrap_or(0),
+            top_k: self.moe.num_experts_per_tok.unwrap_or(0),
+            sparse_layers,
+        })
+    }
+
     pub fn num_params(&self) -> usize {
         let (h, d) = (self.hidden_size, self.head_dim());
         let q = self.num_attention_heads * d;

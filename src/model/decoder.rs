@@ -126,6 +126,17 @@ pub struct LayerRoutes {
     pub rows: Vec<Route>,
 }
 
+impl LayerRoutes {
+    /// How many distinct experts the rows were routed to: the experts whose weights the layer
+    /// read.
+    pub fn distinct_experts(&self) -> usize {
+        let mut all: Vec<u32> = self.rows.iter().flat_map(|r| r.experts.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all.len()
+    }
+}
+
 pub struct Layer {
     input_norm: Tensor,
     attn: SelfAttention,
@@ -495,8 +506,9 @@ impl Model {
     }
 
     /// The routes the grouped kernels took in the last streamed pass of `t` rows, read back
-    /// from the device tables (one copy per sparse layer).
-    fn streamed_routes(&self, t: usize) -> Result<Vec<LayerRoutes>> {
+    /// from the device tables (one copy per sparse layer): how a pass replayed from a captured
+    /// graph reports its routing.
+    pub fn streamed_routes(&self, t: usize) -> Result<Vec<LayerRoutes>> {
         let Some(tables) = &self.moe_tables else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for (l, layer) in self.layers.iter().enumerate() {

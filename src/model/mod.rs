@@ -103,6 +103,12 @@ impl Source {
         self.text(name)?.ok_or_else(|| anyhow!("{}: missing", self.file_label(name)))
     }
 
+    /// The checkpoint's config.json, parsed and bounded (no weights read), and how errors name it.
+    pub fn config(&self) -> Result<(ModelConfig, String)> {
+        let label = self.file_label("config.json");
+        Ok((ModelConfig::parse(&self.required_text("config.json")?, &label)?, label))
+    }
+
     fn weights(&self) -> Result<Weights> {
         match self {
             Source::Embedded(e) => {
@@ -275,7 +281,7 @@ pub struct Checkpoint {
 impl Checkpoint {
     pub fn load(source: &Source, device: &Device, dtype: DType) -> Result<Self> {
         source.check()?;
-        let config = ModelConfig::parse(&source.required_text("config.json")?, &source.file_label("config.json"))?;
+        let (config, _) = source.config()?;
         let generation = match source.text("generation_config.json")? {
             None => GenerationConfig::default(),
             Some(t) => serde_json::from_str(&t)
@@ -313,6 +319,7 @@ impl Checkpoint {
             num_layers: config.num_hidden_layers,
             num_params: config.num_params(),
             dtype: weights.stored_dtype(),
+            moe: config.moe_info(),
         };
         Ok(Checkpoint { config, generation, tokenizer, eos_ids, model, info, chat_template, template_vars, mask_source })
     }

@@ -34,13 +34,9 @@ pub struct Grouped {
     pub down: Tensor,
 }
 
-/// The experts one row was routed to at one layer, best first, with their weights (after the
-/// renormalisation where the checkpoint asks for it): what `--routing` records.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Route {
-    pub experts: Vec<u32>,
-    pub weights: Vec<f32>,
-}
+/// The experts one row was routed to at one layer, best first, with their weights: the step
+/// events' type, which `--routing` records as the block computes it.
+pub use crate::events::Route;
 
 impl MoeBlock {
     /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`.

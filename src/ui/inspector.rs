@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Widget};
 use super::app::View;
 use super::glyph::{self, Mode};
 use crate::detok::Piece;
+use crate::events::{MoeInfo, Route};
 use crate::sampler::Ranked;
 use crate::store::{CellState, TrajPoint};
 use crate::format::fixed;
@@ -118,6 +119,11 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             if pos >= run.output_end(v.at) {
                 out.push(Line::from(Span::styled("dropped: after the EOS or beyond max_new_tokens", t.warn())));
             }
+            if let (Some(routes), Some(moe)) = (run.routes(pos), run.header.model.moe.as_ref()) {
+                // What is left after the strip's two lines and a three-line trajectory.
+                let id_lines = height.saturating_sub(out.len() + 2 + 3).max(1);
+                out.extend(routing_lines(v, &routes, moe, width, id_lines));
+            }
         }
         CellState::Masked { cand: None } => {
             out.push(Line::from(Span::styled(format!("{} masked: its block has not started at this step", glyph::MASK), t.dim())));
@@ -144,6 +150,43 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         out.push(Line::from(Span::styled("trajectory: best candidate per step while masked", t.faint())));
     }
     out.extend(trajectory(v, pos, &traj, width, room));
+    out
+}
+
+/// `--routing`: the committed token's route through the sparse layers, as it was in the pass
+/// that committed it. A strip with one column per layer, the top expert's weight as the
+/// column's height (how concentrated the routing is, readable without colour), then the top
+/// expert of every layer, `per line` to a line after the first layer's number, in at most
+/// `max_lines` lines.
+fn routing_lines<'a>(v: &View, routes: &[Route], moe: &MoeInfo, width: usize, max_lines: usize) -> Vec<Line<'a>> {
+    const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let t = v.theme;
+    let label = "route ";
+    let mut out = vec![Line::from(vec![
+        Span::styled(label, t.label()),
+        Span::styled(format!("top-1 weight by layer · {} of {}", moe.top_k, moe.experts), t.faint()),
+    ])];
+    let top = |r: &Route| r.weights.first().copied().unwrap_or(0.0);
+    let strip: String = routes.iter().map(|r| LEVELS[((top(r).clamp(0.0, 1.0) * 8.0).ceil() as usize).clamp(1, 8) - 1]).collect();
+    let (strip, _) = glyph::fit(&strip, width.saturating_sub(label.len()));
+    out.push(Line::from(vec![Span::raw(" ".repeat(label.len())), Span::styled(strip.to_string(), t.value())]));
+    // `L12 ` then each layer's top expert, right-aligned to the widest id.
+    let id_w = (moe.experts.max(1) - 1).to_string().len() + 1;
+    let layer_w = format!("L{} ", moe.sparse_layers.last().copied().unwrap_or(0)).len();
+    let per_line = (width.saturating_sub(layer_w) / id_w).max(1);
+    let chunks: Vec<&[Route]> = routes.chunks(per_line).collect();
+    for (i, chunk) in chunks.iter().enumerate().take(max_lines) {
+        let first = moe.sparse_layers.get(i * per_line).copied().unwrap_or(0);
+        let mut l = vec![Span::styled(format!("{:<layer_w$}", format!("L{first}")), t.faint())];
+        for r in *chunk {
+            let e = r.experts.first().map_or("-".to_string(), u32::to_string);
+            l.push(Span::styled(format!("{e:>id_w$}"), t.value()));
+        }
+        if i + 1 == max_lines && chunks.len() > max_lines {
+            l.push(Span::styled(" …", t.faint()));
+        }
+        out.push(Line::from(l));
+    }
     out
 }
 
@@ -286,6 +329,26 @@ mod tests {
         let text = snapshot_text(&render_panel(&app, 56, 12, render));
         assert!(text.contains("entropy 0.000 nats"), "{text}");
         assert!(!text.contains("-0.0"), "{text}");
+    }
+
+    /// `--routing`: a decoded cell shows its route's strip and each layer's top expert, with
+    /// room left for the trajectory; a cell without routes shows neither.
+    #[test]
+    fn inspector_shows_the_route_strip_of_a_routed_token() {
+        let moe = synth::sdar_moe_layout();
+        let mut app = App::replay(synth::with_routes(synth::trace(&Synth::small()), &moe), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        app.selected = Some(13);
+        let routes = app.view().unwrap().run.routes(13).unwrap();
+        let text = snapshot_text(&render_panel(&app, 58, 16, render));
+        assert!(text.contains("top-1 weight by layer · 8 of 128"), "{text}");
+        let first = routes[0].experts[0].to_string();
+        let line = text.lines().find(|l| l.contains("L0 ")).unwrap_or_else(|| panic!("{text}"));
+        assert!(line.split_whitespace().nth(1) == Some(first.as_str()), "{line} / {first}");
+        assert!(text.contains("trajectory"), "{text}");
+        insta::assert_snapshot!(text);
+        app.selected = Some(2); // a prompt cell
+        assert!(!snapshot_text(&render_panel(&app, 58, 16, render)).contains("route"));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     block.render(area, buf);
     let w = inner.width as usize;
     let mut lines = flow(rates(v), w);
+    lines.extend(flow(routing_groups(v), w));
     lines.extend(flow(settings_groups(v), w));
     if let Some(p) = v.app.pending() {
         lines.extend(flow(pending_groups(v, p), w));
@@ -39,6 +40,9 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
 /// Lays groups of spans (a label and its value) out left to right, starting a new line
 /// whenever the next group would not fit, so that a narrow panel wraps instead of cutting.
 fn flow<'a>(groups: Vec<Vec<Span<'a>>>, width: usize) -> Vec<Line<'a>> {
+    if groups.is_empty() {
+        return Vec::new();
+    }
     let mut lines: Vec<Vec<Span>> = vec![Vec::new()];
     let mut used = 0;
     for g in groups {
@@ -72,6 +76,18 @@ fn rates<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
         kv(v, "fwd/s", format!("{:.1}", s.forward as f64 / secs)),
         kv(v, "elapsed", format!("{:.2} s", s.t_ms / 1000.0)),
     ]
+}
+
+/// `--routing`: distinct experts the shown step's pass read per sparse layer (mean, and the
+/// fewest to the most over the layers), and the mean over the steps so far.
+fn routing_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
+    let (Some(k), Some(moe)) = (v.at, v.run.header.model.moe.as_ref()) else { return Vec::new() };
+    let Some(e) = v.run.step(k).and_then(|s| s.experts) else { return Vec::new() };
+    let mut g = vec![kv(v, "experts/layer", format!("{:.1} ({}–{} of {})", e.mean, e.min, e.max, moe.experts))];
+    if let Some(mean) = v.run.experts_mean(k) {
+        g.push(kv(v, "run mean", format!("{mean:.1}")));
+    }
+    g
 }
 
 /// The settings of the block shown; "since block N" when a change took effect mid-run.
@@ -166,6 +182,17 @@ mod tests {
         let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 110, 7, render)));
+    }
+
+    /// `--routing`: the experts a pass read per layer at the step shown, and the run's mean.
+    #[test]
+    fn stats_with_routing() {
+        let events = synth::with_routes(synth::trace(&Synth::small()), &synth::sdar_moe_layout());
+        let mut app = App::replay(events, "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let text = snapshot_text(&render_panel(&app, 110, 8, render));
+        assert!(text.contains("experts/layer") && text.contains("of 128") && text.contains("run mean"), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]
