@@ -6,7 +6,8 @@
 # Profiles LAUNCHES (default 900, about three forwards) consecutive kernels of a SHAPE (default sdar-1.7b)
 # bench decode after skipping SKIP (default 4000: weight initialisation and prefill), graph
 # nodes one by one, with the clocks left alone (--clock-control none), and prints the time per
-# kernel name, summed, with its share. Needs .gpu/unmask.gz (scripts/build-cuda.sh) and ncu.
+# kernel name, summed, with its share. FILTER (a regex, e.g. `unmask_`) profiles only kernels whose
+# names match, and SKIP then counts only those. Needs .gpu/unmask.gz (scripts/build-cuda.sh) and ncu.
 # Writes $OUT/ncu-<tag>.csv (raw) and prints the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 [[ -n $NCU ]] || { echo "ncu not found"; exit 1; }
 tag=${*:-default}; tag=${tag//[^A-Za-z0-9]/_}
 csv=$OUT/ncu-$tag.csv
-env "$@" timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+env "$@" timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum ${FILTER:+--kernel-name regex:$FILTER} \
   --launch-skip "${SKIP:-4000}" --launch-count "${LAUNCHES:-900}" --csv --print-units base \
   "$BIN" bench --random-init "${SHAPE:-sdar-1.7b}" --device cuda --prompt-len 64 --max-new-tokens 64 \
   --strategy low_confidence_static --events off --warmup 0 --repeat 1 > "$csv" 2> "$OUT/ncu-$tag.err"
