@@ -51,77 +51,114 @@ __device__ __forceinline__ unsigned short to_bf16(float v) {
 // Which of two candidates ranks first: the larger value, the lower index on a tie.
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
-// One block of 32 * t_len threads: warp t routes row t; then thread 0 writes the table.
-// Experts at most 32 * 32 = 1024 (the taken-flags bitmask), k at most 8, t_len at most 8.
-extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* __restrict__ logits,
-                                                                   MoeTable* __restrict__ tab,
-                                                                   unsigned long long* __restrict__ stats, int t_len,
-                                                                   int e, int k, int norm) {
-    __shared__ unsigned taken[8][32];
-    __shared__ int pick[8][8];
-    __shared__ float prob[8][8];
+// One block of 32 * t_len threads: warp t routes row t, every value of the row held in its
+// lanes' registers (expert i at lane i % 32, register i / 32; EPL registers a lane, the fewest
+// that hold the row, so 128 experts loop over 4), so the softmax and the k rounds of the top-k
+// (a lane's best untaken value, then a warp reduction) never go back to memory; then the
+// t_len * k slots are indexed in parallel, one thread a slot, in shared memory, and written
+// out. (The first version re-read the logits every round and built the table on one thread in
+// global memory: 15 us a layer on the H200 under ncu, the pass's third-largest kernel;
+// docs/perf.md.) Experts at most 32 * 32 = 1024, k at most 8, t_len at most 8.
+template <int EPL>
+__device__ void route(const unsigned short* __restrict__ logits, MoeTable* __restrict__ tab,
+                      unsigned long long* __restrict__ stats, int t_len, int e, int k, int norm) {
+    __shared__ int pick[MOE_SLOTS];
+    __shared__ float prob[MOE_SLOTS];
+    __shared__ int first[MOE_SLOTS];  // the lowest slot holding the same expert
     launch_dependents();
     dependency_wait();
     const int lane = threadIdx.x & 31, t = threadIdx.x >> 5;
     if (t < t_len) {
         const unsigned short* z = logits + (long)t * e;
-        taken[t][lane] = 0u;
+        float v[EPL];
         float mx = NEG_INF;
-        for (int i = lane; i < e; i += 32) mx = fmaxf(mx, bf16_to_f32(z[i]));
+#pragma unroll
+        for (int r = 0; r < EPL; ++r) {
+            const int i = r * 32 + lane;
+            v[r] = i < e ? bf16_to_f32(z[i]) : NEG_INF;
+            mx = fmaxf(mx, v[r]);
+        }
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         float sum = 0.0f;
-        for (int i = lane; i < e; i += 32) sum += expf(bf16_to_f32(z[i]) - mx);
+#pragma unroll
+        for (int r = 0; r < EPL; ++r)
+            if (r * 32 + lane < e) sum += expf(v[r] - mx);
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        __syncwarp();
+        unsigned taken = 0u;  // bit r: this lane's expert r * 32 + lane is chosen
+        float s = 0.0f;
         for (int j = 0; j < k; ++j) {
             float bv = NEG_INF;
             int bi = 0x7fffffff;
-            for (int i = lane; i < e; i += 32) {
-                const float v = bf16_to_f32(z[i]);
-                if (!((taken[t][i >> 5] >> (i & 31)) & 1u) && better(v, i, bv, bi)) bv = v, bi = i;
+#pragma unroll
+            for (int r = 0; r < EPL; ++r) {
+                const int i = r * 32 + lane;
+                if (i < e && !((taken >> r) & 1u) && better(v[r], i, bv, bi)) bv = v[r], bi = i;
             }
             for (int o = 16; o > 0; o >>= 1) {
                 const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
                 const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
                 if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
             }
-            if (lane == 0) {
-                taken[t][bi >> 5] |= 1u << (bi & 31);
-                pick[t][j] = bi;
-                prob[t][j] = expf(bv - mx) / sum;
-            }
-            __syncwarp();
+            // NaN logits rank nowhere: a valid expert still (its outputs turn NaN, and the pass
+            // is refused downstream), never an index past the weights
+            if (bi >= e) bi = j % e;
+            if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+            const float p = expf(bv - mx) / sum;
+            s += p;
+            if (lane == 0) pick[t * k + j] = bi, prob[t * k + j] = p;
         }
-        if (lane == 0 && norm) {
-            float s = 0.0f;
-            for (int j = 0; j < k; ++j) s += prob[t][j];
-            for (int j = 0; j < k; ++j) prob[t][j] /= s;
-        }
+        __syncwarp();
+        if (norm && lane < k) prob[t * k + lane] /= s;
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    int count = 0;
-    for (int r = 0; r < t_len; ++r)
-        for (int j = 0; j < k; ++j) {
-            const int ex = pick[r][j], sl = r * k + j;
-            int u = 0;
-            while (u < count && tab->expert[u] != ex) ++u;
-            if (u == count) {
-                tab->expert[u] = ex;
-                tab->rows[u] = 0u;
-                ++count;
+    const int slots = t_len * k, sl = threadIdx.x;
+    if (sl < slots) {
+        int f = sl;
+        for (int o = 0; o < sl; ++o)
+            if (pick[o] == pick[sl]) {
+                f = o;
+                break;
             }
-            tab->rows[u] |= 1u << r;
-            tab->slot[u][r] = sl;
-            tab->topk[sl] = ex;
-            tab->weight[sl] = prob[r][j];
-        }
-    tab->count = count;
-    tab->k = k;
-    if (stats) {
-        atomicAdd(&stats[0], (unsigned long long)count);
-        atomicAdd(&stats[1], 1ull);
+        first[sl] = f;
     }
+    __syncthreads();
+    // A first slot's number: the first slots before it (in slot order: first-seen order)
+    if (sl < slots && first[sl] == sl) {
+        int u = 0;
+        for (int o = 0; o < sl; ++o) u += first[o] == o;
+        tab->expert[u] = pick[sl];
+        unsigned rows = 0u;
+        for (int o = sl; o < slots; ++o)
+            if (first[o] == sl) rows |= 1u << (o / k), tab->slot[u][o / k] = o;
+        tab->rows[u] = rows;
+    }
+    __syncthreads();
+    if (sl < slots) {
+        tab->topk[sl] = pick[sl];
+        tab->weight[sl] = prob[sl];
+    }
+    if (sl == 0) {
+        int count = 0;
+        for (int o = 0; o < slots; ++o) count += first[o] == o;
+        tab->count = count;
+        tab->k = k;
+        if (stats) {
+            atomicAdd(&stats[0], (unsigned long long)count);
+            atomicAdd(&stats[1], 1ull);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* __restrict__ logits,
+                                                                   MoeTable* __restrict__ tab,
+                                                                   unsigned long long* __restrict__ stats, int t_len,
+                                                                   int e, int k, int norm) {
+    if (e <= 128)
+        route<4>(logits, tab, stats, t_len, e, k, norm);
+    else if (e <= 256)
+        route<8>(logits, tab, stats, t_len, e, k, norm);
+    else
+        route<32>(logits, tab, stats, t_len, e, k, norm);
 }
 
 // out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]): the MoE output plus the residual,

@@ -4,6 +4,9 @@
 #   bash scripts/gpu_moe_long.sh        # from the repo root, with .gpu/unmask.gz present
 #   PART=torch bash scripts/gpu_moe_long.sh   # unmask bench and the compiled PyTorch references
 #   PART=long bash scripts/gpu_moe_long.sh    # check-device and the long-cache benches only
+#   PART=tune bash scripts/gpu_moe_long.sh    # scripts/moe_bench.cu's split sweep, check-device, the
+#       --routing traces CPU vs GPU, and bench of the 30B-A3B shape: .gpu/unmask-old.gz (if there)
+#       against .gpu/unmask.gz, with --routing, and with the sweep's best splits (UNMASK_MOE_SPLIT)
 #
 # Writes flat files to $OUT (default /tmp/unmask-gpu-out): moe_long.log (everything printed),
 # bandwidth.json, check.json (check-device, which covers the MoE grouped kernels and the
@@ -59,7 +62,16 @@ print(f"copy {n/2**30:.0f} GiB: median {ms:.3f} ms -> {bw/1e12:.3f} TB/s (read +
 json.dump({"bytes": n, "median_ms": ms, "bytes_per_s": bw, "device": torch.cuda.get_device_name()}, open(sys.argv[1], "w"), indent=2)
 EOF
 
-if [[ $PART == unmask || $PART == long ]]; then
+if [[ $PART == tune ]]; then
+  stage "moe_bench: the MoE kernels of an SDAR-30B-A3B sparse layer, 48 layers in a graph"
+  nvcc -O3 -arch=sm_90 -o "$W/moe_bench" scripts/moe_bench.cu && record moe_bench-build ok || record moe_bench-build FAIL
+  timeout 200 "$W/moe_bench" 9 dense | tee "$OUT/moe_bench-9.txt"
+  timeout 200 "$W/moe_bench" 16 | tee "$OUT/moe_bench-16.txt"
+  best=$(awk '/^BEST_CHAIN/{print $2}' "$OUT/moe_bench-9.txt")
+  echo "best splits (9 distinct): $best"
+fi
+
+if [[ $PART == unmask || $PART == long || $PART == tune ]]; then
   stage "check-device (dense, MoE grouped kernels, split-K attention over 1900 keys) vs CPU"
   timeout 240 "$BIN" check-device --model tests/fixtures/tiny-random --device cuda --json "$OUT/check.json" > "$W/check.txt" 2>&1 \
     && record check-device PASS || record check-device FAIL
@@ -90,6 +102,35 @@ EOF
   UNMASK_GEMV=0 timeout 200 "$BIN" bench --random-init sdar-30b-a3b --device cuda --prompt-len 64 --max-new-tokens 64 \
     --strategy low_confidence_static --events off --warmup 1 --repeat 1 --json "$OUT/bench-sdar-30b-a3b-standard.json" \
     && record "bench-30b-standard-layer" ok || record "bench-30b-standard-layer" FAIL
+fi
+
+if [[ $PART == tune ]]; then
+  stage "--routing: CPU vs GPU traces of the MoE fixture (f32), experts of every committed position"
+  for dev in cpu cuda; do
+    timeout 60 "$BIN" trace --model tests/fixtures/tiny-sdar-moe --device $dev --dtype f32 --routing \
+      --strategy low_confidence_dynamic --max-new-tokens 32 --out "$W/routing-$dev.jsonl" 2>&1 | tail -1
+  done
+  python3 - "$W/routing-cpu.jsonl" "$W/routing-cuda.jsonl" <<'EOF'
+import json, sys
+def routes(p):
+    ev = [json.loads(l) for l in open(p) if l.strip()]
+    return [(e["block"], e["step"], e["distinct_experts"], [(c["pos"], c["token"], [r["experts"] for r in c["routes"]]) for c in e["committed"]])
+            for e in ev if e["event"] == "step"]
+a, b = routes(sys.argv[1]), routes(sys.argv[2])
+print(f"--routing tiny-sdar-moe CPU f32 vs GPU f32: {'SAME' if a == b else 'DIFF'} ({len(a)} vs {len(b)} steps, "
+      f"{sum(len(s[3]) for s in a)} routed positions)")
+EOF
+  stage "bench: SDAR-30B-A3B shape, old binary vs new, --routing, best splits (static, 128 tokens, events on)"
+  B30=(bench --random-init sdar-30b-a3b --device cuda --prompt-len 64 --max-new-tokens 128 --strategy low_confidence_static --warmup 1 --repeat 2)
+  if [[ -f .gpu/unmask-old.gz ]]; then
+    gunzip -c .gpu/unmask-old.gz > "$W/unmask-old" && chmod +x "$W/unmask-old"
+    timeout 200 "$W/unmask-old" "${B30[@]}" --events on --json "$OUT/bench-30b-old.json" && record bench-30b-old ok || record bench-30b-old FAIL
+  fi
+  timeout 200 "$BIN" "${B30[@]}" --events on --json "$OUT/bench-30b-new.json" && record bench-30b-new ok || record bench-30b-new FAIL
+  timeout 200 "$BIN" "${B30[@]}" --events on --routing --json "$OUT/bench-30b-routing.json" && record bench-30b-routing ok || record bench-30b-routing FAIL
+  if [[ -n ${best:-} ]]; then
+    UNMASK_MOE_SPLIT=$best timeout 200 "$BIN" "${B30[@]}" --events on --json "$OUT/bench-30b-best.json" && record "bench-30b-best $best" ok || record bench-30b-best FAIL
+  fi
 fi
 
 if [[ $PART == unmask || $PART == long ]]; then

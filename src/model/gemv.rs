@@ -115,6 +115,33 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     Split { ks, tb, u, blocks: n.div_ceil(TILE_ROWS * tb) }
 }
 
+/// The split of a grouped expert product (kernels/gemv.cu's GRP forms, `n` rows of `k` inputs
+/// per expert). The gate|up product takes [`split`]'s. A short K (the down product's 768 at
+/// SDAR-30B-A3B: 24 steps) gives each tile one warp and a block 8 tiles: [`split`]'s 8 warps a
+/// tile had 3 steps each, and the down product ran at 1.35 TB/s where one warp a tile runs at
+/// 2.18 (scripts/moe_bench.cu, 9 distinct experts; the chain of a sparse layer 54.0 -> 45.5 us
+/// and the 30B-A3B forward 4.75 -> 4.04 ms, docs/gpu-runs/2026-12-04-session9-moe).
+/// `UNMASK_MOE_SPLIT` = `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block)
+/// overrides both, for trials on the GPU without a rebuild; a malformed value is ignored.
+pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
+    let base = match split(n, k, epilogue) {
+        s if epilogue == Epilogue::Plain && k / K_STEP <= 32 => Split { ks: 1, tb: 8, blocks: n.div_ceil(TILE_ROWS * 8), ..s },
+        s => s,
+    };
+    let Ok(v) = std::env::var("UNMASK_MOE_SPLIT") else { return base };
+    let which = usize::from(epilogue == Epilogue::Plain);
+    let parsed = v.split(',').nth(which).and_then(|p| {
+        let (ks, tb) = p.split_once('/')?;
+        Some((ks.trim().parse::<usize>().ok()?, tb.trim().parse::<usize>().ok()?))
+    });
+    match parsed {
+        Some((ks, tb)) if ks >= 1 && tb >= 1 && ks * tb <= 32 => {
+            Split { ks: ks.min(k / K_STEP).max(1), tb, u: base.u, blocks: n.div_ceil(TILE_ROWS * tb) }
+        }
+        _ => base,
+    }
+}
+
 impl Gemv {
     pub const PLAIN: Gemv = Gemv { epilogue: Epilogue::Plain };
     pub const SILU_MUL: Gemv = Gemv { epilogue: Epilogue::SiluMul };
@@ -356,6 +383,15 @@ impl CustomOp2 for Gemv {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    #[test]
+    fn grouped_products_split_as_moe_bench_found() {
+        // SDAR-30B-A3B: gate|up as the dense rule; down (K = 768) one warp a tile, 8 tiles a block
+        assert_eq!(grouped_split(768, 2048, Epilogue::SiluMul), split(768, 2048, Epilogue::SiluMul));
+        assert_eq!(grouped_split(2048, 768, Epilogue::Plain), Split { ks: 1, tb: 8, u: 8, blocks: 16 });
+        // a long K keeps the dense rule
+        assert_eq!(grouped_split(2048, 6144, Epilogue::Plain), split(2048, 6144, Epilogue::Plain));
+    }
 
     #[test]
     fn the_split_follows_the_h200_sweep_for_each_sdar_projection() {

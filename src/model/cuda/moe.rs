@@ -13,7 +13,7 @@ use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 use half::bf16;
 
 use super::launch::Args;
-use crate::model::gemv::{split, Epilogue};
+use crate::model::gemv::{grouped_split, Epilogue};
 use crate::model::moe_grouped::{CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
 pub const SOURCE: &str = include_str!("../../../kernels/moe.cu");
@@ -93,7 +93,7 @@ fn grouped(
     table: &CudaView<'_, u32>,
     eps: Option<f32>,
 ) -> Result<()> {
-    let s = split(n, kdim, epilogue);
+    let s = grouped_split(n, kdim, epilogue);
     let f = dev.get_or_load_custom_func(name, super::gemv::MODULE, super::gemv::ptx(dev)?)?;
     let smem = s.smem_bytes(t, kdim, epilogue, eps.is_some());
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;

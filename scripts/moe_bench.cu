@@ -1,0 +1,298 @@
+// Microbenchmark of an SDAR-30B-A3B sparse layer's MoE kernels on the H200 (kernels/moe.cu and
+// the grouped forms of kernels/gemv.cu), in CUDA graphs over 48 layers of their own weights, so
+// every replay streams the experts from HBM as a forward does. Needs only nvcc (the GPU host has
+// it; no cargo there):
+//
+//   nvcc -O3 -arch=sm_90 -o /tmp/moe_bench scripts/moe_bench.cu && /tmp/moe_bench [distinct]
+//
+// The router logits are made so that the 4 rows of a block pass choose their 8 experts among
+// `distinct` (default 9: what bench --random-init sdar-30b-a3b counts), so the grouped products
+// read a known number of experts. Prints per-layer microseconds of the route kernel, the grouped
+// gate|up and down products for each split (warps on K x tiles a block x batch), the combine,
+// and the whole chain under programmatic dependent launch, with the bytes each product reads over
+// its time.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "../kernels/gemv.cu"
+namespace mo {  // moe.cu repeats gemv.cu's helpers (NVRTC compiles the files apart)
+#include "../kernels/moe.cu"
+}
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e = (x);                                                                    \
+        if (e != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+typedef unsigned short bf;
+const int L = 48, E = 128, KC = 8, H = 2048, I = 768, T = 4;
+
+__global__ void fill(bf* p, long n, unsigned seed, float scale) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        p[i] = to_bf16(((h & 0xffff) / 65535.0f - 0.5f) * scale);
+    }
+}
+
+// Host-side bf16 of a float that is exactly representable or near enough (round to nearest even).
+static bf host_bf16(float v) {
+    unsigned u;
+    memcpy(&u, &v, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf)(u >> 16);
+}
+
+template <int U>
+__global__ void up_k(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
+                     int ks, float eps) {
+    gemv<U, true, true, false, GRP_UP>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
+}
+template <int U>
+__global__ void down_k(const uint4* w, const uint4* x, float* yf, const MoeTable* tab, int t_len, int n, int k8, int ks) {
+    gemv<U, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
+}
+
+struct Split {
+    int u, ks, tb;
+};
+
+// The dense forms the sparse layer also runs (router, q|k|v with the norm folded in; o with the
+// residual add), one launch a layer, each layer its own weights.
+template <int U, bool NORM, bool ADD>
+__global__ void dense_k(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n,
+                        int k8, int ks, float eps) {
+    gemv<U, false, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);
+}
+
+// What src/model/gemv.rs's Split::smem_bytes gives.
+static int smem(int k, int ks, int tb, int sums, bool norm) {
+    const int staged = T * (k / 8 + 1) * 16;
+    const int part = ks > 1 ? ks * tb * 32 * 4 * (sums + (norm ? 1 : 0)) : 0;
+    return std::max(staged, part);
+}
+
+static void launch(const void* f, dim3 grid, dim3 block, int sm, bool pdl, cudaStream_t st, void** args) {
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = sm;
+    c.stream = st;
+    cudaLaunchAttribute a[1];
+    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a[0].val.programmaticStreamSerializationAllowed = 1;
+    c.attrs = a;
+    c.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelExC(&c, f, args));
+}
+
+struct Bufs {
+    std::vector<bf*> gate_up, down;
+    std::vector<bf*> logits;
+    MoeTable* tabs;
+    unsigned long long* stats;
+    bf *x, *act, *out;
+    float* part;
+};
+
+static void route(Bufs& b, int l, bool pdl, cudaStream_t st) {
+    int t = T, e = E, k = KC, norm = 1;
+    mo::MoeTable* tab = (mo::MoeTable*)(b.tabs + l);
+    void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
+    launch((const void*)mo::unmask_moe_route, dim3(1), dim3(32 * T), 0, pdl, st, args);
+}
+
+template <int U>
+static void up(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
+    int t = T, n = I, k8 = H / 8, ks = s.ks;
+    float eps = 1e-6f;
+    MoeTable* tab = b.tabs + l;
+    void* args[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n, &k8, &ks, &eps};
+    const int sm = smem(H, s.ks, s.tb, 8, true);
+    CK(cudaFuncSetAttribute((const void*)up_k<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+    launch((const void*)up_k<U>, dim3((I + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
+}
+
+template <int U>
+static void down(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
+    int t = T, n = H, k8 = I / 8, ks = s.ks;
+    MoeTable* tab = b.tabs + l;
+    void* args[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n, &k8, &ks};
+    const int sm = smem(I, s.ks, s.tb, 4, false);
+    CK(cudaFuncSetAttribute((const void*)down_k<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+    launch((const void*)down_k<U>, dim3((H + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
+}
+
+static void combine(Bufs& b, bool pdl, cudaStream_t st) {
+    int t = T, h = H, k = KC;
+    void* args[] = {&b.part, &b.x, &b.out, &t, &h, &k};
+    launch((const void*)mo::unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, args);
+}
+
+// Median microseconds a layer of `body` (called for l = 0..L-1 inside one captured graph).
+template <class F>
+static double per_layer(cudaStream_t st, F body) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int l = 0; l < L; ++l) body(l);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, z;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&z));
+    std::vector<float> ms;
+    for (int i = 0; i < 23; ++i) {
+        CK(cudaEventRecord(a, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(z, st));
+        CK(cudaEventSynchronize(z));
+        float m;
+        CK(cudaEventElapsedTime(&m, a, z));
+        if (i >= 3) ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return ms[ms.size() / 2] * 1e3 / L;
+}
+
+// Sweeps the split of a dense product [n, k] (NORM or ADD form) over L layers; prints each.
+template <bool NORM, bool ADD>
+static void dense_sweep(const char* name, int n, int k, cudaStream_t st, const bf* x, bf* y, const bf* res) {
+    std::vector<bf*> w(L);
+    for (int l = 0; l < L; ++l) {
+        CK(cudaMalloc(&w[l], (long)n * k * 2));
+        fill<<<1024, 256>>>(w[l], (long)n * k, 31 + l, 0.05f);
+    }
+    CK(cudaDeviceSynchronize());
+    const double mb = (double)n * k * 2 / 1e6;
+    printf("\n%s [%d, %d] (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", name, n, k, mb);
+    for (int ks : {1, 2, 4, 8, 16})
+        for (int tb : {1, 2, 4, 8}) {
+            if (ks * tb > 16 || ks > k / 32) continue;
+            int t = T, nn = n, k8 = k / 8, kss = ks;
+            float eps = 1e-6f;
+            const int sm = smem(k, ks, tb, 4, NORM);
+            auto f = (const void*)dense_k<8, NORM, ADD>;
+            CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+            const double us = per_layer(st, [&](int l) {
+                void* args[] = {&w[l], (void*)&x, &y, (void*)&res, &t, &nn, &k8, &kss, &eps};
+                launch(f, dim3((n + 16 * tb - 1) / (16 * tb)), dim3(32 * ks * tb), sm, false, st, args);
+            });
+            printf("  8/%d/%d: %.2f us, %.2f TB/s\n", ks, tb, us, mb / us);
+        }
+    for (bf* p : w) CK(cudaFree(p));
+}
+
+int main(int argc, char** argv) {
+    const int distinct = argc > 1 ? atoi(argv[1]) : 9;
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    Bufs b;
+    const long gu = (long)E * 2 * I * H, dn = (long)E * H * I;
+    for (int l = 0; l < L; ++l) {
+        bf *w1, *w2, *lg;
+        CK(cudaMalloc(&w1, gu * 2));
+        CK(cudaMalloc(&w2, dn * 2));
+        fill<<<1024, 256>>>(w1, gu, 11 + l, 0.05f);
+        fill<<<1024, 256>>>(w2, dn, 977 + l, 0.05f);
+        // row t's j-th choice: expert pool[(2 t + j) % distinct], pool spread over the experts
+        std::vector<bf> h((size_t)T * E);
+        for (int t = 0; t < T; ++t)
+            for (int i = 0; i < E; ++i) h[t * E + i] = host_bf16(-4.0f + (float)((i * 37 + t * 11 + l) % 50) / 25.0f);
+        for (int t = 0; t < T; ++t)
+            for (int j = 0; j < KC; ++j) {
+                const int ex = (((2 * t + j) % distinct) * 53 + l * 7) % E;
+                h[t * E + ex] = host_bf16(8.0f - 0.5f * j);
+            }
+        CK(cudaMalloc(&lg, h.size() * 2));
+        CK(cudaMemcpy(lg, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+        b.gate_up.push_back(w1);
+        b.down.push_back(w2);
+        b.logits.push_back(lg);
+    }
+    CK(cudaMalloc(&b.tabs, sizeof(MoeTable) * L));
+    CK(cudaMalloc(&b.stats, 16));
+    CK(cudaMemset(b.stats, 0, 16));
+    CK(cudaMalloc(&b.x, T * H * 2));
+    CK(cudaMalloc(&b.act, T * KC * I * 2));
+    CK(cudaMalloc(&b.out, T * H * 2));
+    CK(cudaMalloc(&b.part, T * KC * H * 4));
+    fill<<<64, 256>>>(b.x, T * H, 5, 2.0f);
+    CK(cudaDeviceSynchronize());
+    for (int l = 0; l < L; ++l) route(b, l, false, st);
+    CK(cudaStreamSynchronize(st));
+    MoeTable t0;
+    CK(cudaMemcpy(&t0, b.tabs, sizeof t0, cudaMemcpyDeviceToHost));
+    printf("layer 0 table: %d distinct experts (asked %d), k %d; row 0 picks", t0.count, distinct, t0.k);
+    for (int j = 0; j < KC; ++j) printf(" %d(%.3f)", t0.topk[j], t0.weight[j]);
+    printf("\n");
+    const double up_mb = distinct * 2.0 * I * H * 2 / 1e6, down_mb = distinct * 1.0 * H * I * 2 / 1e6;
+    printf("route: %.2f us a layer\n", per_layer(st, [&](int l) { route(b, l, false, st); }));
+    printf("combine: %.2f us a layer\n", per_layer(st, [&](int) { combine(b, false, st); }));
+    printf("\ngate|up (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", up_mb);
+    const Split ups[] = {{4, 8, 1}, {4, 4, 1}, {4, 4, 2}, {4, 2, 2}, {4, 2, 4}, {4, 16, 1}, {8, 4, 1}, {8, 2, 2}, {8, 8, 1}, {2, 8, 1}, {2, 16, 1}};
+    for (Split s : ups) {
+        double us = s.u == 8 ? per_layer(st, [&](int l) { up<8>(b, l, s, false, st); })
+                  : s.u == 4 ? per_layer(st, [&](int l) { up<4>(b, l, s, false, st); })
+                             : per_layer(st, [&](int l) { up<2>(b, l, s, false, st); });
+        printf("  %d/%d/%d: %.2f us, %.2f TB/s\n", s.u, s.ks, s.tb, us, up_mb / us);
+    }
+    printf("\ndown (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", down_mb);
+    const Split downs[] = {{8, 8, 1}, {8, 3, 1}, {8, 3, 2}, {8, 3, 4}, {8, 2, 2}, {8, 2, 4}, {4, 6, 1}, {4, 6, 2}, {4, 4, 2}, {4, 2, 4}, {8, 1, 8}, {4, 12, 1}};
+    for (Split s : downs) {
+        double us = s.u == 8 ? per_layer(st, [&](int l) { down<8>(b, l, s, false, st); })
+                             : per_layer(st, [&](int l) { down<4>(b, l, s, false, st); });
+        printf("  %d/%d/%d: %.2f us, %.2f TB/s\n", s.u, s.ks, s.tb, us, down_mb / us);
+    }
+    printf("\nchain route -> up -> down -> combine under PDL, us a layer:\n");
+    const Split cur_up = {4, 8, 1}, cur_down = {8, 8, 1};
+    printf("  current splits (up 4/8/1, down 8/8/1): %.2f\n", per_layer(st, [&](int l) {
+               route(b, l, true, st);
+               up<4>(b, l, cur_up, true, st);
+               down<8>(b, l, cur_down, true, st);
+               combine(b, true, st);
+           }));
+    double best = 1e30;
+    Split bu = cur_up, bd = cur_down;
+    for (Split su : ups)
+        for (Split sd : downs) {
+            if (su.u != 4 || sd.u != 8) continue;  // the kernels the model instantiates
+            const double us = per_layer(st, [&](int l) {
+                route(b, l, true, st);
+                up<4>(b, l, su, true, st);
+                down<8>(b, l, sd, true, st);
+                combine(b, true, st);
+            });
+            printf("  up %d/%d/%d down %d/%d/%d: %.2f\n", su.u, su.ks, su.tb, sd.u, sd.ks, sd.tb, us);
+            if (us < best) best = us, bu = su, bd = sd;
+        }
+    // for UNMASK_MOE_SPLIT (src/model/gemv.rs, grouped_split)
+    printf("BEST_CHAIN %d/%d,%d/%d %.2f\n", bu.ks, bu.tb, bd.ks, bd.tb, best);
+    if (argc > 2) {  // the layer's dense products too (free the experts first: 58 GB)
+        for (int l = 0; l < L; ++l) {
+            CK(cudaFree(b.gate_up[l]));
+            CK(cudaFree(b.down[l]));
+        }
+        bf *big_x, *big_y;
+        CK(cudaMalloc(&big_x, T * 4096 * 2));
+        CK(cudaMalloc(&big_y, T * 8192 * 2));
+        fill<<<64, 256>>>(big_x, T * 4096, 7, 2.0f);
+        dense_sweep<true, false>("router (norm)", E, H, st, big_x, big_y, nullptr);
+        dense_sweep<true, false>("q|k|v (norm)", 5120, H, st, big_x, big_y, nullptr);
+        dense_sweep<false, true>("o (add)", H, 4096, st, big_x, big_y, big_x);
+    }
+    return 0;
+}
