@@ -510,21 +510,19 @@ impl Model {
     /// graph reports its routing.
     pub fn streamed_routes(&self, t: usize) -> Result<Vec<LayerRoutes>> {
         let Some(tables) = &self.moe_tables else { return Ok(Vec::new()) };
-        let mut out = Vec::new();
-        for (l, layer) in self.layers.iter().enumerate() {
-            if layer.mlp.sparse().is_none() {
-                continue;
-            }
-            let table = super::moe_grouped::read_table(tables, l, t)?;
-            let rows = (0..t)
-                .map(|r| {
-                    let (experts, weights) = table.row(r).unzip();
-                    Route { experts, weights }
-                })
-                .collect();
-            out.push(LayerRoutes { layer: l, rows });
-        }
-        Ok(out)
+        let all = super::moe_grouped::read_tables(tables, self.layers.len(), t)?;
+        let routes = self.layers.iter().zip(all).enumerate().filter(|(_, (layer, _))| layer.mlp.sparse().is_some());
+        Ok(routes
+            .map(|(l, (_, table))| {
+                let rows = (0..t)
+                    .map(|r| {
+                        let (experts, weights) = table.row(r).unzip();
+                        Route { experts, weights }
+                    })
+                    .collect();
+                LayerRoutes { layer: l, rows }
+            })
+            .collect())
     }
 
     /// Keeps every layer's projections `[out, in]` ([`Linear::Rows`]) with the norms folded in

@@ -161,6 +161,13 @@ pub fn read_table(tables: &Tensor, layer: usize, t: usize) -> Result<Table> {
     Table::from_words(&w, t)
 }
 
+/// Every layer's table of a tables buffer in one copy back to the host (a copy a layer costs a
+/// device round trip each: 48 of them made `--routing` a third of a 30B-A3B pass).
+pub fn read_tables(tables: &Tensor, layers: usize, t: usize) -> Result<Vec<Table>> {
+    let w = tables.narrow(0, 0, layers * TABLE_WORDS)?.to_vec1::<u32>()?;
+    w.chunks(TABLE_WORDS).map(|c| Table::from_words(c, t)).collect()
+}
+
 /// (distinct experts summed over passes, passes) since the buffer was made.
 pub fn read_stats(tables: &Tensor) -> Result<(u64, u64)> {
     let n = tables.dim(0)?;
