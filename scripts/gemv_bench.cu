@@ -26,14 +26,8 @@
 
 #include "../kernels/gemv.cu"
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e = (x);                                                                    \
-        if (e != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "bench_common.cuh"
+
 #define CB(x)                                                                        \
     do {                                                                             \
         cublasStatus_t s = (x);                                                      \
@@ -42,19 +36,6 @@
             exit(1);                                                                 \
         }                                                                            \
     } while (0)
-
-typedef unsigned short bf;
-
-__global__ void fill(bf* p, long n, unsigned seed, float scale) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        float v = ((h & 0xffff) / 65535.0f - 0.5f) * scale;
-        p[i] = to_bf16(v);
-    }
-}
 
 // Stand-in for the small kernels between projections: reads the projection's output, writes the
 // next projection's input (a few KB), one block; lets dependents launch at once.

@@ -24,27 +24,9 @@ namespace mo {  // moe.cu repeats gemv.cu's helpers (NVRTC compiles the files ap
 #include "../kernels/moe.cu"
 }
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e = (x);                                                                    \
-        if (e != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "bench_common.cuh"
 
-typedef unsigned short bf;
 const int L = 48, E = 128, KC = 8, H = 2048, I = 768, T = 4;
-
-__global__ void fill(bf* p, long n, unsigned seed, float scale) {
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        p[i] = to_bf16(((h & 0xffff) / 65535.0f - 0.5f) * scale);
-    }
-}
 
 // Host-side bf16 of a float that is exactly representable or near enough (round to nearest even).
 static bf host_bf16(float v) {

@@ -169,15 +169,8 @@ impl unmask::engine::Detok for Ids {
 fn fixed_streamed_passes_report_the_eager_passes_routes() {
     use unmask::engine::RunOptions;
     use unmask::model::random::RandomWeights;
-    use unmask::model::{Model, ModelConfig};
-    let json = serde_json::json!({
-        "model_type": "sdar_moe", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
-        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
-        "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
-        "tie_word_embeddings": false, "num_experts": 8, "num_experts_per_tok": 3,
-        "moe_intermediate_size": 64, "norm_topk_prob": true, "mlp_only_layers": [1],
-    });
-    let cfg = ModelConfig::parse(&json.to_string(), "test config").unwrap();
+    use unmask::model::Model;
+    let cfg = unmask::model::random::three_layer_moe((256, 4, 2, 1000, 512), (8, 3, 64));
     let mask = 999;
     let run = |opts: RunOptions| {
         let mut w = RandomWeights::on_host(&cfg, 9);

@@ -89,14 +89,7 @@ fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Re
 /// table, grouped expert products, combine) and in f32 (the standard layer: per-expert
 /// products) against the CPU in f32.
 fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
-    let json = serde_json::json!({
-        "model_type": "sdar_moe", "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 3072,
-        "num_hidden_layers": 3, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128,
-        "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
-        "tie_word_embeddings": false, "num_experts": 32, "num_experts_per_tok": 8,
-        "moe_intermediate_size": 512, "norm_topk_prob": true, "mlp_only_layers": [1],
-    });
-    let cfg = crate::model::ModelConfig::parse(&json.to_string(), "check-device MoE config")?;
+    let cfg = crate::model::random::three_layer_moe((1024, 16, 4, 32000, 3072), (32, 8, 512));
     let weights = || {
         let mut w = RandomWeights::on_host(&cfg, 11);
         w.std = 0.05;

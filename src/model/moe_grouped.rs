@@ -560,15 +560,8 @@ mod tests {
     #[test]
     fn the_streamed_moe_layer_matches_the_standard_one() {
         use crate::model::random::RandomWeights;
-        use crate::model::{Model, ModelConfig, PassInput};
-        let json = serde_json::json!({
-            "model_type": "sdar_moe", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
-            "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
-            "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
-            "tie_word_embeddings": false, "num_experts": 8, "num_experts_per_tok": 3,
-            "moe_intermediate_size": 64, "norm_topk_prob": true, "mlp_only_layers": [1],
-        });
-        let cfg = ModelConfig::parse(&json.to_string(), "test config").unwrap();
+        use crate::model::{Model, PassInput};
+        let cfg = crate::model::random::three_layer_moe((256, 4, 2, 1000, 512), (8, 3, 64));
         let dev = Device::Cpu;
         let load = || {
             let mut w = RandomWeights::on_host(&cfg, 9);

@@ -58,6 +58,21 @@ pub fn shape_json(name: &str) -> Result<serde_json::Value> {
     Ok(with_moe(json, name))
 }
 
+/// A random SDAR-MoE of three layers, the middle one dense (`mlp_only_layers`), heads of 128
+/// (what the streamed layer's kernels take): `(hidden, heads, kv heads, vocab, dense
+/// intermediate)` and `(experts, experts a row, expert intermediate)`. For tests of the MoE
+/// paths (moe_grouped.rs, check-device, tests/moe_routing.rs).
+pub fn three_layer_moe((h, qh, kvh, v, i): (usize, usize, usize, usize, usize), (experts, k, moe_i): (usize, usize, usize)) -> ModelConfig {
+    let json = serde_json::json!({
+        "model_type": "sdar_moe", "vocab_size": v, "hidden_size": h, "intermediate_size": i,
+        "num_hidden_layers": 3, "num_attention_heads": qh, "num_key_value_heads": kvh, "head_dim": 128,
+        "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "max_position_embeddings": 4096,
+        "tie_word_embeddings": false, "num_experts": experts, "num_experts_per_tok": k,
+        "moe_intermediate_size": moe_i, "norm_topk_prob": true, "mlp_only_layers": [1],
+    });
+    ModelConfig::parse(&json.to_string(), "a three-layer MoE").expect("a valid config")
+}
+
 /// The MoE fields of the MoE shapes: (experts, experts a row, expert intermediate size).
 fn with_moe(mut json: serde_json::Value, name: &str) -> serde_json::Value {
     let (experts, k, inter) = match name {

@@ -1,0 +1,27 @@
+// What the GPU microbenchmarks (scripts/gemv_bench.cu, scripts/moe_bench.cu) share: a CUDA call
+// checked, and a fill of deterministic bf16 noise. Include after kernels/gemv.cu (to_bf16).
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e = (x);                                                                    \
+        if (e != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+typedef unsigned short bf;
+
+// p[i] uniform in [-scale/2, scale/2), a hash of i and the seed, rounded to bf16.
+__global__ void fill(bf* p, long n, unsigned seed, float scale) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        p[i] = to_bf16(((h & 0xffff) / 65535.0f - 0.5f) * scale);
+    }
+}
