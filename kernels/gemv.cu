@@ -133,28 +133,23 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
-    if (GRP == GRP_NONE) launch_dependents();
+    launch_dependents();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = tile * 16;
-    // GRP: the block's columns (x rows) and the slot each writes, from the routing table; the
-    // first weight load needs the expert. GRP_UP runs right after the route kernel, so it waits
-    // for it first, and only then lets the down launch start: by then the table is complete, so
-    // GRP_DOWN reads it at once and streams its expert's weights while gate|up finishes (it
-    // waits for the activations below, before staging them). The table is read past L1 (ld.cg):
-    // the same addresses held last pass's routing.
+    // GRP: the block's columns (x rows) and the slot each writes; the table is the previous
+    // kernel's output, so wait for it before the first weight load (which needs the expert)
     int cols = t_len, slot_of[8];
     if (GRP != GRP_NONE) {
-        if (GRP == GRP_UP) dependency_wait();
-        launch_dependents();
+        dependency_wait();
         const int u = blockIdx.y;
-        if (u >= __ldcg(&tab->count)) return;
-        w += (long)__ldcg(&tab->expert[u]) * (PAIR ? 2 * n : n) * k8;
-        const unsigned m = __ldcg(&tab->rows[u]);
+        if (u >= tab->count) return;
+        w += (long)tab->expert[u] * (PAIR ? 2 * n : n) * k8;
+        const unsigned m = tab->rows[u];
         cols = 0;
         for (int t = 0; t < t_len; ++t)
-            if ((m >> t) & 1u) slot_of[cols++] = __ldcg(&tab->slot[u][t]);
+            if ((m >> t) & 1u) slot_of[cols++] = tab->slot[u][t];
     }
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
     const int steps = k8 / 4;
@@ -192,7 +187,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int c = i / k8;
                 // GRP_UP: residual row t = slot / k; GRP_DOWN: the slot's activation row
-                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / __ldcg(&tab->k) : slot_of[c];
+                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / tab->k : slot_of[c];
                 cp_async16(xs + c * XROW + i % k8, x + src * k8 + i % k8);
             }
             // ADD: this lane's residual values, asked for now so the epilogue does not wait
@@ -266,7 +261,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         float v = NORM ? c[i] * rs[i & 1] : c[i];
         if (GRP == GRP_DOWN) {
             const int sl = slot_of[t];
-            yf[(long)sl * n + row] = bf16_round(v) * __ldcg(&tab->weight[sl]);
+            yf[(long)sl * n + row] = bf16_round(v) * tab->weight[sl];
             continue;
         }
         if (PAIR) {
