@@ -116,16 +116,21 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
 }
 
 /// The split of a grouped expert product (kernels/gemv.cu's GRP forms, `n` rows of `k` inputs
-/// per expert). The gate|up product takes [`split`]'s. A short K (the down product's 768 at
-/// SDAR-30B-A3B: 24 steps) gives each tile one warp and a block 8 tiles: [`split`]'s 8 warps a
-/// tile had 3 steps each, and the down product ran at 1.35 TB/s where one warp a tile runs at
-/// 2.18 (scripts/moe_bench.cu, 9 distinct experts; the chain of a sparse layer 54.0 -> 45.5 us
-/// and the 30B-A3B forward 4.75 -> 4.04 ms, docs/gpu-runs/2026-12-04-session9-moe).
-/// `UNMASK_MOE_SPLIT` = `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block)
-/// overrides both, for trials on the GPU without a rebuild; a malformed value is ignored.
+/// per expert), from scripts/moe_bench.cu's sweep at the SDAR-30B-A3B shape (9 distinct experts
+/// a pass) and the model's bench in the same call (docs/gpu-runs/2026-12-04-session9-moe):
+/// - a short K (the down product's 768: 24 steps) takes 2 warps a tile and 4 tiles a block:
+///   [`split`]'s 8 warps a tile had 3 steps each, and down ran at 1.35 TB/s against 2.2;
+/// - the gate|up product takes 4 warps a tile and 2 tiles a block, not [`split`]'s 8 and 1.
+///
+/// With both, a sparse layer's route -> gate|up -> down -> combine went from 54.0 to about 41
+/// us and the 30B-A3B forward from 4.75 to 3.77 ms. `UNMASK_MOE_SPLIT` =
+/// `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block) overrides both, for
+/// trials on the GPU without a rebuild; a malformed value is ignored.
 pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
+    let with = |s: Split, ks: usize, tb: usize| Split { ks: ks.min(k / K_STEP).max(1), tb, blocks: n.div_ceil(TILE_ROWS * tb), ..s };
     let base = match split(n, k, epilogue) {
-        s if epilogue == Epilogue::Plain && k / K_STEP <= 32 => Split { ks: 1, tb: 8, blocks: n.div_ceil(TILE_ROWS * 8), ..s },
+        s if epilogue == Epilogue::Plain && k / K_STEP <= 32 => with(s, 2, 4),
+        s if epilogue == Epilogue::SiluMul => with(s, 4, 2),
         s => s,
     };
     let Ok(v) = std::env::var("UNMASK_MOE_SPLIT") else { return base };
@@ -135,9 +140,7 @@ pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
         Some((ks.trim().parse::<usize>().ok()?, tb.trim().parse::<usize>().ok()?))
     });
     match parsed {
-        Some((ks, tb)) if ks >= 1 && tb >= 1 && ks * tb <= 32 => {
-            Split { ks: ks.min(k / K_STEP).max(1), tb, u: base.u, blocks: n.div_ceil(TILE_ROWS * tb) }
-        }
+        Some((ks, tb)) if ks >= 1 && tb >= 1 && ks * tb <= 32 => with(base, ks, tb),
         _ => base,
     }
 }
@@ -386,9 +389,9 @@ mod tests {
 
     #[test]
     fn grouped_products_split_as_moe_bench_found() {
-        // SDAR-30B-A3B: gate|up as the dense rule; down (K = 768) one warp a tile, 8 tiles a block
-        assert_eq!(grouped_split(768, 2048, Epilogue::SiluMul), split(768, 2048, Epilogue::SiluMul));
-        assert_eq!(grouped_split(2048, 768, Epilogue::Plain), Split { ks: 1, tb: 8, u: 8, blocks: 16 });
+        // SDAR-30B-A3B: gate|up 4 warps a tile, 2 tiles a block; down (K = 768) 2 warps, 4 tiles
+        assert_eq!(grouped_split(768, 2048, Epilogue::SiluMul), Split { ks: 4, tb: 2, u: 4, blocks: 24 });
+        assert_eq!(grouped_split(2048, 768, Epilogue::Plain), Split { ks: 2, tb: 4, u: 8, blocks: 32 });
         // a long K keeps the dense rule
         assert_eq!(grouped_split(2048, 6144, Epilogue::Plain), split(2048, 6144, Epilogue::Plain));
     }
