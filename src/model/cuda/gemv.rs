@@ -7,7 +7,6 @@ use std::sync::OnceLock;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
 use half::bf16;
@@ -23,8 +22,7 @@ pub(super) fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     let r = PTX.get_or_init(|| {
         // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
         let arch = super::launch::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
-        let opts = CompileOptions { name: Some("gemv.cu".into()), arch, ..Default::default() };
-        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+        super::nvrtc::compile_ptx(SOURCE, "gemv.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),

@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaDevice, CudaStorage, Layout, Result};
@@ -23,8 +22,7 @@ fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
         let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
-        let opts = CompileOptions { name: Some("moe.cu".into()), arch, ..Default::default() };
-        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+        super::nvrtc::compile_ptx(SOURCE, "moe.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),

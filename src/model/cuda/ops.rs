@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
@@ -22,8 +21,7 @@ fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     let r = PTX.get_or_init(|| {
         // compute_90 where the kernels can let the next one launch early (see fused.cu)
         let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
-        let opts = CompileOptions { name: Some("fused.cu".into()), arch, ..Default::default() };
-        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+        super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
