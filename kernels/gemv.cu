@@ -37,6 +37,8 @@
 // Math: products of bf16 values are exact in f32; sums in f32 in another order than
 // src/model/gemv.rs's CPU body, so results agree before the final rounding to bf16.
 
+#include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, MoeTable
+
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -55,31 +57,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-__device__ __forceinline__ void dependency_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void launch_dependents() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void mma(float* c, uint4 a, uint4 b, unsigned x0, unsigned x1, bool hi) {
     const unsigned a0 = hi ? a.z : a.x, a2 = hi ? a.w : a.y, a1 = hi ? b.z : b.x, a3 = hi ? b.w : b.y;
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(x0), "r"(x1));
-}
-
-__device__ __forceinline__ unsigned short to_bf16(float v) {
-    unsigned u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                      // round to nearest even
-    return (unsigned short)(u >> 16);
 }
 
 __device__ __forceinline__ float bf16_round(float v) { return __uint_as_float(((unsigned)to_bf16(v)) << 16); }
@@ -92,21 +75,6 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
         f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
     }
 }
-
-
-// The routing table of one MoE layer's block pass, written by kernels/moe.cu's
-// unmask_moe_route (the same struct is declared there; keep the two identical). Slots are the
-// pass's (row t, choice j) pairs, flat t * k + j: at most 8 rows x 8 choices.
-#define MOE_SLOTS 64
-struct MoeTable {
-    int count;                  // distinct experts the rows routed to
-    int k;                      // choices a row (num_experts_per_tok)
-    int expert[MOE_SLOTS];      // [u] expert id of distinct expert u, in first-seen order
-    unsigned rows[MOE_SLOTS];   // [u] bitmask of the rows that chose it
-    int slot[MOE_SLOTS][8];     // [u][t] row t's flat slot t * k + j that chose expert u
-    int topk[MOE_SLOTS];        // [t * k + j] the expert row t chose j-th
-    float weight[MOE_SLOTS];    // [t * k + j] its routing weight (renormalised if the config says so)
-};
 
 // PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
 // NORM: x is the residual stream and W carries the norm weight: y = r_t (x . W^T), r_t = 1 /

@@ -14,39 +14,11 @@
 // Every shape depends only on T, E and k, and nothing comes back to the host, so the pass stays
 // one CUDA graph. `stats` counts distinct experts and passes, for the floor's byte count.
 
+#include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, MoeTable
+
 #define NEG_INF (__int_as_float(0xff800000))
-#define MOE_SLOTS 64
-// Identical to the struct in kernels/gemv.cu (NVRTC compiles the two files apart).
-struct MoeTable {
-    int count;
-    int k;
-    int expert[MOE_SLOTS];
-    unsigned rows[MOE_SLOTS];
-    int slot[MOE_SLOTS][8];
-    int topk[MOE_SLOTS];
-    float weight[MOE_SLOTS];
-};
-
-__device__ __forceinline__ void dependency_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void launch_dependents() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 __device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
-
-__device__ __forceinline__ unsigned short to_bf16(float v) {
-    unsigned u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                      // round to nearest even
-    return (unsigned short)(u >> 16);
-}
 
 // Which of two candidates ranks first: the larger value, the lower index on a tie.
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }

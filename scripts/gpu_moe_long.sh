@@ -14,6 +14,8 @@
 # Every stage is guarded: a failing stage is reported and the next one still runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/gpu_common.sh
+source scripts/gpu_common.sh
 OUT=${OUT:-/tmp/unmask-gpu-out}
 PART=${PART:-unmask}
 mkdir -p "$OUT"
@@ -26,41 +28,11 @@ record() { echo "--- $1: $2"; }
 export PYTHONUNBUFFERED=1
 
 stage "setup"
-if ! gunzip -c .gpu/unmask.gz > "$BIN"; then echo "no .gpu/unmask.gz: run scripts/build-cuda.sh first"; exit 1; fi
-chmod +x "$BIN"
-missing=$(ldd "$BIN" | awk '/not found/{print $1}')
-if [[ -n $missing ]]; then
-  dirs=$(python3 - <<'EOF' 2>/dev/null
-import glob, os, site
-roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu"]
-for sp in site.getsitepackages():
-    roots += glob.glob(os.path.join(sp, "nvidia", "*", "lib")) + glob.glob(os.path.join(sp, "nvidia", "cu13", "lib"))
-print(":".join(r for r in roots if os.path.isdir(r)))
-EOF
-)
-  export LD_LIBRARY_PATH=${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
+unpack_unmask "$BIN" || exit 1
+gpu_info
 
 stage "device copy bandwidth (torch)"
-timeout 120 python3 - "$OUT/bandwidth-$PART.json" <<'EOF' && record bandwidth ok || record bandwidth FAIL
-import json, sys, torch
-n = 4 << 30
-a = torch.empty(n, dtype=torch.uint8, device="cuda"); a.random_(0, 255)
-b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-torch.cuda.synchronize()
-times = []
-for _ in range(10):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize()
-    times.append(s.elapsed_time(e))
-times.sort()
-ms = times[len(times) // 2]
-bw = 2 * n / (ms / 1e3)
-print(f"copy {n/2**30:.0f} GiB: median {ms:.3f} ms -> {bw/1e12:.3f} TB/s (read + write)")
-json.dump({"bytes": n, "median_ms": ms, "bytes_per_s": bw, "device": torch.cuda.get_device_name()}, open(sys.argv[1], "w"), indent=2)
-EOF
+gpu_bandwidth "$OUT/bandwidth-$PART.json" && record bandwidth ok || record bandwidth FAIL
 
 if [[ $PART == tune ]]; then
   stage "moe_bench: the MoE kernels of an SDAR-30B-A3B sparse layer, 48 layers in a graph"

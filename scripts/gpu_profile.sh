@@ -11,10 +11,12 @@
 # Writes $OUT/ncu-<tag>.csv (raw) and prints the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/gpu_common.sh
+source scripts/gpu_common.sh
 OUT=${OUT:-/tmp/unmask-gpu-out}
 mkdir -p "$OUT"
 BIN=$(mktemp -d)/unmask
-gunzip -c "${UNMASK_GZ:-.gpu/unmask.gz}" > "$BIN" && chmod +x "$BIN"
+unpack_unmask "$BIN" || exit 1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 [[ -n $NCU ]] || { echo "ncu not found"; exit 1; }
 tag=${*:-default}; tag=${tag//[^A-Za-z0-9]/_}

@@ -16,6 +16,8 @@
 # Every stage is guarded: a failing stage is reported and the next one still runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/gpu_common.sh
+source scripts/gpu_common.sh
 OUT=${OUT:-/tmp/unmask-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_run.log") 2>&1
@@ -33,51 +35,14 @@ SHAPE=${SHAPE:-sdar-1.7b}
 TDEV=${TORCH_DEVICE:-cuda}
 
 stage "setup"
-GZ=${UNMASK_GZ:-.gpu/unmask.gz}
-if ! gunzip -c "$GZ" > "$BIN"; then echo "no $GZ: run scripts/build-cuda.sh first"; exit 1; fi
-chmod +x "$BIN"
-ls -l "$BIN"
-# Libraries the binary links (libcuda.so.1, libcublas(Lt).so.13, libcurand.so.10, libnvrtc.so.13):
-# if the loader cannot find one, look for it in the usual CUDA and Python-wheel folders.
-missing=$(ldd "$BIN" | awk '/not found/{print $1}')
-if [[ -n $missing ]]; then
-  echo "not found by the loader: $missing"
-  dirs=$(python3 - <<'EOF' 2>/dev/null
-import glob, os, site
-roots = ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/local/nvidia/lib64"]
-for sp in site.getsitepackages():
-    roots += glob.glob(os.path.join(sp, "nvidia", "*", "lib")) + glob.glob(os.path.join(sp, "nvidia", "cu13", "lib"))
-print(":".join(r for r in roots if os.path.isdir(r)))
-EOF
-)
-  export LD_LIBRARY_PATH=${dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  ldd "$BIN" | grep -E "not found|cublas|nvrtc|curand|libcuda" || true
-fi
+unpack_unmask "$BIN" || exit 1
 "$BIN" --version && record setup ok || record setup FAIL
 
 stage "nvidia-smi"
-nvidia-smi || true
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
+gpu_info
 
 stage "device copy bandwidth (torch)"
-timeout 120 python3 - "$OUT/bandwidth.json" <<'EOF' && record bandwidth ok || record bandwidth FAIL
-import json, sys, torch
-n = 4 << 30  # 4 GiB source, 4 GiB destination
-a = torch.empty(n, dtype=torch.uint8, device="cuda"); a.random_(0, 255)
-b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-torch.cuda.synchronize()
-times = []
-for _ in range(10):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize()
-    times.append(s.elapsed_time(e))
-times.sort()
-ms = times[len(times) // 2]
-bw = 2 * n / (ms / 1e3)  # bytes read + written
-print(f"copy {n/2**30:.0f} GiB: median {ms:.3f} ms -> {bw/1e12:.3f} TB/s (read + write)")
-json.dump({"bytes": n, "median_ms": ms, "bytes_per_s": bw, "all_ms": times, "device": torch.cuda.get_device_name()}, open(sys.argv[1], "w"), indent=2)
-EOF
+gpu_bandwidth "$OUT/bandwidth.json" && record bandwidth ok || record bandwidth FAIL
 
 stage "check-device: logits vs CPU, device sampler vs reference (tests/fixtures/tiny-random)"
 timeout 180 "$BIN" check-device --model tests/fixtures/tiny-random --device $DEV --json "$OUT/check.json" \

@@ -20,9 +20,7 @@
 #include <vector>
 
 #include "../kernels/gemv.cu"
-namespace mo {  // moe.cu repeats gemv.cu's helpers (NVRTC compiles the files apart)
 #include "../kernels/moe.cu"
-}
 
 #include "bench_common.cuh"
 
@@ -90,9 +88,9 @@ struct Bufs {
 
 static void route(Bufs& b, int l, bool pdl, cudaStream_t st) {
     int t = T, e = E, k = KC, norm = 1;
-    mo::MoeTable* tab = (mo::MoeTable*)(b.tabs + l);
+    MoeTable* tab = b.tabs + l;
     void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
-    launch((const void*)mo::unmask_moe_route, dim3(1), dim3(32 * T), 0, pdl, st, args);
+    launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), 0, pdl, st, args);
 }
 
 template <int U>
@@ -119,7 +117,7 @@ static void down(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
 static void combine(Bufs& b, bool pdl, cudaStream_t st) {
     int t = T, h = H, k = KC;
     void* args[] = {&b.part, &b.x, &b.out, &t, &h, &k};
-    launch((const void*)mo::unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, args);
+    launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, args);
 }
 
 // Median microseconds a layer of `body` (called for l = 0..L-1 inside one captured graph).

@@ -5,7 +5,7 @@
 
 The CUDA binary compiles its kernels with NVRTC when it first needs them, so a kernel that nvcc
 accepts but NVRTC does not (no system headers there, other defaults) would only fail on the GPU
-host. This runs the same compilations (sources and options as src/model/*_cuda.rs and
+host. This runs the same compilations (sources, headers and options as src/model/cuda/*.rs and
 src/sampler/cuda.rs pass them) against the libnvrtc of scripts/build-cuda.sh's wheels and
 prints each program's log. Exit status 1 if any fails.
 """
@@ -29,11 +29,18 @@ JOBS = [
     ("sampler.cu", ["--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"]),
 ]
 
+# The named headers src/model/cuda/nvrtc.rs hands to NVRTC with the model's kernels (the
+# sampler's program, compiled by src/sampler/cuda.rs, gets none)
+HEADERS = ["common.cuh"]
+
 failed = 0
 for name, opts in JOBS:
     src = (ROOT / "kernels" / name).read_bytes()
+    heads = [] if name == "sampler.cu" else HEADERS
+    bodies = (ctypes.c_char_p * len(heads))(*[(ROOT / "kernels" / h).read_bytes() for h in heads])
+    names = (ctypes.c_char_p * len(heads))(*[h.encode() for h in heads])
     prog = ctypes.c_void_p()
-    assert nv.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None) == 0
+    assert nv.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), len(heads), bodies, names) == 0
     argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     rc = nv.nvrtcCompileProgram(prog, len(opts), argv)
     size = ctypes.c_size_t()

@@ -3,41 +3,16 @@
 //! index, no block_size, mask from tokenizer_config), logits and routing equal the reference, and
 //! greedy decodes equal it step for step.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use candle_core::{DType, Device, Tensor};
-use serde::Deserialize;
-use unmask::engine::{decode, Denoiser, ModelDenoiser, Request};
-use unmask::events::{Event, FinishReason};
-use unmask::model::{Checkpoint, Source};
-use unmask::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use candle_core::DType;
+use common::{golden, ids, rel_err};
+use unmask::model::Checkpoint;
 
 const NAME: &str = "tiny-sdar-moe";
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
 fn load() -> Checkpoint {
-    Checkpoint::load(&Source::Dir(fixture(NAME)), &Device::Cpu, DType::F32).unwrap()
-}
-
-fn golden() -> std::collections::HashMap<String, Tensor> {
-    candle_core::safetensors::load(fixture(NAME).join("golden.safetensors"), &Device::Cpu).unwrap()
-}
-
-fn ids(t: &Tensor) -> Vec<u32> {
-    t.to_vec1::<i64>().unwrap().into_iter().map(|x| x as u32).collect()
-}
-
-/// ‖a − b‖ / ‖b‖ over all elements.
-fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a.iter().zip(&b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
+    common::load(NAME)
 }
 
 #[test]
@@ -54,7 +29,7 @@ fn the_released_layout_loads_with_sdar_defaults() {
 #[test]
 fn logits_and_routing_match_transformers() {
     let ck = load();
-    let g = golden();
+    let g = golden(NAME);
     let prompt = ids(&g["prefill_ids"]);
     let mut cache = ck.model.new_cache(16).unwrap();
     let (h, routing) = ck.model.forward_routed(&prompt, &mut cache, 4, prompt.len()).unwrap();
@@ -80,107 +55,10 @@ fn logits_and_routing_match_transformers() {
     assert!(e <= 1e-4, "denoise logits rel err {e:e}");
 }
 
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    model: String,
-    prompt_ids: Vec<u32>,
-    block_length: usize,
-    steps: usize,
-    strategy: Strategy,
-    schedule: Schedule,
-    threshold: f32,
-    eb_threshold: f32,
-    max_new_tokens: usize,
-    eos_ids: Vec<u32>,
-    expected: Expected,
-}
-
-#[derive(Deserialize)]
-struct Expected {
-    steps: Vec<ExpStep>,
-    output_ids: Vec<u32>,
-    finish_reason: FinishReason,
-    forwards: usize,
-}
-
-#[derive(Deserialize, Debug, PartialEq)]
-struct ExpStep {
-    block: usize,
-    step: usize,
-    committed: Vec<ExpCommit>,
-}
-
-#[derive(Deserialize, Debug)]
-struct ExpCommit {
-    pos: usize,
-    token: u32,
-    conf: f32,
-}
-
-impl PartialEq for ExpCommit {
-    fn eq(&self, o: &Self) -> bool {
-        self.pos == o.pos && self.token == o.token && (self.conf - o.conf).abs() <= 1e-4
-    }
-}
-
-fn run_case(case: &Case, ck: Checkpoint) -> Vec<Event> {
-    let settings = DecodeSettings {
-        strategy: case.strategy,
-        schedule: case.schedule,
-        threshold: case.threshold,
-        eb_threshold: case.eb_threshold,
-        block_length: case.block_length,
-        steps: case.steps,
-        sampling: Sampling::default(),
-        max_new_tokens: case.max_new_tokens,
-    };
-    settings.validate().unwrap();
-    let req = Request {
-        prompt: String::new(),
-        prompt_ids: case.prompt_ids.clone(),
-        settings,
-        mask_id: ck.tokenizer.mask_id(),
-        eos_ids: case.eos_ids.clone(),
-        model: ck.info.clone(),
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 1,
-        routing: false,
-    };
-    let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
-    let mut events = vec![];
-    decode(denoiser.as_mut(), &ck.tokenizer, &req, &mut |e| events.push(e), None);
-    events
-}
-
 #[test]
 fn greedy_decodes_match_the_reference_step_for_step() {
-    let text = std::fs::read_to_string(fixture("golden_decodes_moe.json")).unwrap();
-    let cases: Vec<Case> = serde_json::from_str(&text).unwrap();
-    assert!(cases.len() >= 10, "expected the full case list");
-    let mut multi_token_steps = 0;
-    for case in &cases {
-        assert_eq!(case.model, NAME);
-        let events = run_case(case, load());
-        let steps: Vec<ExpStep> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Step(s) => Some(ExpStep {
-                    block: s.block,
-                    step: s.step,
-                    committed: s.committed.iter().map(|c| ExpCommit { pos: c.pos, token: c.token, conf: c.conf }).collect(),
-                }),
-                _ => None,
-            })
-            .collect();
-        multi_token_steps += steps.iter().filter(|s| s.committed.len() > 1).count();
-        assert_eq!(steps, case.expected.steps, "case {}", case.name);
-        let Some(Event::Finish(fin)) = events.last() else { panic!("case {}: no finish", case.name) };
-        assert_eq!(fin.output_ids, case.expected.output_ids, "case {}", case.name);
-        assert_eq!(fin.reason, case.expected.finish_reason, "case {}", case.name);
-        assert_eq!(fin.forwards, case.expected.forwards, "case {}", case.name);
-    }
-    assert!(multi_token_steps > 0, "the cases must exercise multi-token steps");
+    common::assert_golden_decodes("golden_decodes_moe.json", |model| {
+        assert_eq!(model, NAME);
+        load()
+    });
 }

@@ -4,32 +4,15 @@
 //! distinct experts each step's pass read. Routing changes nothing else in the decode, and the
 //! trace round-trips it.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use candle_core::{DType, Device};
 use serde::Deserialize;
 use unmask::engine::{decode, ModelDenoiser, Request};
 use unmask::events::{Event, StepEvent};
-use unmask::model::{Checkpoint, Source};
-use unmask::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use unmask::settings::DecodeSettings;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    prompt_ids: Vec<u32>,
-    block_length: usize,
-    steps: usize,
-    strategy: Strategy,
-    schedule: Schedule,
-    threshold: f32,
-    eb_threshold: f32,
-    max_new_tokens: usize,
-    eos_ids: Vec<u32>,
-}
+use common::{cases, fixture, load, run_case};
 
 #[derive(Deserialize)]
 struct Golden {
@@ -53,49 +36,18 @@ struct GoldenCommit {
     weights: Vec<Vec<f32>>,
 }
 
-fn steps_of(case: &Case, routing: bool) -> Vec<Event> {
-    let ck = Checkpoint::load(&Source::Dir(fixture("tiny-sdar-moe")), &Device::Cpu, DType::F32).unwrap();
-    let settings = DecodeSettings {
-        strategy: case.strategy,
-        schedule: case.schedule,
-        threshold: case.threshold,
-        eb_threshold: case.eb_threshold,
-        block_length: case.block_length,
-        steps: case.steps,
-        sampling: Sampling::default(),
-        max_new_tokens: case.max_new_tokens,
-    };
-    let req = Request {
-        prompt: String::new(),
-        prompt_ids: case.prompt_ids.clone(),
-        settings,
-        mask_id: ck.tokenizer.mask_id(),
-        eos_ids: case.eos_ids.clone(),
-        model: ck.info.clone(),
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 1,
-        routing,
-    };
-    let mut denoiser = ModelDenoiser::new(ck.model, ck.tokenizer.mask_id());
-    let mut events = vec![];
-    decode(&mut denoiser, &ck.tokenizer, &req, &mut |e| events.push(e), None);
-    events
-}
-
 fn step_events(events: &[Event]) -> Vec<&StepEvent> {
     events.iter().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None }).collect()
 }
 
 #[test]
 fn routes_match_the_reference_router_step_for_step() {
-    let cases: Vec<Case> = serde_json::from_str(&std::fs::read_to_string(fixture("golden_decodes_moe.json")).unwrap()).unwrap();
+    let cases = cases("golden_decodes_moe.json");
     let goldens: Vec<Golden> = serde_json::from_str(&std::fs::read_to_string(fixture("golden_routing_moe.json")).unwrap()).unwrap();
     assert_eq!(goldens.len(), 3);
     for g in &goldens {
         let case = cases.iter().find(|c| c.name == g.name).unwrap();
-        let events = steps_of(case, true);
+        let events = run_case(case, load("tiny-sdar-moe"), true);
         let Event::Header(h) = &events[0] else { panic!("no header") };
         let moe = h.model.moe.as_ref().expect("the header carries the routing layout");
         assert_eq!((moe.sparse_layers.as_slice(), moe.experts, moe.top_k), (g.sparse_layers.as_slice(), 8, 3));
@@ -124,9 +76,9 @@ fn routes_match_the_reference_router_step_for_step() {
 /// them, and a trace file carries them back unchanged.
 #[test]
 fn routing_changes_nothing_else_and_round_trips_through_a_trace() {
-    let cases: Vec<Case> = serde_json::from_str(&std::fs::read_to_string(fixture("golden_decodes_moe.json")).unwrap()).unwrap();
+    let cases = cases("golden_decodes_moe.json");
     let case = cases.iter().find(|c| c.name == "p8_s4_static_lmdeploy").unwrap();
-    let (on, off) = (steps_of(case, true), steps_of(case, false));
+    let (on, off) = (run_case(case, load("tiny-sdar-moe"), true), run_case(case, load("tiny-sdar-moe"), false));
     assert_eq!(on.len(), off.len());
     for (a, b) in step_events(&on).into_iter().zip(step_events(&off)) {
         assert!(b.distinct_experts.is_empty() && b.committed.iter().all(|c| c.routes.is_empty()));

@@ -7,13 +7,12 @@ use std::sync::OnceLock;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
 use half::bf16;
 
 use crate::model::gemv::{kernel_name, split, Epilogue, GemvInto};
-use super::launch::Args;
+use super::launch::{aligned, Args};
 
 pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
 pub(super) const MODULE: &str = "unmask_gemv";
@@ -23,8 +22,7 @@ pub(super) fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     let r = PTX.get_or_init(|| {
         // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
         let arch = super::launch::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
-        let opts = CompileOptions { name: Some("gemv.cu".into()), arch, ..Default::default() };
-        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+        super::nvrtc::compile_ptx(SOURCE, "gemv.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
@@ -80,20 +78,12 @@ fn launch_raw(
     unsafe { b.launch(&f, cfg) }
 }
 
-fn aligned<'a>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, bf16>> {
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("gemv: {what} must be contiguous") };
-    if a % 8 != 0 {
-        candle_core::bail!("gemv: {what} must start 16-byte aligned");
-    }
-    Ok(s.as_cuda_slice::<bf16>()?.slice(a..b))
-}
-
 /// A bf16 view of a tensor that is not one of the op's operands, under its read lock.
 fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, bf16>) -> Result<R>) -> Result<R> {
     let (st, l) = t.storage_and_layout();
     match &*st {
         Storage::Cuda(s) => f(&aligned(s, l, what)?),
-        _ => candle_core::bail!("gemv: {what} is not on the GPU"),
+        _ => candle_core::bail!("{what} is not on the GPU"),
     }
 }
 
@@ -106,7 +96,7 @@ pub fn launch(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<CudaStorage> {
     let dev = sx.device().clone();
-    let (x, w) = (aligned(sx, lx, "x")?, aligned(sw, lw, "w")?);
+    let (x, w) = (aligned(sx, lx, "gemv: x")?, aligned(sw, lw, "gemv: w")?);
     let mut y = unsafe { dev.alloc::<bf16>(t * epilogue.out_rows(n))? };
     launch_raw(&dev, epilogue, (t, n, k), &x, &w, &mut y.as_view_mut(), None, None)?;
     Ok(bf16::wrap_cuda_slice(y, dev))
@@ -120,11 +110,11 @@ pub fn launch_into(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sx.device().clone();
-    let (x, w) = (aligned(sx, lx, "x")?, aligned(sw, lw, "w")?);
+    let (x, w) = (aligned(sx, lx, "gemv: x")?, aligned(sw, lw, "gemv: w")?);
     let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("gemv: out must be contiguous") };
     let mut y = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     match op.residual {
-        Some(r) => with_view(r, "residual", |rv| launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, Some(rv))),
+        Some(r) => with_view(r, "gemv: residual", |rv| launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, Some(rv))),
         None => launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, None),
     }
 }

@@ -16,15 +16,15 @@
 //!
 //! cudarc's launch builder has no launch attributes, so [`Args`] collects the parameters itself
 //! (one 8-byte slot each; the driver reads as many bytes as the kernel's parameter has) and
-//! calls `cuLaunchKernelEx`.
+//! calls `cuLaunchKernelEx`. [`aligned`] gives the gemv and MoE kernels their operands.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
-use candle_core::cuda_backend::WrapErr;
-use candle_core::{CudaDevice, Result};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 
 /// Whether the GPU of `stream` runs programmatic dependent launch (Hopper and later).
 fn has_pdl(stream: &CudaStream) -> Result<bool> {
@@ -68,6 +68,20 @@ pub fn carveout(f: &CudaFunction) -> Result<()> {
         f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p).w()?;
     }
     Ok(())
+}
+
+/// A view of a contiguous operand that starts 16-byte aligned. The alignment is in bytes
+/// because that is what the hardware asks: kernels/gemv.cu reads x and W as uint4
+/// (`ld.global.nc.v4.u32`, and x's 16-byte `cp.async`), which need 16-byte aligned addresses
+/// whatever the element type. Buffers are allocated at least 256-byte aligned, so the start
+/// offset decides. Operands the kernels read element by element (the residual, the router
+/// logits, moe.cu's f32 slots) are held to the same rule, so one check serves every operand.
+pub fn aligned<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what} must be contiguous") };
+    if !(a * std::mem::size_of::<T>()).is_multiple_of(16) {
+        candle_core::bail!("{what} must start 16-byte aligned");
+    }
+    Ok(s.as_cuda_slice::<T>()?.slice(a..b))
 }
 
 /// A kernel's parameters, in order, and the cudarc guards that record the buffers' use on the

@@ -6,10 +6,12 @@
 //! - [`moe`]: kernels/moe.cu and the grouped forms of kernels/gemv.cu, the MoE block of
 //!   `model/moe_grouped.rs`.
 //! - [`launch`]: launching either under programmatic dependent launch, and their NVRTC target.
+//! - [`nvrtc`]: compiling the three sources, with kernels/common.cuh as a named header.
 //!
 //! (The sampler's kernel, kernels/sampler.cu, is launched from `sampler/cuda.rs`.)
 
 pub mod gemv;
 pub mod launch;
 pub mod moe;
+pub mod nvrtc;
 pub mod ops;

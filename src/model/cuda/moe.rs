@@ -6,13 +6,12 @@ use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 use half::bf16;
 
-use super::launch::Args;
+use super::launch::{aligned, Args};
 use crate::model::gemv::{grouped_split, Epilogue};
 use crate::model::moe_grouped::{CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
@@ -23,25 +22,12 @@ fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
         let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
-        let opts = CompileOptions { name: Some("moe.cu".into()), arch, ..Default::default() };
-        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+        super::nvrtc::compile_ptx(SOURCE, "moe.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
         Err(e) => candle_core::bail!("NVRTC could not compile kernels/moe.cu: {e}"),
     }
-}
-
-fn view<'a, T: candle_core::cuda_backend::CudaDType + candle_core::cuda_backend::cudarc::driver::DeviceRepr>(
-    s: &'a CudaStorage,
-    l: &Layout,
-    what: &str,
-) -> Result<CudaView<'a, T>> {
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("moe: {what} must be contiguous") };
-    if a % 8 != 0 {
-        candle_core::bail!("moe: {what} must start 16-byte aligned");
-    }
-    Ok(s.as_cuda_slice::<T>()?.slice(a..b))
 }
 
 /// The table words of `layer` (and the counters at the end) of the tables buffer `tables`.
@@ -54,7 +40,7 @@ fn with_table<R>(tables: &candle_core::Tensor, layer: usize, f: impl FnOnce(&Cud
 
 pub fn route(op: &RouteInto, (t, e): (usize, usize), (st, lt): (&mut CudaStorage, &Layout), (sl, ll): (&CudaStorage, &Layout)) -> Result<()> {
     let dev = sl.device().clone();
-    let logits = view::<bf16>(sl, ll, "router logits")?;
+    let logits = aligned::<bf16>(sl, ll, "moe: router logits")?;
     let n = lt.shape().elem_count();
     let base = lt.start_offset();
     let words = st.as_cuda_slice_mut::<u32>()?;
@@ -125,7 +111,7 @@ pub fn experts_up(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sx.device().clone();
-    let (x, w) = (view::<bf16>(sx, lx, "x")?, view::<bf16>(sw, lw, "expert gate|up")?);
+    let (x, w) = (aligned::<bf16>(sx, lx, "moe: x")?, aligned::<bf16>(sw, lw, "moe: expert gate|up")?);
     let Some((a, b)) = la.contiguous_offsets() else { candle_core::bail!("moe up: act must be contiguous") };
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     with_table(op.tables, op.layer, |table| {
@@ -141,7 +127,7 @@ pub fn experts_down(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sa.device().clone();
-    let (act, w) = (view::<bf16>(sa, la, "act")?, view::<bf16>(sw, lw, "expert down")?);
+    let (act, w) = (aligned::<bf16>(sa, la, "moe: act")?, aligned::<bf16>(sw, lw, "moe: expert down")?);
     let Some((a, b)) = lp.contiguous_offsets() else { candle_core::bail!("moe down: part must be contiguous") };
     let mut part = sp.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
     with_table(op.tables, op.layer, |table| {
@@ -157,7 +143,7 @@ pub fn combine(
     (sr, lr): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sp.device().clone();
-    let (part, res) = (view::<f32>(sp, lp, "part")?, view::<bf16>(sr, lr, "residual")?);
+    let (part, res) = (aligned::<f32>(sp, lp, "moe: part")?, aligned::<bf16>(sr, lr, "moe: residual")?);
     let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("moe combine: out must be contiguous") };
     let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     let f = dev.get_or_load_custom_func("unmask_moe_combine", MODULE, ptx(&dev)?)?;

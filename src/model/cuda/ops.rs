@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 
@@ -22,8 +21,7 @@ fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     let r = PTX.get_or_init(|| {
         // compute_90 where the kernels can let the next one launch early (see fused.cu)
         let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
-        let opts = CompileOptions { name: Some("fused.cu".into()), arch, ..Default::default() };
-        compile_ptx_with_opts(SOURCE, opts).map(|p| p.to_src()).map_err(|e| format!("{e:?}"))
+        super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
@@ -311,11 +309,6 @@ impl QkvPrepCache<'_> {
     }
 }
 
-/// A bf16 view of a contiguous GPU tensor that is not one of the op's operands.
-fn with_bf16<R>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, bf16>) -> Result<R>) -> Result<R> {
-    with_storage(t, |s, l| f(&view::<bf16>(s, l, what)?))
-}
-
 impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
     fn name(&self) -> &'static str {
         "unmask-qkv-prep-cache"
@@ -372,6 +365,41 @@ fn staged_smem(keys: usize) -> usize {
     keys * 136 * 2 + (128 + keys + 16 * 128) * 4
 }
 
+/// The attention kernels' first operands, as views: q `[H, T, d]`, the K and V halves of the
+/// cache `[2, KV, cap, d]`, and the optional mask `[T, keys]`, whose storage the caller holds
+/// (`Tensor::storage_and_layout`) for as long as the views live.
+struct AttentionViews<'a> {
+    q: CudaView<'a, bf16>,
+    k: CudaView<'a, bf16>,
+    v: CudaView<'a, bf16>,
+    mask: Option<CudaView<'a, bf16>>,
+}
+
+impl<'a> AttentionViews<'a> {
+    fn new(
+        (sq, lq): (&'a CudaStorage, &Layout),
+        (skv, lkv): (&'a CudaStorage, &Layout),
+        half: usize,
+        mask: Option<&'a (impl Deref<Target = Storage>, &Layout)>,
+    ) -> Result<Self> {
+        let q = view::<bf16>(sq, lq, "attention q")?;
+        let kv = view::<bf16>(skv, lkv, "attention kv")?;
+        let (k, v) = (kv.slice(0..half), kv.slice(half..2 * half));
+        let mask = mask.map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
+        Ok(AttentionViews { q, k, v, mask })
+    }
+
+    /// q, K, V and the mask (a null pointer when there is none): every attention kernel's first
+    /// four parameters.
+    fn push<'b>(&'b self, b: &mut Args<'b>) {
+        b.input(&self.q).input(&self.k).input(&self.v);
+        match &self.mask {
+            Some(m) => b.input(m),
+            None => b.null(),
+        };
+    }
+}
+
 impl AttentionInto<'_> {
     /// Whether the staged kernel runs this attention: bf16 heads of 128, at most 512 keys (a
     /// thread a key) and 16 rows (a warp a row re-reads its slot), unless
@@ -404,21 +432,14 @@ impl AttentionInto<'_> {
         super::launch::carveout(&f)?;
         let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 };
         let stream = dev.cuda_stream();
-        let q = view::<bf16>(sq, lq, "attention q")?;
-        let kvv = view::<bf16>(skv, lkv, "attention kv")?;
-        let (kpart, vpart) = (kvv.slice(0..kv * cap * 128), kvv.slice(kv * cap * 128..2 * kv * cap * 128));
+        let mask_held = self.mask.map(Tensor::storage_and_layout);
+        let views = AttentionViews::new((sq, lq), (skv, lkv), kv * cap * 128, mask_held.as_ref())?;
         let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
         let pos_held = self.positions.storage_and_layout();
         let pos = held_view::<u32>(&pos_held, "attention positions")?;
-        let mask_held = self.mask.map(Tensor::storage_and_layout);
-        let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
         let mut b = Args::new(&stream);
-        b.input(&q).input(&kpart).input(&vpart);
-        match &mask {
-            Some(m) => b.input(m),
-            None => b.null(),
-        };
+        views.push(&mut b);
         b.input(&pos).output(&mut out);
         b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
         // SAFETY: the kernel's signature; shapes checked by the caller (`op.check`: q [H, T, 128],
@@ -464,21 +485,14 @@ impl AttentionInto<'_> {
         };
         let chunks = keys.div_ceil(SPLIT_KEYS);
         let stream = dev.cuda_stream();
-        let q = view::<bf16>(sq, lq, "attention q")?;
-        let kvv = view::<bf16>(skv, lkv, "attention kv")?;
-        let (kpart, vpart) = (kvv.slice(0..kv * cap * 128), kvv.slice(kv * cap * 128..2 * kv * cap * 128));
+        let mask_held = self.mask.map(Tensor::storage_and_layout);
+        let views = AttentionViews::new((sq, lq), (skv, lkv), kv * cap * 128, mask_held.as_ref())?;
         // (max, sum, V sum) of every row for every chunk; freed in stream order after the merge
         let mut part = unsafe { dev.alloc::<f32>(kv * chunks * rows * SPLIT_STRIDE)? };
-        let mask_held = self.mask.map(Tensor::storage_and_layout);
-        let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
         let f = dev.get_or_load_custom_func(&format!("unmask_attention_split_r{r}_bf16_d128"), MODULE, ptx(dev)?)?;
         let cfg = LaunchConfig { grid_dim: (kv as u32, chunks as u32, rows.div_ceil(r) as u32), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let mut b = Args::new(&stream);
-        b.input(&q).input(&kpart).input(&vpart);
-        match &mask {
-            Some(m) => b.input(m),
-            None => b.null(),
-        };
+        views.push(&mut b);
         b.output(&mut part).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
         // SAFETY: the kernel's signature; q [H, T, 128], the cache [2, KV, cap, 128] with keys
         // <= cap and the mask [T, keys] checked by `op.check`; part holds KV x chunks x rows
@@ -523,25 +537,14 @@ impl candle_core::InplaceOp3 for AttentionInto<'_> {
         let cfg = attention_cfg(op, t_len)?;
         let f = dev.get_or_load_custom_func("unmask_attention_bf16", MODULE, ptx(&dev)?)?;
         let stream = dev.cuda_stream();
-        let q = view::<bf16>(sq, lq, "attention q")?;
-        let kvv = view::<bf16>(skv, lkv, "attention kv")?;
-        let (kpart, vpart) = (kvv.slice(0..kv * cap * d), kvv.slice(kv * cap * d..2 * kv * cap * d));
+        let mask_held = self.mask.map(Tensor::storage_and_layout);
+        let views = AttentionViews::new((sq, lq), (skv, lkv), kv * cap * d, mask_held.as_ref())?;
         let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-        let go = |m: Option<&CudaView<'_, bf16>>, out: &mut candle_core::cuda_backend::cudarc::driver::CudaViewMut<'_, bf16>| {
-            let mut b = Args::new(&stream);
-            b.input(&q).input(&kpart).input(&vpart);
-            match m {
-                Some(m) => b.input(m),
-                None => b.null(),
-            };
-            b.output(out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(d as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
-            // SAFETY: kernels/fused.cu's unmask_attention_bf16 signature, shapes checked above.
-            unsafe { b.launch(&f, cfg) }
-        };
-        match self.mask {
-            Some(m) => with_bf16(m, "attention mask", |mv| go(Some(mv), &mut out)),
-            None => go(None, &mut out),
-        }
+        let mut b = Args::new(&stream);
+        views.push(&mut b);
+        b.output(&mut out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(d as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+        // SAFETY: kernels/fused.cu's unmask_attention_bf16 signature, shapes checked above.
+        unsafe { b.launch(&f, cfg) }
     }
 }

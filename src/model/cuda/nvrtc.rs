@@ -1,0 +1,51 @@
+//! Compiling the model's kernel sources (kernels/fused.cu, gemv.cu, moe.cu) with NVRTC, with
+//! kernels/common.cuh handed over as the named header "common.cuh". gemv.cu and moe.cu include
+//! it, and on the GPU host there is no kernels/ folder to find it in (the sources are built into
+//! the binary); `nvrtcCreateProgram` takes header sources by include name, which cudarc's
+//! `compile_ptx_with_opts` leaves empty, hence this. scripts/nvrtc_check.py does the same.
+
+use std::ffi::{c_char, CString};
+use std::mem::MaybeUninit;
+
+use candle_core::cuda_backend::cudarc::nvrtc::{result, sys};
+
+const COMMON: &str = include_str!("../../../kernels/common.cuh");
+
+/// An NVRTC program, destroyed when dropped.
+struct Program(sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: created by nvrtcCreateProgram, destroyed only here. A failure leaks it.
+        let _ = unsafe { result::destroy_program(self.0) };
+    }
+}
+
+/// The text of a NUL-terminated buffer NVRTC filled.
+fn text(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The PTX of the source `src` (`name`: its file name, for NVRTC's messages) for `arch`, or
+/// NVRTC's default target without one; on failure NVRTC's error, the options and the log.
+pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, String> {
+    let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
+    let (src, file, common) = (c(src)?, c(name)?, c(COMMON)?);
+    let (headers, includes) = ([common.as_ptr()], [c"common.cuh".as_ptr()]);
+    let mut prog = MaybeUninit::uninit();
+    // SAFETY: every pointer is a NUL-terminated string, alive until this function returns,
+    // after the program is destroyed; one header, one include name.
+    unsafe { sys::nvrtcCreateProgram(prog.as_mut_ptr(), src.as_ptr(), file.as_ptr(), 1, headers.as_ptr(), includes.as_ptr()) }
+        .result()
+        .map_err(|e| format!("{e:?}"))?;
+    // SAFETY: nvrtcCreateProgram succeeded, so it wrote the program.
+    let prog = Program(unsafe { prog.assume_init() });
+    let opts: Vec<String> = arch.map(|a| format!("--gpu-architecture={a}")).into_iter().collect();
+    // SAFETY (the three calls below): `prog` is a live program until it is dropped.
+    if let Err(e) = unsafe { result::compile_program(prog.0, &opts) } {
+        let log = unsafe { result::get_program_log(prog.0) }.map(|l| text(&l)).unwrap_or_default();
+        return Err(format!("{e:?} with {opts:?}: {log}"));
+    }
+    unsafe { result::get_ptx(prog.0) }.map(|p| text(&p)).map_err(|e| format!("{e:?}"))
+}
