@@ -25,3 +25,19 @@ __global__ void fill(bf* p, long n, unsigned seed, float scale) {
         p[i] = to_bf16(((h & 0xffff) / 65535.0f - 0.5f) * scale);
     }
 }
+
+// A launch of `grid` x `block` with `smem` bytes of dynamic shared memory on `st`, under
+// programmatic dependent launch when `pdl`; `attr` holds the attribute until the launch.
+static cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t st,
+                                        cudaLaunchAttribute* attr) {
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+    c.attrs = attr;
+    c.numAttrs = pdl ? 1 : 0;
+    return c;
+}

@@ -76,16 +76,8 @@ static cudaError_t launch_form(GemvFn f, int ks, int tb, bool pair, const bf* w,
     int tiles = (n + 15) / 16;
     size_t staged = (size_t)T * (k / 8 + 1) * 16;
     size_t smem = std::max(staged, ks > 1 ? (size_t)ks * tb * ((pair ? 8 : 4) + norm) * 32 * 4 : 0);
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((tiles + tb - 1) / tb);
-    lc.blockDim = dim3(32 * ks * tb);
-    lc.dynamicSmemBytes = smem;
-    lc.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = at;
-    lc.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t lc = launch_config(dim3((tiles + tb - 1) / tb), dim3(32 * ks * tb), smem, pdl, st, &at);
     return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)res, T,
                               n, k / 8, ks, 1e-6f);
 }

@@ -64,16 +64,8 @@ static int smem(int k, int ks, int tb, int sums, bool norm) {
 }
 
 static void launch(const void* f, dim3 grid, dim3 block, int sm, bool pdl, cudaStream_t st, void** args) {
-    cudaLaunchConfig_t c = {};
-    c.gridDim = grid;
-    c.blockDim = block;
-    c.dynamicSmemBytes = sm;
-    c.stream = st;
-    cudaLaunchAttribute a[1];
-    a[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    a[0].val.programmaticStreamSerializationAllowed = 1;
-    c.attrs = a;
-    c.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute a;
+    const cudaLaunchConfig_t c = launch_config(grid, block, sm, pdl, st, &a);
     CK(cudaLaunchKernelExC(&c, f, args));
 }
 
