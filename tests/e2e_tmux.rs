@@ -546,3 +546,23 @@ fn pace_keys_and_go_to_in_a_replay() {
     t.wait_text("● LIVE");
     t.quit_cleanly(&["q"]);
 }
+
+/// `--routing` on the MoE fixture, live: the inspector shows the newest commit's route through
+/// the two sparse layers and the stats its pass's distinct experts; on a dense model the flag
+/// is a one-line error before the terminal is taken.
+#[test]
+fn routing_shows_in_the_inspector_and_stats_live() {
+    if !have_tmux() {
+        return;
+    }
+    let args = ["--model", "tests/fixtures/tiny-sdar-moe", "--routing", "--prompt", "x ≈ ∑ 你好", "--max-new-tokens", "16", "--pace", "0"];
+    let t = Tmux::start("routing", &args, (120, 40));
+    let s = t.wait_text("finished: length");
+    assert!(s.contains("route top-1 weight by layer · 3 of 8"), "{s}");
+    assert!(s.contains("L1 ") && s.contains("experts/layer") && s.contains("of 8)"), "{s}");
+    t.quit_cleanly(&["q"]);
+    let dense = Tmux::start("routing-dense", &["--model", MODEL, "--routing"], (120, 40));
+    let s = dense.wait_text("EXIT=");
+    assert!(s.contains("--routing:") && s.contains("describes a dense model") && s.contains("EXIT=1"), "{s}");
+    assert!(!dense.alternate_on());
+}
