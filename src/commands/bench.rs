@@ -210,7 +210,7 @@ pub fn moe_pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize, experts: f64)
 fn host_read_bandwidth() -> f64 {
     use rayon::prelude::*;
     let buf = vec![1f32; 128 << 20];
-    let threads = candle_core::utils::get_num_threads().max(1);
+    let threads = crate::model::linear::threads();
     let share = buf.len().div_ceil(threads);
     let mut best = f64::INFINITY;
     for _ in 0..5 {

@@ -13,7 +13,7 @@
 //!
 //! The bf16 kernel walks `W` in panels of [`PANEL`] output columns, laid out panel by panel
 //! (`[out / PANEL][in][PANEL]`) so that each panel is one sequential stream. The panels are
-//! shared out between the threads (candle's count: `RAYON_NUM_THREADS`, else the cores); each
+//! shared out between the threads ([`threads`]); each
 //! thread sweeps its panels with up to [`ROWS`] input rows at a time, their `PANEL` sums in
 //! registers. More rows (8 in a storing pass, hundreds in a prefill) sweep the same panel again,
 //! which is then in the core's L2 cache: DRAM streams every weight byte once a product whatever
@@ -29,9 +29,9 @@ pub const PANEL: usize = 16;
 /// Input rows per sweep over a panel: 4 rows x 2 registers = 8 accumulators, which with the
 /// widened weights and the broadcast input fit AVX2's 16 registers without spilling.
 pub const ROWS: usize = 4;
-/// Below this many multiply-adds a product runs on the calling thread: handing work to the
-/// pool costs more than it saves (the embedded model's projections).
-const PARALLEL_FROM: usize = 1 << 20;
+/// Below this many multiply-adds a product (or an attention) runs on the calling thread:
+/// handing work to the pool costs more than it saves (the embedded model's projections).
+pub const PARALLEL_FROM: usize = 1 << 20;
 
 pub enum Linear {
     Dense(Tensor),
@@ -140,14 +140,15 @@ impl Bf16Panels {
         assert_eq!(x.len(), t * self.k, "{t} rows of {} features", self.k);
         let mut y = vec![0f32; t * self.n];
         let panels = self.n.div_ceil(PANEL);
-        let threads = if t * self.n * self.k < PARALLEL_FROM { 1 } else { candle_core::utils::get_num_threads().clamp(1, panels) };
+        let threads = if t * self.n * self.k < PARALLEL_FROM { 1 } else { threads().clamp(1, panels) };
         let out = Out(y.as_mut_ptr());
         let per = panels.div_ceil(threads);
         let work = |c: usize| {
-            for p in c * per..((c + 1) * per).min(panels) {
+            let chunk = c * per..((c + 1) * per).min(panels);
+            for p in chunk.clone() {
                 // SAFETY: panel `p` writes only columns p*PANEL.. of each row, and each panel
                 // belongs to one chunk; `y` outlives the scope of every chunk.
-                unsafe { kernel::panel(self, p, x, t, &out) };
+                unsafe { kernel::panel(self, p, chunk.contains(&(p + 1)), x, t, &out) };
             }
         };
         if threads == 1 {
@@ -156,6 +157,16 @@ impl Bf16Panels {
             (0..threads).into_par_iter().for_each(work);
         }
         y
+    }
+}
+
+/// Threads a product is shared out between: `RAYON_NUM_THREADS` where set (the embedded
+/// model's one thread is set that way after loading), else the pool's. Not candle's
+/// `get_num_threads`, which reads /proc/cpuinfo on every call (65 us, 113 times a pass).
+pub fn threads() -> usize {
+    match std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse().ok()) {
+        Some(n) if n > 0 => n,
+        _ => rayon::current_num_threads(),
     }
 }
 
@@ -188,15 +199,24 @@ impl CustomOp1 for Bf16Panels {
 /// them (checked at run time), else portable Rust the compiler vectorises as it can. Both sum
 /// each output in the same order (k ascending, one f32 fused multiply-add a step), so they
 /// agree exactly.
+///
+/// The AVX2 body's last sweep over a panel prefetches the thread's next panel at the same
+/// offset, so that DRAM streams it while the FMA units work: the hardware prefetcher alone
+/// left a 4-row sweep at about 80 % of a core's read bandwidth, and an 8-row pass (whose
+/// second sweep reads the panel from cache) with DRAM idle half the time. One core, 311 MB of
+/// panels: 4 rows 22.5 -> 18.7 ms, 8 rows 36.4 -> 31.1 ms.
 mod kernel {
     use super::{slot, Bf16Panels, Out, PANEL, ROWS};
 
     /// # Safety
     /// `out` points at `t * w.n` floats that nothing else reads or writes at the columns of
     /// panel `p` while this runs.
-    pub unsafe fn panel(w: &Bf16Panels, p: usize, x: &[f32], t: usize, out: &Out) {
+    /// `prefetch_next`: panel `p + 1` is this thread's next.
+    pub unsafe fn panel(w: &Bf16Panels, p: usize, prefetch_next: bool, x: &[f32], t: usize, out: &Out) {
         let (k, n) = (w.k, w.n);
         let pw = &w.data[p * k * PANEL..][..k * PANEL];
+        // Without a next panel, the prefetches fall on this one (in cache: harmless).
+        let next = if prefetch_next { &w.data[(p + 1) * k * PANEL..][..k * PANEL] } else { pw };
         let cols = PANEL.min(n - p * PANEL);
         #[cfg(target_arch = "x86_64")]
         let simd = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
@@ -208,8 +228,9 @@ mod kernel {
             let mut acc = [[0f32; PANEL]; ROWS];
             #[cfg(target_arch = "x86_64")]
             if simd {
+                let ahead = if r0 + rows == t { next } else { pw };
                 // SAFETY: the features were just detected.
-                unsafe { avx2::sweep(pw, xs, rows, k, &mut acc) };
+                unsafe { avx2::sweep(pw, ahead, xs, rows, k, &mut acc) };
             }
             if !simd {
                 portable(pw, xs, rows, k, &mut acc);
@@ -243,29 +264,35 @@ mod kernel {
         use super::{PANEL, ROWS};
         use std::arch::x86_64::*;
 
+        /// `rows` rows of `xs` times the panel `pw`, prefetching the panel `ahead` as it goes.
+        ///
         /// # Safety
         /// The CPU has AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn sweep(pw: &[u16], xs: &[f32], rows: usize, k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+        pub unsafe fn sweep(pw: &[u16], ahead: &[u16], xs: &[f32], rows: usize, k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
             // One body per row count, so the accumulators are registers.
             match rows {
-                1 => rows_n::<1>(pw, xs, k, acc),
-                2 => rows_n::<2>(pw, xs, k, acc),
-                3 => rows_n::<3>(pw, xs, k, acc),
-                _ => rows_n::<4>(pw, xs, k, acc),
+                1 => rows_n::<1>(pw, ahead, xs, k, acc),
+                2 => rows_n::<2>(pw, ahead, xs, k, acc),
+                3 => rows_n::<3>(pw, ahead, xs, k, acc),
+                _ => rows_n::<4>(pw, ahead, xs, k, acc),
             }
         }
 
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn rows_n<const R: usize>(pw: &[u16], xs: &[f32], k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
-            assert!(pw.len() >= k * PANEL && xs.len() >= R * k);
+        unsafe fn rows_n<const R: usize>(pw: &[u16], ahead: &[u16], xs: &[f32], k: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+            assert!(pw.len() >= k * PANEL && ahead.len() >= k * PANEL && xs.len() >= R * k);
             let zero = _mm256_setzero_si256();
             let mut lo = [_mm256_setzero_ps(); R];
             let mut hi = [_mm256_setzero_ps(); R];
-            let (w, x) = (pw.as_ptr(), xs.as_ptr());
+            let (w, x, pre) = (pw.as_ptr(), xs.as_ptr(), ahead.as_ptr());
             for i in 0..k {
                 // SAFETY: i < k, within the lengths asserted above.
                 unsafe {
+                    // a panel row is 32 bytes: every other one starts the next 64-byte line
+                    if i % 2 == 0 {
+                        _mm_prefetch::<_MM_HINT_T0>(pre.add(i * PANEL).cast());
+                    }
                     let b = _mm256_loadu_si256(w.add(i * PANEL).cast());
                     // bf16 -> f32 is the 16 bits moved to the top half
                     let wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, b));
@@ -342,7 +369,7 @@ mod tests {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             let mut b = [[0f32; PANEL]; ROWS];
             // SAFETY: detected just above.
-            unsafe { kernel::avx2::sweep(pw, &x, 3, inp, &mut b) };
+            unsafe { kernel::avx2::sweep(pw, pw, &x, 3, inp, &mut b) };
             assert_eq!(a, b);
         }
         for c in 0..PANEL {

@@ -335,8 +335,7 @@ impl Attention {
 
     fn cpu(&self, sq: &CpuStorage, lq: &Layout, skv: &CpuStorage, lkv: &Layout, m: Option<(&CpuStorage, &Layout)>) -> Result<(CpuStorage, Shape)> {
         let (t_len, cap) = self.check(lq, lkv, m.map(|x| x.1))?;
-        let (h, kvh, d, keys) = (self.heads, self.kv_heads, self.head_dim, self.keys);
-        let group = h / kvh;
+        let (h, d, keys) = (self.heads, self.head_dim, self.keys);
         let q = to_f32(sq, lq, "attention q")?;
         let kv = to_f32(skv, lkv, "attention kv")?;
         let mask = match m {
@@ -344,37 +343,50 @@ impl Attention {
             None => None,
         };
         let mut out = vec![0f32; t_len * h * d];
-        let mut sc = vec![0f32; keys];
-        for hh in 0..h {
+        // One query row (every head) a task: rows are independent and write disjoint outputs.
+        let row = |(t, o): (usize, &mut [f32])| self.cpu_row(&q, &kv, mask.as_deref().map(|m| &m[t * keys..(t + 1) * keys]), (t, t_len, cap), o);
+        if t_len > 1 && t_len * h * keys * d >= super::linear::PARALLEL_FROM && super::linear::threads() > 1 {
+            use rayon::prelude::*;
+            out.par_chunks_mut(h * d).enumerate().for_each(row);
+        } else {
+            out.chunks_mut(h * d).enumerate().for_each(row);
+        }
+        Ok((from_f32(out, sq), Shape::from((t_len, h * d))))
+    }
+
+    /// Query row `t` of every head into `o` (`[heads * d]`). Keys past the last one its mask
+    /// row shows are skipped: a prefill chunk's later blocks, half its causal square.
+    fn cpu_row(&self, q: &[f32], kv: &[f32], mask: Option<&[f32]>, (t, t_len, cap): (usize, usize, usize), o: &mut [f32]) {
+        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        let group = h / kvh;
+        let seen = mask.map_or(self.keys, |m| m.iter().rposition(|&v| v != f32::NEG_INFINITY).map_or(0, |j| j + 1));
+        let mut sc = vec![0f32; seen];
+        for (hh, o) in o.chunks_exact_mut(d).enumerate() {
             let g = hh / group;
             let kb = &kv[g * cap * d..];
             let vb = &kv[(kvh + g) * cap * d..];
-            for t in 0..t_len {
-                let qr = &q[(hh * t_len + t) * d..(hh * t_len + t + 1) * d];
-                for (j, s) in sc.iter_mut().enumerate() {
-                    let dot = dot8(qr, &kb[j * d..(j + 1) * d]);
-                    *s = dot * self.scale + mask.as_ref().map_or(0.0, |m| m[t * keys + j]);
-                }
-                let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0f32;
-                for s in sc.iter_mut() {
-                    *s = if *s == f32::NEG_INFINITY { 0.0 } else { (*s - mx).exp() };
-                    total += *s;
-                }
-                // Row by row over V (contiguous), not column by column (a stride-d walk).
-                let o = &mut out[t * h * d + hh * d..t * h * d + (hh + 1) * d];
-                for (j, &p) in sc.iter().enumerate() {
-                    if p != 0.0 {
-                        for (oi, vi) in o.iter_mut().zip(&vb[j * d..(j + 1) * d]) {
-                            *oi += p * vi;
-                        }
+            let qr = &q[(hh * t_len + t) * d..(hh * t_len + t + 1) * d];
+            for (j, s) in sc.iter_mut().enumerate() {
+                let dot = dot8(qr, &kb[j * d..(j + 1) * d]);
+                *s = dot * self.scale + mask.map_or(0.0, |m| m[j]);
+            }
+            let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut total = 0f32;
+            for s in sc.iter_mut() {
+                *s = if *s == f32::NEG_INFINITY { 0.0 } else { (*s - mx).exp() };
+                total += *s;
+            }
+            // Row by row over V (contiguous), not column by column (a stride-d walk).
+            for (j, &p) in sc.iter().enumerate() {
+                if p != 0.0 {
+                    for (oi, vi) in o.iter_mut().zip(&vb[j * d..(j + 1) * d]) {
+                        *oi += p * vi;
                     }
                 }
-                let inv = 1.0 / total;
-                o.iter_mut().for_each(|x| *x *= inv);
             }
+            let inv = 1.0 / total;
+            o.iter_mut().for_each(|x| *x *= inv);
         }
-        Ok((from_f32(out, sq), Shape::from((t_len, h * d))))
     }
 }
 
