@@ -101,19 +101,63 @@ const fn slot(c: usize) -> usize {
     }
 }
 
+/// Asks Linux to back `v` with 2 MB pages (transparent huge pages, where they are enabled or
+/// `madvise`d) before it is first written: passes stream gigabytes of panels, and with 4 kB
+/// pages a TLB miss every 4 kB. qwen3-0.6b on the 2-core dev box, two runs each: a denoising
+/// pass 65.9 / 72.0 ms against 72.8 / 80.9, a storing pass 86.6 / 95.5 against 93.1 / 114.4;
+/// the load takes about a second longer (the kernel compacts memory for the 2 MB pages).
+/// Best effort: a refusal changes nothing but the time.
+fn huge_pages(v: &mut [u16]) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let (start, end) = (v.as_mut_ptr() as usize, v.as_mut_ptr() as usize + std::mem::size_of_val(v));
+        let (a, b) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
+        if b > a {
+            // SAFETY: [a, b) lies within `v`'s allocation; the advice changes no contents.
+            unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
+/// One row of a weight being packed: bf16 bits in memory, or the little-endian bytes of a
+/// checkpoint file (read in place from its memory map, which need not be 2-byte aligned).
+#[derive(Clone, Copy)]
+enum RowBits<'a> {
+    Bits(&'a [u16]),
+    Le(&'a [u8]),
+}
+
 impl Bf16Panels {
     /// From a row-major `[out, in]` weight (the checkpoint's own layout), as bf16 bits.
     pub fn from_out_in(w: &[u16], out: usize, inp: usize) -> Self {
         assert_eq!(w.len(), out * inp, "weight of {out}x{inp} holds {} values", w.len());
+        Self::pack(out, inp, |o| RowBits::Bits(&w[o * inp..][..inp]))
+    }
+
+    /// From `[out_i, in]` row-major weights stacked along `out`, each the little-endian bf16
+    /// bytes a safetensors file stores: packed straight from the file's map, so that loading
+    /// reads the checkpoint once and writes the panels once (no tensor, no concatenation).
+    pub fn from_le_parts(parts: &[&[u8]], inp: usize) -> Self {
+        let rows: Vec<&[u8]> = parts.iter().flat_map(|p| p.chunks_exact(2 * inp)).collect();
+        assert!(parts.iter().all(|p| p.len() % (2 * inp) == 0), "parts of whole rows of {inp} bf16 values");
+        Self::pack(rows.len(), inp, |o| RowBits::Le(rows[o]))
+    }
+
+    fn pack<'a>(out: usize, inp: usize, row: impl Fn(usize) -> RowBits<'a> + Sync) -> Self {
         let panels = out.div_ceil(PANEL);
         let mut data = vec![0u16; panels * inp * PANEL];
+        huge_pages(&mut data);
         // Panel by panel, writing in order and reading PANEL rows of `w` side by side, each
         // sequentially: a load streams the checkpoint once.
         data.par_chunks_mut(inp * PANEL).enumerate().for_each(|(p, panel)| {
             for j in 0..PANEL.min(out - p * PANEL) {
-                let row = &w[(p * PANEL + j) * inp..][..inp];
-                for (dst, &v) in panel[slot(j)..].iter_mut().step_by(PANEL).zip(row) {
-                    *dst = v;
+                let dst = panel[slot(j)..].iter_mut().step_by(PANEL);
+                match row(p * PANEL + j) {
+                    RowBits::Bits(r) => dst.zip(r).for_each(|(d, &v)| *d = v),
+                    RowBits::Le(r) => dst.zip(r.chunks_exact(2)).for_each(|(d, b)| *d = u16::from_le_bytes([b[0], b[1]])),
                 }
             }
         });
@@ -376,6 +420,19 @@ mod tests {
             let want = (0..inp).fold(0f32, |s, i| x[inp + i].mul_add(w[c * inp + i], s));
             assert_eq!(a[1][c], want, "column {c}");
         }
+    }
+
+    /// Parts of a file's bytes, stacked and at an odd address, pack as the same bits in memory.
+    #[test]
+    fn panels_from_little_endian_parts_equal_those_from_bits() {
+        let (inp, a, b) = (19, 7, PANEL + 4);
+        let w: Vec<u16> = (0..(a + b) * inp).map(|i| (i * 2654435761 % 65521) as u16).collect();
+        let mut file = vec![0u8];
+        file.extend(w.iter().flat_map(|v| v.to_le_bytes()));
+        let (pa, pb) = file[1..].split_at(2 * a * inp);
+        let got = Bf16Panels::from_le_parts(&[pa, pb], inp);
+        let want = Bf16Panels::from_out_in(&w, a + b, inp);
+        assert_eq!((got.k, got.n, &got.data), (want.k, want.n, &want.data));
     }
 
     #[test]
