@@ -13,9 +13,8 @@
 //!
 //! The bf16 kernel walks `W` in panels of [`PANEL`] output columns, laid out panel by panel
 //! (`[out / PANEL][in][PANEL]`) so that each panel is one sequential stream. The panels are
-//! shared out between the threads ([`threads`]); each
-//! thread sweeps its panels with up to [`ROWS`] input rows at a time, their `PANEL` sums in
-//! registers. More rows (8 in a storing pass, hundreds in a prefill) sweep the same panel again,
+//! shared out between the threads ([`threads`]); each thread sweeps its panels with up to
+//! [`ROWS`] input rows at a time, their `PANEL` sums in registers. More rows (8 in a storing pass, hundreds in a prefill) sweep the same panel again,
 //! which is then in the core's L2 cache: DRAM streams every weight byte once a product whatever
 //! the row count, and a prefill is bound by the FMA units, not by memory.
 
@@ -141,8 +140,8 @@ impl Bf16Panels {
     /// bytes a safetensors file stores: packed straight from the file's map, so that loading
     /// reads the checkpoint once and writes the panels once (no tensor, no concatenation).
     pub fn from_le_parts(parts: &[&[u8]], inp: usize) -> Self {
-        let rows: Vec<&[u8]> = parts.iter().flat_map(|p| p.chunks_exact(2 * inp)).collect();
         assert!(parts.iter().all(|p| p.len() % (2 * inp) == 0), "parts of whole rows of {inp} bf16 values");
+        let rows: Vec<&[u8]> = parts.iter().flat_map(|p| p.chunks_exact(2 * inp)).collect();
         Self::pack(rows.len(), inp, |o| RowBits::Le(rows[o]))
     }
 
@@ -150,8 +149,8 @@ impl Bf16Panels {
         let panels = out.div_ceil(PANEL);
         let mut data = vec![0u16; panels * inp * PANEL];
         huge_pages(&mut data);
-        // Panel by panel, writing in order and reading PANEL rows of `w` side by side, each
-        // sequentially: a load streams the checkpoint once.
+        // Panel by panel, writing in order and reading PANEL rows of the weight side by side,
+        // each sequentially: a load streams the checkpoint once.
         data.par_chunks_mut(inp * PANEL).enumerate().for_each(|(p, panel)| {
             for j in 0..PANEL.min(out - p * PANEL) {
                 let dst = panel[slot(j)..].iter_mut().step_by(PANEL);
@@ -248,14 +247,15 @@ impl CustomOp1 for Bf16Panels {
 /// offset, so that DRAM streams it while the FMA units work: the hardware prefetcher alone
 /// left a 4-row sweep at about 80 % of a core's read bandwidth, and an 8-row pass (whose
 /// second sweep reads the panel from cache) with DRAM idle half the time. One core, 311 MB of
-/// panels: 4 rows 22.5 -> 18.7 ms, 8 rows 36.4 -> 31.1 ms.
+/// panels (a scratch timing program, best of 15): 4 rows 22.5 -> 18.7 ms, 8 rows 36.4 -> 31.1.
 mod kernel {
     use super::{slot, Bf16Panels, Out, PANEL, ROWS};
 
+    /// `prefetch_next`: panel `p + 1` is this thread's next.
+    ///
     /// # Safety
     /// `out` points at `t * w.n` floats that nothing else reads or writes at the columns of
     /// panel `p` while this runs.
-    /// `prefetch_next`: panel `p + 1` is this thread's next.
     pub unsafe fn panel(w: &Bf16Panels, p: usize, prefetch_next: bool, x: &[f32], t: usize, out: &Out) {
         let (k, n) = (w.k, w.n);
         let pw = &w.data[p * k * PANEL..][..k * PANEL];
