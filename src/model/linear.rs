@@ -385,6 +385,27 @@ mod tests {
         }
     }
 
+    /// Every row count from 1 to 10 and a prefill-like 37 over shapes with ragged panels, a
+    /// single input feature and odd widths, on one thread and on the pool (where each thread's
+    /// last sweep prefetches its next panel), against the naive sums.
+    #[test]
+    fn many_shapes_and_row_counts_match_the_naive_sums() {
+        for (out, inp) in [(1, 1), (15, 7), (16, 64), (17, 300), (100, 33), (PANEL * 40 + 3, 257)] {
+            let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
+            let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp);
+            for t in (1..=10).chain([37]) {
+                let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
+                let y = p.matmul(&x, t);
+                for r in 0..t {
+                    for o in 0..out {
+                        let want: f32 = (0..inp).map(|i| x[r * inp + i] * w[o * inp + i]).sum();
+                        assert_eq!(y[r * out + o], want, "{out}x{inp} t={t} row {r} col {o}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A product big enough to be shared out between threads, 8 rows (a storing pass: two
     /// sweeps a panel) and 37 (a prefill chunk with a ragged last sweep), against the naive
     /// sums; and the portable body against the AVX2 one, which must agree bit for bit.
