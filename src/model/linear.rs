@@ -105,8 +105,9 @@ const fn slot(c: usize) -> usize {
 /// pages a TLB miss every 4 kB. qwen3-0.6b on the 2-core dev box, two runs each: a denoising
 /// pass 65.9 / 72.0 ms against 72.8 / 80.9, a storing pass 86.6 / 95.5 against 93.1 / 114.4;
 /// the load takes about a second longer (the kernel compacts memory for the 2 MB pages).
-/// Best effort: a refusal changes nothing but the time.
-fn huge_pages(v: &mut [u16]) {
+/// Best effort: a refusal changes nothing but the time. (The bench's bandwidth buffer asks the
+/// same, so that the floor is read through the same pages.)
+pub fn huge_pages<T>(v: &mut [T]) {
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
