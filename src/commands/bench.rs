@@ -205,13 +205,94 @@ pub fn moe_pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize, experts: f64)
     (layers as usize + h + head_and_rows) * elem
 }
 
+/// What a pass's attention reads of the KV cache: K and V of `keys` positions in every layer,
+/// `elem` bytes a value (the compute dtype's: 4 on the CPU, which keeps the cache in f32).
+pub fn kv_bytes(cfg: &ModelConfig, keys: usize, elem: usize) -> usize {
+    2 * cfg.num_hidden_layers * cfg.kv_heads() * cfg.head_dim() * keys * elem
+}
+
+/// Floating-point operations (2 per multiply-add) of a pass of `rows` rows over `keys` keys
+/// on average, `head_rows` of which go through lm_head (the block's): every layer's
+/// projections (a sparse layer: its router and `num_experts_per_tok` experts a row), the
+/// attention's two products, lm_head.
+pub fn pass_flops(cfg: &ModelConfig, rows: usize, head_rows: usize, keys: f64) -> f64 {
+    let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
+    let (heads, kv) = (cfg.num_attention_heads, cfg.kv_heads());
+    let attn_proj = h * (heads + 2 * kv) * d + heads * d * h;
+    let m = &cfg.moe;
+    let sparse = m.num_experts.unwrap_or(0) * h + m.num_experts_per_tok.unwrap_or(0) * 3 * h * m.moe_intermediate_size.unwrap_or(0);
+    let per_row: usize = (0..cfg.num_hidden_layers).map(|l| attn_proj + if cfg.is_sparse(l) { sparse } else { 3 * h * i }).sum();
+    let attention = 2.0 * (heads * d * cfg.num_hidden_layers) as f64 * keys;
+    2.0 * (per_row as f64 * rows as f64 + (cfg.vocab_size * h * head_rows) as f64 + attention * rows as f64)
+}
+
+/// Bytes of a weight value and of a cached K/V value, and the distinct experts a sparse layer
+/// reads a pass (0 for a dense model).
+struct Elems {
+    weight: usize,
+    kv: usize,
+    experts: f64,
+}
+
+/// The cost of the three kinds of pass of the decode `args` asks for: denoising (B rows),
+/// storing (2B) over the cache at the decode's mean length (the prompt and half the new
+/// tokens), and the prefill.
+fn pass_costs(cfg: &ModelConfig, args: &BenchArgs, max_new: usize, b: usize, e: &Elems) -> [PassCost; 3] {
+    let keys = args.prompt_len + max_new / 2;
+    let stored = args.prompt_len / b * b;
+    [PassCost::block(cfg, b, b, keys, e), PassCost::block(cfg, 2 * b, b, keys, e), PassCost::prefill(cfg, stored, b, e)]
+}
+
+/// A pass's bytes read (weights and KV cache) and floating-point operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PassCost {
+    pub rows: usize,
+    pub bytes: usize,
+    pub flops: f64,
+}
+
+impl PassCost {
+    /// A block pass of `rows` rows over `keys` keys, `b` of them through lm_head, on `e`: the
+    /// bytes of a value of the weights and of the cache, and the distinct experts a sparse layer
+    /// reads (see [`moe_pass_bytes`]).
+    fn block(cfg: &ModelConfig, rows: usize, b: usize, keys: usize, e: &Elems) -> Self {
+        let bytes = moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, keys, e.kv);
+        PassCost { rows, bytes, flops: pass_flops(cfg, rows, b, keys as f64) }
+    }
+
+    /// The first pass of a decode: the prompt's `stored` whole-block rows in chunks of
+    /// [`crate::engine::PREFILL_CHUNK`] (one forward each, as the runner stores them), the last
+    /// with the block's `b` rows. Each forward reads the weights and the keys up to its end;
+    /// each row sees the keys before it (the causal half of its chunk).
+    fn prefill(cfg: &ModelConfig, stored: usize, b: usize, e: &Elems) -> Self {
+        let chunk = (crate::engine::PREFILL_CHUNK / b).max(1) * b;
+        let mut cost = PassCost::default();
+        let mut done = 0;
+        loop {
+            let last = stored - done <= chunk;
+            let rows = if last { stored - done + b } else { chunk };
+            cost.rows += rows;
+            cost.bytes += moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, done + rows, e.kv);
+            cost.flops += pass_flops(cfg, rows, if last { b } else { 0 }, done as f64 + rows as f64 / 2.0);
+            if last {
+                return cost;
+            }
+            done += rows;
+        }
+    }
+}
+
 /// The host's memory read bandwidth in bytes/s: the best of 5 sums over a 512 MiB buffer (16
 /// times the L3 of the machines we use), one contiguous share per thread as the products
 /// share out their panels. The floor of a CPU pass divides [`pass_bytes`] by this.
 fn host_read_bandwidth() -> f64 {
     use rayon::prelude::*;
-    let buf = vec![1f32; 128 << 20];
-    let threads = candle_core::utils::get_num_threads().max(1);
+    // Backed like the panels (2 MB pages where Linux grants them: 27-29 GB/s on 4 kB pages
+    // against 33-35 on the dev box), then written, so that no page is the shared zero page.
+    let mut buf = vec![0f32; 128 << 20];
+    crate::model::linear::huge_pages(&mut buf);
+    buf.fill(1.0);
+    let threads = crate::model::linear::threads();
     let share = buf.len().div_ceil(threads);
     let mut best = f64::INFINITY;
     for _ in 0..5 {
@@ -221,6 +302,48 @@ fn host_read_bandwidth() -> f64 {
         std::hint::black_box(total);
     }
     (buf.len() * 4) as f64 / best
+}
+
+/// The host's f32 FMA peak in FLOP/s: every thread runs 12 independent chains of 8-lane fused
+/// multiply-adds (enough to hide the units' latency), best of 3. `None` without AVX2+FMA.
+fn host_fma_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        use rayon::prelude::*;
+        const STEPS: usize = 20_000_000;
+        let threads = crate::model::linear::threads();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            // SAFETY: the features were just detected.
+            let s: f32 = (0..threads).into_par_iter().map(|_| unsafe { fma_chains(STEPS) }).sum();
+            best = best.min(t0.elapsed().as_secs_f64());
+            std::hint::black_box(s);
+        }
+        return Some((threads * STEPS * FMA_CHAINS * 16) as f64 / best);
+    }
+    None
+}
+
+const FMA_CHAINS: usize = 12;
+
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_chains(steps: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_set1_ps(0.0); FMA_CHAINS];
+    let (m, c) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+    for _ in 0..steps {
+        for a in acc.iter_mut() {
+            *a = _mm256_fmadd_ps(*a, m, c);
+        }
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc.iter().fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a))) };
+    lanes.iter().sum()
 }
 
 /// A sum in 16 independent lanes, so that it vectorises and is bound by memory.
@@ -247,16 +370,42 @@ fn weight_elem_bytes(stored: &str, dtype: candle_core::DType) -> usize {
 /// The floor of each kind of pass, for the report.
 #[derive(Serialize)]
 struct Floor {
-    /// Bytes a denoising pass (B rows), a storing pass (2B rows) and the prefill pass read.
+    /// Bytes a denoising pass (B rows), a storing pass (2B rows) and the prefill (every chunk
+    /// of it) read: weights and KV cache, the block passes' cache at the decode's mean length.
     denoise_bytes: usize,
     stored_bytes: usize,
     prefill_bytes: usize,
+    /// Rows, bytes and FLOPs of the same passes.
+    passes: [PassCost; 3],
     /// Host read bandwidth measured in this run (CPU only; on a GPU scripts/gpu_run.sh
     /// divides by the device's copy bandwidth).
     read_bytes_per_s: Option<f64>,
+    /// Host f32 FMA peak measured in this run (CPU with AVX2+FMA only).
+    fma_flops_per_s: Option<f64>,
+    /// Threads both were measured on (the products' count).
+    threads: usize,
 }
 
 impl Floor {
+    fn new(passes: [PassCost; 3], cpu: bool) -> Self {
+        let mut f = Floor {
+            denoise_bytes: 0,
+            stored_bytes: 0,
+            prefill_bytes: 0,
+            passes,
+            read_bytes_per_s: cpu.then(host_read_bandwidth),
+            fma_flops_per_s: if cpu { host_fma_peak() } else { None },
+            threads: crate::model::linear::threads(),
+        };
+        f.set_passes(passes);
+        f
+    }
+
+    fn set_passes(&mut self, passes: [PassCost; 3]) {
+        self.passes = passes;
+        [self.denoise_bytes, self.stored_bytes, self.prefill_bytes] = passes.map(|p| p.bytes);
+    }
+
     fn ms(&self, bytes: usize) -> Option<f64> {
         self.read_bytes_per_s.map(|bw| bytes as f64 / bw * 1e3)
     }
@@ -319,12 +468,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let prompt_ids = synthetic_prompt(args.prompt_len, vocab, &[mask_id]);
     let elem = weight_elem_bytes(&info.dtype, dtype);
     let b = base.block_length;
-    let floor = Floor {
-        denoise_bytes: pass_bytes(&cfg, b, elem),
-        stored_bytes: pass_bytes(&cfg, 2 * b, elem),
-        prefill_bytes: pass_bytes(&cfg, args.prompt_len / b * b, elem),
-        read_bytes_per_s: device.is_cpu().then(host_read_bandwidth),
-    };
+    let mut elems = Elems { weight: elem, kv: dtype.size_in_bytes(), experts: 0.0 };
+    let floor = Floor::new(pass_costs(&cfg, args, base.max_new_tokens, b, &elems), device.is_cpu());
     let mut den = ModelDenoiser::new(model, mask_id);
     eprintln!(
         "unmask bench: {} on {} ({}), {:.2} GB of weights, loaded in {load_s:.1} s; {}",
@@ -375,9 +520,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some((touched, layer_passes)) = den.model().moe_stats()? {
         let mean = touched as f64 / layer_passes.max(1) as f64;
         moe_experts = Some(mean);
-        floor.denoise_bytes = moe_pass_bytes(&cfg, b, elem, mean);
-        floor.stored_bytes = moe_pass_bytes(&cfg, 2 * b, elem, mean);
-        floor.prefill_bytes = moe_pass_bytes(&cfg, args.prompt_len / b * b, elem, mean);
+        elems.experts = mean;
+        floor.set_passes(pass_costs(&cfg, args, base.max_new_tokens, b, &elems));
         eprintln!("MoE: {mean:.1} distinct experts per sparse layer per block pass ({layer_passes} layer passes counted on the device)");
     }
     let report = Report {
@@ -520,6 +664,37 @@ fn paths_in_words(o: &crate::engine::RunOptions) -> String {
     format!("paths: device sampler {}, fixed passes {}, CUDA graphs {}", on(o.device_sampler), on(o.fixed_passes), on(o.cuda_graph))
 }
 
+/// Each pass of each row against both floors of this run (a CPU with AVX2+FMA): its bytes over
+/// the read bandwidth and its FLOPs over the FMA peak. A pass is no faster than the larger;
+/// where that is the compute floor, a ratio to the read floor alone cannot reach 1.
+fn print_passes(r: &Report) {
+    let f = &r.floor;
+    let (Some(bw), Some(peak)) = (f.read_bytes_per_s, f.fma_flops_per_s) else { return };
+    println!("# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)", peak / 1e9, f.threads);
+    println!("| strategy | events | pass | rows | ms | read floor ms | x read floor | GFLOP | GFLOP/s | % of FMA peak | compute floor ms |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in &r.rows {
+        let ms = [row.denoise_ms_median, row.stored_ms_median, row.prefill_ms_median];
+        for ((name, p), ms) in ["denoise", "+store", "prefill"].into_iter().zip(&f.passes).zip(ms) {
+            if ms.is_nan() {
+                continue;
+            }
+            let (read, rate) = (p.bytes as f64 / bw * 1e3, p.flops / (ms / 1e3));
+            println!(
+                "| {} | {} | {name} | {} | {ms:.1} | {read:.1} | {:.2} | {:.2} | {:.1} | {:.0} % | {:.1} |",
+                row.strategy,
+                row.events,
+                p.rows,
+                ms / read,
+                p.flops / 1e9,
+                rate / 1e9,
+                rate / peak * 100.0,
+                p.flops / peak * 1e3
+            );
+        }
+    }
+}
+
 /// The table's first line: what was measured, in words.
 fn heading(r: &Report) -> String {
     use crate::format::count;
@@ -559,7 +734,7 @@ fn print_table(r: &Report) {
     let gb = |b: usize| b as f64 / 1e9;
     match f.read_bytes_per_s {
         Some(bw) => println!(
-            "# floor: host read bandwidth {:.1} GB/s (this run); a pass reads {:.3} GB (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill): {:.1} / {:.1} / {:.1} ms",
+            "# floor: host read bandwidth {:.1} GB/s (this run); a pass reads {:.3} GB of weights and cache (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill): {:.1} / {:.1} / {:.1} ms",
             bw / 1e9,
             gb(f.denoise_bytes),
             r.block_length,
@@ -602,6 +777,7 @@ fn print_table(r: &Report) {
             row.decode_ms
         );
     }
+    print_passes(r);
     // Events cost per strategy, two ways. The wall-time difference of the decodes with and
     // without them is what a user waits, but on a shared 2-core box its noise is larger than
     // the cost; the work itself (building on the engine thread, serialising on the writer's,
@@ -654,6 +830,33 @@ mod tests {
         assert_eq!(pass_bytes(&c, 4, 4), 2 * pass_bytes(&c, 4, 2));
     }
 
+    /// qwen3-0.6b (28 layers, 8 KV heads of 128, 16 query heads): a 4096-key f32 cache is
+    /// 0.94 GB a pass; a pass's FLOPs are twice its projections' weights per row (lm_head for
+    /// the block's rows only) plus attention's two products over the keys.
+    #[test]
+    fn passes_count_the_cache_the_projections_and_attention() {
+        let c = shape_config("qwen3-0.6b").unwrap();
+        assert_eq!(kv_bytes(&c, 4096, 4), 939_524_096);
+        let (h, v) = (c.hidden_size, c.vocab_size);
+        let layers = (c.num_params() - v * h - h - c.num_hidden_layers * (2 * h + 2 * c.head_dim())) as f64;
+        let attention = |keys: f64| 2.0 * 2.0 * (16 * 128 * 28) as f64 * keys;
+        assert_eq!(pass_flops(&c, 8, 4, 100.0), 2.0 * (layers * 8.0 + (v * h * 4) as f64) + 8.0 * attention(100.0));
+    }
+
+    /// A 4096-token prompt is stored in eight forwards of 512 rows, the last with the block's 4:
+    /// eight reads of the weights, each with the cache up to its end.
+    #[test]
+    fn a_long_prefill_reads_the_weights_once_a_chunk() {
+        let c = shape_config("qwen3-0.6b").unwrap();
+        let e = Elems { weight: 2, kv: 4, experts: 0.0 };
+        let p = PassCost::prefill(&c, 4096, 4, &e);
+        assert_eq!(p.rows, 4100);
+        let kv: usize = (1..=8).map(|i| kv_bytes(&c, 512 * i, 4)).sum::<usize>() + kv_bytes(&c, 4, 4);
+        assert_eq!(p.bytes, 8 * pass_bytes(&c, 512, 2) + kv);
+        let short = PassCost::prefill(&c, 64, 4, &e);
+        assert_eq!((short.rows, short.bytes), (68, pass_bytes(&c, 68, 2) + kv_bytes(&c, 68, 4)));
+    }
+
     #[test]
     fn the_bandwidth_sum_adds_every_element() {
         let v: Vec<f32> = (0..1000).map(|i| i as f32).collect();
@@ -683,7 +886,7 @@ mod tests {
             moe_experts_per_layer_pass: None,
             candidates: 1,
             routing: false,
-            floor: Floor { denoise_bytes: 0, stored_bytes: 0, prefill_bytes: 0, read_bytes_per_s: None },
+            floor: Floor::new([PassCost::default(); 3], false),
         };
         assert_eq!(
             heading(&r),

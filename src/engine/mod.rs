@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use anyhow::Result;
 
 pub use decode::{decode, decode_measured, decode_with_events, Request};
-pub use runner::{ModelDenoiser, RunOptions, RunStatus};
+pub use runner::{ModelDenoiser, RunOptions, RunStatus, PREFILL_CHUNK};
 
 use crate::events::Event;
 use crate::sampler::{PosSample, Ranked};

@@ -206,17 +206,7 @@ impl Denoiser for ModelDenoiser {
         if self.opts.device_sampler {
             self.host_rows += logits.len();
         }
-        let mask = self.mask_id as usize;
-        let (samples, ranked) = logits
-            .iter_mut()
-            .zip(uniforms)
-            .map(|(row, &u)| {
-                if let Some(z) = row.get_mut(mask) {
-                    *z = f32::NEG_INFINITY;
-                }
-                sample_ranked(row, sampling, u, ask.candidates)
-            })
-            .unzip();
+        let (samples, ranked) = sample_rows(&mut logits, uniforms, self.mask_id, |row, u| sample_ranked(row, sampling, u, ask.candidates)).into_iter().unzip();
         Ok(Denoised { samples, ranked, routing })
     }
 
@@ -279,18 +269,60 @@ impl ModelDenoiser {
             return Ok((samples, routing));
         }
         let mut logits = self.model.logits(&hidden)?.to_vec2::<f32>()?;
-        let mask = self.mask_id as usize;
-        let samples = logits
-            .iter_mut()
-            .zip(uniforms)
-            .map(|(row, &u)| {
-                if let Some(z) = row.get_mut(mask) {
-                    *z = f32::NEG_INFINITY;
-                }
-                sample(row, sampling, u)
+        Ok((sample_rows(&mut logits, uniforms, self.mask_id, |row, u| sample(row, sampling, u)), routing))
+    }
+}
+
+/// `f` on every row of `logits` with its uniform, the mask suppressed first. Rows of a real
+/// vocabulary (a softmax over 152k logits takes about a millisecond) are shared out between
+/// the threads; each row's result depends only on the row, so the order is the same.
+fn sample_rows<T: Send>(logits: &mut [Vec<f32>], uniforms: &[f32], mask: u32, f: impl Fn(&[f32], f32) -> T + Sync) -> Vec<T> {
+    use rayon::prelude::*;
+    let one = |(row, &u): (&mut Vec<f32>, &f32)| {
+        if let Some(z) = row.get_mut(mask as usize) {
+            *z = f32::NEG_INFINITY;
+        }
+        f(row, u)
+    };
+    let wide = logits.len() > 1 && logits.iter().map(Vec::len).sum::<usize>() >= SAMPLE_PARALLEL_FROM;
+    if wide && crate::model::linear::threads() > 1 {
+        logits.par_iter_mut().zip(uniforms).map(one).collect()
+    } else {
+        logits.iter_mut().zip(uniforms).map(one).collect()
+    }
+}
+
+/// Logits in a pass from which its rows are sampled on several threads.
+const SAMPLE_PARALLEL_FROM: usize = 1 << 17;
+
+#[cfg(test)]
+mod sample_tests {
+    use super::*;
+
+    /// Rows wide enough to be shared out between threads sample as one row at a time does, in
+    /// order, the mask suppressed (here the argmax of every row).
+    #[test]
+    fn rows_sampled_on_the_pool_equal_rows_sampled_one_by_one() {
+        let (vocab, mask) = (50_000, 7u32);
+        let mut logits: Vec<Vec<f32>> = (0..4).map(|r| (0..vocab).map(|i| ((i * 31 + r * 17) % 1009) as f32 / 100.0).collect()).collect();
+        for row in &mut logits {
+            row[mask as usize] = 1e3;
+        }
+        assert!(4 * vocab >= SAMPLE_PARALLEL_FROM, "wide enough for the pool");
+        let s = Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 };
+        let u = [0.1, 0.5, 0.9, 0.3];
+        let want: Vec<PosSample> = logits
+            .iter()
+            .zip(u)
+            .map(|(row, u)| {
+                let mut row = row.clone();
+                row[mask as usize] = f32::NEG_INFINITY;
+                sample(&row, &s, u)
             })
             .collect();
-        Ok((samples, routing))
+        let got = sample_rows(&mut logits, &u, mask, |row, u| sample(row, &s, u));
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
+        assert!(got.iter().all(|p| p.token != mask));
     }
 }
 

@@ -49,6 +49,21 @@ impl<'a> Loader<'a> {
         self.packed && self.w.stored(name) == Some(DType::BF16)
     }
 
+    /// bf16 panels packed straight from a mapped checkpoint's bytes, where every part is there
+    /// in bf16 with its shape (else `None`: the caller goes through tensors).
+    fn mapped_panels(&self, parts: &[(String, usize)], inp: usize) -> Option<Bf16Panels> {
+        let bytes = parts.iter().map(|(n, out)| self.w.bf16_bytes(n, &[*out, inp])).collect::<Option<Vec<_>>>()?;
+        Some(Bf16Panels::from_le_parts(&bytes, inp))
+    }
+
+    /// The embedding `[vocab, hidden]`: as stored where the projections keep bf16 (the CPU's
+    /// bf16 path widens the rows a pass looks up, not the whole table at load), else in the
+    /// compute dtype.
+    fn embedding(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let dtype = if self.bf16(name) { DType::BF16 } else { self.dtype };
+        self.w.get(name, shape, dtype, self.device)
+    }
+
     /// A projection from `[out, in]` checkpoint tensors stacked along `out`: bf16 panels (see
     /// linear.rs) where the CPU computes in f32 from bf16 weights; kept `[out, in]` for the
     /// GPU's gemv kernel; else stored transposed, `[in, out]` and contiguous, so that it is a
@@ -66,6 +81,9 @@ impl<'a> Loader<'a> {
     /// The projection of the tensors `parts` (name, rows) stacked, each `[rows, inp]`.
     pub fn proj(&self, parts: &[(String, usize)], inp: usize) -> Result<Linear> {
         let keep = parts.iter().all(|(n, _)| self.bf16(n));
+        if let Some(p) = keep.then(|| self.mapped_panels(parts, inp)).flatten() {
+            return Ok(Linear::Bf16(p));
+        }
         // Panels are made from the stored bf16 values directly, not through f32.
         let dt = if keep { DType::BF16 } else { self.dtype };
         let ts = parts.iter().map(|(n, out)| self.w.get(n, &[*out, inp], dt, self.device)).collect::<Result<Vec<_>>>()?;
@@ -191,12 +209,16 @@ impl Model {
             });
         }
         let embed_name = "model.embed_tokens.weight";
-        let embed = b.get(embed_name, &[cfg.vocab_size, h])?;
+        let embed = b.embedding(embed_name, &[cfg.vocab_size, h])?;
         // Some tied checkpoints still ship lm_head; an untied one must. Tied: the embedding
-        // already loaded (a second read would be a second draw from random weights).
+        // already loaded (a second read would be a second draw from random weights), or its
+        // mapped bytes.
         let tied = cfg.tie_word_embeddings && !w.contains("lm_head.weight");
         let lm_head = if tied {
-            b.linear(embed.clone(), b.bf16(embed_name))?
+            match b.bf16(embed_name).then(|| b.mapped_panels(&[(embed_name.to_string(), cfg.vocab_size)], h)).flatten() {
+                Some(p) => Linear::Bf16(p),
+                None => b.linear(embed.clone(), b.bf16(embed_name))?,
+            }
         } else {
             // lm_head is cuBLAS's on every path (too wide for the gemv kernel), so it keeps
             // the plain `[in, out]` layout the cuBLAS path has always used for it
@@ -353,7 +375,7 @@ impl Model {
         if input.keys > cache.capacity {
             bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
         }
-        let mut x = self.embed.index_select(&input.ids, 0)?;
+        let mut x = self.embed.index_select(&input.ids, 0)?.to_dtype(self.dtype)?;
         let cos = cache.cos.index_select(&input.positions, 0)?;
         let sin = cache.sin.index_select(&input.positions, 0)?;
         if let Some(ws) = self.workspace(x.dim(0)?, input.keys)? {

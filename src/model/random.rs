@@ -337,11 +337,12 @@ mod tests {
         assert!(v.iter().all(|&x| half::bf16::from_f32(x).to_f32() == x), "values are bf16 ones");
         let m = super::super::Model::load(&cfg, &RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap(), DType::F32, &Device::Cpu).unwrap();
         let f32_model = super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
-        // the embedding f32 in both; each layer's 43008 projection weights 2 bytes (panels)
-        // against 4; lm_head's 354 rows 4 bytes against 2 in 23 panels of 16
+        // the embedding bf16 as stored against f32; each layer's 43008 projection weights 2
+        // bytes (panels) against 4; lm_head's 354 rows 4 bytes against 2 in 23 panels of 16
+        let embed = 354 * 64 * (4 - 2);
         let layers = 2 * 43008 * (4 - 2);
         let head = 354 * 64 * 4 - 23 * 16 * 64 * 2;
-        assert_eq!(f32_model.weight_bytes() - m.weight_bytes(), layers + head);
+        assert_eq!(f32_model.weight_bytes() - m.weight_bytes(), embed + layers + head);
     }
 
     /// The fused ops (their CPU implementations, the kernels' algorithm) against the generic

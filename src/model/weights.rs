@@ -41,6 +41,11 @@ pub trait WeightSource {
     fn stored(&self, _name: &str) -> Option<DType> {
         None
     }
+    /// The stored bytes of `name` where it is bf16 of shape `shape` and readable in place (a
+    /// mapped checkpoint): what the CPU's bf16 panels pack from without a copy between.
+    fn bf16_bytes(&self, _name: &str, _shape: &[usize]) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl WeightSource for Weights {
@@ -54,6 +59,11 @@ impl WeightSource for Weights {
         let shard = &self.shards[*self.index.get(name)?];
         let dt = parse(shard).ok()?.tensor(name).ok()?.dtype();
         DType::try_from(dt).ok()
+    }
+    fn bf16_bytes(&self, name: &str, shape: &[usize]) -> Option<&[u8]> {
+        let shard = &self.shards[*self.index.get(name)?];
+        let view = parse(shard).ok()?.tensor(name).ok()?;
+        (view.dtype() == safetensors::Dtype::BF16 && view.shape() == shape).then(|| view.data())
     }
 }
 
