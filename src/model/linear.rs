@@ -375,6 +375,7 @@ mod tests {
     /// small multiples of 1/8 and 1/4).
     #[test]
     fn many_shapes_and_row_counts_match_the_naive_sums() {
+        const _: () = assert!(8 * (PANEL * 40 + 3) * 257 >= PARALLEL_FROM, "the last shape takes the pool");
         for (out, inp) in [(1, 1), (15, 7), (16, 64), (17, 300), (PANEL * 2 + 5, 19), (100, 33), (PANEL * 40 + 3, 257)] {
             let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
             let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp);
@@ -391,25 +392,13 @@ mod tests {
         }
     }
 
-    /// A product big enough to be shared out between threads, 8 rows (a storing pass: two
-    /// sweeps a panel) and 37 (a prefill chunk with a ragged last sweep), against the naive
-    /// sums; and the portable body against the AVX2 one, which must agree bit for bit.
+    /// The portable body against the AVX2 one, which must agree bit for bit, on inexact values
+    /// (the naive sums above check both, the pool's included, on exact ones).
     #[test]
-    fn threaded_products_and_both_bodies_match_the_naive_sums() {
+    fn both_bodies_round_alike() {
         let (out, inp) = (PANEL * 40 + 3, 256);
-        assert!(8 * out * inp >= PARALLEL_FROM, "large enough to take the pool");
         let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
         let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp);
-        for t in [4, 8, 37] {
-            let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
-            let y = p.matmul(&x, t);
-            for r in 0..t {
-                for o in 0..out {
-                    let want: f32 = (0..inp).map(|i| x[r * inp + i] * w[o * inp + i]).sum();
-                    assert_eq!(y[r * out + o], want, "t={t} row {r} col {o}");
-                }
-            }
-        }
         // inexact values: the two bodies still round alike
         let x: Vec<f32> = (0..4 * inp).map(|i| (i as f32 * 0.37).sin()).collect();
         let pw = &p.data[..inp * PANEL];
