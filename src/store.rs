@@ -49,6 +49,9 @@ pub struct StepRec {
     cands: Range<u32>,
     /// `--routing`: distinct experts the step's pass read, over its sparse layers.
     pub experts: Option<ExpertCounts>,
+    /// The sum of `experts`' means over the routed steps up to and including this one, and
+    /// their count (as `tokens_total` runs: the stats panel asks every frame).
+    experts_run: (f64, u32),
 }
 
 /// Distinct experts one pass read per sparse layer: mean, fewest and most over the layers.
@@ -523,6 +526,9 @@ impl Run {
         // Sorted so that a cell's candidate is a binary search away.
         self.cands[start as usize..].sort_by_key(|c| c.pos);
         let tokens_total = self.steps.last().map_or(0, |p| p.tokens_total) + committed;
+        let experts = ExpertCounts::of(&s.distinct_experts);
+        let (sum, n) = self.steps.last().map_or((0.0, 0), |p| p.experts_run);
+        let experts_run = experts.map_or((sum, n), |e| (sum + f64::from(e.mean), n + 1));
         self.steps.push(StepRec {
             block: s.block,
             step: s.step,
@@ -532,7 +538,8 @@ impl Run {
             tokens_total,
             first_commit,
             cands: start..self.cands.len() as u32,
-            experts: ExpertCounts::of(&s.distinct_experts),
+            experts,
+            experts_run,
         });
         self.blocks.last_mut().expect("pushed above").steps += 1;
         self.update_step_span();
@@ -591,8 +598,8 @@ impl Run {
 
     /// The mean over the steps up to `k` of distinct experts a pass read per sparse layer.
     pub fn experts_mean(&self, k: usize) -> Option<f32> {
-        let means: Vec<f32> = self.steps.get(..=k)?.iter().filter_map(|s| s.experts.map(|e| e.mean)).collect();
-        (!means.is_empty()).then(|| means.iter().sum::<f32>() / means.len() as f32)
+        let (sum, n) = self.steps.get(k)?.experts_run;
+        (n > 0).then(|| (sum / f64::from(n)) as f32)
     }
 
     /// The most probable tokens of `pos` at step index `k`, most probable first, as
@@ -734,7 +741,10 @@ mod tests {
         }
         assert!(routed > 20);
         assert_eq!(r.routes(0), None, "a prompt cell has none");
-        assert!(r.experts_mean(r.head().unwrap()).is_some());
+        let means: Vec<f32> = r.steps().iter().map(|s| s.experts.unwrap().mean).collect();
+        let want = means.iter().sum::<f32>() / means.len() as f32;
+        assert!((r.experts_mean(r.head().unwrap()).unwrap() - want).abs() < 1e-4);
+        assert!((r.experts_mean(0).unwrap() - means[0]).abs() < 1e-6);
         // Without --routing: nothing, and no layout needed.
         let plain = Store::from_events(synth::trace(&Synth::small()));
         assert_eq!(plain.run().unwrap().routes(13), None);

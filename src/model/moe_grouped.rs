@@ -238,11 +238,6 @@ impl candle_core::InplaceOp2 for RouteInto {
     }
 }
 
-/// The table of layer `layer` from a tables tensor on the CPU.
-fn cpu_table(tables: &Tensor, layer: usize, t: usize) -> Result<Table> {
-    read_table(tables, layer, t)
-}
-
 /// `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)` for every slot, `e` its expert and
 /// `x̂_t` row t normalised (the post-attention norm's weight is folded into every expert's
 /// columns): the grouped `unmask_gemv_moe_up_u4`. `w`: `[experts, 2 I, H]`, gate rows then up
@@ -282,7 +277,7 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
             candle_core::bail!("moe up: act, x and w must be bf16");
         };
         let (x, w) = (contiguous(x, lx, "x")?, contiguous(w, lw, "w")?);
-        let table = cpu_table(self.tables, self.layer, t)?;
+        let table = read_table(self.tables, self.layer, t)?;
         let act = &mut act[la.start_offset()..];
         for (u, &e) in table.experts.iter().enumerate() {
             let rows: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).collect();
@@ -351,7 +346,7 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
             candle_core::bail!("moe down: part must be f32, act and w bf16");
         };
         let (act, w) = (contiguous(act, la, "act")?, contiguous(w, lw, "w")?);
-        let table = cpu_table(self.tables, self.layer, t)?;
+        let table = read_table(self.tables, self.layer, t)?;
         let part = &mut part[lp.start_offset()..];
         for (u, &e) in table.experts.iter().enumerate() {
             let slots: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).map(|r| table.slot[u][r] as usize).collect();
