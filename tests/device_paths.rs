@@ -3,6 +3,8 @@
 //! give the same decode, event for event, as the reference path (host logits + reference
 //! sampler, exact-length attention).
 
+mod common;
+
 use std::path::Path;
 
 use candle_core::{DType, Device};
@@ -10,6 +12,8 @@ use unmask::engine::{decode, ModelDenoiser, Request, RunOptions};
 use unmask::events::Event;
 use unmask::model::{Checkpoint, Source};
 use unmask::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+
+use common::request;
 
 fn load() -> Checkpoint {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-random");
@@ -19,19 +23,7 @@ fn load() -> Checkpoint {
 /// Events with their timings zeroed.
 fn run(opts: RunOptions, settings: &DecodeSettings, prompt_ids: &[u32]) -> Vec<Event> {
     let ck = load();
-    let req = Request {
-        prompt: String::new(),
-        prompt_ids: prompt_ids.to_vec(),
-        settings: settings.clone(),
-        mask_id: ck.tokenizer.mask_id(),
-        eos_ids: vec![],
-        model: ck.info.clone(),
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 1,
-        routing: false,
-    };
+    let req = request(prompt_ids, settings.clone(), ck.tokenizer.mask_id(), ck.info.clone());
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), opts);
     let mut events = vec![];
     decode(&mut den, &ck.tokenizer, &req, &mut |e| events.push(e), None);
@@ -115,19 +107,7 @@ fn fixed_passes_survive_a_restart_in_the_same_denoiser() {
     let s = settings(Strategy::LowConfidenceDynamic, Sampling::default());
     let mut outs = vec![];
     for prompt in [vec![9u32, 8, 7, 6, 5, 4, 3, 2, 1], vec![1u32, 2, 3, 4, 5]] {
-        let req = Request {
-            prompt: String::new(),
-            prompt_ids: prompt.clone(),
-            settings: s.clone(),
-            mask_id: ck.tokenizer.mask_id(),
-            eos_ids: vec![],
-            model: ck.info.clone(),
-            device: "cpu".into(),
-            chat: None,
-            sources: Default::default(),
-            candidates: 1,
-            routing: false,
-        };
+        let req = request(&prompt, s.clone(), ck.tokenizer.mask_id(), ck.info.clone());
         let fin = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
         outs.push((prompt, fin.output_ids));
     }
@@ -143,19 +123,7 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
     let ck = load();
     let mask = ck.tokenizer.mask_id();
     let s = settings(Strategy::LowConfidenceStatic, Sampling::default());
-    let req = Request {
-        prompt: String::new(),
-        prompt_ids: vec![3, 1, 4, 1, 5, 9],
-        settings: s.clone(),
-        mask_id: mask,
-        eos_ids: vec![],
-        model: ck.info.clone(),
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 1,
-        routing: false,
-    };
+    let req = request(&[3, 1, 4, 1, 5, 9], s.clone(), mask, ck.info.clone());
     let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
     let mut sent = vec![];
     let off = unmask::engine::decode_with_events(&mut den, &ck.tokenizer, &req, &mut |e| sent.push(e), None, false);
@@ -173,19 +141,7 @@ fn candidates_above_1_take_the_host_path_and_decode_the_same() {
     let device = RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false };
     let sampled = settings(Strategy::LowConfidenceDynamic, Sampling { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3 });
     let reference = run(RunOptions::reference(), &sampled, &[5, 6, 7, 8, 9]);
-    let req = Request {
-        prompt: String::new(),
-        prompt_ids: vec![5, 6, 7, 8, 9],
-        settings: sampled,
-        mask_id: ck.tokenizer.mask_id(),
-        eos_ids: vec![],
-        model: ck.info.clone(),
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 3,
-        routing: false,
-    };
+    let req = Request { candidates: 3, ..request(&[5, 6, 7, 8, 9], sampled, ck.tokenizer.mask_id(), ck.info.clone()) };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), device);
     let mut events = vec![];
     let fin = decode(&mut den, &ck.tokenizer, &req, &mut |e| events.push(e), None);

@@ -12,7 +12,7 @@ use unmask::engine::{decode, ModelDenoiser, Request};
 use unmask::events::{Event, StepEvent};
 use unmask::settings::DecodeSettings;
 
-use common::{cases, fixture, load, run_case};
+use common::{cases, fixture, load, request, run_case};
 
 #[derive(Deserialize)]
 struct Golden {
@@ -129,28 +129,18 @@ fn fixed_streamed_passes_report_the_eager_passes_routes() {
         w.std = 0.05; // routes that differ row to row
         let mut model = Model::load(&cfg, &w, DType::BF16, &Device::Cpu).unwrap();
         model.use_row_weights().unwrap();
-        let req = Request {
-            prompt: String::new(),
-            prompt_ids: vec![11, 12, 13, 14, 15, 16],
-            settings: DecodeSettings { block_length: 4, steps: 4, max_new_tokens: 12, ..DecodeSettings::default() },
-            mask_id: mask,
-            eos_ids: vec![],
-            model: unmask::events::ModelInfo {
-                source: "random".into(),
-                model_type: cfg.model_type.clone(),
-                vocab_size: 1000,
-                hidden_size: 256,
-                num_layers: 3,
-                num_params: cfg.num_params(),
-                dtype: "bf16".into(),
-                moe: cfg.moe_info(),
-            },
-            device: "cpu".into(),
-            chat: None,
-            sources: Default::default(),
-            candidates: 1,
-            routing: true,
+        let info = unmask::events::ModelInfo {
+            source: "random".into(),
+            model_type: cfg.model_type.clone(),
+            vocab_size: 1000,
+            hidden_size: 256,
+            num_layers: 3,
+            num_params: cfg.num_params(),
+            dtype: "bf16".into(),
+            moe: cfg.moe_info(),
         };
+        let settings = DecodeSettings { block_length: 4, steps: 4, max_new_tokens: 12, ..DecodeSettings::default() };
+        let req = Request { routing: true, ..request(&[11, 12, 13, 14, 15, 16], settings, mask, info) };
         let mut den = ModelDenoiser::with_options(model, mask, opts);
         let mut events = vec![];
         decode(&mut den, &Ids, &req, &mut |e| events.push(e), None);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 use unmask::engine::{decode, Denoiser, ModelDenoiser, Request};
-use unmask::events::{Event, FinishReason};
+use unmask::events::{Event, FinishReason, ModelInfo};
 use unmask::model::{Checkpoint, Source};
 use unmask::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 
@@ -86,6 +86,24 @@ impl PartialEq for ExpCommit {
     }
 }
 
+/// A CPU decode of `prompt_ids` with `settings` on a model of `info`: no chat, no EOS, nothing
+/// asked beyond the samples (set `eos_ids`, `candidates`, `routing` with struct update syntax).
+pub fn request(prompt_ids: &[u32], settings: DecodeSettings, mask_id: u32, model: ModelInfo) -> Request {
+    Request {
+        prompt: String::new(),
+        prompt_ids: prompt_ids.to_vec(),
+        settings,
+        mask_id,
+        eos_ids: vec![],
+        model,
+        device: "cpu".into(),
+        chat: None,
+        sources: Default::default(),
+        candidates: 1,
+        routing: false,
+    }
+}
+
 /// Decodes `case` greedily on `ck` (with `--routing` when `routing`); every event.
 pub fn run_case(case: &Case, ck: Checkpoint, routing: bool) -> Vec<Event> {
     let settings = DecodeSettings {
@@ -99,19 +117,7 @@ pub fn run_case(case: &Case, ck: Checkpoint, routing: bool) -> Vec<Event> {
         max_new_tokens: case.max_new_tokens,
     };
     settings.validate().unwrap();
-    let req = Request {
-        prompt: String::new(),
-        prompt_ids: case.prompt_ids.clone(),
-        settings,
-        mask_id: ck.tokenizer.mask_id(),
-        eos_ids: case.eos_ids.clone(),
-        model: ck.info.clone(),
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 1,
-        routing,
-    };
+    let req = Request { eos_ids: case.eos_ids.clone(), routing, ..request(&case.prompt_ids, settings, ck.tokenizer.mask_id(), ck.info.clone()) };
     let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
     let mut events = vec![];
     decode(denoiser.as_mut(), &ck.tokenizer, &req, &mut |e| events.push(e), None);
