@@ -555,7 +555,8 @@ mod tests {
     #[test]
     fn the_streamed_moe_layer_matches_the_standard_one() {
         use crate::model::random::RandomWeights;
-        use crate::model::{Model, PassInput};
+        use crate::model::random::passes;
+        use crate::model::Model;
         let cfg = crate::model::random::three_layer_moe((256, 4, 2, 1000, 512), (8, 3, 64));
         let dev = Device::Cpu;
         let load = || {
@@ -569,31 +570,12 @@ mod tests {
         assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
         // the standard layer routes on the host: no CUDA graph; the streamed one is capturable
         assert!(!standard.capturable(4, 24) && streamed.capturable(4, 24));
-        let run = |m: &Model| -> (Vec<Vec<f32>>, Vec<crate::model::decoder::LayerRoutes>) {
-            let mut cache = m.new_cache(24).unwrap();
-            let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
-            let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
-            let (h, routes) = m.forward_routed(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap();
-            let den = m.logits(&h).unwrap();
-            let (pos, mask) = PassInput::window(8, 4, 4, 24);
-            let input = PassInput {
-                ids: Tensor::new(&[9u32, 10, 11, 12], &dev).unwrap(),
-                positions: Tensor::from_vec(pos, 4, &dev).unwrap(),
-                keys: 24,
-                mask: Some(Tensor::from_vec(mask, (4, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap()),
-            };
-            let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
-            ([pre, commit, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect(), routes)
-        };
-        let ((a, ra), (b, rb)) = (run(&streamed), run(&standard));
+        let ((a, ra), (b, rb)) = (passes::four(&streamed), passes::four(&standard));
         for (k, (x, y)) in a.iter().zip(&b).enumerate() {
-            let num: f32 = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum();
-            let den: f32 = y.iter().map(|q| q * q).sum();
-            let e = (num / den).sqrt();
+            let e = passes::rel_err(x, y);
             assert!(e < 3e-2, "pass {k}: rel err {e}");
         }
-        let num: f32 = a[2].iter().zip(&a[3]).map(|(p, q)| (p - q) * (p - q)).sum();
-        assert!(num.sqrt() < 1e-3, "window vs exact keys");
+        assert!(passes::distance(&a[2], &a[3]) < 1e-3, "window vs exact keys");
         // the same experts in the same order for every row of both sparse layers
         assert_eq!(ra.iter().map(|r| r.layer).collect::<Vec<_>>(), vec![0, 2]);
         assert_eq!(rb.iter().map(|r| r.layer).collect::<Vec<_>>(), vec![0, 2]);

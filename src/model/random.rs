@@ -266,6 +266,48 @@ pub fn check_config(hidden: usize, layers: usize, heads: usize, kv_heads: usize,
     ModelConfig::parse(&json.to_string(), "check config")
 }
 
+/// What the layer tests (here, and moe_grouped.rs's) run on two forms of a model and compare.
+#[cfg(test)]
+pub(crate) mod passes {
+    use candle_core::{Device, Tensor};
+
+    use crate::model::decoder::LayerRoutes;
+    use crate::model::{Model, PassInput};
+
+    /// The logits of four passes over a 24-slot cache, on the CPU: a 10-row prefill (storing
+    /// nothing), a pass committing 8 rows, a cached denoise of 4 rows (with its routes), and
+    /// the same denoise as the fixed-window pass (mask, keys = capacity).
+    pub fn four(m: &Model) -> (Vec<Vec<f32>>, Vec<LayerRoutes>) {
+        let dev = Device::Cpu;
+        let mut cache = m.new_cache(24).unwrap();
+        let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
+        let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
+        let (h, routes) = m.forward_routed(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap();
+        let den = m.logits(&h).unwrap();
+        let (pos, mask) = PassInput::window(8, 4, 4, 24);
+        let input = PassInput {
+            ids: Tensor::new(&[9u32, 10, 11, 12], &dev).unwrap(),
+            positions: Tensor::from_vec(pos, 4, &dev).unwrap(),
+            keys: 24,
+            mask: Some(Tensor::from_vec(mask, (4, 24), &dev).unwrap().to_dtype(m.dtype()).unwrap()),
+        };
+        let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
+        ([pre, commit, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect(), routes)
+    }
+
+    /// ‖a − b‖ / ‖b‖.
+    pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+        let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+        let den: f32 = b.iter().map(|y| y * y).sum();
+        (num / den).sqrt()
+    }
+
+    /// ‖a − b‖: the denoise against the window pass, which see the same keys.
+    pub fn distance(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,7 +392,6 @@ mod tests {
     /// and the fixed-window pass (mask, keys = capacity), with GQA groups of 2 and 4.
     #[test]
     fn fused_ops_match_the_generic_chains() {
-        use crate::model::PassInput;
         for (cfg, dt, tol) in [
             (shape_config("tiny").unwrap(), DType::F32, 1e-5),
             (check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), DType::F32, 1e-5),
@@ -358,34 +399,16 @@ mod tests {
         ] {
             let w = RandomWeights::on_host(&cfg, 3);
             let mut m = super::super::Model::load(&cfg, &w, dt, &Device::Cpu).unwrap();
-            let run = |m: &super::super::Model| -> Vec<Vec<f32>> {
-                let mut cache = m.new_cache(24).unwrap();
-                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
-                m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap();
-                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap()).unwrap();
-                let (pos, mask) = PassInput::window(8, 4, 4, 24);
-                let input = PassInput {
-                    ids: Tensor::new(&[9u32, 10, 11, 12], &Device::Cpu).unwrap(),
-                    positions: Tensor::from_vec(pos, 4, &Device::Cpu).unwrap(),
-                    keys: 24,
-                    mask: Some(Tensor::from_vec(mask, (4, 24), &Device::Cpu).unwrap().to_dtype(dt).unwrap()),
-                };
-                let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
-                [pre, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect()
-            };
             m.set_fused(true);
-            let fused = run(&m);
+            let (fused, _) = passes::four(&m);
             m.set_fused(false);
-            let generic = run(&m);
+            let (generic, _) = passes::four(&m);
             for (k, (a, b)) in fused.iter().zip(&generic).enumerate() {
-                let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
-                let den: f32 = b.iter().map(|y| y * y).sum();
-                let e = (num / den).sqrt();
+                let e = passes::rel_err(a, b);
                 assert!(e < tol, "{dt:?} heads {}/{} pass {k}: rel err {e}", cfg.num_attention_heads, cfg.kv_heads());
             }
             // and the denoise pass equals the fixed-window pass (same queries, same keys)
-            let num: f32 = fused[1].iter().zip(&fused[2]).map(|(x, y)| (x - y) * (x - y)).sum();
-            assert!(num.sqrt() < 1e-3, "window vs exact keys");
+            assert!(passes::distance(&fused[2], &fused[3]) < 1e-3, "window vs exact keys");
         }
     }
 
@@ -395,7 +418,6 @@ mod tests {
     /// both: too many rows), the committing pass, a cached denoise and the fixed-window pass.
     #[test]
     fn the_streamed_layer_matches_the_standard_one() {
-        use crate::model::PassInput;
         for cfg in [check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), check_config(256, 2, 4, 2, 128, 768, 1000).unwrap()] {
             let dev = Device::Cpu;
             // each model from its own source of the same seed: a source draws as it is read
@@ -405,26 +427,9 @@ mod tests {
             assert!(!standard.streams(4, 24));
             assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
             assert!(!streamed.streams(10, 24), "a prefill of more than 8 rows takes the standard layer");
-            let run = |m: &super::super::Model| -> Vec<Vec<f32>> {
-                let mut cache = m.new_cache(24).unwrap();
-                let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
-                let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
-                let den = m.logits(&m.forward(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap()).unwrap();
-                let (pos, mask) = PassInput::window(8, 4, 4, 24);
-                let input = PassInput {
-                    ids: Tensor::new(&[9u32, 10, 11, 12], &dev).unwrap(),
-                    positions: Tensor::from_vec(pos, 4, &dev).unwrap(),
-                    keys: 24,
-                    mask: Some(Tensor::from_vec(mask, (4, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap()),
-                };
-                let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
-                [pre, commit, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect()
-            };
-            let (a, b) = (run(&streamed), run(&standard));
+            let ((a, _), (b, _)) = (passes::four(&streamed), passes::four(&standard));
             for (k, (x, y)) in a.iter().zip(&b).enumerate() {
-                let num: f32 = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum();
-                let den: f32 = y.iter().map(|q| q * q).sum();
-                let e = (num / den).sqrt();
+                let e = passes::rel_err(x, y);
                 // bf16 roundings at the same points, sums in another order
                 assert!(e < 2e-2, "d {} pass {k}: rel err {e}", cfg.head_dim());
                 if k == 0 {
@@ -432,8 +437,7 @@ mod tests {
                 }
             }
             // the cached denoise and the window pass see the K/V the streamed commit wrote
-            let num: f32 = a[2].iter().zip(&a[3]).map(|(p, q)| (p - q) * (p - q)).sum();
-            assert!(num.sqrt() < 1e-3, "window vs exact keys");
+            assert!(passes::distance(&a[2], &a[3]) < 1e-3, "window vs exact keys");
         }
     }
 }
