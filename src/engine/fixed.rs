@@ -35,6 +35,9 @@ pub struct FixedPass {
     graphs: Vec<(KernelParams, graph::Graph)>,
     /// Why capture was turned off, if it was.
     pub capture_error: Option<String>,
+    /// The passes run the model's streamed layer (`Model::streams`, asked once: it sizes a
+    /// workspace to answer).
+    streams: bool,
 }
 
 impl FixedPass {
@@ -60,6 +63,7 @@ impl FixedPass {
             #[cfg(feature = "cuda")]
             graphs: Vec::new(),
             capture_error: None,
+            streams: model.streams(t, capacity),
         })
     }
 
@@ -68,8 +72,8 @@ impl FixedPass {
     }
 
     /// Whether these passes run the model's streamed layer (see `Model::streams`).
-    pub fn streams(&self, model: &Model) -> bool {
-        model.streams(self.store + self.block, self.capacity)
+    pub fn streams(&self) -> bool {
+        self.streams
     }
 
     pub fn capturing(&self) -> bool {

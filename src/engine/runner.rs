@@ -109,7 +109,7 @@ impl ModelDenoiser {
             capture_error: self.fixed.iter().find_map(|f| f.capture_error.clone()),
             graphs_live: !self.fixed.is_empty() && self.fixed.iter().all(|f| f.capturing()),
             host_rows: self.host_rows,
-            streamed_layer: !self.fixed.is_empty() && self.fixed.iter().all(|f| f.streams(&self.model)),
+            streamed_layer: !self.fixed.is_empty() && self.fixed.iter().all(FixedPass::streams),
         }
     }
 
@@ -127,19 +127,21 @@ impl ModelDenoiser {
         Ok((hidden.narrow(0, s - done, b)?, routed.then(|| PassRouting::of(routes, b))))
     }
 
-    /// A fixed-buffer pass; returns its buffers (samples and logits on the device).
-    fn fixed_pass(&mut self, pass: Pass<'_>, head: &KernelParams, u: Option<&[f32]>) -> Result<&FixedPass> {
+    /// The fixed buffers for passes storing `s` and sampling `b` positions, made on first use.
+    fn fixed_index(&mut self, s: usize, b: usize) -> Result<usize> {
+        let capacity = self.cache.as_ref().ok_or_else(|| anyhow!("denoiser used before reset"))?.capacity();
+        if let Some(i) = self.fixed.iter().position(|f| f.fits(s, b, capacity)) {
+            return Ok(i);
+        }
+        self.fixed.push(FixedPass::new(&self.model, s, b, capacity, self.opts.cuda_graph)?);
+        Ok(self.fixed.len() - 1)
+    }
+
+    /// Fixed-buffer pass `i`; returns its buffers (samples and logits on the device).
+    fn fixed_pass(&mut self, i: usize, pass: Pass<'_>, head: &KernelParams, u: Option<&[f32]>) -> Result<&FixedPass> {
         let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
-        let (s, b) = (pass.store.len(), pass.block.len());
-        let i = match self.fixed.iter().position(|f| f.fits(s, b, cache.capacity())) {
-            Some(i) => i,
-            None => {
-                self.fixed.push(FixedPass::new(&self.model, s, b, cache.capacity(), self.opts.cuda_graph)?);
-                self.fixed.len() - 1
-            }
-        };
         self.fixed[i].run(&self.model, cache, pass, head, u)?;
-        cache.advance(s)?;
+        cache.advance(pass.store.len())?;
         Ok(&self.fixed[i])
     }
 
@@ -223,10 +225,13 @@ impl ModelDenoiser {
         let params = KernelParams::new(sampling, self.mask_id);
         let u = (!sampling.is_greedy()).then_some(uniforms);
         let (s, b) = (pass.store.len(), pass.block.len());
-        let capacity = self.cache.as_ref().map_or(0, KvCache::capacity);
         // A prompt prefill is a one-off of any length: eager, not worth a fixed shape.
-        if self.opts.fixed_passes && s <= b && (!routed || self.model.streams(s + b, capacity)) {
-            let fixed = self.fixed_pass(pass, &params, u)?;
+        let fixed = match self.opts.fixed_passes && s <= b {
+            true => Some(self.fixed_index(s, b)?),
+            false => None,
+        };
+        if let Some(i) = fixed.filter(|&i| !routed || self.fixed[i].streams()) {
+            let fixed = self.fixed_pass(i, pass, &params, u)?;
             let ks = fixed.samples()?;
             let rows: Vec<Option<Vec<f32>>> = ks
                 .iter()
