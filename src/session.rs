@@ -88,12 +88,12 @@ impl Session {
 /// load (a dense checkpoint can be many GB).
 pub fn check_routing(source: &Source) -> Result<()> {
     let (config, label) = source.config()?;
-    routing_layout(&config, &label).map(|_| ())
+    require_moe(&config, &label)
 }
 
-/// The sparse layers `--routing` reports, or why there are none.
-pub fn routing_layout(config: &crate::model::ModelConfig, label: &str) -> Result<crate::events::MoeInfo> {
-    config.moe_info().ok_or_else(|| {
+/// `--routing` on the model `config` (named `label` in the error): it must have sparse layers.
+pub fn require_moe(config: &crate::model::ModelConfig, label: &str) -> Result<()> {
+    config.moe_info().map(|_| ()).ok_or_else(|| {
         anyhow!(
             "--routing: {label} describes a dense model (model_type {:?}, no sparse layers); routing needs a \
              mixture-of-experts checkpoint such as SDAR-30B-A3B (model_type \"sdar_moe\")",

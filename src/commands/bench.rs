@@ -423,7 +423,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             (Some(shape), _) => {
                 let cfg = shape_config(shape)?;
                 if args.decode.routing {
-                    crate::session::routing_layout(&cfg, &format!("--random-init {shape}"))?;
+                    crate::session::require_moe(&cfg, &format!("--random-init {shape}"))?;
                 }
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
                 let model = Model::load(&cfg, &w, dtype, &device).with_context(|| format!("--random-init {shape}"))?;

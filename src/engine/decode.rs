@@ -314,7 +314,7 @@ impl Loop<'_> {
             let store = std::mem::take(unstored);
             let pass = Pass { store: &store, block: cells };
             // Ranked lists and routes only when someone reads them: the decode never needs them.
-            let Denoised { samples, ranked, routing } = match req.ask() {
+            let Denoised { samples, ranked, mut routing } = match req.ask() {
                 ask if ask.any() && self.events => self.denoiser.denoise_asked(pass, &sampling, &u, ask)?,
                 _ => Denoised { samples: self.denoiser.denoise(pass, &sampling, &u)?, ..Denoised::default() },
             };
@@ -337,7 +337,8 @@ impl Loop<'_> {
             }
             let t0 = Instant::now();
             let top = |i: usize| ranked.get(i).map_or(&[][..], Vec::as_slice);
-            let routes = |i: usize| routing.as_ref().and_then(|r| r.block.get(i)).cloned().unwrap_or_default();
+            // Each committed position's routes, moved out: a position is committed once.
+            let mut routes = |i: usize| routing.as_mut().and_then(|r| r.block.get_mut(i)).map(std::mem::take).unwrap_or_default();
             let committed = picked
                 .iter()
                 .map(|&i| Committed { routes: routes(i), ..self.committed(start + i, &samples[i], top(i)) })
