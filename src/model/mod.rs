@@ -6,6 +6,7 @@
 // launchers in cuda/.
 pub mod attention;
 pub mod config;
+pub mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod decoder;

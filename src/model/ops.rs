@@ -203,21 +203,6 @@ pub fn attention_into(out: &Tensor, q: &Tensor, kv: &Tensor, mask: Option<&Tenso
 // ---------------------------------------------------------------------------------------------
 // CPU implementations: f32 math whatever the storage dtype, like the kernels.
 
-/// Dot product over 8 independent partial sums, which the compiler turns into SIMD lanes (a
-/// single running sum is a serial dependency it may not reorder).
-#[inline(always)]
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
 /// The f32 view of a contiguous input: borrowed when it already is f32 (the KV cache is read
 /// on every pass; copying it each time cost a quarter of a CPU forward), converted otherwise.
 fn to_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<std::borrow::Cow<'a, [f32]>> {
@@ -343,8 +328,8 @@ impl Attention {
             Some((s, l)) => Some(to_f32(s, l, "attention mask")?),
             None => None,
         };
-        let job = AttentionJob { op: self, q: &q, kv: &kv, mask: mask.as_deref(), t_len, cap };
-        let tasks = kvh * t_len.div_ceil(TILE);
+        let job = super::cpu_attention::Job { op: self, q: &q, kv: &kv, mask: mask.as_deref(), t_len, cap };
+        let tasks = job.tasks();
         let parts: Vec<Vec<f32>> = if tasks > 1 && t_len * h * self.keys * d >= super::linear::PARALLEL_FROM && super::linear::threads() > 1 {
             use rayon::prelude::*;
             (0..tasks).into_par_iter().map(|i| job.task(i)).collect()
@@ -355,101 +340,13 @@ impl Attention {
         let group = h / kvh;
         let mut out = vec![0f32; t_len * h * d];
         for (i, part) in parts.iter().enumerate() {
-            let (g, rows) = (i % kvh, job.rows(i / kvh));
+            let (g, rows) = (i % kvh, job.rows(i));
             for (j, o) in part.chunks_exact(d).enumerate() {
                 let (hh, t) = (g * group + j / rows.len(), rows.start + j % rows.len());
                 out[(t * h + hh) * d..][..d].copy_from_slice(o);
             }
         }
         Ok((from_f32(out, sq), Shape::from((t_len, h * d))))
-    }
-}
-
-/// Query rows a CPU attention task takes, with every query head of one KV head: each key and
-/// value row is read once for `group x TILE` queries (a 4096-key cache is 2 MB a KV head).
-const TILE: usize = 4;
-
-/// One CPU attention call's inputs, split into tasks of (KV head, tile of query rows).
-struct AttentionJob<'a> {
-    op: &'a Attention,
-    q: &'a [f32],
-    kv: &'a [f32],
-    mask: Option<&'a [f32]>,
-    t_len: usize,
-    cap: usize,
-}
-
-impl AttentionJob<'_> {
-    fn rows(&self, tile: usize) -> std::ops::Range<usize> {
-        tile * TILE..((tile + 1) * TILE).min(self.t_len)
-    }
-
-    /// Task `i`'s output, `[group][rows][d]`: AVX2 where the CPU has it (the same operations in
-    /// the same order as the portable body, 8 lanes wide: equal results).
-    fn task(&self, i: usize) -> Vec<f32> {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: detected just above.
-            return unsafe { self.task_avx2(i) };
-        }
-        self.task_body(i)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn task_avx2(&self, i: usize) -> Vec<f32> {
-        self.task_body(i)
-    }
-
-    /// Scores of every query against each key in turn, a softmax per query, then each value
-    /// row added into every query's output. A query row's keys past the last one its mask row
-    /// shows are skipped (a prefill chunk's later blocks, half its causal square).
-    #[inline(always)]
-    fn task_body(&self, i: usize) -> Vec<f32> {
-        let op = self.op;
-        let (kvh, d, keys) = (op.kv_heads, op.head_dim, op.keys);
-        let (g, rows) = (i % kvh, self.rows(i / kvh));
-        let group = op.heads / kvh;
-        let seen = |t: usize| self.mask.map_or(keys, |m| m[t * keys..(t + 1) * keys].iter().rposition(|&v| v != f32::NEG_INFINITY).map_or(0, |j| j + 1));
-        let span = rows.clone().map(seen).max().unwrap_or(0);
-        let queries: Vec<(usize, usize)> = (0..group).flat_map(|j| rows.clone().map(move |t| (g * group + j, t))).collect();
-        let (kb, vb) = (&self.kv[g * self.cap * d..], &self.kv[(kvh + g) * self.cap * d..]);
-        let mut sc = vec![0f32; queries.len() * span];
-        for j in 0..span {
-            let k = &kb[j * d..(j + 1) * d];
-            for (n, &(hh, t)) in queries.iter().enumerate() {
-                let qr = &self.q[(hh * self.t_len + t) * d..][..d];
-                sc[n * span + j] = dot8(qr, k) * op.scale + self.mask.map_or(0.0, |m| m[t * keys + j]);
-            }
-        }
-        let mut totals = Vec::with_capacity(queries.len());
-        for row in sc.chunks_exact_mut(span.max(1)) {
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut total = 0f32;
-            for s in row.iter_mut() {
-                *s = if *s == f32::NEG_INFINITY { 0.0 } else { (*s - mx).exp() };
-                total += *s;
-            }
-            totals.push(total);
-        }
-        // Row by row over V (contiguous), not column by column (a stride-d walk).
-        let mut out = vec![0f32; queries.len() * d];
-        for j in 0..span {
-            let v = &vb[j * d..(j + 1) * d];
-            for (n, o) in out.chunks_exact_mut(d).enumerate() {
-                let p = sc[n * span + j];
-                if p != 0.0 {
-                    for (oi, vi) in o.iter_mut().zip(v) {
-                        *oi += p * vi;
-                    }
-                }
-            }
-        }
-        for (o, total) in out.chunks_exact_mut(d).zip(totals) {
-            let inv = 1.0 / total;
-            o.iter_mut().for_each(|x| *x *= inv);
-        }
-        out
     }
 }
 
@@ -608,41 +505,38 @@ mod tests {
     use super::*;
     use candle_core::Device;
 
-    /// The CPU attention, split into (KV head, 4 query rows) tasks on the pool (AVX2 where the
-    /// CPU has it), equals a plain loop over (head, row) doing the same sums, bit for bit:
-    /// GQA groups of 3, a ragged last tile, a block-causal mask and a cache longer than the
-    /// keys attended.
+    /// The CPU attention op (tasks of cpu_attention.rs on the pool, their outputs put back at
+    /// their heads' columns) equals a plain softmax per (head, row) in f64: GQA groups of 3, a
+    /// ragged last tile, a block-causal mask, a cache longer than the keys attended, and both
+    /// tile sizes (9 rows, 40 rows).
     #[test]
-    fn cpu_attention_in_tasks_equals_one_query_at_a_time() {
+    fn cpu_attention_equals_one_query_at_a_time() {
         let dev = Device::Cpu;
-        let (h, kvh, d, t, cap, keys) = (6, 2, 16, 9, 40, 33);
-        let op = Attention { heads: h, kv_heads: kvh, head_dim: d, keys, scale: 0.25 };
-        let q = Tensor::randn(0f32, 1.0, (h, t, d), &dev).unwrap();
-        let kv = Tensor::randn(0f32, 1.0, (2, kvh, cap, d), &dev).unwrap();
-        let start = keys - t;
-        let mask = crate::model::attention::block_causal_mask(start, t, 4, keys).unwrap();
-        let got = attention(&q, &kv, Some(&Tensor::from_slice(&mask, (t, keys), &dev).unwrap()), &op).unwrap();
-        let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let (qv, kvv) = (q.flatten_all().unwrap().to_vec1::<f32>().unwrap(), kv.flatten_all().unwrap().to_vec1::<f32>().unwrap());
-        for hh in 0..h {
-            let g = hh / (h / kvh);
-            for r in 0..t {
-                let qr = &qv[(hh * t + r) * d..][..d];
-                let mut sc: Vec<f32> = (0..keys).map(|j| dot8(qr, &kvv[(g * cap + j) * d..][..d]) * 0.25 + mask[r * keys + j]).collect();
-                let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0f32;
-                for s in sc.iter_mut() {
-                    *s = if *s == f32::NEG_INFINITY { 0.0 } else { (*s - mx).exp() };
-                    total += *s;
-                }
-                let mut o = vec![0f32; d];
-                for (j, &p) in sc.iter().enumerate().filter(|(_, &p)| p != 0.0) {
-                    for (oi, vi) in o.iter_mut().zip(&kvv[((kvh + g) * cap + j) * d..][..d]) {
-                        *oi += p * vi;
+        for (t, keys) in [(9, 33), (40, 300)] {
+            let (h, kvh, d, cap) = (6, 2, 16, keys + 7);
+            let op = Attention { heads: h, kv_heads: kvh, head_dim: d, keys, scale: 0.25 };
+            let q = Tensor::randn(0f32, 1.0, (h, t, d), &dev).unwrap();
+            let kv = Tensor::randn(0f32, 1.0, (2, kvh, cap, d), &dev).unwrap();
+            let mask = crate::model::attention::block_causal_mask(keys - t, t, 4, keys).unwrap();
+            let got = attention(&q, &kv, Some(&Tensor::from_slice(&mask, (t, keys), &dev).unwrap()), &op).unwrap();
+            assert_eq!(got.dims(), &[t, h * d]);
+            let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (qv, kvv) = (q.flatten_all().unwrap().to_vec1::<f32>().unwrap(), kv.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            for hh in 0..h {
+                let g = hh / (h / kvh);
+                for r in 0..t {
+                    let qr = &qv[(hh * t + r) * d..][..d];
+                    let dot = |j: usize| qr.iter().zip(&kvv[(g * cap + j) * d..][..d]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
+                    let sc: Vec<f64> = (0..keys).map(|j| dot(j) * 0.25 + mask[r * keys + j] as f64).collect();
+                    let mx = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
+                    let total: f64 = w.iter().sum();
+                    for i in 0..d {
+                        let want = (0..keys).map(|j| w[j] * kvv[((kvh + g) * cap + j) * d + i] as f64).sum::<f64>() / total;
+                        let have = got[(r * h + hh) * d + i] as f64;
+                        assert!((have - want).abs() < 1e-5 * (1.0 + want.abs()), "t={t} head {hh} row {r} dim {i}: {have} vs {want}");
                     }
                 }
-                o.iter_mut().for_each(|x| *x *= 1.0 / total);
-                assert_eq!(&got[(r * h + hh) * d..][..d], &o[..], "head {hh} row {r}");
             }
         }
     }
