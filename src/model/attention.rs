@@ -153,7 +153,7 @@ impl SelfAttention {
         // caller's commit makes them part of the prefix.
         let kv_new = all.narrow(0, heads, 2 * kvh)?.reshape((2, kvh, t, d))?;
         ops::kv_write(kv, &kv_new, &input.positions)?;
-        let out = if fused && input.keys + d <= ops::ATTENTION_MAX_KEYS_PLUS_D {
+        let out = if fused && ops::attention_takes(q.device(), input.keys, d) {
             ops::attention(&q, kv, input.mask.as_ref(), &s.attention_op(input.keys))?
         } else {
             attention_generic(&q, kv, input, s)?

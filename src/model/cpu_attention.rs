@@ -102,11 +102,8 @@ impl Job<'_> {
             for (n, (st, o)) in state.iter_mut().zip(out.chunks_exact_mut(d)).enumerate() {
                 let row = &mut s[n * KEY_BLOCK..][..nk];
                 let mask = self.mask.map(|m| &m[row_of(n) * op.keys + k0..][..nk]);
-                for (j, x) in row.iter_mut().enumerate() {
-                    *x = *x * op.scale + mask.map_or(0.0, |m| m[j]);
-                }
                 // SAFETY: as above.
-                let alpha = unsafe { st.update::<K>(row) };
+                let alpha = unsafe { st.update::<K>(row, op.scale, mask) };
                 if alpha != 1.0 {
                     o.iter_mut().for_each(|x| *x *= alpha);
                 }
@@ -134,24 +131,24 @@ struct Softmax {
 impl Softmax {
     const EMPTY: Softmax = Softmax { max: f32::NEG_INFINITY, sum: 0.0 };
 
-    /// Takes a block's scores, turns them into `exp(score - max)` in place, and returns the
-    /// factor the output so far must be multiplied by (the old max's weights rescaled to the
-    /// new one; 1 when the max did not move).
+    /// Takes a block's raw dot products, turns them into weights `exp(score - max)` in place
+    /// (score = dot x scale + mask), and returns the factor the output so far must be
+    /// multiplied by (the old max's weights rescaled to the new one; 1 when the max did not
+    /// move).
     ///
     /// # Safety
     /// `K`'s CPU features are present.
     #[inline(always)]
-    unsafe fn update<K: Kernels>(&mut self, row: &mut [f32]) -> f32 {
-        let max = row.iter().copied().fold(self.max, f32::max);
+    unsafe fn update<K: Kernels>(&mut self, row: &mut [f32], scale: f32, mask: Option<&[f32]>) -> f32 {
+        // SAFETY (both): the caller's promise.
+        let max = unsafe { K::scores_max(row, scale, mask) }.max(self.max);
         if max == f32::NEG_INFINITY {
             // Nothing visible yet: every weight is zero, the output untouched.
             row.fill(0.0);
             return 1.0;
         }
         let alpha = if max == self.max { 1.0 } else { exp(self.max - max) };
-        // SAFETY: the caller's promise.
-        unsafe { K::exp_shifted(row, max) };
-        self.sum = self.sum * alpha + row.iter().sum::<f32>();
+        self.sum = self.sum * alpha + unsafe { K::exp_sum(row, max) };
         self.max = max;
         alpha
     }
@@ -165,8 +162,11 @@ trait Kernels {
     unsafe fn scores(q: &[f32], k: &[f32], d: usize, nk: usize, s: &mut [f32]);
     /// `out_n += sum_j p[n * KEY_BLOCK + j] v_j` over the keys `j` of `v [nk, d]`.
     unsafe fn values(p: &[f32], v: &[f32], d: usize, nk: usize, out: &mut [f32]);
-    /// `x = exp(x - max)` for every element.
-    unsafe fn exp_shifted(x: &mut [f32], max: f32);
+    /// `x = x * scale + mask` for every element; returns the largest.
+    unsafe fn scores_max(x: &mut [f32], scale: f32, mask: Option<&[f32]>) -> f32;
+    /// `x = exp(x - max)` for every element; returns their sum, added in 8 lanes then
+    /// [`tree`], then the elements past the last whole 8 in order.
+    unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32;
 }
 
 // The exponential: Cephes' single-precision method (range reduction by ln 2 in two parts, a
@@ -228,8 +228,27 @@ impl Kernels for Portable {
         }
     }
 
-    unsafe fn exp_shifted(x: &mut [f32], max: f32) {
-        x.iter_mut().for_each(|v| *v = exp(*v - max));
+    unsafe fn scores_max(x: &mut [f32], scale: f32, mask: Option<&[f32]>) -> f32 {
+        for (j, v) in x.iter_mut().enumerate() {
+            *v = *v * scale + mask.map_or(0.0, |m| m[j]);
+        }
+        x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    }
+
+    unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32 {
+        let mut lanes = [0f32; 8];
+        let mut chunks = x.chunks_exact_mut(8);
+        for c in &mut chunks {
+            for (l, v) in lanes.iter_mut().zip(c) {
+                *v = exp(*v - max);
+                *l += *v;
+            }
+        }
+        let rest = chunks.into_remainder();
+        rest.iter_mut().fold(tree(&lanes), |s, v| {
+            *v = exp(*v - max);
+            s + *v
+        })
     }
 }
 
@@ -289,14 +308,48 @@ mod avx2 {
         }
 
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn exp_shifted(x: &mut [f32], max: f32) {
+        unsafe fn scores_max(x: &mut [f32], scale: f32, mask: Option<&[f32]>) -> f32 {
+            let (sc, n) = (_mm256_set1_ps(scale), x.len() / 8 * 8);
+            let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
+            for c in (0..n).step_by(8) {
+                // SAFETY: c + 8 <= n <= x.len(), and the mask is as long as the row.
+                unsafe {
+                    let m = mask.map_or(_mm256_setzero_ps(), |m| _mm256_loadu_ps(m[c..c + 8].as_ptr()));
+                    let v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(c)), sc), m);
+                    _mm256_storeu_ps(x.as_mut_ptr().add(c), v);
+                    mx = _mm256_max_ps(mx, v);
+                }
+            }
+            let mut lanes = [0f32; 8];
+            // SAFETY: lanes holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), mx) };
+            let mut best = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for (j, v) in x.iter_mut().enumerate().skip(n) {
+                *v = *v * scale + mask.map_or(0.0, |m| m[j]);
+                best = best.max(*v);
+            }
+            best
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32 {
             let mut chunks = x.chunks_exact_mut(8);
-            let m = _mm256_set1_ps(max);
+            let (m, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
             for c in &mut chunks {
                 // SAFETY: c holds 8 floats.
-                unsafe { _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m))) };
+                unsafe {
+                    let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m));
+                    _mm256_storeu_ps(c.as_mut_ptr(), e);
+                    acc = _mm256_add_ps(acc, e);
+                }
             }
-            chunks.into_remainder().iter_mut().for_each(|v| *v = exp(*v - max));
+            let mut lanes = [0f32; 8];
+            // SAFETY: lanes holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+            chunks.into_remainder().iter_mut().fold(super::tree(&lanes), |s, v| {
+                *v = exp(*v - max);
+                s + *v
+            })
         }
     }
 
@@ -488,11 +541,13 @@ mod tests {
                 });
             }
             let mut a: Vec<f32> = (0..37).map(|i| -0.7 * i as f32).chain([f32::NEG_INFINITY, -90.0, 0.0]).collect();
+            let mask: Vec<f32> = (0..a.len()).map(|j| if j % 5 == 3 { f32::NEG_INFINITY } else { 0.0 }).collect();
             let mut b = a.clone();
             // SAFETY: detected above.
-            unsafe { avx2::Avx2::exp_shifted(&mut a, 0.5) };
-            unsafe { Portable::exp_shifted(&mut b, 0.5) };
-            assert_eq!(a, b);
+            let (ma, mb) = unsafe { (avx2::Avx2::scores_max(&mut a, 0.3, Some(&mask)), Portable::scores_max(&mut b, 0.3, Some(&mask))) };
+            assert_eq!((ma, &a), (mb, &b));
+            let (sa, sb) = unsafe { (avx2::Avx2::exp_sum(&mut a, ma), Portable::exp_sum(&mut b, mb)) };
+            assert_eq!((sa, &a), (sb, &b));
         }
     }
 }

@@ -40,11 +40,18 @@ pub struct QkvPrep {
     pub k_norm: Tensor,
 }
 
-/// Longest cache (plus head size) the attention kernel takes: its scores and q live in dynamic
-/// shared memory, 4 bytes each, beside 16 warps' partial sums (16 KiB at d = 256), within the
-/// default 48 KiB.
-/// Longer caches run the generic chain.
+/// Longest cache (plus head size) the CUDA attention kernel takes: its scores and q live in
+/// dynamic shared memory, 4 bytes each, beside 16 warps' partial sums (16 KiB at d = 256),
+/// within the default 48 KiB. Longer caches run the generic chain there.
 pub const ATTENTION_MAX_KEYS_PLUS_D: usize = 6 * 1024;
+
+/// Whether [`attention`] takes `keys` keys of head size `d` on `device`: the CPU kernel
+/// (cpu_attention.rs) any number, the CUDA one up to [`ATTENTION_MAX_KEYS_PLUS_D`]. (The CPU
+/// once shared the CUDA limit and fell back past 6k keys to the generic chain, whose
+/// `[heads, rows, keys]` scores made a 16k-key denoising pass 5.5x its floor.)
+pub fn attention_takes(device: &candle_core::Device, keys: usize, d: usize) -> bool {
+    device.is_cpu() || keys + d <= ATTENTION_MAX_KEYS_PLUS_D
+}
 
 #[derive(Clone, Debug)]
 pub struct Attention {
@@ -539,6 +546,12 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn only_the_cuda_kernel_has_a_longest_cache() {
+        assert!(attention_takes(&Device::Cpu, 1 << 20, 128));
+        assert!(attention_takes(&Device::Cpu, ATTENTION_MAX_KEYS_PLUS_D, 128));
     }
 
     #[test]

@@ -412,6 +412,29 @@ mod tests {
         }
     }
 
+    /// Past the CUDA kernel's longest cache (6k keys), the CPU still runs its own attention
+    /// kernel (ops::attention_takes), and it still equals the generic chain: a 6.5k-position
+    /// prefix committed in chunks, then a cached denoise of 4 rows over it.
+    #[test]
+    fn past_the_cuda_limit_the_cpu_attention_matches_the_generic_chain() {
+        let mut cfg = check_config(64, 1, 4, 2, 32, 64, 300).unwrap();
+        cfg.max_position_embeddings = 8192;
+        let keys = crate::model::ops::ATTENTION_MAX_KEYS_PLUS_D + 400;
+        let mut m = super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..keys as u32).map(|i| i * 7 % 300).collect();
+        let mut denoise = |fused: bool| {
+            m.set_fused(fused);
+            let mut cache = m.new_cache(keys + 4).unwrap();
+            for chunk in ids.chunks(512) {
+                m.forward(chunk, &mut cache, 4, chunk.len()).unwrap();
+            }
+            m.logits(&m.forward(&[1, 2, 3, 4], &mut cache, 4, 0).unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
+        let (fused, generic) = (denoise(true), denoise(false));
+        let e = passes::rel_err(&fused, &generic);
+        assert!(e < 1e-5, "rel err {e}");
+    }
+
     /// The GPU's streamed layer (six kernels a layer writing into a workspace, projections
     /// `[out, in]` with the norms and residual adds folded into them), run here through the
     /// CPU bodies of the same ops, against the standard fused layer: prefill (standard in
