@@ -17,6 +17,7 @@
 //! order (per-lane fused multiply-adds, the same reduction tree, the same exponential), so the
 //! two agree bit for bit and the tests hold on any CPU.
 
+use super::fastmath::exp;
 use super::ops::Attention;
 
 /// Keys per block: the block's values (64 x 128 f32 = 32 kB) stay in L1 while each query tile
@@ -192,27 +193,6 @@ trait Kernels {
     unsafe fn exp_sum(x: &mut [f32], max: f32) -> f32;
 }
 
-// The exponential: Cephes' single-precision method (range reduction by ln 2 in two parts, a
-// degree-5 polynomial, the power of two put in the exponent bits), to about 1 ulp over the
-// softmax's arguments (x <= 0). Arguments below -88 give 0, -inf included.
-const EXP_LO: f32 = -88.0;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
-
-/// `e^x` for `x <= 0`, the operations of the vector body one lane at a time.
-fn exp(x: f32) -> f32 {
-    let x = x.max(EXP_LO);
-    let n = (x * LOG2E).round_ties_even();
-    let r = n.mul_add(-LN2_HI, x);
-    let r = n.mul_add(-LN2_LO, r);
-    let p = EXP_POLY[1..].iter().fold(EXP_POLY[0], |p, &c| p.mul_add(r, c));
-    let y = p.mul_add(r * r, r) + 1.0;
-    // n is in [-127, 0]: a biased exponent of 0 (the value 0) to 127.
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
 /// Sums of 8 lanes as the AVX2 body's reduction tree adds them (two horizontal adds, then the
 /// two 128-bit halves).
 #[inline(always)]
@@ -277,7 +257,8 @@ impl Kernels for Portable {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{exp, Kernels, EXP_LO, EXP_POLY, KEY_BLOCK, LN2_HI, LN2_LO, LOG2E};
+    use super::{exp, Kernels, KEY_BLOCK};
+    use crate::model::fastmath::avx2::exp8;
     use std::arch::x86_64::*;
 
     /// AVX2 and FMA, head dimensions a multiple of 8.
@@ -464,22 +445,6 @@ mod avx2 {
             }
         }
     }
-
-    /// [`super::exp`] on 8 lanes.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn exp8(x: __m256) -> __m256 {
-        let x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
-        let mut p = _mm256_set1_ps(EXP_POLY[0]);
-        for &c in &EXP_POLY[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
-        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
-        _mm256_mul_ps(y, _mm256_castsi256_ps(e))
-    }
 }
 
 #[cfg(test)]
@@ -489,20 +454,6 @@ mod tests {
     /// A deterministic spread of values in [-1, 1).
     fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n).map(|i| (((i * 2654435761 + seed * 40503) % 65521) as f32 / 32760.5) - 1.0).collect()
-    }
-
-    #[test]
-    fn the_exponential_is_within_two_ulp_of_the_exact_one_and_zero_below_its_range() {
-        let mut worst = 0f64;
-        for i in 0..=200_000 {
-            let x = -87.0 * i as f32 / 200_000.0;
-            let (got, want) = (exp(x) as f64, (x as f64).exp());
-            worst = worst.max(((got - want) / want).abs());
-        }
-        assert!(worst < 2.5e-7, "worst relative error {worst}");
-        assert_eq!(exp(0.0), 1.0);
-        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp(-100.0), 0.0);
     }
 
     /// Attention in f64, one query at a time, the plain softmax.

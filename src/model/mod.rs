@@ -10,6 +10,7 @@ pub mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod decoder;
+pub mod fastmath;
 pub mod gemv;
 pub mod linear;
 pub mod mlp;

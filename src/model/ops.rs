@@ -487,12 +487,10 @@ impl CustomOp1 for SiluMul {
             candle_core::bail!("silu-mul: width {w} != 2 x {i}");
         }
         let x = to_f32(s, l, "silu-mul")?;
-        let mut out = Vec::with_capacity(t * i);
-        for r in 0..t {
-            for k in 0..i {
-                let (g, u) = (x[r * w + k], x[r * w + i + k]);
-                out.push(g / (1.0 + (-g).exp()) * u);
-            }
+        let mut out = vec![0f32; t * i];
+        for (row, o) in x.chunks_exact(w).zip(out.chunks_exact_mut(i)) {
+            let (g, u) = row.split_at(i);
+            super::fastmath::silu_mul(g, u, o);
         }
         Ok((from_f32(out, s), Shape::from((t, i))))
     }
