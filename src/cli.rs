@@ -307,7 +307,9 @@ pub struct DecodeArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEV", default_value = "cpu", global = true)]
     pub device: String,
-    /// Compute dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
+    /// Compute dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16. On the CPU, bf16
+    /// rounds each projection's input to bf16 and multiplies in bf16 (AVX512-BF16: prefill and
+    /// storing passes up to 1.6x faster); the rest stays f32. Tokens may differ from f32's.
     #[arg(long, value_name = "DT", default_value = "auto", global = true)]
     pub dtype: String,
     /// Keep the K most probable tokens of every masked position and their probabilities in

@@ -12,7 +12,7 @@ use crate::engine::{EngineThread, ModelDenoiser, Request};
 use crate::events::ChatInfo;
 use crate::hub;
 use crate::model::config::block_size_from_name;
-use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Source};
+use crate::model::{parse_device, parse_dtype, Checkpoint, Compute, GenerationConfig, Products, Source};
 use crate::tokenizer::Tok;
 
 /// The prompt decoded when none is given and the checkpoint suggests none.
@@ -45,7 +45,8 @@ impl Session {
         if args.routing {
             check_routing(&source)?;
         }
-        let mut ckpt = Checkpoint::load(&source, &device, parse_dtype(&args.dtype, &device)?)?;
+        let compute = parse_dtype(&args.dtype, &device)?;
+        let mut ckpt = Checkpoint::load(&source, &device, compute)?;
         if let Some(id) = hub_id(args) {
             ckpt.info.source = id;
         }
@@ -73,7 +74,7 @@ impl Session {
             mask_id: ckpt.tokenizer.mask_id(),
             eos_ids: ckpt.eos_ids.clone(),
             model: ckpt.info.clone(),
-            device: args.device.clone(),
+            device: device_label(&args.device, compute),
             chat: Some(chat),
             sources,
             candidates: args.candidates(),
@@ -81,6 +82,15 @@ impl Session {
         };
         let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
+    }
+}
+
+/// The device as the header and the status bar name it: `--device`, and on the CPU with
+/// `--dtype bf16` the products that make its tokens differ from f32's.
+pub fn device_label(device: &str, compute: Compute) -> String {
+    match compute.products {
+        Products::Bf16 => format!("{device} (bf16 products)"),
+        Products::F32 => device.to_string(),
     }
 }
 

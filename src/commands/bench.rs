@@ -26,7 +26,7 @@ use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser
 use crate::events::{Event, ModelInfo};
 use crate::model::config::ModelConfig;
 use crate::model::random::{shape_config, RandomWeights};
-use crate::model::{parse_device, parse_dtype, Checkpoint, GenerationConfig, Model};
+use crate::model::{parse_device, parse_dtype, Checkpoint, Compute, GenerationConfig, Model, Products};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
@@ -222,8 +222,13 @@ pub fn pass_flops(cfg: &ModelConfig, rows: usize, head_rows: usize, keys: f64) -
     let m = &cfg.moe;
     let sparse = m.num_experts.unwrap_or(0) * h + m.num_experts_per_tok.unwrap_or(0) * 3 * h * m.moe_intermediate_size.unwrap_or(0);
     let per_row: usize = (0..cfg.num_hidden_layers).map(|l| attn_proj + if cfg.is_sparse(l) { sparse } else { 3 * h * i }).sum();
-    let attention = 2.0 * (heads * d * cfg.num_hidden_layers) as f64 * keys;
-    2.0 * (per_row as f64 * rows as f64 + (cfg.vocab_size * h * head_rows) as f64 + attention * rows as f64)
+    2.0 * (per_row as f64 * rows as f64 + (cfg.vocab_size * h * head_rows) as f64) + attention_flops(cfg, rows, keys)
+}
+
+/// The part of [`pass_flops`] that is attention (its two products over the keys): f32 on the
+/// CPU whatever the projections' [`Products`].
+pub fn attention_flops(cfg: &ModelConfig, rows: usize, keys: f64) -> f64 {
+    4.0 * (cfg.num_attention_heads * cfg.head_dim() * cfg.num_hidden_layers) as f64 * keys * rows as f64
 }
 
 /// Bytes of a weight value and of a cached K/V value, and the distinct experts a sparse layer
@@ -249,6 +254,8 @@ pub struct PassCost {
     pub rows: usize,
     pub bytes: usize,
     pub flops: f64,
+    /// Of `flops`, attention's.
+    pub attention_flops: f64,
 }
 
 impl PassCost {
@@ -257,7 +264,7 @@ impl PassCost {
     /// reads (see [`moe_pass_bytes`]).
     fn block(cfg: &ModelConfig, rows: usize, b: usize, keys: usize, e: &Elems) -> Self {
         let bytes = moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, keys, e.kv);
-        PassCost { rows, bytes, flops: pass_flops(cfg, rows, b, keys as f64) }
+        PassCost { rows, bytes, flops: pass_flops(cfg, rows, b, keys as f64), attention_flops: attention_flops(cfg, rows, keys as f64) }
     }
 
     /// The first pass of a decode: the prompt's `stored` whole-block rows in chunks of
@@ -273,7 +280,9 @@ impl PassCost {
             let rows = if last { stored - done + b } else { chunk };
             cost.rows += rows;
             cost.bytes += moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, done + rows, e.kv);
-            cost.flops += pass_flops(cfg, rows, if last { b } else { 0 }, done as f64 + rows as f64 / 2.0);
+            let keys = done as f64 + rows as f64 / 2.0;
+            cost.flops += pass_flops(cfg, rows, if last { b } else { 0 }, keys);
+            cost.attention_flops += attention_flops(cfg, rows, keys);
             if last {
                 return cost;
             }
@@ -327,6 +336,46 @@ fn host_fma_peak() -> Option<f64> {
 
 const FMA_CHAINS: usize = 12;
 
+/// The host's bf16 dot-product peak in FLOP/s, as [`host_fma_peak`] with AVX512-BF16's
+/// `vdpbf16ps` (16 lanes x 2 multiply-adds an instruction): what bf16 products can reach.
+/// `None` where the CPU lacks it.
+fn host_dot_peak() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if crate::model::bf16_products::native() {
+        use rayon::prelude::*;
+        const STEPS: usize = 10_000_000;
+        let threads = crate::model::linear::threads();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            // SAFETY: the features were detected.
+            let s: f32 = (0..threads).into_par_iter().map(|_| unsafe { dot_chains(STEPS) }).sum();
+            best = best.min(t0.elapsed().as_secs_f64());
+            std::hint::black_box(s);
+        }
+        return Some((threads * STEPS * FMA_CHAINS * 64) as f64 / best);
+    }
+    None
+}
+
+/// # Safety
+/// The CPU has AVX512F and AVX512-BF16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dot_chains(steps: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_set1_ps(0.0); FMA_CHAINS];
+    // SAFETY (both transmutes): 32 bf16 are the bits of 16 i32.
+    let a: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(0x3f80_3f80)) };
+    let b: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(0x3380_3380)) };
+    for _ in 0..steps {
+        for s in acc.iter_mut() {
+            *s = _mm512_dpbf16_ps(*s, a, b);
+        }
+    }
+    _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a)))
+}
+
 /// # Safety
 /// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
@@ -359,11 +408,13 @@ fn sum_lanes(v: &[f32]) -> f32 {
 }
 
 /// Bytes per weight value as the projections read them: bf16 weights on the CPU stay bf16
-/// under f32 compute (linear.rs), so a bf16 source reads 2 whatever the compute dtype.
-fn weight_elem_bytes(stored: &str, dtype: candle_core::DType) -> usize {
+/// under f32 compute (linear.rs), so a bf16 source reads 2 whatever the compute dtype, and
+/// bf16 products read every weight in bf16.
+fn weight_elem_bytes(stored: &str, compute: Compute) -> usize {
     match stored {
+        _ if compute.products == Products::Bf16 => 2,
         "bf16" | "f16" => 2,
-        _ => dtype.size_in_bytes(),
+        _ => compute.dtype.size_in_bytes(),
     }
 }
 
@@ -382,12 +433,15 @@ struct Floor {
     read_bytes_per_s: Option<f64>,
     /// Host f32 FMA peak measured in this run (CPU with AVX2+FMA only).
     fma_flops_per_s: Option<f64>,
+    /// Host bf16 dot-product peak measured in this run, where the projections run bf16
+    /// products on a CPU with AVX512-BF16: their compute floor.
+    dot_flops_per_s: Option<f64>,
     /// Threads both were measured on (the products' count).
     threads: usize,
 }
 
 impl Floor {
-    fn new(passes: [PassCost; 3], cpu: bool) -> Self {
+    fn new(passes: [PassCost; 3], cpu: bool, products: Products) -> Self {
         let mut f = Floor {
             denoise_bytes: 0,
             stored_bytes: 0,
@@ -395,6 +449,7 @@ impl Floor {
             passes,
             read_bytes_per_s: cpu.then(host_read_bandwidth),
             fma_flops_per_s: if cpu { host_fma_peak() } else { None },
+            dot_flops_per_s: if cpu && products == Products::Bf16 { host_dot_peak() } else { None },
             threads: crate::model::linear::threads(),
         };
         f.set_passes(passes);
@@ -416,7 +471,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("--repeat must be at least 1");
     }
     let device = parse_device(&args.decode.device)?;
-    let dtype = parse_dtype(&args.decode.dtype, &device)?;
+    let compute = parse_dtype(&args.decode.dtype, &device)?;
+    let dtype = compute.dtype;
     let t0 = Instant::now();
     let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
         match (&args.random_init, &args.decode.model) {
@@ -426,7 +482,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     crate::session::require_moe(&cfg, &format!("--random-init {shape}"))?;
                 }
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
-                let model = Model::load(&cfg, &w, dtype, &device).with_context(|| format!("--random-init {shape}"))?;
+                let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {shape}"))?;
                 let info = ModelInfo {
                     source: format!("random:{shape}"),
                     model_type: cfg.model_type.clone(),
@@ -445,7 +501,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 if args.decode.routing {
                     crate::session::check_routing(&source)?;
                 }
-                let ck = Checkpoint::load(&source, &device, dtype)?;
+                let ck = Checkpoint::load(&source, &device, compute)?;
                 let mask = ck.tokenizer.mask_id();
                 (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config)
             }
@@ -466,16 +522,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let vocab = model.vocab_size();
     let weight_bytes = model.weight_bytes();
     let prompt_ids = synthetic_prompt(args.prompt_len, vocab, &[mask_id]);
-    let elem = weight_elem_bytes(&info.dtype, dtype);
+    let elem = weight_elem_bytes(&info.dtype, compute);
     let b = base.block_length;
     let mut elems = Elems { weight: elem, kv: dtype.size_in_bytes(), experts: 0.0 };
-    let floor = Floor::new(pass_costs(&cfg, args, base.max_new_tokens, b, &elems), device.is_cpu());
+    let floor = Floor::new(pass_costs(&cfg, args, base.max_new_tokens, b, &elems), device.is_cpu(), compute.products);
     let mut den = ModelDenoiser::new(model, mask_id);
     eprintln!(
         "unmask bench: {} on {} ({}), {:.2} GB of weights, loaded in {load_s:.1} s; {}",
         info.source,
         args.decode.device,
-        dtype.as_str(),
+        compute.label(),
         weight_bytes as f64 / 1e9,
         paths_in_words(&den.options())
     );
@@ -490,7 +546,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             mask_id,
             eos_ids: vec![],
             model: info.clone(),
-            device: args.decode.device.clone(),
+            device: crate::session::device_label(&args.decode.device, compute),
             chat: None,
             sources: Default::default(),
             candidates: args.decode.candidates(),
@@ -528,7 +584,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         moe_experts_per_layer_pass: moe_experts,
         model: info.source.clone(),
         device: args.decode.device.clone(),
-        dtype: dtype.as_str().to_string(),
+        dtype: compute.label().to_string(),
         params: info.num_params,
         weight_bytes,
         floor,
@@ -665,13 +721,19 @@ fn paths_in_words(o: &crate::engine::RunOptions) -> String {
 }
 
 /// Each pass of each row against both floors of this run (a CPU with AVX2+FMA): its bytes over
-/// the read bandwidth and its FLOPs over the FMA peak. A pass is no faster than the larger;
-/// where that is the compute floor, a ratio to the read floor alone cannot reach 1.
+/// the read bandwidth and its FLOPs over the peak that computes them (the projections' over the
+/// bf16 dot peak where they run bf16 products, the rest over the FMA peak). A pass is no faster
+/// than the larger; where that is the compute floor, a ratio to the read floor alone cannot
+/// reach 1.
 fn print_passes(r: &Report) {
     let f = &r.floor;
-    let (Some(bw), Some(peak)) = (f.read_bytes_per_s, f.fma_flops_per_s) else { return };
-    println!("# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)", peak / 1e9, f.threads);
-    println!("| strategy | events | pass | rows | ms | read floor ms | x read floor | GFLOP | GFLOP/s | % of FMA peak | compute floor ms |");
+    let (Some(bw), Some(fma)) = (f.read_bytes_per_s, f.fma_flops_per_s) else { return };
+    let dot = f.dot_flops_per_s;
+    match dot {
+        Some(d) => println!("# compute: f32 FMA peak {:.1}, bf16 dot peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, d / 1e9, f.threads),
+        None => println!("# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, f.threads),
+    }
+    println!("| strategy | events | pass | rows | ms | read floor ms | x read floor | GFLOP | GFLOP/s | % of peak | compute floor ms |");
     println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
         let ms = [row.denoise_ms_median, row.stored_ms_median, row.prefill_ms_median];
@@ -679,20 +741,27 @@ fn print_passes(r: &Report) {
             if ms.is_nan() {
                 continue;
             }
-            let (read, rate) = (p.bytes as f64 / bw * 1e3, p.flops / (ms / 1e3));
+            let read = p.bytes as f64 / bw * 1e3;
+            let compute = compute_floor_s(p, fma, dot) * 1e3;
             println!(
-                "| {} | {} | {name} | {} | {ms:.1} | {read:.1} | {:.2} | {:.2} | {:.1} | {:.0} % | {:.1} |",
+                "| {} | {} | {name} | {} | {ms:.1} | {read:.1} | {:.2} | {:.2} | {:.1} | {:.0} % | {compute:.1} |",
                 row.strategy,
                 row.events,
                 p.rows,
                 ms / read,
                 p.flops / 1e9,
-                rate / 1e9,
-                rate / peak * 100.0,
-                p.flops / peak * 1e3
+                p.flops / (ms / 1e3) / 1e9,
+                compute / ms * 100.0,
             );
         }
     }
+}
+
+/// Seconds a pass's arithmetic takes at least: attention at the FMA peak, the projections at
+/// the bf16 dot peak where given, else at the FMA peak too.
+fn compute_floor_s(p: &PassCost, fma: f64, dot: Option<f64>) -> f64 {
+    let proj = p.flops - p.attention_flops;
+    p.attention_flops / fma + proj / dot.unwrap_or(fma)
 }
 
 /// The table's first line: what was measured, in words.
@@ -861,8 +930,9 @@ mod tests {
     fn the_bandwidth_sum_adds_every_element() {
         let v: Vec<f32> = (0..1000).map(|i| i as f32).collect();
         assert_eq!(sum_lanes(&v), 499_500.0);
-        assert_eq!(weight_elem_bytes("bf16", candle_core::DType::F32), 2);
-        assert_eq!(weight_elem_bytes("f32", candle_core::DType::F32), 4);
+        assert_eq!(weight_elem_bytes("bf16", candle_core::DType::F32.into()), 2);
+        assert_eq!(weight_elem_bytes("f32", candle_core::DType::F32.into()), 4);
+        assert_eq!(weight_elem_bytes("f32", Compute::CPU_BF16), 2, "bf16 products round f32 weights to bf16");
     }
 
     #[test]
@@ -886,7 +956,7 @@ mod tests {
             moe_experts_per_layer_pass: None,
             candidates: 1,
             routing: false,
-            floor: Floor::new([PassCost::default(); 3], false),
+            floor: Floor::new([PassCost::default(); 3], false, Products::F32),
         };
         assert_eq!(
             heading(&r),

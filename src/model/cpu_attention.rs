@@ -137,7 +137,7 @@ fn prefetch_row(ahead: [&[f32]; 2], j: usize, d: usize) {
         if let Some(row) = part.get(j * d..(j + 1) * d) {
             for line in row.chunks(16) {
                 // SAFETY: a prefetch of a valid address; it never faults and changes no memory.
-                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line.as_ptr().cast()) };
             }
         }
     }

@@ -11,7 +11,8 @@ use candle_nn::ops::rms_norm;
 use super::attention::{block_causal_mask, rope_tables, Heads, KvCache, PassInput, SelfAttention};
 use super::config::ModelConfig;
 use super::gemv::{Epilogue, GemvInto};
-use super::linear::{Bf16Panels, Linear};
+use super::linear::{Bf16Panels, Linear, Products};
+use super::Compute;
 use super::mlp::SwiGlu;
 use super::moe::{MoeBlock, Route};
 use super::ops;
@@ -23,6 +24,8 @@ use super::weights::WeightSource;
 pub struct Loader<'a> {
     w: &'a dyn WeightSource,
     dtype: DType,
+    /// How bf16 panels multiply ([`Products`]); with bf16 products every projection is one.
+    products: Products,
     device: &'a Device,
     /// bf16 panels for projections stored in bf16 ([`Linear::Bf16`]).
     packed: bool,
@@ -32,8 +35,9 @@ pub struct Loader<'a> {
 
 impl<'a> Loader<'a> {
     /// A loader for `device` and compute `dtype`, which picks the projections' layout (paths.rs).
-    pub fn new(w: &'a dyn WeightSource, dtype: DType, device: &'a Device) -> Self {
-        Loader { w, dtype, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
+    pub fn new(w: &'a dyn WeightSource, compute: impl Into<Compute>, device: &'a Device) -> Self {
+        let Compute { dtype, products } = compute.into();
+        Loader { w, dtype, products, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
     }
 
     /// A tensor that is not a projection (a norm weight, the embedding), in the compute dtype.
@@ -45,15 +49,17 @@ impl<'a> Loader<'a> {
         self.w.contains(name)
     }
 
+    /// Whether the projection or embedding `name` is kept in bf16: stored so, or rounded to it
+    /// for bf16 products.
     fn bf16(&self, name: &str) -> bool {
-        self.packed && self.w.stored(name) == Some(DType::BF16)
+        self.packed && (self.products == Products::Bf16 || self.w.stored(name) == Some(DType::BF16))
     }
 
     /// bf16 panels packed straight from a mapped checkpoint's bytes, where every part is there
     /// in bf16 with its shape (else `None`: the caller goes through tensors).
     fn mapped_panels(&self, parts: &[(String, usize)], inp: usize) -> Option<Bf16Panels> {
         let bytes = parts.iter().map(|(n, out)| self.w.bf16_bytes(n, &[*out, inp])).collect::<Option<Vec<_>>>()?;
-        Some(Bf16Panels::from_le_parts(&bytes, inp))
+        Some(Bf16Panels::from_le_parts(&bytes, inp, self.products))
     }
 
     /// The embedding `[vocab, hidden]`: as stored where the projections keep bf16 (the CPU's
@@ -70,7 +76,7 @@ impl<'a> Loader<'a> {
     /// plain matmul and the CPU's gemm does not re-pack the weight on every pass.
     fn linear(&self, stacked: Tensor, bf16: bool) -> Result<Linear> {
         if bf16 {
-            return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked)?));
+            return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked, self.products)?));
         }
         if self.rows {
             return Ok(Linear::Rows(stacked.contiguous()?));
@@ -188,16 +194,17 @@ pub struct Model {
 
 impl Model {
     /// The model of the family config.json names (registry.rs), from `w`.
-    pub fn load(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn load(cfg: &ModelConfig, w: &dyn WeightSource, compute: impl Into<Compute>, device: &Device) -> Result<Self> {
         let family = super::registry::family(cfg)?;
-        Self::build(cfg, w, dtype, device, |b, l| (family.mlp)(cfg, b, l))
+        Self::build(cfg, w, compute.into(), device, |b, l| (family.mlp)(cfg, b, l))
     }
 
     /// The skeleton with layer `l`'s feed-forward block from `mlp(loader, l)`; every other
     /// tensor under the names all Qwen3-style checkpoints share.
-    pub fn build(cfg: &ModelConfig, w: &dyn WeightSource, dtype: DType, device: &Device, mlp: impl Fn(&Loader, usize) -> Result<Mlp>) -> Result<Self> {
+    pub fn build(cfg: &ModelConfig, w: &dyn WeightSource, compute: Compute, device: &Device, mlp: impl Fn(&Loader, usize) -> Result<Mlp>) -> Result<Self> {
         let h = cfg.hidden_size;
-        let b = Loader::new(w, dtype, device);
+        let dtype = compute.dtype;
+        let b = Loader::new(w, compute, device);
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");

@@ -21,6 +21,7 @@
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::bf16_products;
 use super::gemv::Gemv;
 
 /// Output columns per panel: two 8-lane f32 registers per row on AVX2.
@@ -70,21 +71,35 @@ impl Linear {
     pub fn bytes(&self) -> usize {
         match self {
             Linear::Dense(w) | Linear::Rows(w) => w.elem_count() * w.dtype().size_in_bytes(),
-            Linear::Bf16(p) => p.data.len() * 2,
+            Linear::Bf16(p) => p.bytes(),
         }
     }
 }
 
-/// bf16 bits of `W [in, out]`, repacked into zero-padded column panels.
+/// How a bf16 projection meets its input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// The input in f32 times each weight widened exactly, summed by f32 FMA: the f32 result
+    /// (the default; what the goldens hold).
+    #[default]
+    F32,
+    /// The input rounded to bf16 and two products an instruction (bf16_products.rs): `--dtype
+    /// bf16` on the CPU.
+    Bf16,
+}
+
+/// bf16 bits of `W [in, out]`, repacked into zero-padded column panels, laid out for the
+/// kernel of their [`Products`].
 pub struct Bf16Panels {
     k: usize,
     n: usize,
+    products: Products,
     data: Vec<u16>,
 }
 
 impl std::fmt::Debug for Bf16Panels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Bf16Panels({}x{})", self.k, self.n)
+        write!(f, "Bf16Panels({}x{}, {:?} products)", self.k, self.n, self.products)
     }
 }
 
@@ -132,51 +147,90 @@ enum RowBits<'a> {
 
 impl Bf16Panels {
     /// From a row-major `[out, in]` weight (the checkpoint's own layout), as bf16 bits.
-    pub fn from_out_in(w: &[u16], out: usize, inp: usize) -> Self {
+    pub fn from_out_in(w: &[u16], out: usize, inp: usize, products: Products) -> Self {
         assert_eq!(w.len(), out * inp, "weight of {out}x{inp} holds {} values", w.len());
-        Self::pack(out, inp, |o| RowBits::Bits(&w[o * inp..][..inp]))
+        Self::pack(out, inp, products, |o| RowBits::Bits(&w[o * inp..][..inp]))
     }
 
     /// From `[out_i, in]` row-major weights stacked along `out`, each the little-endian bf16
     /// bytes a safetensors file stores: packed straight from the file's map, so that loading
     /// reads the checkpoint once and writes the panels once (no tensor, no concatenation).
-    pub fn from_le_parts(parts: &[&[u8]], inp: usize) -> Self {
+    pub fn from_le_parts(parts: &[&[u8]], inp: usize, products: Products) -> Self {
         assert!(parts.iter().all(|p| p.len() % (2 * inp) == 0), "parts of whole rows of {inp} bf16 values");
         let rows: Vec<&[u8]> = parts.iter().flat_map(|p| p.chunks_exact(2 * inp)).collect();
-        Self::pack(rows.len(), inp, |o| RowBits::Le(rows[o]))
+        Self::pack(rows.len(), inp, products, |o| RowBits::Le(rows[o]))
     }
 
-    fn pack<'a>(out: usize, inp: usize, row: impl Fn(usize) -> RowBits<'a> + Sync) -> Self {
-        let panels = out.div_ceil(PANEL);
-        let mut data = vec![0u16; panels * inp * PANEL];
+    /// u16 a panel holds: `in` rows of [`PANEL`], or `in / 2` rows of pairs.
+    fn panel_len(k: usize, products: Products) -> usize {
+        match products {
+            Products::F32 => k * PANEL,
+            Products::Bf16 => k.div_ceil(2) * 2 * PANEL,
+        }
+    }
+
+    fn pack<'a>(out: usize, inp: usize, products: Products, row: impl Fn(usize) -> RowBits<'a> + Sync) -> Self {
+        // Where input i of column j goes, and what the kernel reads there: bf16 products read
+        // denormal weights as zero, so they are stored as zero (the portable body then need
+        // not check them).
+        match products {
+            Products::F32 => Self::pack_as(out, inp, products, row, |j, i| i * PANEL + slot(j), |v| v),
+            Products::Bf16 => Self::pack_as(out, inp, products, row, bf16_products::slot, bf16_products::daz),
+        }
+    }
+
+    fn pack_as<'a>(
+        out: usize,
+        inp: usize,
+        products: Products,
+        row: impl Fn(usize) -> RowBits<'a> + Sync,
+        at: impl Fn(usize, usize) -> usize + Sync,
+        keep: impl Fn(u16) -> u16 + Sync,
+    ) -> Self {
+        let len = Self::panel_len(inp, products);
+        let mut data = vec![0u16; out.div_ceil(PANEL) * len];
         huge_pages(&mut data);
         // Panel by panel, writing in order and reading PANEL rows of the weight side by side,
         // each sequentially: a load streams the checkpoint once.
-        data.par_chunks_mut(inp * PANEL).enumerate().for_each(|(p, panel)| {
+        data.par_chunks_mut(len).enumerate().for_each(|(p, panel)| {
             for j in 0..PANEL.min(out - p * PANEL) {
-                let dst = panel[slot(j)..].iter_mut().step_by(PANEL);
+                let mut put = |i: usize, v: u16| panel[at(j, i)] = keep(v);
                 match row(p * PANEL + j) {
-                    RowBits::Bits(r) => dst.zip(r).for_each(|(d, &v)| *d = v),
-                    RowBits::Le(r) => dst.zip(r.chunks_exact(2)).for_each(|(d, b)| *d = u16::from_le_bytes([b[0], b[1]])),
+                    RowBits::Bits(r) => r.iter().enumerate().for_each(|(i, &v)| put(i, v)),
+                    RowBits::Le(r) => r.chunks_exact(2).enumerate().for_each(|(i, b)| put(i, u16::from_le_bytes([b[0], b[1]]))),
                 }
             }
         });
-        Bf16Panels { k: inp, n: out, data }
+        Bf16Panels { k: inp, n: out, products, data }
     }
 
     /// From a `[out, in]` tensor of any dtype that holds bf16 values (converted exactly); a
-    /// contiguous bf16 one is read in place.
-    pub fn from_tensor(w: &Tensor) -> Result<Self> {
+    /// contiguous bf16 one is read in place. (An f32 tensor for bf16 products is rounded.)
+    pub fn from_tensor(w: &Tensor, products: Products) -> Result<Self> {
         let (out, inp) = w.dims2()?;
         let w = w.to_dtype(DType::BF16)?.contiguous()?;
         let (storage, layout) = w.storage_and_layout();
         let (candle_core::Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) else {
             let bits: Vec<u16> = w.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|b| b.to_bits()).collect();
-            return Ok(Self::from_out_in(&bits, out, inp));
+            return Ok(Self::from_out_in(&bits, out, inp, products));
         };
         // SAFETY: bf16 is a transparent u16 (half's `#[repr(transparent)]`).
         let bits = unsafe { std::slice::from_raw_parts(v[a..b].as_ptr().cast::<u16>(), b - a) };
-        Ok(Self::from_out_in(bits, out, inp))
+        Ok(Self::from_out_in(bits, out, inp, products))
+    }
+
+    pub fn products(&self) -> Products {
+        self.products
+    }
+
+    /// Input features (`in`).
+    pub fn inputs(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes of the panels.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 2
     }
 
     /// `y [t, n] = x [t, k] W`, x row-major.
@@ -186,13 +240,18 @@ impl Bf16Panels {
         let panels = self.n.div_ceil(PANEL);
         let threads = if t * self.n * self.k < PARALLEL_FROM { 1 } else { threads().clamp(1, panels) };
         let out = Out(y.as_mut_ptr());
+        let pairs = (self.products == Products::Bf16).then(|| bf16_products::pairs(x, t, self.k));
         let per = panels.div_ceil(threads);
         let work = |c: usize| {
             let chunk = c * per..((c + 1) * per).min(panels);
             for p in chunk.clone() {
+                let next = chunk.contains(&(p + 1));
                 // SAFETY: panel `p` writes only columns p*PANEL.. of each row, and each panel
                 // belongs to one chunk; `y` outlives the scope of every chunk.
-                unsafe { kernel::panel(self, p, chunk.contains(&(p + 1)), x, t, &out) };
+                match &pairs {
+                    None => unsafe { kernel::panel(self, p, next, x, t, &out) },
+                    Some(xs) => unsafe { kernel::panel_bf16(self, p, next, xs, t, &out) },
+                }
             }
         };
         if threads == 1 {
@@ -250,7 +309,7 @@ impl CustomOp1 for Bf16Panels {
 /// second sweep reads the panel from cache) with DRAM idle half the time. One core, 311 MB of
 /// panels (a scratch timing program, best of 15): 4 rows 22.5 -> 18.7 ms, 8 rows 36.4 -> 31.1.
 mod kernel {
-    use super::{slot, Bf16Panels, Out, PANEL, ROWS};
+    use super::{bf16_products, slot, Bf16Panels, Out, PANEL, ROWS};
 
     /// `prefetch_next`: panel `p + 1` is this thread's next.
     ///
@@ -279,6 +338,39 @@ mod kernel {
             }
             if !simd {
                 portable(pw, xs, rows, k, &mut acc);
+            }
+            for (r, a) in acc.iter().enumerate().take(rows) {
+                // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols) };
+                dst.copy_from_slice(&a[..cols]);
+            }
+        }
+    }
+
+    /// [`panel`] for bf16 products: `xs` the input as bf16 pairs ([`bf16_products::pairs`]),
+    /// [`bf16_products::ROWS`] rows a sweep.
+    ///
+    /// # Safety
+    /// As [`panel`]'s.
+    pub unsafe fn panel_bf16(w: &Bf16Panels, p: usize, prefetch_next: bool, xs: &[u32], t: usize, out: &Out) {
+        const R: usize = bf16_products::ROWS;
+        let (k2, n) = (w.k.div_ceil(2), w.n);
+        let len = k2 * 2 * PANEL;
+        let pw = &w.data[p * len..][..len];
+        let next = if prefetch_next { &w.data[(p + 1) * len..][..len] } else { pw };
+        let cols = PANEL.min(n - p * PANEL);
+        for r0 in (0..t).step_by(R) {
+            let rows = R.min(t - r0);
+            let x = &xs[r0 * k2..][..R * k2]; // the group of rows r0.. (r0 is a multiple of R)
+            let mut acc = [[0f32; PANEL]; R];
+            #[cfg(target_arch = "x86_64")]
+            if bf16_products::native() {
+                let ahead = if r0 + rows == t { next } else { pw };
+                // SAFETY: the features were detected.
+                unsafe { bf16_products::avx512::sweep(pw, ahead, x, rows, k2, &mut acc) };
+            }
+            if !bf16_products::native() {
+                bf16_products::portable(pw, x, rows, k2, &mut acc);
             }
             for (r, a) in acc.iter().enumerate().take(rows) {
                 // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
@@ -336,7 +428,7 @@ mod kernel {
                 unsafe {
                     // a panel row is 32 bytes: every other one starts the next 64-byte line
                     if i % 2 == 0 {
-                        _mm_prefetch::<_MM_HINT_T0>(pre.add(i * PANEL).cast());
+                        _mm_prefetch::<_MM_HINT_T1>(pre.add(i * PANEL).cast());
                     }
                     let b = _mm256_loadu_si256(w.add(i * PANEL).cast());
                     // bf16 -> f32 is the 16 bits moved to the top half
@@ -378,7 +470,7 @@ mod tests {
         const _: () = assert!(8 * (PANEL * 40 + 3) * 257 >= PARALLEL_FROM, "the last shape takes the pool");
         for (out, inp) in [(1, 1), (15, 7), (16, 64), (17, 300), (PANEL * 2 + 5, 19), (100, 33), (PANEL * 40 + 3, 257)] {
             let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
-            let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp);
+            let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp, Products::F32);
             for t in (1..=10).chain([17, 37]) {
                 let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
                 let y = p.matmul(&x, t);
@@ -392,13 +484,54 @@ mod tests {
         }
     }
 
+    /// Bf16 products over the same shapes and row counts (sweeps of 8 rows, odd widths padded
+    /// to a pair), against the dot products of the rounded inputs: exact, as the inputs round
+    /// to quarters plus a few 2^-10 and the weights are eighths.
+    #[test]
+    fn bf16_products_match_the_dot_products_of_the_rounded_inputs() {
+        for (out, inp) in [(1, 1), (15, 7), (16, 64), (17, 300), (PANEL * 2 + 5, 19), (PANEL * 40 + 3, 257)] {
+            let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
+            let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp, Products::Bf16);
+            for t in (1..=10).chain([17, 37]) {
+                let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0 + 1.0 / 1024.0).collect();
+                let y = p.matmul(&x, t);
+                for r in 0..t {
+                    for o in 0..out {
+                        let rounded = |v: f32| half::bf16::from_f32(v).to_f32();
+                        let want: f32 = (0..inp).map(|i| rounded(x[r * inp + i]) * w[o * inp + i]).sum();
+                        assert_eq!(y[r * out + o], want, "{out}x{inp} t={t} row {r} col {o}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A row's bf16 products do not depend on the rows beside it (sweeps of 8, the pool's
+    /// threads): a block pass and a storing pass give a position the same logits.
+    #[test]
+    fn a_rows_bf16_products_are_the_same_alone_and_among_others() {
+        let (out, inp) = (PANEL * 40 + 3, 258);
+        let w: Vec<u16> = (0..out * inp).map(|i| bits(((i as f32) * 0.61).sin() / 8.0)).collect();
+        let p = Bf16Panels::from_out_in(&w, out, inp, Products::Bf16);
+        let x: Vec<f32> = (0..11 * inp).map(|i| (i as f32 * 0.37).sin()).collect();
+        let all = p.matmul(&x, 11);
+        for r in [0, 7, 8, 10] {
+            let alone = p.matmul(&x[r * inp..][..inp], 1);
+            assert_eq!(alone, all[r * out..][..out], "row {r}");
+        }
+        // and they are close to the f32 products (inputs rounded to 8 bits)
+        let exact = Bf16Panels::from_out_in(&w, out, inp, Products::F32).matmul(&x, 11);
+        let scale = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(all.iter().zip(&exact).all(|(a, b)| (a - b).abs() <= scale / 64.0), "bf16 products far from f32");
+    }
+
     /// The portable body against the AVX2 one, which must agree bit for bit, on inexact values
     /// (the naive sums above check both, the pool's included, on exact ones).
     #[test]
     fn both_bodies_round_alike() {
         let (out, inp) = (PANEL * 40 + 3, 256);
         let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
-        let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp);
+        let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp, Products::F32);
         // inexact values: the two bodies still round alike
         let x: Vec<f32> = (0..4 * inp).map(|i| (i as f32 * 0.37).sin()).collect();
         let pw = &p.data[..inp * PANEL];
@@ -425,8 +558,8 @@ mod tests {
         let mut file = vec![0u8];
         file.extend(w.iter().flat_map(|v| v.to_le_bytes()));
         let (pa, pb) = file[1..].split_at(2 * a * inp);
-        let got = Bf16Panels::from_le_parts(&[pa, pb], inp);
-        let want = Bf16Panels::from_out_in(&w, a + b, inp);
+        let got = Bf16Panels::from_le_parts(&[pa, pb], inp, Products::F32);
+        let want = Bf16Panels::from_out_in(&w, a + b, inp, Products::F32);
         assert_eq!((got.k, got.n, &got.data), (want.k, want.n, &want.data));
     }
 
@@ -442,7 +575,7 @@ mod tests {
         let dev = candle_core::Device::Cpu;
         let w = Tensor::randn(0f32, 1.0, (40, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap();
         let x = Tensor::randn(0f32, 1.0, (2, 3, 24), &dev).unwrap();
-        let lin = Linear::Bf16(Bf16Panels::from_tensor(&w).unwrap());
+        let lin = Linear::Bf16(Bf16Panels::from_tensor(&w, Products::F32).unwrap());
         let got = lin.forward(&x).unwrap();
         assert_eq!(got.dims(), &[2, 3, 40]);
         let want = x.broadcast_matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();

@@ -5,6 +5,7 @@
 // one file per family over them, the registry that picks one, the CPU kernels, and the CUDA
 // launchers in cuda/.
 pub mod attention;
+pub mod bf16_products;
 pub mod config;
 pub mod cpu_attention;
 #[cfg(feature = "cuda")]
@@ -38,6 +39,7 @@ pub use config::ModelConfig;
 use config::OneOrMany;
 pub use attention::{KvCache, PassInput};
 pub use decoder::Model;
+pub use linear::Products;
 use weights::Weights;
 
 /// A checkpoint compiled into the binary: file name -> bytes.
@@ -281,7 +283,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn load(source: &Source, device: &Device, dtype: DType) -> Result<Self> {
+    pub fn load(source: &Source, device: &Device, compute: impl Into<Compute>) -> Result<Self> {
         source.check()?;
         let (config, _) = source.config()?;
         let generation = match source.text("generation_config.json")? {
@@ -312,7 +314,7 @@ impl Checkpoint {
         let template_vars = tok_config.template_vars();
         let weights = source.weights()?;
         check_layers(&config, &weights, &source.file_label("config.json"))?;
-        let model = Model::load(&config, &weights, dtype, device)?;
+        let model = Model::load(&config, &weights, compute, device)?;
         let info = ModelInfo {
             source: source.label(),
             model_type: config.model_type.clone(),
@@ -406,15 +408,52 @@ fn cuda_device(n: usize) -> Result<Device> {
     bail!("--device cuda:{n}: this binary was built without CUDA; rebuild with `--features cuda`")
 }
 
-/// A `--dtype` value: `auto` (the device's [`compute_dtype`]), `f32`, `bf16` or `f16`.
-pub fn parse_dtype(spec: &str, device: &Device) -> Result<DType> {
-    match spec {
-        "auto" | "" => Ok(compute_dtype(device)),
-        "f32" => Ok(DType::F32),
-        "bf16" => Ok(DType::BF16),
-        "f16" => Ok(DType::F16),
-        other => bail!("--dtype {other}: expected auto, f32, bf16 or f16"),
+/// What a model computes in: the dtype of its tensors and, for the CPU's bf16 projections,
+/// how they multiply. A bare [`DType`] is that dtype with exact (f32) products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compute {
+    pub dtype: DType,
+    pub products: Products,
+}
+
+impl From<DType> for Compute {
+    fn from(dtype: DType) -> Self {
+        Compute { dtype, products: Products::F32 }
     }
+}
+
+impl Compute {
+    /// `--dtype bf16` on the CPU: f32 tensors, projections in bf16 (bf16_products.rs).
+    pub const CPU_BF16: Compute = Compute { dtype: DType::F32, products: Products::Bf16 };
+
+    /// As `--dtype` says it.
+    pub fn label(&self) -> &'static str {
+        match self.products {
+            Products::Bf16 => "bf16",
+            Products::F32 => self.dtype.as_str(),
+        }
+    }
+}
+
+/// A `--dtype` value: `auto` (the device's [`compute_dtype`]), `f32`, `bf16` or `f16`. On the
+/// CPU `bf16` keeps the residual stream, norms, attention and sampling in f32 and runs the
+/// projections in bf16 ([`Compute::CPU_BF16`]): where the CPU gains speed from bf16 (its dot
+/// product instruction) and nowhere else.
+pub fn parse_dtype(spec: &str, device: &Device) -> Result<Compute> {
+    let dtype = match spec {
+        "auto" | "" => compute_dtype(device),
+        "f32" => DType::F32,
+        "bf16" if device.is_cpu() => {
+            if !bf16_products::native() {
+                eprintln!("unmask: this CPU lacks AVX512-BF16: --dtype bf16 gives the same tokens as on one that has it, but more slowly than f32");
+            }
+            return Ok(Compute::CPU_BF16);
+        }
+        "bf16" => DType::BF16,
+        "f16" => DType::F16,
+        other => bail!("--dtype {other}: expected auto, f32, bf16 or f16"),
+    };
+    Ok(dtype.into())
 }
 
 /// The compute dtype for a device: f32 on the CPU, bf16 on a GPU.
