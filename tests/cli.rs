@@ -387,3 +387,18 @@ fn candidates_outside_1_to_16_are_a_one_line_error() {
         );
     }
 }
+
+/// `--dtype bf16` on the CPU runs the bf16 products and says so in the header, and decodes to
+/// the end like f32 (its tokens are those of its own arithmetic: tests/parity.rs bounds them).
+#[test]
+fn dtype_bf16_on_the_cpu_runs_bf16_products_and_says_so() {
+    let header = |events: &[Event]| match &events[0] {
+        Event::Header(h) => h.device.clone(),
+        other => panic!("first event {other:?}"),
+    };
+    let (f32_run, bf16_run) = (trace(&["--temperature", "0"]), trace(&["--temperature", "0", "--dtype", "bf16"]));
+    assert_eq!(header(&f32_run), "cpu");
+    assert_eq!(header(&bf16_run), "cpu (bf16 products)");
+    assert!(!steps(&bf16_run).is_empty());
+    assert!(matches!(bf16_run.last(), Some(Event::Finish(_))), "a decode that ends");
+}
