@@ -409,7 +409,9 @@ fn cuda_device(n: usize) -> Result<Device> {
 }
 
 /// What a model computes in: the dtype of its tensors and, for the CPU's bf16 projections,
-/// how they multiply. A bare [`DType`] is that dtype with exact (f32) products.
+/// how they multiply. A bare [`DType`] is that dtype with exact (f32) products. `products`
+/// only acts where the projections are bf16 panels (the CPU computing in f32, paths.rs);
+/// [`parse_dtype`] sets it nowhere else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compute {
     pub dtype: DType,
