@@ -199,6 +199,30 @@ impl Denoiser for ModelDenoiser {
     /// step (on a GPU, much slower than the default; its tokens are the reference sampler's).
     /// `--routing` alone keeps the pass the decode would run anyway.
     fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+        let cpu = self.model.device().is_cpu();
+        on_the_pool(cpu, || self.denoise_here(pass, sampling, uniforms, ask))
+    }
+
+    fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+        let cpu = self.model.device().is_cpu();
+        on_the_pool(cpu, || Ok(self.sampled(pass, sampling, uniforms, false)?.0))
+    }
+}
+
+/// Runs a CPU pass on one of the pool's threads rather than on the engine's: a pass forks
+/// and joins about 140 times (every product, every attention), and from outside the pool each
+/// fork wakes the workers and puts the engine's thread to sleep, where inside it the idle
+/// worker is usually still spinning from the last product and steals its half at once.
+fn on_the_pool<R: Send>(cpu: bool, f: impl FnOnce() -> R + Send) -> R {
+    if cpu && crate::model::linear::threads() > 1 {
+        rayon::scope(|_| f())
+    } else {
+        f()
+    }
+}
+
+impl ModelDenoiser {
+    fn denoise_here(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
         if ask.candidates <= 1 {
             let (samples, routing) = self.sampled(pass, sampling, uniforms, ask.routing)?;
             return Ok(Denoised { samples, ranked: Vec::new(), routing });
@@ -210,10 +234,6 @@ impl Denoiser for ModelDenoiser {
         }
         let (samples, ranked) = sample_rows(&mut logits, uniforms, self.mask_id, |row, u| sample_ranked(row, sampling, u, ask.candidates)).into_iter().unzip();
         Ok(Denoised { samples, ranked, routing })
-    }
-
-    fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
-        Ok(self.sampled(pass, sampling, uniforms, false)?.0)
     }
 }
 
