@@ -78,7 +78,7 @@ pub const fn slot(c: usize, i: usize) -> usize {
 
 /// `rows` rows of the group `xs` (`k2` pairs of [`ROWS`], see [`pairs`]) times the panel `pw`,
 /// into `acc`: the arithmetic of the module's doc, one scalar at a time.
-pub fn portable(pw: &[u16], xs: &[u32], rows: usize, k2: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+pub fn portable(pw: &[u16], xs: &[u32], rows: usize, k2: usize, acc: &mut [[f32; PANEL]]) {
     for (r, out) in acc.iter_mut().enumerate().take(rows) {
         let mut sums = [[0f32; PANEL]; 2];
         for (i, wrow) in pw.chunks_exact(2 * PANEL).take(k2).enumerate() {
@@ -118,7 +118,8 @@ pub mod avx512 {
     /// # Safety
     /// The CPU has AVX512F and AVX512-BF16 ([`super::native`]).
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn sweep(pw: &[u16], ahead: &[u16], xs: &[u32], rows: usize, k2: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+    pub unsafe fn sweep(pw: &[u16], ahead: &[u16], xs: &[u32], rows: usize, k2: usize, acc: &mut [[f32; PANEL]]) {
+        assert!(rows <= ROWS && acc.len() >= rows);
         // One body per row count, so the sums are registers.
         match rows {
             1 => rows_n::<1>(pw, ahead, xs, k2, acc),
@@ -133,7 +134,7 @@ pub mod avx512 {
     }
 
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn rows_n<const R: usize>(pw: &[u16], ahead: &[u16], xs: &[u32], k2: usize, acc: &mut [[f32; PANEL]; ROWS]) {
+    unsafe fn rows_n<const R: usize>(pw: &[u16], ahead: &[u16], xs: &[u32], k2: usize, acc: &mut [[f32; PANEL]]) {
         const LINE: usize = 2 * PANEL; // u16 a pair row: 64 bytes, one cache line
         assert!(pw.len() >= k2 * LINE && ahead.len() >= k2 * LINE && xs.len() >= ROWS * k2);
         let mut a = [_mm512_setzero_ps(); R];

@@ -314,17 +314,41 @@ impl CustomOp1 for Bf16Panels {
 mod kernel {
     use super::{bf16_products, slot, Bf16Panels, Out, PANEL, ROWS};
 
-    /// `prefetch_next`: panel `p + 1` is this thread's next.
+    /// Most rows a sweep of any body takes.
+    const MOST_ROWS: usize = 8;
+    const _: () = assert!(avx512::ROWS <= MOST_ROWS && ROWS <= MOST_ROWS && bf16_products::ROWS <= MOST_ROWS);
+
+    /// Panel `p` times every row, `group` rows a sweep: `sweep(pw, ahead, r0, rows, acc)` sums
+    /// rows `r0..r0 + rows` against the panel `pw` into `acc`, prefetching `ahead` (the
+    /// thread's next panel on the last sweep, where `prefetch_next` says there is one; else
+    /// this panel, in cache: harmless); each sweep's sums go to `out` at the panel's columns.
     ///
     /// # Safety
     /// `out` points at `t * w.n` floats that nothing else reads or writes at the columns of
     /// panel `p` while this runs.
-    pub unsafe fn panel(w: &Bf16Panels, p: usize, prefetch_next: bool, x: &[f32], t: usize, out: &Out) {
-        let (k, n) = (w.k, w.n);
-        let pw = &w.data[p * k * PANEL..][..k * PANEL];
-        // Without a next panel, the prefetches fall on this one (in cache: harmless).
-        let next = if prefetch_next { &w.data[(p + 1) * k * PANEL..][..k * PANEL] } else { pw };
+    unsafe fn each_sweep(w: &Bf16Panels, p: usize, prefetch_next: bool, t: usize, group: usize, out: &Out, mut sweep: impl FnMut(&[u16], &[u16], usize, usize, &mut [[f32; PANEL]])) {
+        let (len, n) = (Bf16Panels::panel_len(w.k, w.products), w.n);
+        let pw = &w.data[p * len..][..len];
+        let next = if prefetch_next { &w.data[(p + 1) * len..][..len] } else { pw };
         let cols = PANEL.min(n - p * PANEL);
+        for r0 in (0..t).step_by(group) {
+            let rows = group.min(t - r0);
+            let mut acc = [[0f32; PANEL]; MOST_ROWS];
+            sweep(pw, if r0 + rows == t { next } else { pw }, r0, rows, &mut acc[..group]);
+            for (r, a) in acc.iter().enumerate().take(rows) {
+                // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols) };
+                dst.copy_from_slice(&a[..cols]);
+            }
+        }
+    }
+
+    /// The f32 products of panel `p`; `prefetch_next`: panel `p + 1` is this thread's next.
+    ///
+    /// # Safety
+    /// As [`each_sweep`]'s.
+    pub unsafe fn panel(w: &Bf16Panels, p: usize, prefetch_next: bool, x: &[f32], t: usize, out: &Out) {
+        let k = w.k;
         #[cfg(target_arch = "x86_64")]
         let simd = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
         #[cfg(not(target_arch = "x86_64"))]
@@ -336,61 +360,41 @@ mod kernel {
         // 139.8, a 68-row prefill 1,052 / 1,056 against 966 / 971).
         let wide = t > ROWS && avx512::available();
         let group = if wide { avx512::ROWS } else { ROWS };
-        for r0 in (0..t).step_by(group) {
-            let rows = group.min(t - r0);
+        let sweep = |pw: &[u16], ahead: &[u16], r0: usize, rows: usize, acc: &mut [[f32; PANEL]]| {
             let xs = &x[r0 * k..(r0 + rows) * k];
-            let mut acc = [[0f32; PANEL]; avx512::ROWS];
-            let ahead = if r0 + rows == t { next } else { pw };
             #[cfg(target_arch = "x86_64")]
             if wide {
                 // SAFETY: the feature was detected.
-                unsafe { avx512::sweep(pw, ahead, xs, rows, k, &mut acc) };
+                return unsafe { avx512::sweep(pw, ahead, xs, rows, k, acc) };
             } else if simd {
                 // SAFETY: the features were just detected.
-                unsafe { avx2::sweep(pw, ahead, xs, rows, k, &mut acc) };
+                return unsafe { avx2::sweep(pw, ahead, xs, rows, k, acc) };
             }
-            if !wide && !simd {
-                portable(pw, xs, rows, k, &mut acc);
-            }
-            for (r, a) in acc.iter().enumerate().take(rows) {
-                // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols) };
-                dst.copy_from_slice(&a[..cols]);
-            }
-        }
+            portable(pw, xs, rows, k, acc);
+        };
+        // SAFETY: the caller's promise, passed on.
+        unsafe { each_sweep(w, p, prefetch_next, t, group, out, sweep) }
     }
 
-    /// [`panel`] for bf16 products: `xs` the input as bf16 pairs ([`bf16_products::pairs`]),
-    /// [`bf16_products::ROWS`] rows a sweep.
+    /// The bf16 products of panel `p`: `xs` the input as bf16 pairs
+    /// ([`bf16_products::pairs`]), [`bf16_products::ROWS`] rows a sweep.
     ///
     /// # Safety
-    /// As [`panel`]'s.
+    /// As [`each_sweep`]'s.
     pub unsafe fn panel_bf16(w: &Bf16Panels, p: usize, prefetch_next: bool, xs: &[u32], t: usize, out: &Out) {
         const R: usize = bf16_products::ROWS;
-        let (k2, n) = (w.k.div_ceil(2), w.n);
-        let len = k2 * 2 * PANEL;
-        let pw = &w.data[p * len..][..len];
-        let next = if prefetch_next { &w.data[(p + 1) * len..][..len] } else { pw };
-        let cols = PANEL.min(n - p * PANEL);
-        for r0 in (0..t).step_by(R) {
-            let rows = R.min(t - r0);
+        let k2 = w.k.div_ceil(2);
+        let sweep = |pw: &[u16], ahead: &[u16], r0: usize, rows: usize, acc: &mut [[f32; PANEL]]| {
             let x = &xs[r0 * k2..][..R * k2]; // the group of rows r0.. (r0 is a multiple of R)
-            let mut acc = [[0f32; PANEL]; R];
             #[cfg(target_arch = "x86_64")]
             if bf16_products::native() {
-                let ahead = if r0 + rows == t { next } else { pw };
                 // SAFETY: the features were detected.
-                unsafe { bf16_products::avx512::sweep(pw, ahead, x, rows, k2, &mut acc) };
+                return unsafe { bf16_products::avx512::sweep(pw, ahead, x, rows, k2, acc) };
             }
-            if !bf16_products::native() {
-                bf16_products::portable(pw, x, rows, k2, &mut acc);
-            }
-            for (r, a) in acc.iter().enumerate().take(rows) {
-                // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols) };
-                dst.copy_from_slice(&a[..cols]);
-            }
-        }
+            bf16_products::portable(pw, x, rows, k2, acc);
+        };
+        // SAFETY: the caller's promise, passed on.
+        unsafe { each_sweep(w, p, prefetch_next, t, R, out, sweep) }
     }
 
     fn widen(b: u16) -> f32 {
