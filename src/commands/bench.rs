@@ -294,7 +294,7 @@ impl PassCost {
 /// The host's memory read bandwidth in bytes/s: the best of 5 sums over a 512 MiB buffer (16
 /// times the L3 of the machines we use), one contiguous share per thread as the products
 /// share out their panels. The floor of a CPU pass divides [`pass_bytes`] by this.
-fn host_read_bandwidth() -> f64 {
+pub fn host_read_bandwidth() -> f64 {
     use rayon::prelude::*;
     // Backed like the panels (2 MB pages where Linux grants them: 27-29 GB/s on 4 kB pages
     // against 33-35 on the dev box), then written, so that no page is the shared zero page.
@@ -313,23 +313,28 @@ fn host_read_bandwidth() -> f64 {
     (buf.len() * 4) as f64 / best
 }
 
+/// FLOP/s of `chains` (`flops` of work) run on every product thread at once, best of 3.
+fn peak(flops: usize, chains: impl Fn() -> f32 + Sync) -> f64 {
+    use rayon::prelude::*;
+    let threads = crate::model::linear::threads();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let s: f32 = (0..threads).into_par_iter().map(|_| chains()).sum();
+        best = best.min(t0.elapsed().as_secs_f64());
+        std::hint::black_box(s);
+    }
+    (threads * flops) as f64 / best
+}
+
 /// The host's f32 FMA peak in FLOP/s: every thread runs 12 independent chains of 8-lane fused
 /// multiply-adds (enough to hide the units' latency), best of 3. `None` without AVX2+FMA.
 fn host_fma_peak() -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        use rayon::prelude::*;
         const STEPS: usize = 20_000_000;
-        let threads = crate::model::linear::threads();
-        let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            let t0 = Instant::now();
-            // SAFETY: the features were just detected.
-            let s: f32 = (0..threads).into_par_iter().map(|_| unsafe { fma_chains(STEPS) }).sum();
-            best = best.min(t0.elapsed().as_secs_f64());
-            std::hint::black_box(s);
-        }
-        return Some((threads * STEPS * FMA_CHAINS * 16) as f64 / best);
+        // SAFETY: the features were just detected.
+        return Some(peak(STEPS * FMA_CHAINS * 16, || unsafe { fma_chains(STEPS) }));
     }
     None
 }
@@ -342,18 +347,9 @@ const FMA_CHAINS: usize = 12;
 fn host_dot_peak() -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     if crate::model::bf16_products::native() {
-        use rayon::prelude::*;
         const STEPS: usize = 10_000_000;
-        let threads = crate::model::linear::threads();
-        let mut best = f64::INFINITY;
-        for _ in 0..3 {
-            let t0 = Instant::now();
-            // SAFETY: the features were detected.
-            let s: f32 = (0..threads).into_par_iter().map(|_| unsafe { dot_chains(STEPS) }).sum();
-            best = best.min(t0.elapsed().as_secs_f64());
-            std::hint::black_box(s);
-        }
-        return Some((threads * STEPS * FMA_CHAINS * 64) as f64 / best);
+        // SAFETY: the features were detected.
+        return Some(peak(STEPS * FMA_CHAINS * 64, || unsafe { dot_chains(STEPS) }));
     }
     None
 }

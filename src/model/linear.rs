@@ -222,10 +222,6 @@ impl Bf16Panels {
         Ok(Self::from_out_in(bits, out, inp, products))
     }
 
-    pub fn products(&self) -> Products {
-        self.products
-    }
-
     /// Input features (`in`).
     pub fn inputs(&self) -> usize {
         self.k
