@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one GPU run: everything docs/perf.md and issue 5 need, on the H200, in one call.
+# The one GPU run: everything docs/perf.md and issues 5 and 21 need, on the H200, in one call
+# (about 8 minutes).
 #
 #   bash scripts/gpu_run.sh            # from the repo root, with .gpu/unmask.gz present
 #
@@ -9,10 +10,13 @@
 #   summary.md      the figures for docs/perf.md
 #   check.json      unmask check-device: logits vs CPU, device sampler vs reference sampler
 #   traces.json     CPU vs GPU decode comparisons (tokens and steps)
-#   bench.json      unmask bench, SDAR-1.7B shape, all strategies, events on/off, + ablations
-#   torch.json      the PyTorch reference (scripts/torch_reference.py)
-#   bandwidth.json  device-to-device copy bandwidth
-#   gemv_bench.txt  scripts/gemv_bench.cu: the gemv kernel's designs against cuBLAS (nvcc; GEMV_BENCH=0 skips)
+#   bench.json      unmask bench: SDAR-1.7B, all strategies, events on/off, ablations; every SDAR
+#                   shape (1.7B, 4B, 8B, 30B-A3B); long caches (prompts of 512 to 32000 tokens)
+#   torch.json      the PyTorch references (scripts/torch_reference.py): transformers eager at
+#                   1.7B, and the compiled static-cache decoder at every dense shape
+#   bandwidth.json  device-to-device copy bandwidth: every floor divides by it
+#   gemv_bench.txt  scripts/gemv_bench.cu: the gemv kernel's designs against cuBLAS (nvcc; only
+#                   with GEMV_BENCH=1)
 # Every stage is guarded: a failing stage is reported and the next one still runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -118,8 +122,8 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison / the plain attention kernel / the driver's L1-shared split / graphs off / fixed passes off / host sampler / PDL off / cuBLAS and the standard layer / both (the default before run 7) / fused ops off"
-ABLATIONS=${ABLATIONS:-default plainattention carveoutnone nograph eager hostsampler nopdl cublas cublasnopdl generic}
+stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison, and ABLATIONS (default: graphs off / PDL off / cuBLAS and the standard layer; also plainattention carveoutnone eager hostsampler cublasnopdl generic)"
+ABLATIONS=${ABLATIONS:-default nograph nopdl cublas}
 declare -A AB=([default]=UNMASK_ABLATION=default [plainattention]=UNMASK_ATTENTION_STAGED=0
   [carveoutnone]=UNMASK_CARVEOUT=none [nograph]=UNMASK_CUDA_GRAPH=0 [eager]=UNMASK_FIXED_PASSES=0
   [hostsampler]=UNMASK_DEVICE_SAMPLER=0 [nopdl]=UNMASK_PDL=0 [cublas]=UNMASK_GEMV=0
@@ -131,6 +135,27 @@ for name in $ABLATIONS; do
     --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/$name.json" \
     && record "bench-$name" ok || record "bench-$name" FAIL
 done
+stage "every SDAR shape: unmask bench (static, events on, 128 tokens) beside the compiled PyTorch reference (static KV cache, torch.compile reduce-overhead), same algorithm"
+TJ=$W/torch; mkdir -p "$TJ"
+for shape in ${SHAPES:-sdar-1.7b sdar-4b sdar-8b sdar-30b-a3b}; do
+  timeout 120 "$BIN" bench --random-init $shape --device $DEV --prompt-len 64 --max-new-tokens 128 \
+    --strategy low_confidence_static --events on --warmup 1 --repeat 2 --json "$BJ/shape-$shape.json" \
+    && record "bench-$shape" ok || record "bench-$shape" FAIL
+  # the compiled MoE reference takes minutes at 30B-A3B (15.5 ms a forward, session 8): COMPILED_SHAPES adds it
+  if [[ " ${COMPILED_SHAPES:-sdar-1.7b sdar-4b sdar-8b} " == *" $shape "* ]]; then
+    timeout 150 python3 scripts/torch_reference.py --shape $shape --compile --device $TDEV --prompt-len 64 --max-new-tokens 128 \
+      --strategy low_confidence_static --warmup 1 --repeat 2 --json "$TJ/compiled-$shape.json" \
+      && record "torch-compiled-$shape" ok || record "torch-compiled-$shape" FAIL
+  fi
+done
+
+stage "long caches: SDAR-1.7B, prompts of 512 to 32000 tokens (split-K attention), 64 new tokens, events off"
+for p in ${LONG:-512 4096 16384 32000}; do
+  timeout 120 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len $p --max-new-tokens 64 \
+    --strategy low_confidence_static --events off --warmup 1 --repeat 2 --json "$BJ/long-$p.json" \
+    && record "bench-long-$p" ok || record "bench-long-$p" FAIL
+done
+
 python3 - "$BJ" "$OUT/bench.json" <<'EOF' || true
 import json, os, sys
 d = {}
@@ -141,7 +166,7 @@ json.dump(d, open(sys.argv[2], "w"), indent=2)
 EOF
 
 stage "gemv kernel designs vs cuBLAS (scripts/gemv_bench.cu, built here by nvcc)"
-if [[ ${GEMV_BENCH:-1} != 0 ]]; then
+if [[ ${GEMV_BENCH:-0} != 0 ]]; then
   NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
   if [[ -n $NVCC ]] && "$NVCC" -O3 -arch=sm_90 -o "$W/gemv_bench" scripts/gemv_bench.cu -lcublas > "$OUT/gemv_bench.txt" 2>&1 \
      && timeout 180 "$W/gemv_bench" >> "$OUT/gemv_bench.txt" 2>&1; then
@@ -153,17 +178,28 @@ fi
 
 stage "PyTorch reference: transformers Qwen3ForCausalLM, SDAR-1.7B shape, same algorithm"
 timeout 240 python3 scripts/torch_reference.py --shape $SHAPE --device $TDEV --prompt-len 64 --max-new-tokens "$NEW" \
-  --strategy low_confidence_static --warmup 1 --repeat 2 --json "$OUT/torch.json" \
+  --strategy low_confidence_static --warmup 1 --repeat 2 --json "$TJ/eager.json" \
   && record torch ok || record torch FAIL
+python3 - "$TJ" "$OUT/torch.json" <<'EOF' || true
+import json, os, sys
+d = {"compiled": {}}
+for f in sorted(os.listdir(sys.argv[1])):
+    try: r = json.load(open(os.path.join(sys.argv[1], f)))
+    except Exception as e: r = {"error": str(e)}
+    if f == "eager.json": d["eager"] = r
+    else: d["compiled"][f[len("compiled-"):-5]] = r
+json.dump(d, open(sys.argv[2], "w"), indent=2)
+EOF
 
 stage "summary"
-python3 - "$OUT" <<'EOF' | tee "$OUT/summary.md"
+python3 - "$OUT" "$SHAPE" <<'EOF' | tee "$OUT/summary.md"
 import json, os, sys
-o = sys.argv[1]
+o, SHAPE = sys.argv[1], sys.argv[2]
 def j(n):
     try: return json.load(open(os.path.join(o, n)))
     except Exception: return None
-bw, bench, torch_, check, traces = j("bandwidth.json"), j("bench.json") or {}, j("torch.json"), j("check.json"), j("traces.json")
+bw, bench, torch_all, check, traces = j("bandwidth.json"), j("bench.json") or {}, j("torch.json") or {}, j("check.json"), j("traces.json")
+torch_, compiled = torch_all.get("eager"), torch_all.get("compiled", {})
 main = bench.get("main")
 print("## unmask on the GPU: one run of scripts/gpu_run.sh\n")
 if bw: print(f"- device: {bw['device']}; device-to-device copy bandwidth {bw['bytes_per_s']/1e12:.3f} TB/s (read + write, 4 GiB, median of 10)")
@@ -219,6 +255,31 @@ if main and "rows" in main:
         print(f"\n### PyTorch reference (transformers {torch_['transformers']}, torch {torch_['torch']}, {torch_['attn']}, same algorithm, low_confidence_static)")
         print(f"- {torch_['ms_per_forward_median']:.2f} ms/forward (CUDA events), {torch_['wall_ms_per_forward']:.2f} ms/forward (wall), {torch_['tokens_per_s']:.1f} tok/s")
         if st: print(f"- unmask low_confidence_static, events on: {st['tokens_per_s']:.1f} tok/s = **{st['tokens_per_s']/torch_['tokens_per_s']:.1f}x** the PyTorch reference")
+def floor_ms(b):
+    rb = b.get("floor", {}).get("denoise_bytes")
+    return rb / bw["bytes_per_s"] * 1e3 if (rb and bw) else None
+shapes = [(k[len("shape-"):], v) for k, v in bench.items() if k.startswith("shape-") and "rows" in v]
+if shapes:
+    print("\n### Every SDAR shape: batch 1, B=4 S=4, low_confidence_static, events on, 128 new tokens after 64")
+    print("floor = the bytes a pass reads (layers, final norm, lm_head, B embedding rows; a MoE pass's distinct experts counted) / the copy bandwidth above\n")
+    print("| shape | bytes a pass reads | floor ms | unmask ms/forward | x floor | tok/s | compiled PyTorch ms/forward | unmask faster by |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, b in shapes:
+        r, fl = b["rows"][0], floor_ms(b)
+        c = compiled.get(name)
+        cms = c.get("ms_per_forward_median") if isinstance(c, dict) else None
+        xf, fls = (f"{r['ms_per_forward']/fl:.2f}", f"{fl:.3f}") if fl else ("-", "-")
+        print(f"| {name} | {b['floor']['denoise_bytes']/1e9:.3f} GB | {fls} | {r['ms_per_forward']:.3f} | {xf} | {r['tokens_per_s']:.1f} | "
+              + (f"{cms:.3f} | {cms/r['ms_per_forward']:.2f}x |" if cms else "- | - |"))
+longs = sorted(((int(k[len("long-"):]), v) for k, v in bench.items() if k.startswith("long-") and "rows" in v))
+if longs:
+    base = longs[0][1]["rows"][0]["ms_per_forward"]
+    print(f"\n### Long caches: {SHAPE} shape, 64 new tokens, static, events off (floor: the weights and the K/V a pass reads)\n")
+    print(f"| prompt | ms/forward | x the {longs[0][0]}-token time | floor ms | x floor |")
+    print("|---:|---:|---:|---:|---:|")
+    for p, b in longs:
+        r, fl = b["rows"][0], floor_ms(b)
+        print(f"| {p} | {r['ms_per_forward']:.3f} | {r['ms_per_forward']/base:.2f} | " + (f"{fl:.3f} | {r['ms_per_forward']/fl:.2f} |" if fl else "- | - |"))
 EOF
 echo
 echo "stages: ${STATUS[*]}"
