@@ -39,12 +39,6 @@
 
 #include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, MoeTable
 
-// Bytes of each weight row past a tile's first batch that its kernel asks of the L2 at once
-// (see gemv below); a multiple of 16, 0 for none. The launcher passes -DGEMV_AHEAD=...
-#ifndef GEMV_AHEAD
-#define GEMV_AHEAD 0
-#endif
-
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -132,22 +126,6 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // PAIR only: the up half
     const uint4* u0 = w + (r0 + n) * k8 + q;
     const uint4* u8 = w + (r8 + n) * k8 + q;
-    // The tile's rows past the first batch, asked of the L2 now (GEMV_AHEAD bytes a row, an
-    // NVRTC define: src/model/cuda/gemv.rs): the copy engine streams them while the warps wait
-    // on their first batch, so later batches find them in the L2 rather than each waiting a
-    // full trip to HBM. One bulk prefetch a row, by the tile's first warp.
-#if __CUDA_ARCH__ >= 900
-    if (GEMV_AHEAD > 0 && kw == 0 && lane < 16) {
-        const long first = 64L * ks * U, row_bytes = 16L * k8;  // bytes a batch of the tile covers a row
-        if (first < row_bytes) {
-            const unsigned len = (unsigned)min((long)GEMV_AHEAD, row_bytes - first);
-            const long r = min(n0 + lane, n - 1);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char*)(w + r * k8) + first), "r"(len) : "memory");
-            if (PAIR)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char*)(w + (r + n) * k8) + first), "r"(len) : "memory");
-        }
-    }
-#endif
     const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < cols;
@@ -287,50 +265,4 @@ extern "C" __global__ void unmask_gemv_moe_up_u4(const uint4* w, const uint4* x,
 extern "C" __global__ void unmask_gemv_moe_down_u8(const uint4* w, const uint4* x, float* yf,
                                                    const MoeTable* tab, int t_len, int n, int k8, int ks) {
     gemv<8, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
-}
-
-// Weights a later kernel of the pass reads, asked of the L2 ahead of time (src/model/l2.rs
-// says which and when). A block pass leaves HBM idle while its small kernels run (q/k norm and
-// RoPE, attention: ~10 us a layer at SDAR-1.7B, where the layer's weights stream in ~24 us)
-// and at every kernel boundary; asked for then, the next projections' first bytes arrive
-// during the gap and their kernel reads them from the L2. One cp.async.bulk.prefetch a thread
-// hands a whole chunk to the copy engine: no registers wait on it and nothing is written, so
-// the kernel ends at once. Up to four ranges, every pointer and size a multiple of 16 bytes
-// (the launcher checks). Under programmatic dependent launch this kernel starts while the one
-// before it still runs (it reads nothing that kernel writes), and it waits for that kernel
-// before it ends, so the kernel after it, which waits for this one, still sees every write of
-// the kernel before. Before sm_90 it only keeps that order.
-#define PREFETCH_CHUNK 16384
-extern "C" __global__ void unmask_prefetch_l2(const char* p0, long long n0, const char* p1, long long n1,
-                                              const char* p2, long long n2, const char* p3, long long n3) {
-    launch_dependents();
-#if __CUDA_ARCH__ >= 900
-    const char* p[4] = {p0, p1, p2, p3};
-    const long long n[4] = {n0, n1, n2, n3};
-    const long long first = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * PREFETCH_CHUNK;
-    const long long stride = (long long)gridDim.x * blockDim.x * PREFETCH_CHUNK;
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-        for (long long off = first; off < n[r]; off += stride) {
-            const unsigned len = (unsigned)min((long long)PREFETCH_CHUNK, n[r] - off);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p[r] + off), "r"(len) : "memory");
-        }
-#endif
-    dependency_wait();
-}
-
-// The same asked line by line (prefetch.global.L2, 128 bytes a thread a step) from many
-// threads: for when the copy engine's bulk prefetch is slow to take a request
-// (UNMASK_L2_HOW=lines, src/model/cuda/gemv.rs).
-extern "C" __global__ void unmask_prefetch_l2_lines(const char* p0, long long n0, const char* p1, long long n1,
-                                                    const char* p2, long long n2, const char* p3, long long n3) {
-    launch_dependents();
-    const char* p[4] = {p0, p1, p2, p3};
-    const long long n[4] = {n0, n1, n2, n3};
-    const long long first = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 128;
-    const long long stride = (long long)gridDim.x * blockDim.x * 128;
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-        for (long long off = first; off < n[r]; off += stride) asm volatile("prefetch.global.L2 [%0];" ::"l"(p[r] + off) : "memory");
-    dependency_wait();
 }

@@ -3,7 +3,7 @@
 # setting is run in turn, ROUNDS times, alternating, so drift during the call falls on all of
 # them; the median per setting and token count is printed at the end.
 #
-#   OUT=/tmp/s bash scripts/gpu_sweep.sh "off:UNMASK_L2_PREFETCH=0" "on:UNMASK_L2_PREFETCH=24/8"
+#   OUT=/tmp/s bash scripts/gpu_sweep.sh "pdl:UNMASK_PDL=1" "nopdl:UNMASK_PDL=0"
 #
 # A setting is NAME:VAR=V[,VAR=V...] (NAME alone: the defaults). Environment, all optional:
 #   ROUNDS (3), TOKENS ("128 256"), SHAPE (sdar-1.7b), STRATEGY (low_confidence_static),

@@ -23,7 +23,6 @@ JOBS = [
     ("fused.cu", ["--gpu-architecture=compute_90"]),
     ("fused.cu", []),
     ("gemv.cu", ["--gpu-architecture=compute_90"]),
-    ("gemv.cu", ["--gpu-architecture=compute_90", "-DGEMV_AHEAD=8192"]),
     ("gemv.cu", ["--gpu-architecture=compute_80"]),
     ("moe.cu", ["--gpu-architecture=compute_90"]),
     ("moe.cu", []),

@@ -11,7 +11,6 @@ use candle_nn::ops::rms_norm;
 use super::attention::{block_causal_mask, rope_tables, Heads, KvCache, PassInput, SelfAttention};
 use super::config::ModelConfig;
 use super::gemv::{Epilogue, GemvInto};
-use super::l2::{self, Part};
 use super::linear::{Bf16Panels, Linear, Products};
 use super::Compute;
 use super::mlp::SwiGlu;
@@ -167,25 +166,6 @@ pub struct Layer {
     attn: SelfAttention,
     post_norm: Tensor,
     mlp: Mlp,
-}
-
-impl Layer {
-    /// What the streamed layer reads after this layer's attention, in order, for [`l2::ask`]:
-    /// the o projection, then the feed-forward block's first product (gate|up, both halves
-    /// at once; a sparse block's router, since its experts are known only after it).
-    fn after_attention(&self) -> Vec<(&Tensor, Part)> {
-        let mut parts = whole(&self.attn.o_proj);
-        match &self.mlp {
-            Mlp::Dense(m) => parts.extend(m.gate_up_proj.rows().map(|w| (w, Part::Halves(l2::bytes(w))))),
-            Mlp::Sparse(m) => parts.extend(m.grouped().map(|(_, router)| (router, Part::Whole(l2::bytes(router))))),
-        }
-        parts
-    }
-}
-
-/// A projection kept `[out, in]`, read from its start ([`l2::ask`]); nothing for other layouts.
-fn whole(p: &Linear) -> Vec<(&Tensor, Part)> {
-    p.rows().map(|w| (w, Part::Whole(l2::bytes(w)))).into_iter().collect()
 }
 
 pub struct Model {
@@ -513,7 +493,6 @@ impl Model {
     fn forward_streamed(&self, input: &PassInput, cache: &KvCache, ws: &Workspace, embedded: Tensor, (cos, sin): (&Tensor, &Tensor)) -> Result<Tensor> {
         let mut x = embedded;
         let attn = self.heads.attention_op(input.keys);
-        let budget = l2::Budget::get();
         for (l, layer) in self.layers.iter().enumerate() {
             let run = |(op, input, out): (GemvInto, &Tensor, &Tensor), p: &Linear| -> Result<()> {
                 let w = p.rows().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"))?;
@@ -521,21 +500,15 @@ impl Model {
             };
             let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
             run(qkv, &layer.attn.qkv_proj)?;
-            // HBM would idle through the next two kernels: ask for what follows them
-            l2::ask(budget.attention, || layer.after_attention())?;
             ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &layer.attn.qkv_op(&self.heads))?;
             ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &input.positions, &attn)?;
             run(o, &layer.attn.o_proj)?;
             match &layer.mlp {
                 Mlp::Dense(mlp) => {
                     run(gate_up, &mlp.gate_up_proj)?;
-                    l2::ask(budget.boundary, || whole(&mlp.down_proj))?;
                     run(down, &mlp.down_proj)?;
                 }
                 Mlp::Sparse(moe) => self.moe_streamed(l, moe, ws)?,
-            }
-            if let Some(next) = self.layers.get(l + 1) {
-                l2::ask(budget.boundary, || whole(&next.attn.qkv_proj))?;
             }
             x = ws.out.clone();
         }

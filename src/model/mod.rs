@@ -13,7 +13,6 @@ mod cuda;
 pub mod decoder;
 pub mod fastmath;
 pub mod gemv;
-pub mod l2;
 pub mod linear;
 pub mod mlp;
 pub mod moe;

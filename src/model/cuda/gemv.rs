@@ -22,20 +22,12 @@ pub(super) fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     let r = PTX.get_or_init(|| {
         // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
         let arch = super::launch::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
-        super::nvrtc::compile_ptx_with(SOURCE, "gemv.cu", arch, &[format!("-DGEMV_AHEAD={}", ahead())])
+        super::nvrtc::compile_ptx(SOURCE, "gemv.cu", arch)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
         Err(e) => candle_core::bail!("NVRTC could not compile kernels/gemv.cu: {e}"),
     }
-}
-
-/// Bytes of each weight row past its first batch that a gemv block asks of the L2 when it
-/// starts (kernels/gemv.cu, `GEMV_AHEAD`): `UNMASK_GEMV_AHEAD=BYTES` (rounded down to 16),
-/// else the default chosen on the H200 (docs/perf.md, session 12).
-fn ahead() -> usize {
-    const DEFAULT: usize = 0;
-    std::env::var("UNMASK_GEMV_AHEAD").ok().and_then(|v| v.trim().parse::<usize>().ok()).map_or(DEFAULT, |b| b / 16 * 16)
 }
 
 /// Whether the kernel can run on `dev` (compute capability 8.0 or later) and compiles; an
@@ -125,49 +117,4 @@ pub fn launch_into(
         Some(r) => with_view(r, "gemv: residual", |rv| launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, Some(rv))),
         None => launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, None),
     }
-}
-
-/// kernels/gemv.cu's `unmask_prefetch_l2` over up to four `(weight, start byte, length)`
-/// ranges (src/model/l2.rs plans them): on sm_90 and later, where the bulk prefetch exists;
-/// elsewhere nothing is launched.
-pub fn prefetch_l2(ranges: &[(&Tensor, usize, usize)]) -> Result<()> {
-    const CHUNK: usize = 16384; // kernels/gemv.cu's PREFETCH_CHUNK
-    const THREADS: usize = 64;
-    if ranges.len() > 4 {
-        candle_core::bail!("l2 prefetch: {} ranges, the kernel takes 4", ranges.len());
-    }
-    let held: Vec<_> = ranges.iter().map(|(w, _, _)| w.storage_and_layout()).collect();
-    let mut views = Vec::with_capacity(4);
-    let mut dev = None;
-    for ((st, l), (_, start, len)) in held.iter().zip(ranges) {
-        let Storage::Cuda(s) = &**st else { candle_core::bail!("l2 prefetch: a weight is not on the GPU") };
-        let v = aligned::<bf16>(s, l, "l2 prefetch: weight")?;
-        if start % 16 != 0 || len % 16 != 0 || start + len > v.len() * 2 {
-            candle_core::bail!("l2 prefetch: bytes {start}..{} of a {}-byte weight (16-byte multiples inside it)", start + len, v.len() * 2);
-        }
-        dev.get_or_insert_with(|| s.device().clone());
-        views.push(v);
-    }
-    let Some(dev) = dev else { return Ok(()) };
-    if !super::launch::hopper(&dev)? {
-        return Ok(());
-    }
-    let lines = std::env::var("UNMASK_L2_HOW").as_deref() == Ok("lines");
-    let name = if lines { "unmask_prefetch_l2_lines" } else { "unmask_prefetch_l2" };
-    let f = dev.get_or_load_custom_func(name, MODULE, ptx(&dev)?)?;
-    let total: usize = ranges.iter().map(|r| r.2).sum();
-    let (threads, per_thread) = if lines { (256, 128) } else { (THREADS, CHUNK) };
-    let blocks = total.div_ceil(threads * per_thread).clamp(1, 132);
-    let cfg = LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (threads as u32, 1, 1), shared_mem_bytes: 0 };
-    let stream = dev.cuda_stream();
-    let mut b = Args::new(&stream);
-    for i in 0..4 {
-        match (views.get(i), ranges.get(i)) {
-            (Some(v), Some((_, start, len))) => b.input_at(v, *start as u64).i64(*len as i64),
-            _ => b.null().i64(0),
-        };
-    }
-    // SAFETY: unmask_prefetch_l2(p0, n0, .., p3, n3): each range lies inside its weight and is
-    // 16-byte aligned (checked above); the kernel only asks the L2 for those bytes.
-    unsafe { b.launch(&f, cfg) }
 }

@@ -32,11 +32,6 @@ fn has_pdl(stream: &CudaStream) -> Result<bool> {
     Ok(major >= 9)
 }
 
-/// Whether `dev` is sm_90 or later: programmatic dependent launch, bulk copies and prefetches.
-pub fn hopper(dev: &CudaDevice) -> Result<bool> {
-    has_pdl(&dev.cuda_stream())
-}
-
 /// The NVRTC target for `dev`'s kernels: compute_90 where griddepcontrol exists (the kernels'
 /// `__CUDA_ARCH__ >= 900` branches), else `fallback`.
 pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Option<&'static str>> {
@@ -118,14 +113,6 @@ impl<'a> Args<'a> {
         self
     }
 
-    /// A buffer the kernel reads, from `bytes` past its start.
-    pub fn input_at<T>(&mut self, v: &'a impl DevicePtr<T>, bytes: u64) -> &mut Self {
-        let (p, g) = v.device_ptr(self.stream);
-        self.slots.push(p + bytes);
-        self.guards.push(g);
-        self
-    }
-
     /// A null pointer (an absent optional input).
     pub fn null(&mut self) -> &mut Self {
         self.slots.push(0);
@@ -134,11 +121,6 @@ impl<'a> Args<'a> {
 
     pub fn i32(&mut self, v: i32) -> &mut Self {
         self.slots.push(v as u32 as u64);
-        self
-    }
-
-    pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.slots.push(v as u64);
         self
     }
 

@@ -30,11 +30,6 @@ fn text(buf: &[c_char]) -> String {
 /// The PTX of the source `src` (`name`: its file name, for NVRTC's messages) for `arch`, or
 /// NVRTC's default target without one; on failure NVRTC's error, the options and the log.
 pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, String> {
-    compile_ptx_with(src, name, arch, &[])
-}
-
-/// [`compile_ptx`] with more NVRTC options (`-DNAME=VALUE` defines).
-pub fn compile_ptx_with(src: &str, name: &str, arch: Option<&str>, extra: &[String]) -> Result<String, String> {
     let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
     let (src, file, common) = (c(src)?, c(name)?, c(COMMON)?);
     let (headers, includes) = ([common.as_ptr()], [c"common.cuh".as_ptr()]);
@@ -46,8 +41,7 @@ pub fn compile_ptx_with(src: &str, name: &str, arch: Option<&str>, extra: &[Stri
         .map_err(|e| format!("{e:?}"))?;
     // SAFETY: nvrtcCreateProgram succeeded, so it wrote the program.
     let prog = Program(unsafe { prog.assume_init() });
-    let mut opts: Vec<String> = arch.map(|a| format!("--gpu-architecture={a}")).into_iter().collect();
-    opts.extend(extra.iter().cloned());
+    let opts: Vec<String> = arch.map(|a| format!("--gpu-architecture={a}")).into_iter().collect();
     // SAFETY (the three calls below): `prog` is a live program until it is dropped.
     if let Err(e) = unsafe { result::compile_program(prog.0, &opts) } {
         let log = unsafe { result::get_program_log(prog.0) }.map(|l| text(&l)).unwrap_or_default();
