@@ -1,0 +1,305 @@
+// Does a persistent kernel stream a block pass's weights faster than a chain of gemv launches?
+//
+//   nvcc -O3 -arch=sm_90 -o /tmp/persist_bench scripts/persist_bench.cu && /tmp/persist_bench
+//
+// The question behind it (docs/perf.md, session 12): at SDAR-1.7B a projection kernel of the
+// streamed layer moves its weights at 1.9-3.1 TB/s against a copy bandwidth of 4.2, and the
+// gemv chain of a forward (28 layers x q|k|v, o, gate|up, down) at 2.6 TB/s under programmatic
+// dependent launch: each kernel pays its launch, its first loads' latency and its last wave's
+// tail. Asking the L2 for the next weights during those gaps made every forward slower. Here
+// one cooperative launch runs the whole chain: every block stays resident, takes the tiles of
+// each projection in turn (a projection is a phase), and between phases waits at a grid-wide
+// barrier, but only after it has asked for its first batch of the next phase's weights, which no
+// phase writes. So HBM keeps streaming across what were kernel boundaries, and no launch is paid.
+//
+// Each tile is the product of kernels/gemv.cu (mma.sync m16n8k16, a warp's 16 rows x 32 k a
+// step, U = 8 steps of loads a batch, KS warps a tile summed in shared memory), plain form, x
+// staged once a phase a block. Prints the chain of the existing kernel under PDL (the model's
+// splits) beside the persistent chain at several splits and blocks a SM, both in us per forward
+// and TB/s of weights, and checks one layer of the persistent chain against the existing kernel.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "../kernels/gemv.cu"
+
+#include "bench_common.cuh"
+
+// One projection of the chain: y [t, n] = x [t, k] . W^T, W [n, k] bf16, k8 = k / 8; ks warps
+// a tile (8 / ks tiles a block).
+struct Phase {
+    const uint4* w;
+    const uint4* x;
+    unsigned short* y;
+    int n, k8, ks;
+};
+
+#define WARPS 8  // a block: 256 threads
+#define PU 8     // steps of loads a batch
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Arrivals are counted in one word: a block arrives once a phase, after its writes of that phase,
+// and waits for phase ph's input until ph x gridDim.x arrivals. Every block waits at every phase
+// (also one with no tile in it), so no block arrives twice before another has arrived once, and
+// ph x gridDim.x arrivals mean that every block has finished phases 0 .. ph - 1.
+__global__ void __launch_bounds__(32 * WARPS) persistent_chain(const Phase* __restrict__ phases, int n_phases,
+                                                               unsigned* ctr, int t_len, int max_k8) {
+    extern __shared__ uint4 smem[];
+    uint4* xs = smem;                                        // [t_len][max_k8 + 1]
+    float* part = (float*)(smem + (long)t_len * (max_k8 + 1));  // [WARPS][4][32]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    for (int ph = 0; ph < n_phases; ++ph) {
+        const Phase P = phases[ph];
+        const int ks = P.ks, k8 = P.k8, n = P.n, steps = k8 / 4, xrow = k8 + 1;
+        const int per_block = WARPS / ks, nvb = ((n + 15) / 16 + per_block - 1) / per_block;
+        bool waited = false;
+        for (int vb = blockIdx.x;; vb += gridDim.x) {
+            const bool work = vb < nvb;
+            if (!work && waited) break;
+            const int n0 = (vb * per_block + warp / ks) * 16, kw = warp % ks;
+            const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
+            const uint4* w0 = P.w + r0 * k8 + q;
+            const uint4* w8 = P.w + r8 * k8 + q;
+            uint4 a[PU], b[PU];
+#pragma unroll
+            for (int u = 0; u < PU; ++u) {
+                const int s = kw + ks * u;
+                a[u] = b[u] = zero;
+                if (work && s < steps) {
+                    a[u] = ld_stream(w0 + 4 * s);
+                    b[u] = ld_stream(w8 + 4 * s);
+                }
+            }
+            if (!waited) {
+                // the first batch is in flight: now wait for the phase before, then stage x
+                if (threadIdx.x == 0) {
+                    const unsigned target = (unsigned)ph * gridDim.x;
+                    while (ld_acquire(ctr) < target) __nanosleep(20);
+                }
+                __syncthreads();
+                waited = true;
+                if (!work) break;
+                for (int i = threadIdx.x; i < t_len * k8; i += blockDim.x) cp_async16(xs + (i / k8) * xrow + i % k8, P.x + i);
+                cp_async_wait_all();
+                __syncthreads();
+            }
+            const bool live = g < t_len;
+            const uint4* xr = xs + (live ? g : 0) * xrow + q;
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int s0 = kw, batch = 0; s0 < steps; s0 += ks * PU, ++batch) {
+                if (batch > 0)
+#pragma unroll
+                    for (int u = 0; u < PU; ++u) {
+                        const int s = s0 + ks * u;
+                        a[u] = b[u] = zero;
+                        if (s < steps) {
+                            a[u] = ld_stream(w0 + 4 * s);
+                            b[u] = ld_stream(w8 + 4 * s);
+                        }
+                    }
+#pragma unroll
+                for (int u = 0; u < PU; ++u) {
+                    const int s = s0 + ks * u;
+                    const uint4 xv = (live && s < steps) ? xr[4 * s] : zero;
+                    mma(c, a[u], b[u], xv.x, xv.y, false);
+                    mma(c, a[u], b[u], xv.z, xv.w, true);
+                }
+            }
+            if (ks > 1) {  // the tile's warps are consecutive: warp kw == 0 adds the others' sums
+                float* mine = part + warp * 128;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) mine[i * 32 + lane] = c[i];
+                __syncthreads();
+                if (kw == 0)
+                    for (int o = 1; o < ks; ++o)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) c[i] += mine[o * 128 + i * 32 + lane];
+            }
+            if (kw == 0)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
+                    if (t < t_len && row < n) P.y[(long)t * n + row] = to_bf16(c[i]);
+                }
+            if (ks > 1) __syncthreads();  // `part` is the next tile's
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(ctr, 1u);
+        }
+    }
+}
+
+static const int T = 4;  // rows of a denoising pass
+
+static double max_rel(const bf* a_d, const bf* b_d, long n) {
+    std::vector<bf> a(n), b(n);
+    CK(cudaMemcpy(a.data(), a_d, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), b_d, n * 2, cudaMemcpyDeviceToHost));
+    auto f = [](bf v) {
+        unsigned u = ((unsigned)v) << 16;
+        float r;
+        memcpy(&r, &u, 4);
+        return r;
+    };
+    double m = 0;
+    for (long i = 0; i < n; ++i) m = fmax(m, fabs(f(a[i]) - f(b[i])) / (fabs(f(b[i])) + 1e-2));
+    return m;
+}
+
+// The existing kernel (plain form, U = 8), one projection, under PDL or not.
+static void launch_gemv(const Phase& p, int tb, bool pdl, cudaStream_t st) {
+    const int tiles = (p.n + 15) / 16;
+    const size_t smem = std::max((size_t)T * (p.k8 + 1) * 16, (size_t)p.ks * tb * 4 * 32 * 4);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t lc = launch_config(dim3((tiles + tb - 1) / tb), dim3(32 * p.ks * tb), smem, pdl, st, &at);
+    CK(cudaLaunchKernelEx(&lc, unmask_gemv_u8, p.w, p.x, p.y, (const unsigned short*)nullptr, T, p.n, p.k8, p.ks, 0.0f));
+}
+
+int main() {
+    const int L = 28;
+    // SDAR-1.7B's projections: q|k|v [4096, 2048], o [2048, 2048], gate|up [12288, 2048], down [2048, 6144]
+    const int N[4] = {4096, 2048, 12288, 2048}, K[4] = {2048, 2048, 2048, 6144};
+    const int model_ks[4] = {8, 8, 4, 16}, model_tb[4] = {2, 1, 2, 1};  // src/model/gemv.rs, split() (plain forms)
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaFuncSetAttribute(unmask_gemv_u8, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+    CK(cudaFuncSetAttribute(persistent_chain, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+    std::vector<bf*> W[4];
+    double bytes = 0;
+    for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < L; ++l) {
+            bf* w;
+            CK(cudaMalloc(&w, 2L * N[p] * K[p]));
+            fill<<<1024, 256>>>(w, (long)N[p] * K[p], 1234u + 97u * p + 7919u * l, 0.25f);
+            W[p].push_back(w);
+            bytes += 2.0 * N[p] * K[p];
+        }
+    // x0 -> q|k|v -> qkv; attn (a stand-in for attention's output) -> o -> mid; mid -> gate|up
+    // -> gu; act (a stand-in for silu(gate) * up) -> down -> x0, the next layer's input
+    bf *x0, *qkv, *attn, *mid, *gu, *act, *save, *ref;
+    for (bf** b : {&x0, &qkv, &attn, &mid, &gu, &act, &save, &ref}) CK(cudaMalloc(b, 2L * 8 * 12288));
+    fill<<<64, 256>>>(x0, 8L * 2048, 42u, 2.0f);
+    fill<<<64, 256>>>(attn, 8L * 2048, 43u, 2.0f);
+    fill<<<64, 256>>>(act, 8L * 6144, 44u, 2.0f);
+    CK(cudaMemcpy(save, x0, 2L * 8 * 2048, cudaMemcpyDeviceToDevice));
+    CK(cudaDeviceSynchronize());
+    printf("weights a forward: %.1f MB (28 layers)\n", bytes / 1e6);
+    const bf* ins[4] = {x0, attn, mid, act};
+    bf* outs[4] = {qkv, mid, gu, x0};
+    auto chain = [&](const int* ks) {
+        std::vector<Phase> ph;
+        for (int l = 0; l < L; ++l)
+            for (int p = 0; p < 4; ++p)
+                ph.push_back({(const uint4*)W[p][l], (const uint4*)ins[p], outs[p], N[p], K[p] / 8, ks[p]});
+        return ph;
+    };
+    auto time = [&](auto body, int reps) {
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        for (int i = 0; i < 3; ++i) body();
+        CK(cudaEventRecord(a, st));
+        for (int i = 0; i < reps; ++i) body();
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        return ms * 1000.0f / reps;
+    };
+    auto report = [&](const char* what, float us) { printf("%-52s %8.1f us a forward  %.2f TB/s\n", what, us, bytes / (us * 1e-6) / 1e12); };
+
+    // the chain of the existing kernel, the model's splits, as a CUDA graph, with and without PDL
+    const std::vector<Phase> model = chain(model_ks);
+    for (int pdl = 0; pdl < 2; ++pdl) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (size_t i = 0; i < model.size(); ++i) launch_gemv(model[i], model_tb[i % 4], pdl, st);
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        float us = time([&] { CK(cudaGraphLaunch(ge, st)); }, 20);
+        report(pdl ? "kernel chain, graph, PDL (the model's)" : "kernel chain, graph, no PDL", us);
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+    }
+
+    Phase* dph;
+    CK(cudaMalloc(&dph, sizeof(Phase) * 4 * L));
+    unsigned* ctr;
+    CK(cudaMalloc(&ctr, 4));
+    const int max_k8 = 6144 / 8;
+    const size_t smem = (size_t)T * (max_k8 + 1) * 16 + WARPS * 128 * 4;
+    int fits = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, persistent_chain, 32 * WARPS, smem));
+    printf("persistent: %zu bytes of shared memory a block, %d blocks fit a SM\n", smem, fits);
+    auto run = [&](int n_phases, int grid) {
+        CK(cudaMemsetAsync(ctr, 0, 4, st));
+        int t = T, np = n_phases, mk = max_k8;
+        void* args[] = {&dph, &np, &ctr, &t, &mk};
+        CK(cudaLaunchCooperativeKernel((void*)persistent_chain, dim3(grid), dim3(32 * WARPS), args, smem, st));
+    };
+
+    // one layer against the existing kernel
+    {
+        const int ks[4] = {8, 8, 4, 8};
+        const std::vector<Phase> ph = chain(ks);
+        CK(cudaMemcpy(dph, ph.data(), sizeof(Phase) * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(x0, save, 2L * 8 * 2048, cudaMemcpyDeviceToDevice));
+        run(4, prop.multiProcessorCount * std::max(fits, 1));
+        CK(cudaStreamSynchronize(st));
+        // reference, from the same inputs: x0 (saved), attn, the reference mid, act
+        Phase r[4] = {ph[0], ph[1], ph[2], ph[3]};
+        double err[4];
+        r[0].x = (const uint4*)save, r[0].y = ref;
+        launch_gemv(r[0], 1, false, st);
+        CK(cudaStreamSynchronize(st));
+        err[0] = max_rel(qkv, ref, (long)T * N[0]);
+        r[1].y = ref;
+        launch_gemv(r[1], 1, false, st);
+        CK(cudaStreamSynchronize(st));
+        err[1] = max_rel(mid, ref, (long)T * N[1]);
+        r[2].x = (const uint4*)ref, r[2].y = ref + 8 * 2048;  // gate|up of the reference mid
+        launch_gemv(r[2], 1, false, st);
+        CK(cudaStreamSynchronize(st));
+        err[2] = max_rel(gu, ref + 8 * 2048, (long)T * N[2]);
+        r[3].y = ref;
+        launch_gemv(r[3], 1, false, st);
+        CK(cudaStreamSynchronize(st));
+        err[3] = max_rel(x0, ref, (long)T * N[3]);
+        printf("persistent, one layer, against the kernel: max rel. error q|k|v %.2e, o %.2e, gate|up %.2e, down %.2e%s\n",
+               err[0], err[1], err[2], err[3], std::max({err[0], err[1], err[2], err[3]}) < 2e-2 ? "" : "  FAIL");
+    }
+
+    // the whole forward, several splits (ks a tile for q|k|v, o, gate|up, down) and blocks a SM
+    const int splits[][4] = {{8, 8, 4, 8}, {8, 8, 8, 8}, {4, 4, 4, 8}, {8, 8, 2, 8}, {2, 2, 2, 4}};
+    for (const auto& ks : splits) {
+        const std::vector<Phase> ph = chain(ks);
+        CK(cudaMemcpy(dph, ph.data(), sizeof(Phase) * ph.size(), cudaMemcpyHostToDevice));
+        for (int per_sm = 1; per_sm <= fits; ++per_sm) {
+            const int grid = prop.multiProcessorCount * per_sm;
+            float us = time([&] { run(4 * L, grid); }, 20);
+            char what[96];
+            snprintf(what, sizeof what, "persistent ks %d/%d/%d/%d, %d block(s) a SM", ks[0], ks[1], ks[2], ks[3], per_sm);
+            report(what, us);
+        }
+    }
+    CK(cudaDeviceSynchronize());
+    printf("done\n");
+    return 0;
+}
