@@ -244,7 +244,10 @@ if main and "rows" in main:
     print()
     for on in [r for r in main["rows"] if r["events"] == "on"]:
         off = next((r for r in main["rows"] if r["events"] == "off" and r["strategy"] == on["strategy"]), None)
-        if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time")
+        if off: print(f"- events cost, {on['strategy']}: {(on['decode_ms']/off['decode_ms']-1)*100:+.2f} % decode time (wall time on against off, separate decodes)")
+        base = off["decode_ms"] if off else on["decode_ms"]
+        print(f"  - their work, timed where it runs: building {on['event_build_ms']:.2f} ms on the engine thread = {on['event_build_ms']/base*100:.2f} % of the decode, "
+              f"serialising {on['event_write_ms']:.2f} ms on the writer's = {on['event_write_ms']/base*100:.2f} %")
     for name in ["default", "plainattention", "carveoutnone", "nograph", "eager", "hostsampler", "nopdl", "cublas", "cublasnopdl", "generic"]:
         b = bench.get(name)
         if b and "rows" in b:
