@@ -3,6 +3,7 @@
 // GPU host has both; no cargo there), so kernel designs are compared in one device call:
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv_bench scripts/gemv_bench.cu -lcublas && /tmp/gemv_bench
+//   GEMV_SHAPE=4b /tmp/gemv_bench    # or 8b: SDAR-4B's or SDAR-8B's projections (default 1.7b)
 //
 // Every projection of every layer has its own weights (28 layers x 100 MB, far past the 50 MB
 // L2), so each graph replay streams them from HBM as a forward does. Prints, for T = 4 and 8:
@@ -172,9 +173,33 @@ static double max_rel(const bf* a_d, const bf* b_d, long n) {
     return m;
 }
 
+// The split src/model/gemv.rs's split() picks for `n` output rows of `k` inputs (a paired
+// gate|up form: n rows of each half): the model's, against which the sweep below compares.
+static Cfg model_split(int n, int k, bool pair) {
+    const int steps = k / 32, w_rows = pair ? 2 * n : n;
+    int ks = 8, tb = 1;
+    if (steps >= 128) ks = 16, tb = 1;
+    else if (w_rows >= 8192) ks = 4, tb = 2;
+    else if (w_rows >= 4096) ks = 8, tb = 2;
+    return {pair ? 4 : 8, std::max(1, std::min(ks, steps)), tb, pair};
+}
+
+// SDAR's dense shapes: layers, hidden, q heads x 128, k and v heads x 128, intermediate.
+struct Shape {
+    const char* name;
+    int layers, hidden, q, kv, inter;
+};
+
 int main() {
-    const int L = 28;
-    Proj P[4] = {{"qkv", 4096, 2048, 4096}, {"o", 2048, 2048, 2048}, {"gate_up", 12288, 2048, 12288}, {"down", 2048, 6144, 2048}};
+    const Shape shapes[] = {{"1.7b", 28, 2048, 2048, 1024, 6144}, {"4b", 36, 2560, 4096, 1024, 9728}, {"8b", 36, 4096, 4096, 1024, 12288}};
+    const char* want = getenv("GEMV_SHAPE");
+    Shape S = shapes[0];
+    for (const Shape& c : shapes)
+        if (want && !strcmp(want, c.name)) S = c;
+    const int L = S.layers, QKV = S.q + 2 * S.kv, HID = S.hidden, INTER = S.inter;
+    const long MAXN = 2L * INTER;  // the widest row of x or y (gate|up's output)
+    printf("shape SDAR-%s: %d layers, hidden %d, q|k|v %d, intermediate %d\n", S.name, L, HID, QKV, INTER);
+    Proj P[4] = {{"qkv", QKV, HID, QKV}, {"o", HID, S.q, HID}, {"gate_up", 2 * INTER, HID, 2 * INTER}, {"down", HID, INTER, HID}};
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -201,11 +226,11 @@ int main() {
     }
     CK(cudaDeviceSynchronize());
     bf *x, *y, *y2, *h;
-    CK(cudaMalloc(&x, 2L * 8 * 12288));
-    CK(cudaMalloc(&y, 2L * 8 * 12288));
-    CK(cudaMalloc(&y2, 2L * 8 * 12288));
-    CK(cudaMalloc(&h, 2L * 8 * 12288));
-    fill<<<64, 256>>>(x, 8L * 12288, 42u, 2.0f);
+    CK(cudaMalloc(&x, 2L * 8 * MAXN));
+    CK(cudaMalloc(&y, 2L * 8 * MAXN));
+    CK(cudaMalloc(&y2, 2L * 8 * MAXN));
+    CK(cudaMalloc(&h, 2L * 8 * MAXN));
+    fill<<<64, 256>>>(x, 8L * MAXN, 42u, 2.0f);
     CK(cudaDeviceSynchronize());
     printf("layer weights %.1f MB, forward (28 layers) %.1f MB\n", bytes_layer / 1e6, L * bytes_layer / 1e6);
 
@@ -316,11 +341,14 @@ int main() {
         // and silu, down + residual; against the same launches of the plain forms
         {
             bf *mid, *act, *qkvb;
-            CK(cudaMalloc(&mid, 2L * 8 * 2048));
-            CK(cudaMalloc(&act, 2L * 8 * 6144));
-            CK(cudaMalloc(&qkvb, 2L * 8 * 4096));
-            fill<<<8, 256>>>(mid, 8L * 2048, 8u, 2.0f);
-            fill<<<8, 256>>>(act, 8L * 6144, 9u, 2.0f);
+            CK(cudaMalloc(&mid, 2L * 8 * HID));
+            CK(cudaMalloc(&act, 2L * 8 * INTER));
+            CK(cudaMalloc(&qkvb, 2L * 8 * std::max(QKV, S.q)));
+            fill<<<8, 256>>>(mid, 8L * HID, 8u, 2.0f);
+            fill<<<8, 256>>>(act, 8L * INTER, 9u, 2.0f);
+            // the model's splits of the four forms (q|k|v, o, gate|up paired, down)
+            const Cfg ms[4] = {model_split(QKV, HID, false), model_split(HID, S.q, false), model_split(INTER, HID, true),
+                               model_split(HID, INTER, false)};
             CK(cudaDeviceSynchronize());
             // bit 0: the norm forms for qkv and gate|up; bit 1: the residual forms for o and down
             for (int forms = 0; forms < 4; ++forms)
@@ -328,14 +356,14 @@ int main() {
                     const bool norm = forms & 1, add = forms & 2;
                     float us = capture_and_time(st, [&] {
                         for (int l = 0; l < L; ++l) {
-                            launch_form(norm ? unmask_gemv_norm_u8 : unmask_gemv_u8, 8, 2, false, W[0][l], x, qkvb,
-                                        norm, nullptr, 4096, 2048, pdl, st);
-                            launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, 8, 1, false, W[1][l], qkvb, mid,
-                                        false, add ? x : nullptr, 2048, 2048, pdl, st);
-                            launch_form(norm ? unmask_gemv_norm_silu_u4 : unmask_gemv_silu_u4, 4, 2, true, W[2][l],
-                                        mid, act, norm, nullptr, 6144, 2048, pdl, st);
-                            launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, 16, 1, false, W[3][l], act, x,
-                                        false, add ? mid : nullptr, 2048, 6144, pdl, st);
+                            launch_form(norm ? unmask_gemv_norm_u8 : unmask_gemv_u8, ms[0].ks, ms[0].tb, false, W[0][l], x, qkvb,
+                                        norm, nullptr, QKV, HID, pdl, st);
+                            launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, ms[1].ks, ms[1].tb, false, W[1][l], qkvb, mid,
+                                        false, add ? x : nullptr, HID, S.q, pdl, st);
+                            launch_form(norm ? unmask_gemv_norm_silu_u4 : unmask_gemv_silu_u4, ms[2].ks, ms[2].tb, true, W[2][l],
+                                        mid, act, norm, nullptr, INTER, HID, pdl, st);
+                            launch_form(add ? unmask_gemv_add_u8 : unmask_gemv_u8, ms[3].ks, ms[3].tb, false, W[3][l], act, x,
+                                        false, add ? mid : nullptr, HID, INTER, pdl, st);
                         }
                     });
                     printf("chain streamed-layer forms norm%d add%d pdl%d: %.1f us per forward = %.2f TB/s\n", norm, add,
@@ -352,11 +380,11 @@ int main() {
                 CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cv));
                 float us = capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l) {
-                        launch_form(unmask_gemv_norm_u8, 8, 2, false, W[0][l], x, qkvb, true, nullptr, 4096, 2048, true, st);
+                        launch_form(unmask_gemv_norm_u8, ms[0].ks, ms[0].tb, false, W[0][l], x, qkvb, true, nullptr, QKV, HID, true, st);
                         if (spin) launch_spin(st, 11000);
-                        launch_form(unmask_gemv_add_u8, 8, 1, false, W[1][l], qkvb, mid, false, x, 2048, 2048, true, st);
-                        launch_form(unmask_gemv_norm_silu_u4, 4, 2, true, W[2][l], mid, act, true, nullptr, 6144, 2048, true, st);
-                        launch_form(unmask_gemv_add_u8, 16, 1, false, W[3][l], act, x, false, mid, 2048, 6144, true, st);
+                        launch_form(unmask_gemv_add_u8, ms[1].ks, ms[1].tb, false, W[1][l], qkvb, mid, false, x, HID, S.q, true, st);
+                        launch_form(unmask_gemv_norm_silu_u4, ms[2].ks, ms[2].tb, true, W[2][l], mid, act, true, nullptr, INTER, HID, true, st);
+                        launch_form(unmask_gemv_add_u8, ms[3].ks, ms[3].tb, false, W[3][l], act, x, false, mid, HID, INTER, true, st);
                     }
                 });
                 printf("chain streamed%s pdl1%s: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "",
@@ -372,9 +400,9 @@ int main() {
         // where a split wins inside the chain, which the standalone sweep above cannot show.
         {
             bf *mid, *act, *qkvb;
-            CK(cudaMalloc(&mid, 2L * 8 * 2048));
-            CK(cudaMalloc(&act, 2L * 8 * 6144));
-            CK(cudaMalloc(&qkvb, 2L * 8 * 4096));
+            CK(cudaMalloc(&mid, 2L * 8 * HID));
+            CK(cudaMalloc(&act, 2L * 8 * INTER));
+            CK(cudaMalloc(&qkvb, 2L * 8 * std::max(QKV, S.q)));
             // the forms: qkv norm, o add, gate|up norm + silu, down add; fn[p][u == 8]
             GemvFn fn[4][2] = {{gk<4, false, true, false>, gk<8, false, true, false>},
                                {gk<4, false, false, true>, gk<8, false, false, true>},
@@ -391,8 +419,9 @@ int main() {
                 }
             CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cv));
             printf("\nsweep under carveout %d\n", cv);
-            const int out_n[4] = {4096, 2048, 6144, 2048}, in_k[4] = {2048, 2048, 2048, 6144};
-            Cfg cur[4] = {{8, 8, 2}, {8, 8, 1}, {4, 4, 2, true}, {8, 16, 1}};  // src/model/gemv.rs, split()
+            const int out_n[4] = {QKV, HID, INTER, HID}, in_k[4] = {HID, S.q, HID, INTER};
+            Cfg cur[4];
+            for (int p = 0; p < 4; ++p) cur[p] = model_split(out_n[p], in_k[p], p == 2);
             auto chain = [&](const Cfg* c) {
                 return capture_and_time(st, [&] {
                     for (int l = 0; l < L; ++l) {
@@ -413,7 +442,7 @@ int main() {
                 for (int p = 0; p < 4; ++p) {
                     const int steps = in_k[p] / 32;
                     for (int u : {4, 8})
-                        for (int ks : {1, 2, 4, 8, 12, 16})
+                        for (int ks : {1, 2, 4, 8, 10, 12, 16})
                             for (int tb : {1, 2, 4}) {
                                 if (ks > steps || 32 * ks * tb > 512 || (p == 2 && u == 8 && ks * tb > 8)) continue;  // what fits an SM
                                 Cfg c[4] = {cur[0], cur[1], cur[2], cur[3]};
