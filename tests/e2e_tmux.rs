@@ -151,7 +151,7 @@ fn live_run_pause_step_strategy_restart_quit() {
         return;
     }
     let t = Tmux::start("live", &live_args("64"), (120, 40));
-    let s = t.wait_text("finished: ");
+    let s = t.wait_settled("finished: ");
     for panel in ["Blocks", "Text", "Inspector", "Stats", "Timeline", "● LIVE", "strategy low_confidence_dynamic"] {
         assert!(s.contains(panel), "missing {panel:?}:\n{s}");
     }
@@ -336,7 +336,7 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
     let (a, b) = (side_step(&s, 1), side_step(&s, 2));
     assert!(a.0 == a.1 && b.0 == b.1, "both at their heads: {a:?} {b:?}");
     t.keys(&["Left"]);
-    let s = t.wait_text("⏸ PAUSED");
+    let s = t.wait_settled("⏸ PAUSED");
     // Lock-step: one step back from the longer side's head; the shorter stays at its own.
     let longest = a.1.max(b.1);
     let (a2, b2) = (side_step(&s, 1), side_step(&s, 2));
@@ -370,7 +370,7 @@ fn no_color_draws_no_colour_and_marks_steps_in_cells() {
         return;
     }
     let t = Tmux::start_env("nocolor", &[("NO_COLOR", "1")], &live_args("24"), (120, 40));
-    let s = t.wait_text("finished: ");
+    let s = t.wait_settled("finished: ");
     assert!(s.contains("¹") && s.contains("before the token"), "step marks and their legend:\n{s}");
     let escaped = String::from_utf8_lossy(&t.tmux(&["capture-pane", "-e", "-p", "-t", "e2e"]).stdout).into_owned();
     assert!(escaped.contains("\x1b["), "capture-pane -e shows attributes (bold, reverse)");
@@ -378,7 +378,8 @@ fn no_color_draws_no_colour_and_marks_steps_in_cells() {
     assert!(codes.is_empty(), "colour escapes under NO_COLOR: {codes:?}");
     // The Steps panel replaces the text and marks the step shown.
     t.keys(&["L"]);
-    let s = t.wait_text(" Steps ");
+    // settled: under load a capture can catch the panel's title before its list is drawn
+    let s = t.wait_settled(" Steps ");
     let (n, _) = overall(&s);
     assert!(s.contains(&format!("▶step {n} · block ")), "the step shown is marked:\n{s}");
     t.quit_cleanly(&["q"]);
@@ -538,7 +539,7 @@ fn pace_keys_and_go_to_in_a_replay() {
     t.keys(&["g", "1", "2"]);
     t.wait_text("go to step (12) or block (b7): 12");
     t.keys(&["Enter"]);
-    let s = t.wait_text("PAUSED");
+    let s = t.wait_settled("PAUSED");
     assert_eq!(overall(&s).0, 12, "{s}");
     t.keys(&["g", "9", "9", "9", "Enter"]);
     t.wait_text("g: no step 999");
@@ -557,7 +558,7 @@ fn routing_shows_in_the_inspector_and_stats_live() {
     }
     let args = ["--model", "tests/fixtures/tiny-sdar-moe", "--routing", "--prompt", "x ≈ ∑ 你好", "--max-new-tokens", "16", "--pace", "0"];
     let t = Tmux::start("routing", &args, (120, 40));
-    let s = t.wait_text("finished: length");
+    let s = t.wait_settled("finished: length");
     assert!(s.contains("route top-1 weight by layer · 3 of 8"), "{s}");
     assert!(s.contains("L1 ") && s.contains("experts/layer") && s.contains("of 8)"), "{s}");
     t.quit_cleanly(&["q"]);
