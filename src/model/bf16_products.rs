@@ -45,11 +45,25 @@ fn widen(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
 
-fn ftz(v: f32) -> f32 {
-    if v.abs() < f32::MIN_POSITIVE {
-        0f32.copysign(v)
+/// `a · b + c` as `vdpbf16ps` computes each of its products: one rounding, then a tiny result
+/// flushed to the zero of its sign. x86 calls a result tiny by rounding it to 24 bits with an
+/// unbounded exponent, not onto the denormal grid, so the line is half a 24-bit step below the
+/// smallest normal, `T` = 2^-126 - 2^-151: an exact sum below it is flushed (although the
+/// denormal grid rounds some of them up to 2^-126), one at or above it gives 2^-126 or more (a
+/// tie rounds to the even 2^-126). f64 decides against `T` exactly: rounding to f64 keeps the
+/// order to `T`, which it holds, and only a sum within half an f64 step below `T` could round
+/// onto it; that needs bits below 2^-179, but `c` is 0 or a normal f32 (every sum is flushed)
+/// and `a · b` has 16 significant bits, so a sum that close to `T` is a multiple of 2^-167.
+fn fma_ftz(a: f32, b: f32, c: f32) -> f32 {
+    const T: f64 = 1.0 / (1u128 << 126) as f64 - 1.0 / (1u128 << 126) as f64 / (1u64 << 25) as f64;
+    let r = a.mul_add(b, c);
+    if r == 0.0 || r.abs() > f32::MIN_POSITIVE || !r.is_finite() {
+        return r;
+    }
+    if ((a as f64).mul_add(b as f64, c as f64)).abs() < T {
+        0f32.copysign(r)
     } else {
-        v
+        r
     }
 }
 
@@ -85,8 +99,8 @@ pub fn portable(pw: &[u16], xs: &[u32], rows: usize, k2: usize, acc: &mut [[f32;
             let x = xs[i * ROWS + r];
             let (lo, hi) = (widen(x as u16), widen((x >> 16) as u16));
             for (c, s) in sums[i % 2].iter_mut().enumerate() {
-                *s = ftz(hi.mul_add(widen(wrow[2 * c + 1]), *s));
-                *s = ftz(lo.mul_add(widen(wrow[2 * c]), *s));
+                *s = fma_ftz(hi, widen(wrow[2 * c + 1]), *s);
+                *s = fma_ftz(lo, widen(wrow[2 * c]), *s);
             }
         }
         for (c, o) in out.iter_mut().enumerate() {
@@ -101,7 +115,12 @@ pub fn native() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static NATIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *NATIVE.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bf16"))
+        // avx512bf16 implies avx512bw to the compiler, which may use it in the enabled bodies
+        *NATIVE.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512bf16")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
@@ -209,6 +228,33 @@ mod tests {
         let mut want = [0u32; 2 * ROWS];
         [want[0], want[1], want[ROWS], want[ROWS + 1]] = [0xc020_3f80, 0x3f80_4040, 0x4040, 0xc020];
         assert_eq!(got, want, "two rows of 3 inputs: pairs interleaved by row, a zero-padded last pair");
+    }
+
+    /// A sum that lands in the window below the smallest normal that the denormal grid rounds
+    /// up to it but x86 calls tiny: 2^-63 · 2^-63 = 2^-126, then 1.5·2^-75 · -2^-76 more gives
+    /// 2^-126 - 0.75·2^-150, which the instruction flushes to zero (found by a review's fuzz;
+    /// random values never land there). Just outside the window, 2^-126 - 2^-152 is kept as
+    /// 2^-126.
+    #[test]
+    fn a_sum_just_below_the_smallest_normal_is_flushed_as_the_instruction_does() {
+        let run = |lo_x: u16, lo_w: u16| {
+            let xs = vec![0x2000u32 << 16 | lo_x as u32; ROWS];
+            let pw: Vec<u16> = (0..2 * PANEL).map(|i| if i % 2 == 0 { lo_w } else { 0x2000 }).collect();
+            let mut a = [[0f32; PANEL]; ROWS];
+            portable(&pw, &xs, ROWS, 1, &mut a);
+            #[cfg(target_arch = "x86_64")]
+            if native() {
+                let mut b = [[0f32; PANEL]; ROWS];
+                // SAFETY: detected just above.
+                unsafe { avx512::sweep(&pw, &pw, &xs, ROWS, 1, &mut b) };
+                assert_eq!(a.map(|r| r.map(f32::to_bits)), b.map(|r| r.map(f32::to_bits)), "portable against the instruction");
+            }
+            a[0][0]
+        };
+        // 1.5·2^-75 (0x1a40) times -2^-76 (0x9980): in the window, flushed
+        assert_eq!(run(0x1a40, 0x9980).to_bits(), 0);
+        // 2^-75 (0x1a00) times -2^-77 (0x9900): 2^-126 - 2^-152, above the line: 2^-126
+        assert_eq!(run(0x1a00, 0x9900), f32::MIN_POSITIVE);
     }
 
     /// The portable body against the instruction on values that exercise its rounding, its

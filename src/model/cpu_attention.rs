@@ -345,7 +345,9 @@ mod avx2 {
                     let m = mask.map_or(_mm256_setzero_ps(), |m| _mm256_loadu_ps(m[c..c + 8].as_ptr()));
                     let v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(c)), sc), m);
                     _mm256_storeu_ps(x.as_mut_ptr().add(c), v);
-                    mx = _mm256_max_ps(mx, v);
+                    // a NaN score is passed over, as f32::max does (maxps returns its second
+                    // operand when either is NaN)
+                    mx = _mm256_max_ps(v, mx);
                 }
             }
             let mut lanes = [0f32; 8];
@@ -546,6 +548,13 @@ mod tests {
             assert_eq!((ma, &a), (mb, &b));
             let (sa, sb) = unsafe { (avx2::Avx2::exp_sum(&mut a, ma), Portable::exp_sum(&mut b, mb)) };
             assert_eq!((sa, &a), (sb, &b));
+            // a NaN score (an inf or a NaN in q or k) is passed over by both maxima
+            let mut a = vec![-10f32; 24];
+            (a[0], a[8], a[16]) = (5.0, f32::NAN, 1.0);
+            let mut b = a.clone();
+            // SAFETY: detected above.
+            let (ma, mb) = unsafe { (avx2::Avx2::scores_max(&mut a, 1.0, None), Portable::scores_max(&mut b, 1.0, None)) };
+            assert_eq!((ma, mb), (5.0, 5.0));
         }
     }
 }

@@ -482,7 +482,12 @@ mod kernel {
             #[cfg(target_arch = "x86_64")]
             {
                 static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-                *YES.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+                // avx512f implies avx2 and fma to the compiler, which may use them in the body
+                *YES.get_or_init(|| {
+                    std::arch::is_x86_feature_detected!("avx512f")
+                        && std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                })
             }
             #[cfg(not(target_arch = "x86_64"))]
             false
