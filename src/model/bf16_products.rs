@@ -14,9 +14,10 @@
 //! each output keeps two f32 sums, A over the even pairs of inputs and B over the odd ones (two
 //! sums so that even a 4-row sweep has 8 independent chains to hide the instruction's latency);
 //! a pair adds its second product and then its first, each a fused multiply-add rounded to
-//! nearest even, with denormal inputs read as zero and denormal results flushed to zero (the
-//! instruction's own rules, whatever MXCSR says; inputs are flushed when they are rounded or
-//! packed, so only results need it); the output is A + B.
+//! nearest even, with denormal inputs read as zero and tiny results flushed to zero (the
+//! instruction's own rules, whatever MXCSR says, with x86's meaning of tiny: see `fma_ftz`;
+//! inputs are flushed when they are rounded or packed, so only results need it); the output
+//! is A + B.
 //!
 //! Hand-written because no crate multiplies bf16 by bf16 this way on the CPU: candle's bf16
 //! matmul (the `gemm` crate) widens both operands to f32 and runs f32 FMA.
