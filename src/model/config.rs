@@ -49,6 +49,13 @@ pub struct ModelConfig {
     pub torch_dtype: Option<String>,
     #[serde(default)]
     pub attention_bias: bool,
+    /// Checked, not used: unmask computes plain RoPE over every position, as SDAR's checkpoints
+    /// ask (`rope_scaling` null, `use_sliding_window` false); a checkpoint that asks for more is
+    /// refused rather than decoded with other numbers than its reference's.
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
+    #[serde(default)]
+    pub use_sliding_window: bool,
     /// The transformers class names; registry.rs reads them when `model_type` is not one it knows.
     #[serde(default)]
     pub architectures: Vec<String>,
@@ -125,7 +132,20 @@ impl ModelConfig {
             crate::limits::at_most(&format!("field `{field}`"), v, max)?;
         }
         if let Some(b) = self.block_size {
+            if b == 0 {
+                bail!("field `block_size` must be positive");
+            }
             crate::limits::at_most("field `block_size`", b, crate::limits::MAX_BLOCK_LENGTH)?;
+        }
+        if let Some(scaling) = &self.rope_scaling {
+            // transformers writes the unscaled case as rope_type (or type) "default"
+            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str());
+            if kind != Some("default") {
+                bail!("field `rope_scaling` is {scaling}; unmask computes unscaled RoPE (SDAR's checkpoints have null)");
+            }
+        }
+        if self.use_sliding_window {
+            bail!("field `use_sliding_window` is true; unmask attends to every cached position (SDAR's checkpoints have false)");
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
             bail!("field `rms_norm_eps` is {}; it must be a positive number", self.rms_norm_eps);
@@ -321,6 +341,17 @@ mod tests {
         assert!(e.ends_with("invalid config: field `num_hidden_layers` is 1000000000, more than the limit of 1024"), "{e}");
         let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"max_position_embeddings\":18446744073709551615"));
         assert!(e.contains("field `max_position_embeddings` is 18446744073709551615, more than the limit"), "{e}");
+        // what unmask does not compute is refused, not ignored
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}"));
+        assert!(e.ends_with("field `rope_scaling` is {\"factor\":4.0,\"rope_type\":\"yarn\"}; unmask computes unscaled RoPE (SDAR's checkpoints have null)"), "{e}");
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"use_sliding_window\":true"));
+        assert!(e.contains("field `use_sliding_window` is true"), "{e}");
+        for fine in ["null", "{\"rope_type\":\"default\"}", "{\"type\":\"default\"}"] {
+            ModelConfig::parse(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"rope_scaling\":{fine}")), "c").unwrap();
+        }
+        // the block size of a checkpoint's own config is named as such, not as the flag's
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"block_size\":0"));
+        assert!(e.ends_with("invalid config: field `block_size` must be positive"), "{e}");
         let e = err("{ not json");
         assert!(e.contains("m/config.json: invalid config: key must be a string at line 1"), "{e}");
     }
