@@ -1,8 +1,12 @@
-// What the GPU microbenchmarks (scripts/gemv_bench.cu, scripts/moe_bench.cu) share: a CUDA call
-// checked, and a fill of deterministic bf16 noise. Include after kernels/gemv.cu (to_bf16).
+// What the GPU microbenchmarks (scripts/gemv_bench.cu, moe_bench.cu, persist_bench.cu) share: a
+// CUDA call checked, a fill of deterministic bf16 noise, the largest relative difference of two
+// bf16 buffers. Include after kernels/gemv.cu (to_bf16).
 #pragma once
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -40,4 +44,20 @@ static cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, bool
     c.attrs = attr;
     c.numAttrs = pdl ? 1 : 0;
     return c;
+}
+
+// The largest |a - b| / (|b| + 0.01) over two device buffers of n bf16 values (b: the reference).
+static double max_rel(const bf* a_d, const bf* b_d, long n) {
+    std::vector<bf> a(n), b(n);
+    CK(cudaMemcpy(a.data(), a_d, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), b_d, n * 2, cudaMemcpyDeviceToHost));
+    auto f = [](bf v) {
+        unsigned u = ((unsigned)v) << 16;
+        float r;
+        memcpy(&r, &u, 4);
+        return r;
+    };
+    double m = 0;
+    for (long i = 0; i < n; ++i) m = fmax(m, fabs(f(a[i]) - f(b[i])) / (fabs(f(b[i])) + 1e-2));
+    return m;
 }

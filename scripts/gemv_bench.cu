@@ -158,21 +158,6 @@ static float capture_and_time(cudaStream_t st, F body, int reps = 30) {
     return us;
 }
 
-static double max_rel(const bf* a_d, const bf* b_d, long n) {
-    std::vector<bf> a(n), b(n);
-    CK(cudaMemcpy(a.data(), a_d, n * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b.data(), b_d, n * 2, cudaMemcpyDeviceToHost));
-    double m = 0;
-    auto f = [](bf v) {
-        unsigned u = ((unsigned)v) << 16;
-        float r;
-        memcpy(&r, &u, 4);
-        return r;
-    };
-    for (long i = 0; i < n; ++i) m = fmax(m, fabs(f(a[i]) - f(b[i])) / (fabs(f(b[i])) + 1e-2));
-    return m;
-}
-
 // The split src/model/gemv.rs's split() picks for `n` output rows of `k` inputs (a paired
 // gate|up form: n rows of each half): the model's, against which the sweep below compares.
 static Cfg model_split(int n, int k, bool pair) {

@@ -145,21 +145,6 @@ __global__ void __launch_bounds__(32 * WARPS) persistent_chain(const Phase* __re
 
 static const int T = 4;  // rows of a denoising pass
 
-static double max_rel(const bf* a_d, const bf* b_d, long n) {
-    std::vector<bf> a(n), b(n);
-    CK(cudaMemcpy(a.data(), a_d, n * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b.data(), b_d, n * 2, cudaMemcpyDeviceToHost));
-    auto f = [](bf v) {
-        unsigned u = ((unsigned)v) << 16;
-        float r;
-        memcpy(&r, &u, 4);
-        return r;
-    };
-    double m = 0;
-    for (long i = 0; i < n; ++i) m = fmax(m, fabs(f(a[i]) - f(b[i])) / (fabs(f(b[i])) + 1e-2));
-    return m;
-}
-
 // The existing kernel (plain form, U = 8), one projection, under PDL or not.
 static void launch_gemv(const Phase& p, int tb, bool pdl, cudaStream_t st) {
     const int tiles = (p.n + 15) / 16;
