@@ -1,11 +1,13 @@
 // What the GPU microbenchmarks (scripts/gemv_bench.cu, moe_bench.cu, persist_bench.cu) share: a
 // CUDA call checked, a fill of deterministic bf16 noise, the largest relative difference of two
-// bf16 buffers. Include after kernels/gemv.cu (to_bf16).
+// bf16 buffers, SDAR's dense shapes and the model's gemv split for them, a stand-in for attention. Include after
+// kernels/gemv.cu (to_bf16).
 #pragma once
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <vector>
 
 #define CK(x)                                                                                   \
@@ -60,4 +62,62 @@ static double max_rel(const bf* a_d, const bf* b_d, long n) {
     double m = 0;
     for (long i = 0; i < n; ++i) m = fmax(m, fabs(f(a[i]) - f(b[i])) / (fabs(f(b[i])) + 1e-2));
     return m;
+}
+
+// SDAR's dense shapes: layers, hidden, q heads x 128, k and v heads x 128, intermediate.
+struct Shape {
+    const char* name;
+    int layers, hidden, q, kv, inter;
+};
+
+// The shape GEMV_SHAPE names (1.7b, 4b or 8b; default 1.7b); any other value is refused.
+static Shape bench_shape() {
+    const Shape shapes[] = {{"1.7b", 28, 2048, 2048, 1024, 6144}, {"4b", 36, 2560, 4096, 1024, 9728}, {"8b", 36, 4096, 4096, 1024, 12288}};
+    const char* want = getenv("GEMV_SHAPE");
+    if (!want || !*want) return shapes[0];
+    for (const Shape& c : shapes)
+        if (!strcmp(want, c.name)) return c;
+    fprintf(stderr, "GEMV_SHAPE=%s: not a shape here (1.7b, 4b, 8b)\n", want);
+    exit(2);
+}
+
+// The split src/model/gemv.rs's split() picks for `n` output rows of `k` inputs (a paired
+// gate|up form: n rows of each half): steps of loads a batch, warps on a tile's K, tiles a block.
+struct Split {
+    int u, ks, tb;
+};
+static Split gemv_split(int n, int k, bool pair) {
+    const int steps = k / 32, w_rows = pair ? 2 * n : n;
+    int ks = 8, tb = 1;
+    if (steps >= 128) ks = 16, tb = 1;
+    else if (w_rows >= 8192) ks = 4, tb = 2;
+    else if (w_rows >= 4096) ks = 8, tb = 2;
+    return {pair ? 4 : 8, std::max(1, std::min(ks, steps)), tb};
+}
+
+// Stand-in for q/k prep + attention between the q|k|v and o projections: 64 blocks that wait for
+// the kernel before, let the next launch, and spin for `ns` nanoseconds (HBM left idle).
+__device__ void spin_for(int ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < (unsigned long long)ns);
+}
+__global__ void spin_kernel(int ns) {
+    dependency_wait();
+    launch_dependents();
+    spin_for(ns);
+}
+
+// spin_kernel as q/k prep + attention would launch: 64 blocks of 512 threads, under PDL.
+static void launch_spin(cudaStream_t st, int ns) {
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(64);
+    lc.blockDim = dim3(512);
+    lc.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&lc, spin_kernel, ns));
 }

@@ -96,30 +96,6 @@ static void launch_cublas(const bf* w, const bf* x, bf* y, int n, int k) {
                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Stand-in for q/k prep + attention between the q|k|v and o projections: 64 blocks that wait for
-// the kernel before, let the next launch, and spin for `ns` nanoseconds (HBM left idle).
-__global__ void spin_kernel(int ns) {
-    dependency_wait();
-    launch_dependents();
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < (unsigned long long)ns);
-}
-
-// spin_kernel as q/k prep + attention would launch: 64 blocks of 512 threads, under PDL.
-static void launch_spin(cudaStream_t st, int ns) {
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3(64);
-    lc.blockDim = dim3(512);
-    lc.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = at;
-    lc.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&lc, spin_kernel, ns));
-}
-
 __global__ void silu_mul_ref(const bf* gu, bf* out, int t_len, int inter) {
     long n = (long)t_len * inter;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
@@ -158,29 +134,14 @@ static float capture_and_time(cudaStream_t st, F body, int reps = 30) {
     return us;
 }
 
-// The split src/model/gemv.rs's split() picks for `n` output rows of `k` inputs (a paired
-// gate|up form: n rows of each half): the model's, against which the sweep below compares.
+// The model's split (bench_common.cuh, gemv_split), against which the sweep below compares.
 static Cfg model_split(int n, int k, bool pair) {
-    const int steps = k / 32, w_rows = pair ? 2 * n : n;
-    int ks = 8, tb = 1;
-    if (steps >= 128) ks = 16, tb = 1;
-    else if (w_rows >= 8192) ks = 4, tb = 2;
-    else if (w_rows >= 4096) ks = 8, tb = 2;
-    return {pair ? 4 : 8, std::max(1, std::min(ks, steps)), tb, pair};
+    const Split s = gemv_split(n, k, pair);
+    return {s.u, s.ks, s.tb, pair};
 }
 
-// SDAR's dense shapes: layers, hidden, q heads x 128, k and v heads x 128, intermediate.
-struct Shape {
-    const char* name;
-    int layers, hidden, q, kv, inter;
-};
-
 int main() {
-    const Shape shapes[] = {{"1.7b", 28, 2048, 2048, 1024, 6144}, {"4b", 36, 2560, 4096, 1024, 9728}, {"8b", 36, 4096, 4096, 1024, 12288}};
-    const char* want = getenv("GEMV_SHAPE");
-    Shape S = shapes[0];
-    for (const Shape& c : shapes)
-        if (want && !strcmp(want, c.name)) S = c;
+    const Shape S = bench_shape();
     const int L = S.layers, QKV = S.q + 2 * S.kv, HID = S.hidden, INTER = S.inter;
     const long MAXN = 2L * INTER;  // the widest row of x or y (gate|up's output)
     printf("shape SDAR-%s: %d layers, hidden %d, q|k|v %d, intermediate %d\n", S.name, L, HID, QKV, INTER);

@@ -44,10 +44,6 @@ __global__ void down_k(const uint4* w, const uint4* x, float* yf, const MoeTable
     gemv<U, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
 }
 
-struct Split {
-    int u, ks, tb;
-};
-
 // The dense forms the sparse layer also runs (router, q|k|v with the norm folded in; o with the
 // residual add), one launch a layer, each layer its own weights.
 template <int U, bool NORM, bool ADD>

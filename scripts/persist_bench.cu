@@ -1,6 +1,8 @@
 // Does a persistent kernel stream a block pass's weights faster than a chain of gemv launches?
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/persist_bench scripts/persist_bench.cu && /tmp/persist_bench
+//   GEMV_SHAPE=4b /tmp/persist_bench    # or 8b: SDAR-4B's or SDAR-8B's projections (default 1.7b)
+//   PERSIST_SPIN_US=10 ...              # the attention stand-in's length (0: none; default 10)
 //
 // The question behind it (docs/perf.md, session 12): at SDAR-1.7B a projection kernel of the
 // streamed layer moves its weights at 1.9-3.1 TB/s against a copy bandwidth of 4.2, and the
@@ -17,6 +19,10 @@
 // staged once a phase a block. Prints the chain of the existing kernel under PDL (the model's
 // splits) beside the persistent chain at several splits and blocks a SM, both in us per forward
 // and TB/s of weights, and checks one layer of the persistent chain against the existing kernel.
+// Each twice: the projections alone, and with a stand-in for q/k prep + attention between q|k|v
+// and o (HBM idle for PERSIST_SPIN_US: in the chain a spin kernel under PDL, as gemv_bench.cu's;
+// in the persistent kernel every block spins after the o phase's barrier, its first batch of o's
+// weights in flight), which is where the real layer leaves HBM idle.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +42,7 @@ struct Phase {
     const uint4* x;
     unsigned short* y;
     int n, k8, ks;
+    int spin_ns;  // the attention stand-in, after this phase's barrier (0: none)
 };
 
 #define WARPS 8  // a block: 256 threads
@@ -87,6 +94,7 @@ __global__ void __launch_bounds__(32 * WARPS) persistent_chain(const Phase* __re
                 if (threadIdx.x == 0) {
                     const unsigned target = base + (unsigned)ph * gridDim.x;
                     while (ld_acquire(ctr) < target) __nanosleep(20);
+                    if (P.spin_ns > 0) spin_for(P.spin_ns);
                 }
                 __syncthreads();
                 waited = true;
@@ -143,6 +151,7 @@ __global__ void __launch_bounds__(32 * WARPS) persistent_chain(const Phase* __re
     }
 }
 
+
 static const int T = 4;  // rows of a denoising pass
 
 // The existing kernel (plain form, U = 8), one projection, under PDL or not.
@@ -155,13 +164,22 @@ static void launch_gemv(const Phase& p, int tb, bool pdl, cudaStream_t st) {
 }
 
 int main() {
-    const int L = 28;
-    // SDAR-1.7B's projections: q|k|v [4096, 2048], o [2048, 2048], gate|up [12288, 2048], down [2048, 6144]
-    const int N[4] = {4096, 2048, 12288, 2048}, K[4] = {2048, 2048, 2048, 6144};
-    const int model_ks[4] = {8, 8, 4, 16}, model_tb[4] = {2, 1, 2, 1};  // src/model/gemv.rs, split() (plain forms)
+    const Shape S = bench_shape();
+    const char* spin_env = getenv("PERSIST_SPIN_US");
+    const int spin_ns = spin_env ? (int)(atof(spin_env) * 1000) : 10000;
+    const int L = S.layers, HID = S.hidden, QKV = S.q + 2 * S.kv, INTER = S.inter;
+    // q|k|v [QKV, HID], o [HID, q], gate|up [2 INTER, HID] (as one plain product), down [HID, INTER]
+    const int N[4] = {QKV, HID, 2 * INTER, HID}, K[4] = {HID, S.q, HID, INTER};
+    const long MAXN = 2L * INTER;  // the widest row of x or y
+    int model_ks[4], model_tb[4];  // src/model/gemv.rs, split() (plain forms)
+    for (int p = 0; p < 4; ++p) {
+        const Split s = gemv_split(N[p], K[p], false);
+        model_ks[p] = s.ks, model_tb[p] = s.tb;
+    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    printf("shape SDAR-%s: %d layers, hidden %d, q|k|v %d, intermediate %d; device %s, %d SMs\n", S.name, L, HID, QKV,
+           INTER, prop.name, prop.multiProcessorCount);
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaFuncSetAttribute(unmask_gemv_u8, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
@@ -179,20 +197,22 @@ int main() {
     // x0 -> q|k|v -> qkv; attn (a stand-in for attention's output) -> o -> mid; mid -> gate|up
     // -> gu; act (a stand-in for silu(gate) * up) -> down -> x0, the next layer's input
     bf *x0, *qkv, *attn, *mid, *gu, *act, *save, *ref;
-    for (bf** b : {&x0, &qkv, &attn, &mid, &gu, &act, &save, &ref}) CK(cudaMalloc(b, 2L * 8 * 12288));
-    fill<<<64, 256>>>(x0, 8L * 2048, 42u, 2.0f);
-    fill<<<64, 256>>>(attn, 8L * 2048, 43u, 2.0f);
-    fill<<<64, 256>>>(act, 8L * 6144, 44u, 2.0f);
-    CK(cudaMemcpy(save, x0, 2L * 8 * 2048, cudaMemcpyDeviceToDevice));
+    for (bf** b : {&x0, &qkv, &attn, &mid, &gu, &act, &save}) CK(cudaMalloc(b, 2L * 8 * MAXN));
+    CK(cudaMalloc(&ref, 2L * 2 * 8 * MAXN));  // two references: mid (or any), gate|up
+    bf* ref_gu = ref + 8 * MAXN;
+    fill<<<64, 256>>>(x0, 8L * HID, 42u, 2.0f);
+    fill<<<64, 256>>>(attn, 8L * S.q, 43u, 2.0f);
+    fill<<<64, 256>>>(act, 8L * INTER, 44u, 2.0f);
+    CK(cudaMemcpy(save, x0, 2L * 8 * HID, cudaMemcpyDeviceToDevice));
     CK(cudaDeviceSynchronize());
-    printf("weights a forward: %.1f MB (28 layers)\n", bytes / 1e6);
+    printf("weights a forward: %.1f MB (%d layers)\n", bytes / 1e6, L);
     const bf* ins[4] = {x0, attn, mid, act};
     bf* outs[4] = {qkv, mid, gu, x0};
-    auto chain = [&](const int* ks) {
+    auto chain = [&](const int* ks, int spin) {
         std::vector<Phase> ph;
         for (int l = 0; l < L; ++l)
             for (int p = 0; p < 4; ++p)
-                ph.push_back({(const uint4*)W[p][l], (const uint4*)ins[p], outs[p], N[p], K[p] / 8, ks[p]});
+                ph.push_back({(const uint4*)W[p][l], (const uint4*)ins[p], outs[p], N[p], K[p] / 8, ks[p], p == 1 ? spin : 0});
         return ph;
     };
     auto time = [&](auto body, int reps) {
@@ -208,28 +228,38 @@ int main() {
         CK(cudaEventElapsedTime(&ms, a, b));
         return ms * 1000.0f / reps;
     };
-    auto report = [&](const char* what, float us) { printf("%-52s %8.1f us a forward  %.2f TB/s\n", what, us, bytes / (us * 1e-6) / 1e12); };
+    auto report = [&](const char* what, float us) { printf("%-64s %8.1f us a forward  %.2f TB/s\n", what, us, bytes / (us * 1e-6) / 1e12); };
 
-    // the chain of the existing kernel, the model's splits, as a CUDA graph, with and without PDL
-    const std::vector<Phase> model = chain(model_ks);
-    for (int pdl = 0; pdl < 2; ++pdl) {
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (size_t i = 0; i < model.size(); ++i) launch_gemv(model[i], model_tb[i % 4], pdl, st);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        float us = time([&] { CK(cudaGraphLaunch(ge, st)); }, 20);
-        report(pdl ? "kernel chain, graph, PDL (the model's)" : "kernel chain, graph, no PDL", us);
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
+    // the chain of the existing kernel, the model's splits, as a CUDA graph, with and without PDL,
+    // without and with the attention stand-in
+    const std::vector<Phase> model = chain(model_ks, 0);
+    for (int spin = 0; spin < 2; ++spin) {
+        if (spin && spin_ns == 0) break;
+        for (int pdl = 0; pdl < 2; ++pdl) {
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            for (size_t i = 0; i < model.size(); ++i) {
+                if (spin && i % 4 == 1) launch_spin(st, spin_ns);
+                launch_gemv(model[i], model_tb[i % 4], pdl, st);
+            }
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            float us = time([&] { CK(cudaGraphLaunch(ge, st)); }, 20);
+            char what[96];
+            snprintf(what, sizeof what, "kernel chain, graph, %s%s", pdl ? "PDL (the model's)" : "no PDL",
+                     spin ? ", attention stand-in" : "");
+            report(what, us);
+            CK(cudaGraphExecDestroy(ge));
+            CK(cudaGraphDestroy(g));
+        }
     }
-    // what a whole forward leaves in the four outputs: layer 27's products (x0: the down
+    // what a whole forward leaves in the four outputs: the last layer's products (x0: the down
     // product's, which the next forward's first layer reads), to check the persistent runs by
     bf* golden[4];
     for (int i = 0; i < 4; ++i) {
-        CK(cudaMalloc(&golden[i], 2L * 8 * 12288));
-        CK(cudaMemcpyAsync(golden[i], outs[i], 2L * 8 * 12288, cudaMemcpyDeviceToDevice, st));
+        CK(cudaMalloc(&golden[i], 2L * 8 * MAXN));
+        CK(cudaMemcpyAsync(golden[i], outs[i], 2L * 8 * MAXN, cudaMemcpyDeviceToDevice, st));
     }
     CK(cudaStreamSynchronize(st));
 
@@ -237,11 +267,15 @@ int main() {
     CK(cudaMalloc(&dph, sizeof(Phase) * 4 * L));
     unsigned* ctr;
     CK(cudaMalloc(&ctr, 4));
-    const int max_k8 = 6144 / 8;
+    const int max_k8 = *std::max_element(K, K + 4) / 8;
     const size_t smem = (size_t)T * (max_k8 + 1) * 16 + WARPS * 128 * 4;
     int fits = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, persistent_chain, 32 * WARPS, smem));
     printf("persistent: %zu bytes of shared memory a block, %d blocks fit a SM\n", smem, fits);
+    if (fits < 1) {
+        printf("FAILED: the persistent kernel does not fit a SM\n");
+        return 1;
+    }
     unsigned arrived = 0;  // what the counter holds once the launches so far have ended
     CK(cudaMemsetAsync(ctr, 0, 4, st));
     auto run = [&](int n_phases, int grid) {
@@ -256,11 +290,11 @@ int main() {
     // one layer against the existing kernel
     {
         const int ks[4] = {8, 8, 4, 8};
-        const std::vector<Phase> ph = chain(ks);
+        const std::vector<Phase> ph = chain(ks, 0);
         // on `st`, which does not wait for the default stream
         CK(cudaMemcpyAsync(dph, ph.data(), sizeof(Phase) * 4, cudaMemcpyHostToDevice, st));
-        CK(cudaMemcpyAsync(x0, save, 2L * 8 * 2048, cudaMemcpyDeviceToDevice, st));
-        run(4, prop.multiProcessorCount * std::max(fits, 1));
+        CK(cudaMemcpyAsync(x0, save, 2L * 8 * HID, cudaMemcpyDeviceToDevice, st));
+        run(4, prop.multiProcessorCount * fits);
         CK(cudaStreamSynchronize(st));
         // reference, from the same inputs: x0 (saved), attn, the reference mid, act
         Phase r[4] = {ph[0], ph[1], ph[2], ph[3]};
@@ -273,10 +307,10 @@ int main() {
         launch_gemv(r[1], 1, false, st);
         CK(cudaStreamSynchronize(st));
         err[1] = max_rel(mid, ref, (long)T * N[1]);
-        r[2].x = (const uint4*)ref, r[2].y = ref + 8 * 2048;  // gate|up of the reference mid
+        r[2].x = (const uint4*)ref, r[2].y = ref_gu;  // gate|up of the reference mid
         launch_gemv(r[2], 1, false, st);
         CK(cudaStreamSynchronize(st));
-        err[2] = max_rel(gu, ref + 8 * 2048, (long)T * N[2]);
+        err[2] = max_rel(gu, ref_gu, (long)T * N[2]);
         r[3].y = ref;
         launch_gemv(r[3], 1, false, st);
         CK(cudaStreamSynchronize(st));
@@ -288,24 +322,29 @@ int main() {
                err[0], err[1], err[2], err[3], same ? " (equal)" : "  FAIL");
     }
 
-    // the whole forward, several splits (ks a tile for q|k|v, o, gate|up, down) and blocks a SM
-    // ks warps a tile must divide the block's 8 warps
+    // the whole forward, several splits (ks a tile for q|k|v, o, gate|up, down; each divides the
+    // block's 8 warps) and blocks a SM, without and with the attention stand-in
     const int splits[][4] = {{8, 8, 4, 8}, {8, 8, 8, 8}, {4, 4, 4, 8}, {8, 8, 2, 8}, {2, 2, 2, 4}};
-    for (const auto& ks : splits) {
-        const std::vector<Phase> ph = chain(ks);
-        CK(cudaMemcpyAsync(dph, ph.data(), sizeof(Phase) * ph.size(), cudaMemcpyHostToDevice, st));
-        for (int per_sm = 1; per_sm <= fits; ++per_sm) {
-            const int grid = prop.multiProcessorCount * per_sm;
-            float us = time([&] { run(4 * L, grid); }, 20);
-            // after a whole forward every buffer holds layer 27's products, as after the chain
-            // of launches (other splits: other summation orders, so within bf16 rounding)
-            double err = 0;
-            for (int i = 0; i < 4; ++i) err = std::max(err, max_rel(outs[i], golden[i], (long)T * N[i]));
-            failed |= !(err < 2e-2);
-            char what[96];
-            snprintf(what, sizeof what, "persistent ks %d/%d/%d/%d, %d block(s) a SM", ks[0], ks[1], ks[2], ks[3], per_sm);
-            report(what, us);
-            printf("    its last layer against the chain of launches: max rel. error %.2e%s\n", err, err < 2e-2 ? "" : "  FAIL");
+    for (int spin = 0; spin < 2; ++spin) {
+        if (spin && spin_ns == 0) break;
+        for (const auto& ks : splits) {
+            const std::vector<Phase> ph = chain(ks, spin ? spin_ns : 0);
+            CK(cudaMemcpyAsync(dph, ph.data(), sizeof(Phase) * ph.size(), cudaMemcpyHostToDevice, st));
+            for (int per_sm = 1; per_sm <= fits; ++per_sm) {
+                const int grid = prop.multiProcessorCount * per_sm;
+                float us = time([&] { run(4 * L, grid); }, 20);
+                // after a whole forward every buffer holds the last layer's products, as after
+                // the chain of launches (other splits: other summation orders, so within bf16
+                // rounding)
+                double err = 0;
+                for (int i = 0; i < 4; ++i) err = std::max(err, max_rel(outs[i], golden[i], (long)T * N[i]));
+                failed |= !(err < 2e-2);
+                char what[96];
+                snprintf(what, sizeof what, "persistent ks %d/%d/%d/%d, %d block(s) a SM%s", ks[0], ks[1], ks[2], ks[3], per_sm,
+                         spin ? ", attention stand-in" : "");
+                report(what, us);
+                printf("    its last layer against the chain of launches: max rel. error %.2e%s\n", err, err < 2e-2 ? "" : "  FAIL");
+            }
         }
     }
     CK(cudaDeviceSynchronize());

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The kernel trials, on the H200, in one call: nvcc only (no unmask binary, no cargo there).
+#
+#   bash scripts/gpu_kernels.sh                      # every bench at every dense shape
+#   SHAPES="4b" BENCHES="persist" bash scripts/gpu_kernels.sh
+#
+# BENCHES: persist (scripts/persist_bench.cu: the forward's gemv chain as one persistent kernel
+# against the chain of launches, without and with an attention stand-in), gemv
+# (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
+# moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape).
+# SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench and shape (7 by
+# default: with the log, the 8 files a device call brings back). Each bench run is limited to 240
+# s; if the whole would pass a call's 600 s, split it (BENCHES="persist moe", then "gemv").
+# Exit 1 if any bench fails to build, run or check.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/unmask-gpu-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/kernels.log") 2>&1
+SHAPES=${SHAPES:-1.7b 4b 8b}
+BENCHES=${BENCHES:-persist gemv moe}
+W=$(mktemp -d)
+NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+[[ -n $NVCC ]] || { echo "nvcc not found"; exit 1; }
+T0=$(date +%s)
+FAILED=()
+nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader || true
+for b in $BENCHES; do
+  echo; echo "=== [$(( $(date +%s) - T0 )) s] build ${b}_bench"
+  libs=(); [[ $b == gemv ]] && libs=(-lcublas)
+  if ! "$NVCC" -O3 -arch=sm_90 -o "$W/$b" "scripts/${b}_bench.cu" "${libs[@]}"; then FAILED+=("$b build"); continue; fi
+  shapes=$SHAPES; [[ $b == moe ]] && shapes=30b-a3b
+  for s in $shapes; do
+    echo; echo "=== [$(( $(date +%s) - T0 )) s] ${b}_bench, shape $s"
+    f="$OUT/${b}_bench_$s.txt"
+    if GEMV_SHAPE=$s timeout 240 "$W/$b" > "$f" 2>&1; then
+      grep -E "chain|persistent|best|done|FAIL" "$f" | head -40
+    else
+      FAILED+=("$b $s (rc $?)"); tail -15 "$f"
+    fi
+  done
+done
+echo; echo "=== [$(( $(date +%s) - T0 )) s] summary"
+if ((${#FAILED[@]})); then printf 'FAILED: %s\n' "${FAILED[@]}"; exit 1; fi
+echo "all benches ran and checked"
