@@ -8,7 +8,7 @@
 //!   leaves either the old file or the whole new one. Streamed outputs (`trace --out`,
 //!   `record --trace`) are written in place, one flushed line per event, so that an
 //!   interrupted run keeps every event up to the interruption.
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -44,8 +44,10 @@ pub fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Re
                 bail!("{}: {role} would overwrite the {in_role} ({}); choose another path", out.display(), input.display());
             }
         }
+        // (/dev/null, or a terminal, may take two outputs)
+        let device = std::fs::metadata(out).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
         for (other_role, other) in &outputs[..i] {
-            if identity(other) == id {
+            if !device && identity(other) == id {
                 bail!("{}: {role} and {other_role} are the same file; choose two paths", out.display());
             }
         }
@@ -69,9 +71,19 @@ fn forget(p: &Path) {
 
 /// Writes `path` whole or not at all: `write` fills a temporary file in the same folder,
 /// which then replaces `path` (a symlink's target, if `path` is one). The new file keeps the
-/// permissions of the one it replaces, else gets rw-r--r--.
+/// permissions of the one it replaces, else gets rw-r--r--. A `path` that is not a file (a
+/// device, a FIFO) is written in place.
 pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<T>) -> Result<T> {
     let name = path.display().to_string();
+    // A device, a FIFO, a socket (`/dev/stdout` into a pipe, `/dev/null`): nothing to replace,
+    // and a rename would put a regular file in the device's place. Written in place, as a shell
+    // redirection writes it.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        let mut w = BufWriter::new(create_streamed(path)?);
+        let value = write(&mut w)?;
+        w.flush().with_context(|| format!("{name}: cannot write"))?;
+        return Ok(value);
+    }
     // Write through a symlink to what it points at, as an ordinary open would.
     let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -169,5 +181,30 @@ mod tests {
         write_atomically(&link, |w| Ok(w.write_all(b"new")?)).unwrap();
         assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+    }
+
+    /// A FIFO (as `/dev/stdout` into a pipe is) and a character device are written, not
+    /// replaced: a rename put a regular file in `/dev/null`'s place.
+    #[test]
+    fn an_output_that_is_not_a_file_is_written_in_place() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        write_atomically(&fifo, |w| Ok(w.write_all(b"through the pipe")?)).unwrap();
+        assert_eq!(reader.join().unwrap(), "through the pipe");
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "still a FIFO");
+        let null = d.path().join("null");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        write_atomically(&null, |w| Ok(w.write_all(b"gone")?)).unwrap();
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(), "/dev/null is still a device");
+        assert!(std::fs::symlink_metadata(&null).unwrap().file_type().is_symlink());
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(left.iter().all(|n| !n.ends_with(".unmask-tmp")), "no temporary file: {left:?}");
+        refuse_clashes(&[("--cast", Path::new("/dev/null")), ("--trace", &null)], &[]).unwrap();
     }
 }

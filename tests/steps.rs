@@ -153,6 +153,13 @@ fn piped_into_head_trace_and_steps_end_quietly_with_exit_0() {
         let (_, status, err) = into_head(args, false);
         assert!(status.success() && err.is_empty(), "{args:?}: exit {status:?}, stderr {err:?}");
     }
+    // The commands that print their result once, at the end (they panicked in print!).
+    let compare = ["compare", "--headless", "--model", m, "--max-new-tokens", "8"];
+    let bench = ["bench", "--model", m, "--max-new-tokens", "8", "--warmup", "0", "--repeat", "1"];
+    for args in [&compare[..], &bench[..]] {
+        let (_, status, err) = into_head(args, false);
+        assert!(status.success() && !err.contains("panicked"), "{args:?}: exit {status:?}, stderr {err:?}");
+    }
 }
 
 #[test]

@@ -597,11 +597,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         run,
         rows,
     };
-    print_table(&report);
     if let Some(path) = &args.json {
         let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
         serde_json::to_writer_pretty(f, &report).with_context(|| format!("{}: cannot write", path.display()))?;
     }
+    // (an error, not println!'s panic, when stdout is a closed pipe or a full disk)
+    std::io::Write::write_all(&mut std::io::stdout().lock(), render(&report).as_bytes()).context("stdout")?;
     Ok(())
 }
 
@@ -716,21 +717,29 @@ fn paths_in_words(o: &crate::engine::RunOptions) -> String {
     format!("paths: device sampler {}, fixed passes {}, CUDA graphs {}", on(o.device_sampler), on(o.fixed_passes), on(o.cuda_graph))
 }
 
+/// `writeln!` into a String, which cannot fail.
+macro_rules! out {
+    ($s:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($s, $($t)*);
+    }};
+}
+
 /// Each pass of each row against both floors of this run (a CPU with AVX2+FMA): its bytes over
 /// the read bandwidth and its FLOPs over the peak that computes them (the projections' over the
 /// bf16 dot peak where they run bf16 products, the rest over the FMA peak). A pass is no faster
 /// than the larger; where that is the compute floor, a ratio to the read floor alone cannot
 /// reach 1.
-fn print_passes(r: &Report) {
+fn write_passes(s: &mut String, r: &Report) {
     let f = &r.floor;
     let (Some(bw), Some(fma)) = (f.read_bytes_per_s, f.fma_flops_per_s) else { return };
     let dot = f.dot_flops_per_s;
     match dot {
-        Some(d) => println!("# compute: f32 FMA peak {:.1}, bf16 dot peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, d / 1e9, f.threads),
-        None => println!("# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, f.threads),
+        Some(d) => out!(s, "# compute: f32 FMA peak {:.1}, bf16 dot peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, d / 1e9, f.threads),
+        None => out!(s, "# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, f.threads),
     }
-    println!("| strategy | events | pass | rows | ms | read floor ms | x read floor | GFLOP | GFLOP/s | % of peak | compute floor ms |");
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out!(s, "| strategy | events | pass | rows | ms | read floor ms | x read floor | GFLOP | GFLOP/s | % of peak | compute floor ms |");
+    out!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
         let ms = [row.denoise_ms_median, row.stored_ms_median, row.prefill_ms_median];
         for ((name, p), ms) in ["denoise", "+store", "prefill"].into_iter().zip(&f.passes).zip(ms) {
@@ -739,7 +748,7 @@ fn print_passes(r: &Report) {
             }
             let read = p.bytes as f64 / bw * 1e3;
             let compute = compute_floor_s(p, fma, dot) * 1e3;
-            println!(
+            out!(s, 
                 "| {} | {} | {name} | {} | {ms:.1} | {read:.1} | {:.2} | {:.2} | {:.1} | {:.0} % | {compute:.1} |",
                 row.strategy,
                 row.events,
@@ -783,10 +792,13 @@ fn heading(r: &Report) -> String {
     )
 }
 
-fn print_table(r: &Report) {
-    println!("{}", heading(r));
+/// The report as `bench` prints it: the table, the passes against their floors, the events.
+fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let s = &mut s;
+    out!(s, "{}", heading(r));
     if let Some(o) = &r.run.options {
-        println!(
+        out!(s, 
             "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}{}",
             o.device_sampler,
             o.fixed_passes,
@@ -798,7 +810,7 @@ fn print_table(r: &Report) {
     let f = &r.floor;
     let gb = |b: usize| b as f64 / 1e9;
     match f.read_bytes_per_s {
-        Some(bw) => println!(
+        Some(bw) => out!(s, 
             "# floor: host read bandwidth {:.1} GB/s (this run); a pass reads {:.3} GB of weights and cache (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill): {:.1} / {:.1} / {:.1} ms",
             bw / 1e9,
             gb(f.denoise_bytes),
@@ -809,7 +821,7 @@ fn print_table(r: &Report) {
             f.ms(f.stored_bytes).unwrap_or(f64::NAN),
             f.ms(f.prefill_bytes).unwrap_or(f64::NAN)
         ),
-        None => println!(
+        None => out!(s, 
             "# bytes a pass reads: {:.3} GB (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill); the floor is these over the device's bandwidth",
             gb(f.denoise_bytes),
             r.block_length,
@@ -818,14 +830,14 @@ fn print_table(r: &Report) {
         ),
     }
     let x = |ms: f64, bytes: usize| f.ms(bytes).map(|fl| format!("{:.2}", ms / fl)).unwrap_or_else(|| "-".into());
-    println!(
+    out!(s, 
         "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | x floor | +store ms | x floor | prefill ms | x floor | tok/forward | decode ms |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
         // No whole prompt block, no prefill pass.
         let no_prefill = row.prefill_ms_median.is_nan();
-        println!(
+        out!(s, 
             "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {:.3} | {} | {} | {} | {:.3} | {:.1} |",
             row.strategy,
             row.events,
@@ -842,7 +854,7 @@ fn print_table(r: &Report) {
             row.decode_ms
         );
     }
-    print_passes(r);
+    write_passes(s, r);
     // Events cost per strategy, two ways. The wall-time difference of the decodes with and
     // without them is what a user waits, but on a shared 2-core box its noise is larger than
     // the cost; the work itself (building on the engine thread, serialising on the writer's,
@@ -851,7 +863,7 @@ fn print_table(r: &Report) {
         let off = r.rows.iter().find(|x| x.events == "off" && x.strategy == on.strategy);
         let base = off.map_or(on.decode_ms, |o| o.decode_ms);
         let work = on.event_build_ms + on.event_write_ms;
-        println!(
+        out!(s, 
             "# events work, {}: {:.2} ms per decode ({:.2} building + {:.2} serialising, {} bytes) = {:.2} % of {:.1} ms",
             on.strategy,
             work,
@@ -862,7 +874,7 @@ fn print_table(r: &Report) {
             base
         );
         if let Some(off) = off {
-            println!(
+            out!(s, 
                 "# events cost, {}: {:+.2} % decode time ({:.1} vs {:.1} ms)",
                 on.strategy,
                 (on.decode_ms / off.decode_ms - 1.0) * 100.0,
@@ -871,6 +883,7 @@ fn print_table(r: &Report) {
             );
         }
     }
+    std::mem::take(s)
 }
 
 #[cfg(test)]

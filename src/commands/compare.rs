@@ -1,6 +1,6 @@
 //! `unmask compare`: the same prompt decoded under two settings, compared.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cli::DecodeArgs;
 use crate::compare::{compare, table};
@@ -37,7 +37,8 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
         _ => String::new(),
     };
     let (ta, tb) = (text(&ea), text(&eb));
-    print!("{}", table(&compare(&ea, &eb), [&ta, &tb]));
+    // (an error, not print!'s panic, when stdout is a closed pipe or a full disk)
+    std::io::Write::write_all(&mut std::io::stdout().lock(), table(&compare(&ea, &eb), [&ta, &tb]).as_bytes()).context("stdout")?;
     Ok(())
 }
 

@@ -123,13 +123,26 @@ impl MoeBlock {
     pub fn forward(&self, x: &Tensor, fused: bool) -> Result<(Tensor, Vec<Route>)> {
         let logits = self.router.forward(x)?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
         let routes: Vec<Route> = logits.iter().map(|l| route(l, self.top_k, self.norm_topk_prob)).collect();
-        let mut out = x.zeros_like()?;
-        for (e, rows, weights) in by_expert(&routes, self.experts.len()) {
+        let groups = by_expert(&routes, self.experts.len());
+        let expert = |(e, rows, weights): &(usize, Vec<u32>, Vec<f32>)| -> candle_core::Result<(Tensor, Tensor)> {
             let dev = x.device();
-            let idx = Tensor::from_vec(rows, weights.len(), dev)?;
+            let idx = Tensor::from_vec(rows.clone(), weights.len(), dev)?;
             let w = Tensor::from_vec(weights.clone(), (weights.len(), 1), dev)?.to_dtype(x.dtype())?;
-            let y = self.experts[e].forward(&x.index_select(&idx, 0)?, fused)?.broadcast_mul(&w)?;
-            out = out.index_add(&idx, &y, 0)?;
+            let y = self.experts[*e].forward(&x.index_select(&idx, 0)?, fused)?.broadcast_mul(&w)?;
+            Ok((idx, y))
+        };
+        // On the CPU the experts run side by side, one a task: each is a few rows through small
+        // products that forked on their own (two forks an expert, up to 32 experts a layer);
+        // their sums then add up in the same expert order, so the result is the same.
+        let outputs: Vec<(Tensor, Tensor)> = if x.device().is_cpu() && groups.len() > 1 {
+            use rayon::prelude::*;
+            groups.par_iter().map(expert).collect::<candle_core::Result<_>>()?
+        } else {
+            groups.iter().map(expert).collect::<candle_core::Result<_>>()?
+        };
+        let mut out = x.zeros_like()?;
+        for (idx, y) in &outputs {
+            out = out.index_add(idx, y, 0)?;
         }
         Ok((out, routes))
     }

@@ -458,6 +458,100 @@ mod tests {
         assert_eq!(filtered(&all_suppressed, 1.0, 5, 1.0), None, "no finite logit: the greedy limit");
     }
 
+    /// The sampler without its shortcuts, as docs/decoding.md states it: every token's scaled
+    /// logit sorted by comparison (total order, then id), libm's exp summed in order in f64.
+    fn plain(z: &[f32], s: &Sampling, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
+        if z.is_empty() || z.iter().any(|v| v.is_nan() || *v == f32::INFINITY) {
+            return (PosSample::INVALID, vec![]);
+        }
+        let by = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let sorted = |inv_t: f32| {
+            let mut all: Vec<(u32, f32)> = z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
+            all.sort_by(by);
+            all
+        };
+        let greedy = || {
+            let (mut best, mut max) = (0usize, f32::NEG_INFINITY);
+            for (i, &v) in z.iter().enumerate() {
+                if v > max {
+                    (best, max) = (i, v);
+                }
+            }
+            let (mut sum, mut w) = (0f64, 0f64);
+            for &v in z.iter().filter(|v| **v > f32::NEG_INFINITY) {
+                let d = (v - max) as f64;
+                (sum, w) = (sum + d.exp(), w + d.exp() * d);
+            }
+            let (log_z, mean) = (sum.ln() as f32, (w / sum) as f32);
+            (PosSample { token: best as u32, conf: (-log_z).exp(), entropy: log_z - mean }, max, log_z)
+        };
+        if s.is_greedy() {
+            let (pick, max, log_z) = greedy();
+            let top = sorted(1.0).into_iter().filter(|p| p.1 > f32::NEG_INFINITY).take(k);
+            return (pick, top.map(|(token, v)| Ranked { token, p: ((v - max) - log_z).exp() }).filter(|r| r.p > 0.0).collect());
+        }
+        let mut order = sorted(1.0 / s.temperature);
+        if s.top_k > 0 {
+            order.truncate(s.top_k);
+        }
+        let m = order[0].1;
+        if !m.is_finite() {
+            let g = PosSample { conf: 1.0, entropy: 0.0, ..greedy().0 };
+            return (g, if k == 0 { vec![] } else { vec![Ranked { token: g.token, p: 1.0 }] });
+        }
+        let mut probs: Vec<(u32, f32)> = order.iter().map(|&(i, v)| (i, (v - m).exp())).filter(|p| p.1 > 0.0).collect();
+        let total: f32 = probs.iter().map(|p| p.1).sum();
+        if s.top_p < 1.0 {
+            let mut cum = 0.0;
+            let keep = probs.iter().position(|p| {
+                cum += p.1 / total;
+                cum >= s.top_p
+            });
+            probs.truncate(keep.map_or(probs.len(), |n| n + 1));
+        }
+        let total: f32 = probs.iter().map(|p| p.1).sum();
+        probs.iter_mut().for_each(|p| p.1 /= total);
+        (draw(&probs, u), probs.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, failure_persistence: None, ..Default::default() })]
+
+        /// Every shortcut (the vectorized max and partition, the one-pass top-k, the radix sort)
+        /// gives what the plain sampler gives: the same token, the same candidates in the same
+        /// order, the same numbers (greedy's f64 sums to an ulp of f32).
+        #[test]
+        fn the_sampler_equals_the_plain_one(
+            len in 1usize..600,
+            seed in proptest::prelude::any::<u64>(),
+            t in proptest::sample::select(vec![0.0f32, 0.5, 1.0, 1.7]),
+            top_k in proptest::sample::select(vec![0usize, 1, 3, 20, 256, 257, 599, 700]),
+            top_p in proptest::sample::select(vec![1.0f32, 0.9, 0.5, 1e-6]),
+            u in 0.0f32..1.0,
+            k in proptest::sample::select(vec![0usize, 1, 5, 16]),
+        ) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let specials = [0.0, -0.0, f32::NEG_INFINITY, 1e-40, -1e-40, 3.0, -3.0];
+            let z: Vec<f32> = (0..len)
+                .map(|_| if rng.random::<f32>() < 0.2 { specials[rng.random_range(0..specials.len())] } else { (rng.random::<f32>() * 48.0).round() / 8.0 - 3.0 })
+                .collect();
+            let s = Sampling { temperature: t, top_k, top_p, seed: 0 };
+            let (got, want) = (sample_ranked(&z, &s, u, k), plain(&z, &s, u, k));
+            proptest::prop_assert_eq!(got.0.token, want.0.token);
+            let ids = |r: &[Ranked]| r.iter().map(|r| r.token).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(ids(&got.1), ids(&want.1));
+            let near = |a: f32, b: f32| a == b || (a - b).abs() <= f32::EPSILON * b.abs().max(1e-30) || (a.is_nan() && b.is_nan());
+            if s.is_greedy() {
+                proptest::prop_assert!(near(got.0.conf, want.0.conf) && near(got.0.entropy, want.0.entropy), "{:?} vs {:?}", got.0, want.0);
+                for (a, b) in got.1.iter().zip(&want.1) {
+                    proptest::prop_assert!(near(a.p, b.p), "{:?} vs {:?}", a, b);
+                }
+            } else {
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+
     #[test]
     fn uniforms_are_reproducible_and_skipped_when_greedy() {
         let sm = Sampling { temperature: 1.0, seed: 7, ..Sampling::default() };
