@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_unmask");
 const MODEL: &str = "tests/fixtures/tiny-random";
 const WAIT: Duration = Duration::from_secs(60);
@@ -297,6 +299,23 @@ fn a_panic_restores_the_terminal_before_printing() {
     assert!(s.contains("UNMASK_E2E_PANIC: a panic on the UI thread"), "the message shows on the normal screen:\n{s}");
     assert!(!t.alternate_on(), "still in the alternate screen");
     assert!(!s.contains("Timeline"), "{s}");
+}
+
+/// The status bar shows the error while the screen is up; quitting then fails the run with it,
+/// as `trace` fails (it exited 0 with nothing said).
+#[test]
+fn a_decode_that_stops_on_an_error_fails_the_run_once_the_screen_is_gone() {
+    if !have_tmux() {
+        return;
+    }
+    let m = common::copy_model(|p| common::poison_tensor(&p.join("model.safetensors"), "model.norm.weight", f32::NAN));
+    let t = Tmux::start("engine-error", &["--model", m.path().to_str().unwrap(), "--max-new-tokens", "8"], (200, 40));
+    t.wait_text("engine error");
+    t.keys(&["q"]);
+    let s = t.wait_text("EXIT=");
+    assert!(s.contains("EXIT=1"), "{s}");
+    assert!(s.contains("unmask: error: decode failed: block 1 step 0 (forward 1): non-finite logits"), "{s}");
+    assert!(!t.alternate_on(), "still in the alternate screen");
 }
 
 #[test]

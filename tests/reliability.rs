@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use unmask::events::{Event, FinishReason};
 
+mod common;
+use common::{copy_model, poison_tensor};
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
@@ -44,33 +47,9 @@ fn one_line_error(out: &Output) -> String {
     err
 }
 
-fn copy_model(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for f in std::fs::read_dir(fixture("tiny-random")).unwrap() {
-        let f = f.unwrap().path();
-        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
-    }
-    edit(dir.path());
-    dir
-}
-
 fn rewrite(path: &Path, f: impl FnOnce(String) -> String) {
     let text = std::fs::read_to_string(path).unwrap();
     std::fs::write(path, f(text)).unwrap();
-}
-
-/// Overwrites every value of an f32 tensor of a safetensors file in place.
-fn poison_tensor(file: &Path, name: &str, value: f32) {
-    let mut bytes = std::fs::read(file).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let t = &header[name];
-    assert_eq!(t["dtype"], "F32");
-    let (a, b) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
-    for chunk in bytes[8 + n + a..8 + n + b].chunks_mut(4) {
-        chunk.copy_from_slice(&value.to_le_bytes());
-    }
-    std::fs::write(file, bytes).unwrap();
 }
 
 fn read_trace(path: &Path) -> Vec<Event> {

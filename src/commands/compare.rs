@@ -54,7 +54,13 @@ pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> 
     let result = serve(&mut app, [Some(ra), Some(rb)]);
     // The engines drop after the screen is restored: that cancels their decodes.
     drop((ea, eb));
-    result
+    result?;
+    for (side, app) in ["A", "B"].iter().zip(&app.sides) {
+        if let Some(err) = app.decode_error() {
+            bail!("decode {side} failed: {err}");
+        }
+    }
+    Ok(())
 }
 
 type Events = crate::session::EventRx;

@@ -36,8 +36,14 @@ pub fn run(args: &DecodeArgs, look: &LookArgs) -> Result<()> {
     };
     let mut app = App::live().with_pace(pace);
     app.theme = look.theme();
-    serve(&mut app, Some(rx), &mut steer)
+    serve(&mut app, Some(rx), &mut steer)?;
     // `engine` drops after the screen is restored: it cancels the decode and joins the thread.
+    // A decode that stopped on an error fails the run, as it fails `trace`, once the screen
+    // that showed it is gone.
+    match app.decode_error() {
+        Some(err) => bail!("decode failed: {err}"),
+        None => Ok(()),
+    }
 }
 
 /// The same request with other settings; block length and length stay (they shape the run).

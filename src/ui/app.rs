@@ -143,6 +143,12 @@ impl App {
         matches!(self.source, Source::Live { .. })
     }
 
+    /// The error the latest decode stopped on, if it stopped on one.
+    pub fn decode_error(&self) -> Option<&str> {
+        let f = self.store.run()?.finish.as_ref()?;
+        f.error.as_deref().filter(|_| f.reason == crate::events::FinishReason::Error)
+    }
+
     pub fn engine_paused(&self) -> bool {
         matches!(self.source, Source::Live { engine_paused: true, .. })
     }

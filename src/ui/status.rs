@@ -125,9 +125,7 @@ fn stop_note(app: &App) -> Option<(String, Level)> {
     if let Source::Replay { stopped: Some(s), .. } = &app.source {
         return Some((format!("trace stopped early: {s}"), Level::Warn));
     }
-    let f = app.store.run()?.finish.as_ref()?;
-    let err = f.error.as_ref().filter(|_| f.reason == FinishReason::Error)?;
-    Some((format!("engine error: {err}"), Level::Warn))
+    Some((format!("engine error: {}", app.decode_error()?), Level::Warn))
 }
 
 #[cfg(test)]

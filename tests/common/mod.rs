@@ -1,7 +1,8 @@
 //! What tests/parity.rs and tests/moe_parity.rs share: loading the fixtures and their goldens,
 //! the relative error, and the runner that replays the golden greedy decodes (made by
 //! tests/fixtures/gen_fixtures.py and gen_moe_fixture.py) step for step. (tests/moe_routing.rs
-//! uses it too.) Each test crate uses some of it, hence no dead-code warnings here.
+//! uses it too; tests/reliability.rs and e2e_tmux.rs take broken copies of a fixture from it.)
+//! Each test crate uses some of it, hence no dead-code warnings here.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -162,4 +163,29 @@ pub fn assert_golden_decodes(cases: &str, load: impl Fn(&str) -> Checkpoint) {
         assert_eq!(fin.forwards, case.expected.forwards, "case {}", case.name);
     }
     assert!(multi_token_steps > 0, "the cases must exercise multi-token steps");
+}
+
+/// A copy of the tiny-random fixture, changed by `edit` (a broken checkpoint to load).
+pub fn copy_model(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixture("tiny-random")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+/// Overwrites every value of an f32 tensor of a safetensors file in place.
+pub fn poison_tensor(file: &Path, name: &str, value: f32) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let t = &header[name];
+    assert_eq!(t["dtype"], "F32");
+    let (a, b) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
+    for chunk in bytes[8 + n + a..8 + n + b].chunks_mut(4) {
+        chunk.copy_from_slice(&value.to_le_bytes());
+    }
+    std::fs::write(file, bytes).unwrap();
 }
