@@ -122,6 +122,18 @@ pub enum SettingsError {
 }
 
 impl DecodeSettings {
+    /// The most denoising steps a block may take: `steps` (at most one a position) where the
+    /// strategy follows the schedule's per-step counts; else one a position (entropy_bounded,
+    /// and low_confidence_dynamic under lmdeploy's rule, loop until no mask is left).
+    pub fn step_budget(&self) -> usize {
+        let per_position = self.block_length.max(1);
+        if crate::sampler::strategy::StepRule::from_settings(self).follows_schedule() {
+            self.steps.min(per_position)
+        } else {
+            per_position
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SettingsError> {
         let s = &self.sampling;
         use crate::limits::{MAX_BLOCK_LENGTH, MAX_NEW_TOKENS, MAX_STEPS};

@@ -21,8 +21,10 @@ pub struct StepLine {
     pub block: usize,
     /// 1-based step within the block.
     pub block_step: usize,
-    /// The most steps the block's settings allow (`--steps`, at most the block length); a
-    /// dynamic strategy may finish a block in fewer.
+    /// The block's steps: all of them once the block is done; while it runs (a line printed
+    /// as a live decode makes it), the most its settings allow (`--steps`, at most the block
+    /// length, for strategies that follow the schedule; one a position for those that loop
+    /// until no mask is left), which a dynamic strategy may not use up.
     pub block_steps: usize,
     /// Running count of forward passes, this one included.
     pub forward: usize,
@@ -86,7 +88,7 @@ impl StepLines {
             self.settings = Some(new.clone());
         }
         self.count += 1;
-        let budget = self.settings.as_ref().map_or(0, step_budget);
+        let budget = self.settings.as_ref().map_or(0, DecodeSettings::step_budget);
         let mut committed: Vec<_> = s.committed.iter().collect();
         committed.sort_by_key(|c| c.pos);
         StepLine {
@@ -104,11 +106,6 @@ impl StepLines {
     }
 }
 
-/// The most steps a block may take under `s`, as the lines count them.
-fn step_budget(s: &DecodeSettings) -> usize {
-    s.steps.min(s.block_length.max(1))
-}
-
 /// The line of step index `k` (0-based over the decode) from the store: what the TUI's Steps
 /// panel shows, equal to what `lines` makes of the same events.
 pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
@@ -124,7 +121,7 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
         step: k + 1,
         block: s.block,
         block_step: s.step + 1,
-        block_steps: step_budget(run.settings_for(s.block).0).max(s.step + 1),
+        block_steps: run.block_step_total(s.block),
         forward: s.forward,
         pos: committed.iter().map(|(p, _)| *p).collect(),
         texts: committed.iter().map(|(_, d)| run.token_label(d.token).into_owned()).collect(),
@@ -132,10 +129,25 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
     })
 }
 
-/// Every step line of the events (restarts included, each run counted from 1).
+/// Every step line of the events (restarts included, each run counted from 1), each done
+/// block's lines with its step count (as [`from_run`] gives them).
 pub fn lines(events: &[Event]) -> Vec<StepLine> {
     let mut s = StepLines::new();
-    events.iter().filter_map(|e| s.push(e)).collect()
+    let mut out: Vec<StepLine> = Vec::new();
+    let mut run_start = 0;
+    for e in events {
+        match e {
+            Event::Header(_) => run_start = out.len(),
+            Event::Block(b) => {
+                let of_block = |l: &&mut StepLine| l.block == b.block;
+                let n = out[run_start..].iter_mut().filter(of_block).count();
+                out[run_start..].iter_mut().filter(of_block).for_each(|l| l.block_steps = n);
+            }
+            _ => {}
+        }
+        out.extend(s.push(e));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -207,8 +219,33 @@ mod tests {
         let mut cfg = Synth::small();
         let change = cfg.prompt.len() / cfg.block_length + 2;
         cfg.change_at = Some((change, 2));
-        let ls = lines(&synth::trace(&cfg));
+        // as a live decode prints them: each block still running
+        let mut live = StepLines::new();
+        let ls: Vec<StepLine> = synth::trace(&cfg).iter().filter_map(|e| live.push(e)).collect();
         assert!(ls.iter().filter(|l| l.block < change).all(|l| l.block_steps == cfg.steps));
         assert!(ls.iter().filter(|l| l.block >= change).all(|l| l.block_steps == 2));
+    }
+
+    /// A recorded block says how many steps it took, live or not, whatever its budget was.
+    #[test]
+    fn a_done_block_counts_the_steps_it_took() {
+        let cfg = Synth::small();
+        let ls = lines(&synth::trace(&cfg));
+        for l in &ls {
+            let took = ls.iter().filter(|m| m.block == l.block).count();
+            assert_eq!(l.block_steps, took, "{l:?}");
+        }
+    }
+
+    /// Strategies that loop until no mask is left may take one step a position, whatever
+    /// `--steps` says (entropy_bounded showed "step 2/1").
+    #[test]
+    fn the_budget_of_a_strategy_that_ignores_the_schedule_is_one_step_a_position() {
+        use crate::settings::Strategy;
+        let s = |strategy, steps| DecodeSettings { strategy, steps, block_length: 4, ..DecodeSettings::default() };
+        assert_eq!(s(Strategy::EntropyBounded, 1).step_budget(), 4);
+        assert_eq!(s(Strategy::LowConfidenceStatic, 2).step_budget(), 2);
+        assert_eq!(s(Strategy::LowConfidenceDynamic, 8).step_budget(), 4);
+        assert_eq!(s(Strategy::Sequential, 3).step_budget(), 3);
     }
 }

@@ -304,6 +304,16 @@ impl Run {
         self.blocks.get(i)
     }
 
+    /// How many steps `block` has: all of them once its block event is in; while it runs, the
+    /// most its settings allow (or the steps so far, if more). The `N` of "step k/N".
+    pub fn block_step_total(&self, block: usize) -> usize {
+        let Some(b) = self.block(block) else { return 0 };
+        if b.done_forward.is_some() {
+            return b.steps;
+        }
+        self.settings_for(block).0.step_budget().max(b.steps)
+    }
+
     /// Step indices of `block` recorded so far.
     pub fn block_steps(&self, block: usize) -> Range<usize> {
         self.block(block).map_or(0..0, |b| b.first_step..b.first_step + b.steps)

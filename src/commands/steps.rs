@@ -38,11 +38,9 @@ fn list(read: crate::trace::ReadTrace, out: &mut Lines<impl Write>) -> Result<()
         // The good part is still listed; say where the trace ended.
         eprintln!("unmask: warning: {why}; listing the steps before it");
     }
-    let mut lines = StepLines::new();
-    for ev in &read.events {
-        if let Some(l) = lines.push(ev) {
-            out.write(&l)?;
-        }
+    // A recorded decode is whole: each block's lines can say how many steps it took.
+    for l in crate::steps::lines(&read.events) {
+        out.write(&l)?;
     }
     Ok(())
 }
