@@ -74,7 +74,7 @@ impl Session {
             mask_id: ckpt.tokenizer.mask_id(),
             eos_ids: ckpt.eos_ids.clone(),
             model: ckpt.info.clone(),
-            device: device_label(&args.device, compute),
+            device: device_label(&args.device, compute, crate::model::compute_dtype(&device)),
             chat: Some(chat),
             sources,
             candidates: args.candidates(),
@@ -85,12 +85,14 @@ impl Session {
     }
 }
 
-/// The device as the header and the status bar name it: `--device`, and on the CPU with
-/// `--dtype bf16` the products that make its tokens differ from f32's.
-pub fn device_label(device: &str, compute: Compute) -> String {
+/// The device as the header and the status bar name it: `--device`, and what makes its tokens
+/// differ from the device's default: on the CPU with `--dtype bf16` the bf16 products, else a
+/// compute dtype that is not the device's own (`cpu (f16)`, `cuda (f32)`).
+pub fn device_label(device: &str, compute: Compute, default: candle_core::DType) -> String {
     match compute.products {
         Products::Bf16 => format!("{device} (bf16 products)"),
-        Products::F32 => device.to_string(),
+        Products::F32 if compute.dtype == default => device.to_string(),
+        Products::F32 => format!("{device} ({})", compute.dtype.as_str()),
     }
 }
 

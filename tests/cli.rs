@@ -399,6 +399,9 @@ fn dtype_bf16_on_the_cpu_runs_bf16_products_and_says_so() {
     let (f32_run, bf16_run) = (trace(&["--temperature", "0"]), trace(&["--temperature", "0", "--dtype", "bf16"]));
     assert_eq!(header(&f32_run), "cpu");
     assert_eq!(header(&bf16_run), "cpu (bf16 products)");
+    // Any compute dtype that is not the device's own is recorded: its tokens are its own.
+    assert_eq!(header(&trace(&["--temperature", "0", "--dtype", "f16"])), "cpu (f16)");
+    assert_eq!(header(&trace(&["--temperature", "0", "--dtype", "f32"])), "cpu");
     assert!(!steps(&bf16_run).is_empty());
     assert!(matches!(bf16_run.last(), Some(Event::Finish(_))), "a decode that ends");
 }

@@ -542,7 +542,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             mask_id,
             eos_ids: vec![],
             model: info.clone(),
-            device: crate::session::device_label(&args.decode.device, compute),
+            device: crate::session::device_label(&args.decode.device, compute, crate::model::compute_dtype(&device)),
             chat: None,
             sources: Default::default(),
             candidates: args.decode.candidates(),
