@@ -56,6 +56,9 @@ pub struct ModelConfig {
     pub rope_scaling: Option<serde_json::Value>,
     #[serde(default)]
     pub use_sliding_window: bool,
+    /// Checked, not used: the MLP is SwiGLU, so the activation must be SiLU.
+    #[serde(default)]
+    pub hidden_act: Option<String>,
     /// The transformers class names; registry.rs reads them when `model_type` is not one it knows.
     #[serde(default)]
     pub architectures: Vec<String>,
@@ -146,6 +149,13 @@ impl ModelConfig {
         }
         if self.use_sliding_window {
             bail!("field `use_sliding_window` is true; unmask attends to every cached position (SDAR's checkpoints have false)");
+        }
+        // transformers' "swish" is the same function as "silu"
+        if let Some(act) = self.hidden_act.as_deref().filter(|a| !matches!(*a, "silu" | "swish")) {
+            bail!("field `hidden_act` is {act:?}; unmask computes SwiGLU's silu (SDAR's checkpoints have \"silu\")");
+        }
+        if let Some(e) = self.eos_token_id.as_ref().and_then(|e| e.to_vec().into_iter().find(|&e| e as usize >= self.vocab_size)) {
+            bail!("field `eos_token_id` ({e}) is outside the vocabulary ({})", self.vocab_size);
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
             bail!("field `rms_norm_eps` is {}; it must be a positive number", self.rms_norm_eps);
@@ -346,6 +356,13 @@ mod tests {
         assert!(e.ends_with("field `rope_scaling` is {\"factor\":4.0,\"rope_type\":\"yarn\"}; unmask computes unscaled RoPE (SDAR's checkpoints have null)"), "{e}");
         let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"use_sliding_window\":true"));
         assert!(e.contains("field `use_sliding_window` is true"), "{e}");
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"hidden_act\":\"gelu\""));
+        assert!(e.ends_with("field `hidden_act` is \"gelu\"; unmask computes SwiGLU's silu (SDAR's checkpoints have \"silu\")"), "{e}");
+        for fine in ["silu", "swish"] {
+            ModelConfig::parse(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"hidden_act\":\"{fine}\"")), "c").unwrap();
+        }
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":[3,99999999]"));
+        assert!(e.contains("field `eos_token_id` (99999999) is outside the vocabulary"), "{e}");
         for fine in ["null", "{\"rope_type\":\"default\"}", "{\"type\":\"default\"}"] {
             ModelConfig::parse(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"rope_scaling\":{fine}")), "c").unwrap();
         }
