@@ -195,8 +195,9 @@ pub struct CastArgs {
 }
 
 impl CastArgs {
-    pub fn pacing(&self) -> crate::record::Pacing {
-        crate::record::Pacing { fps: self.fps, step_delay: self.step_delay, width: self.width, height: self.height }
+    /// The pacing, drawn in `theme` (the look flags').
+    pub fn pacing(&self, theme: &'static crate::ui::theme::Theme) -> crate::record::Pacing {
+        crate::record::Pacing { fps: self.fps, step_delay: self.step_delay, width: self.width, height: self.height, theme }
     }
 }
 

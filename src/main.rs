@@ -24,9 +24,9 @@ fn main() -> ExitCode {
             unmask::commands::export::run(trace, *format, *table, out.as_deref())
         }
         Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file, &cli.look),
-        Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::commands::record::from_trace(file, cast, pacing),
+        Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::commands::record::from_trace(file, cast, pacing, &cli.look),
         Some(Command::Record { decode, cast, trace, pacing }) => {
-            unmask::commands::record::run(decode, cast, trace.as_deref(), pacing)
+            unmask::commands::record::run(decode, cast, trace.as_deref(), pacing, &cli.look)
         }
         Some(Command::Steps(args)) => unmask::commands::steps::run(args),
         Some(Command::Bench(args)) => unmask::commands::bench::run(args),

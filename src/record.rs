@@ -24,7 +24,13 @@ const END: &str = "\x1b[0m\x1b[?25h";
 /// Seconds the final screen stays up before the cast ends.
 pub const HOLD: f64 = 2.0;
 
-#[derive(Clone, Debug, PartialEq)]
+/// A frame a minute at the slowest, a thousand a second at the fastest.
+const MIN_FPS: f64 = 1.0 / 60.0;
+const MAX_FPS: f64 = 1000.0;
+/// An hour a step at the slowest.
+const MAX_STEP_DELAY: f64 = 3600.0;
+
+#[derive(Clone)]
 pub struct Pacing {
     /// Most frames per second of cast time.
     pub fps: f64,
@@ -32,15 +38,20 @@ pub struct Pacing {
     pub step_delay: f64,
     pub width: u16,
     pub height: u16,
+    /// How the screens are drawn: `--theme`, and mono under `--mono` or NO_COLOR (whose step
+    /// marks carry what colour would).
+    pub theme: &'static crate::ui::theme::Theme,
 }
 
 impl Pacing {
     pub fn validate(&self) -> Result<()> {
-        if !(self.fps.is_finite() && self.fps > 0.0) {
-            bail!("--fps must be a positive number, not {}", self.fps);
+        // Bounded so that every timestamp of a cast is an ordinary number (1e308 seconds a step
+        // wrote `null`s, which no player reads).
+        if !(MIN_FPS..=MAX_FPS).contains(&self.fps) {
+            bail!("--fps must be within 1/60..={MAX_FPS} (a frame a minute to {MAX_FPS} a second), not {:?}", self.fps);
         }
-        if !(self.step_delay.is_finite() && self.step_delay >= 0.0) {
-            bail!("--step-delay must be zero or more seconds, not {}", self.step_delay);
+        if !(0.0..=MAX_STEP_DELAY).contains(&self.step_delay) {
+            bail!("--step-delay must be within 0..={MAX_STEP_DELAY} seconds, not {:?}", self.step_delay);
         }
         use crate::limits::{MAX_CAST_HEIGHT, MAX_CAST_WIDTH};
         // Under the TUI's minimum every frame would say "terminal too small".
@@ -69,6 +80,7 @@ pub fn final_app(events: Vec<Event>, label: String, stopped: Option<String>, p: 
     let mut app = App::replay(events, label, stopped);
     app.size = Rect::new(0, 0, p.width, p.height);
     app.cast = true;
+    app.theme = p.theme;
     app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
     app
 }
@@ -127,6 +139,7 @@ pub fn record<W: Write>(
     let mut app = App::replay(events, app_label, stopped);
     app.size = Rect::new(0, 0, p.width, p.height);
     app.cast = true;
+    app.theme = p.theme;
     let interval = 1.0 / p.fps;
     let mut last: Option<f64> = None;
     let head = app.store.run().and_then(|r| r.head());
@@ -161,7 +174,7 @@ mod tests {
     use crate::synth::{self, Synth};
 
     fn pacing(width: u16, height: u16) -> Pacing {
-        Pacing { fps: 1000.0, step_delay: 0.01, width, height }
+        Pacing { fps: 1000.0, step_delay: 0.01, width, height, theme: &crate::ui::theme::DARK }
     }
 
     /// Every screen of a cast, as a terminal shows it after each frame.

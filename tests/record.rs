@@ -73,7 +73,7 @@ fn buffer_rows(buf: &Buffer) -> Vec<String> {
 fn final_screen(trace: &Path, label: &str, stopped: bool, w: u16, h: u16) -> Vec<String> {
     let t = unmask::trace::read_file(trace).unwrap();
     assert_eq!(t.stopped.is_some(), stopped);
-    let p = Pacing { fps: 30.0, step_delay: 0.05, width: w, height: h };
+    let p = Pacing { fps: 30.0, step_delay: 0.05, width: w, height: h, theme: &unmask::ui::theme::DARK };
     let app = final_app(t.events, label.into(), t.stopped, &p);
     let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
     unmask::ui::render(&app, buf.area, &mut buf);
@@ -138,4 +138,42 @@ fn bad_pacing_is_refused() {
     let out = Command::new(BIN).current_dir(root()).args(["replay", TRACE, "--cast", "/dev/null", "--fps", "0"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fps"));
+}
+
+#[test]
+fn pacing_that_would_write_timestamps_no_player_reads_is_refused() {
+    for (flag, value) in [("--step-delay", "1e308"), ("--fps", "1e-300"), ("--fps", "NaN"), ("--step-delay", "-1")] {
+        let out = Command::new(BIN).current_dir(root()).args(["replay", TRACE, "--cast", "/dev/null", flag, value]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}: {err}");
+        assert!(err.starts_with(&format!("unmask: error: {flag} must be within")) && err.lines().count() == 1, "{err}");
+    }
+}
+
+/// A cast is drawn as the TUI would draw it with the same look flags: `--mono` and NO_COLOR
+/// without a colour (and with the step marks that carry what colour would), `--theme light`
+/// in its own colours. (They were ignored, and NO_COLOR's empty colour codes reset bold and
+/// reverse.)
+#[test]
+fn casts_take_the_look_flags() {
+    let d = tmp();
+    let cast = |name: &str, env: Option<(&str, &str)>, flags: &[&str]| {
+        let path = d.path().join(name);
+        let mut cmd = Command::new(BIN);
+        cmd.current_dir(root()).args(["replay", TRACE, "--cast", path.to_str().unwrap()]).args(flags);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        assert!(cmd.output().unwrap().status.success());
+        std::fs::read_to_string(path).unwrap()
+    };
+    // (the cast's JSON spells ESC as \u001b)
+    let dark = cast("dark.cast", None, &[]);
+    let coloured = |c: &str| c.contains("\\u001b[38;5;") || c.contains("\\u001b[38;2;");
+    assert!(coloured(&dark), "colour by default");
+    for mono in [cast("mono.cast", None, &["--mono"]), cast("nocolor.cast", Some(("NO_COLOR", "1")), &[])] {
+        assert!(!coloured(&mono) && !mono.contains("\\u001b[;m"), "no colour codes, empty or not");
+        assert!(mono.contains('¹') && mono.contains('²'), "step marks");
+    }
+    assert_ne!(cast("light.cast", None, &["--theme", "light"]), dark);
 }
