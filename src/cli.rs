@@ -27,6 +27,37 @@ pub struct Cli {
     pub look: LookArgs,
 }
 
+impl Cli {
+    /// The command line, with what clap alone cannot refuse refused too: the decode flags are
+    /// global (every command takes them), but `export` and `replay` read a trace and would
+    /// ignore them; `--revision` without `--model` names nothing. Each gets a clap error, as a
+    /// wrong flag does.
+    pub fn parse_checked(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap::Error> {
+        use clap::parser::ValueSource;
+        use clap::{CommandFactory, FromArgMatches};
+        let mut cmd = Cli::command();
+        let m = cmd.try_get_matches_from_mut(args)?;
+        let given = |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+        let sub = m.subcommand();
+        let at = sub.map_or(&m, |(_, s)| s);
+        if given(at, "revision") && !given(at, "model") {
+            return Err(cmd.error(clap::error::ErrorKind::MissingRequiredArgument, "--revision picks a revision of --model ORG/NAME; give --model too"));
+        }
+        if let Some((name @ ("export" | "replay"), s)) = sub {
+            let decode = <DecodeArgs as clap::Args>::augment_args(clap::Command::new("decode"));
+            let flag = decode
+                .get_arguments()
+                .find(|a| given(s, a.get_id().as_str()))
+                .map(|a| a.get_long().map_or_else(|| a.get_id().to_string(), |l| format!("--{l}")));
+            if let Some(flag) = flag {
+                let msg = format!("{name} reads a recorded trace: {flag} applies only when decoding (trace, steps, record, compare, bench)");
+                return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
+            }
+        }
+        Cli::from_arg_matches(&m).map_err(|e| e.format(&mut cmd))
+    }
+}
+
 /// How the screens look (the TUI, `replay`, `compare`, `record`).
 #[derive(Args, Debug, Clone)]
 pub struct LookArgs {

@@ -1,14 +1,17 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use unmask::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     unmask::panics::install();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_checked(std::env::args_os()) {
         Ok(c) => c,
         Err(e) => return clap_exit(e),
     };
+    // Checked whatever the command: a --pace only the TUI reads is still a value given.
+    if let Err(e) = cli.look.pace() {
+        return fail(&format!("{e:#}"));
+    }
     if let Err(e) = unmask::signals::install() {
         return fail(&format!("cannot handle signals: {e}"));
     }

@@ -178,6 +178,30 @@ fn bad_flags_give_one_line_errors() {
     assert!(e.contains("invalid value '-2' for '--steps <N>'"), "{e}");
 }
 
+/// Flags the command would ignore are refused: decode flags for the commands that read a
+/// trace, a revision of no model, a pace nothing would use.
+#[test]
+fn flags_the_command_would_ignore_give_one_line_errors() {
+    let trace = fixture("traces/tiny-dynamic.jsonl");
+    let t = trace.to_str().unwrap();
+    let one_line = |args: &[&str]| {
+        let o = unmask(args);
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!((o.status.code(), e.lines().count()), (Some(1), 1), "{args:?}: {e}");
+        e
+    };
+    let e = one_line(&["export", t, "--model", "/nonexistent", "--steps", "0"]);
+    assert!(e.starts_with("unmask: error: export reads a recorded trace: --model applies only when decoding"), "{e}");
+    let e = one_line(&["replay", t, "--block-length", "0", "--cast", "/dev/null"]);
+    assert!(e.contains("replay reads a recorded trace: --block-length applies only when decoding"), "{e}");
+    let e = one_line(&["trace", "--revision", "foo", "--max-new-tokens", "2"]);
+    assert!(e.contains("--revision picks a revision of --model ORG/NAME; give --model too"), "{e}");
+    let e = one_line(&["trace", "--pace", "nan", "--max-new-tokens", "2"]);
+    assert!(e.contains("--pace NaN: must be 0"), "{e}");
+    // what the commands do take still works
+    assert!(unmask(&["export", t, "--format", "csv"]).status.success());
+}
+
 #[test]
 fn compare_headless_prints_both_sides_and_where_they_differ() {
     let model = fixture("tiny-random");
