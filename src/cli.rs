@@ -114,7 +114,7 @@ pub enum Command {
     /// Per-token and per-step tables of a trace: which token was decoded at which step; or
     /// the step map as a figure (`--format svg`).
     Export {
-        /// A trace written by `unmask trace`.
+        /// A trace written by `unmask trace` (`-`: read it from stdin).
         trace: PathBuf,
         #[arg(long, value_enum, default_value = "csv")]
         format: ExportFormat,
@@ -128,7 +128,7 @@ pub enum Command {
     /// Open the TUI on a recorded trace (from `unmask trace`); no model needed. A truncated or
     /// corrupt trace replays up to its last good event.
     Replay {
-        /// The trace, JSON Lines.
+        /// The trace, JSON Lines (`-`: read it from stdin).
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Write an asciicast v2 file of the replay instead of opening the TUI (no terminal

@@ -130,6 +130,14 @@ fn parse_line(line: &str, first: bool) -> Result<Event, String> {
     }
 }
 
+/// Reads the trace `path` names: `-` is stdin, anything else a file ([`read_file`]).
+pub fn read_path(path: &std::path::Path) -> Result<ReadTrace> {
+    if path == std::path::Path::new("-") {
+        return read(std::io::stdin().lock(), "stdin");
+    }
+    read_file(path)
+}
+
 /// Reads a trace file, which must be a regular file (a FIFO or device is refused before it is
 /// opened: reading one could block forever or never end).
 pub fn read_file(path: &std::path::Path) -> Result<ReadTrace> {

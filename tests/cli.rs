@@ -202,6 +202,30 @@ fn flags_the_command_would_ignore_give_one_line_errors() {
     assert!(unmask(&["export", t, "--format", "csv"]).status.success());
 }
 
+/// `-` reads the trace from stdin wherever a trace is read (it was "-: does not exist" for
+/// export and replay).
+#[test]
+fn a_trace_from_stdin_reads_as_the_file_does() {
+    let trace = fixture("traces/tiny-dynamic.jsonl");
+    let piped = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_unmask"))
+            .args(args)
+            .stdin(std::process::Stdio::from(std::fs::File::open(&trace).unwrap()))
+            .output()
+            .unwrap();
+        assert!(c.status.success(), "{args:?}: {}", String::from_utf8_lossy(&c.stderr));
+        std::mem::take(&mut c.stdout)
+    };
+    for args in [&["export", "-"][..], &["export", "-", "--format", "json"], &["steps", "-"]] {
+        let from_file: Vec<&str> = args.iter().map(|a| if *a == "-" { trace.to_str().unwrap() } else { a }).collect();
+        assert_eq!(piped(args), unmask(&from_file).stdout, "{args:?}");
+    }
+    let d = tempfile::tempdir().unwrap();
+    let cast = d.path().join("c.cast");
+    piped(&["replay", "-", "--cast", cast.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&cast).unwrap().lines().count() > 3);
+}
+
 #[test]
 fn compare_headless_prints_both_sides_and_where_they_differ() {
     let model = fixture("tiny-random");

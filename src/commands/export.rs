@@ -23,7 +23,7 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
     if let Some(p) = out {
         crate::output::refuse_clashes(&[("--out", p)], &[("trace", trace)])?;
     }
-    let read = crate::trace::read_file(trace)?;
+    let read = crate::trace::read_path(trace)?;
     if let Some(why) = &read.stopped {
         // The good part is still exported; say where the trace ended.
         eprintln!("unmask: warning: {}; exporting the events before it", crate::ui::glyph::escape_line(why));

@@ -45,7 +45,7 @@ pub fn from_trace(file: &Path, cast: &Path, cast_args: &CastArgs, look: &LookArg
     let pacing = cast_args.pacing(look.theme());
     pacing.validate()?;
     refuse_clashes(&[("--cast", cast)], &[("trace", file)])?;
-    let t = trace::read_file(file)?;
+    let t = trace::read_path(file)?;
     if let Some(s) = &t.stopped {
         eprintln!("unmask: warning: trace stopped early: {}", crate::ui::glyph::escape_line(s));
     }

@@ -10,7 +10,7 @@ use crate::ui::App;
 
 pub fn run(path: &Path, look: &LookArgs) -> Result<()> {
     let pace = look.pace()?;
-    let t = trace::read_file(path)?;
+    let t = trace::read_path(path)?;
     super::tui::require_terminal()?;
     let mut app = App::replay(t.events, path.display().to_string(), t.stopped).with_pace(pace);
     app.theme = look.theme();

@@ -1,7 +1,6 @@
 //! `unmask steps [TRACE]`: the per-step list of a trace, or of a decode as it runs.
 
 use std::io::Write;
-use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
@@ -13,9 +12,9 @@ use crate::steps::{StepLine, StepLines};
 pub fn run(args: &StepsArgs) -> Result<()> {
     let mut out = Lines { out: std::io::stdout().lock(), json: args.json };
     match args.trace.as_deref() {
-        Some(p) if p == Path::new("-") => list(crate::trace::read(std::io::stdin().lock(), "stdin")?, &mut out),
-        // read_file refuses what is not a regular file (a FIFO, /dev/zero) before reading.
-        Some(p) => list(crate::trace::read_file(p)?, &mut out),
+        // `-` is stdin; read_file refuses what is not a regular file (a FIFO, /dev/zero) before
+        // reading.
+        Some(p) => list(crate::trace::read_path(p)?, &mut out),
         None => live(&args.decode, &mut out),
     }
 }
