@@ -100,6 +100,9 @@ pub enum Command {
         out: Option<PathBuf>,
     },
     /// Two decodes of the same prompt side by side (any setting may differ between A and B).
+    ///
+    /// Both are greedy unless a temperature is given (--temperature, --temperature-a/-b), so
+    /// that they differ by their settings, not by their random draws.
     Compare {
         #[command(flatten)]
         decode: DecodeArgs,
@@ -406,25 +409,25 @@ macro_rules! side_args {
     ($name:ident, $suffix:literal) => {
         #[derive(Args, Debug, Clone, Default)]
         pub struct $name {
-            #[arg(id = concat!("strategy_", $suffix), long = concat!("strategy-", $suffix), value_enum, ignore_case = true, value_name = "S")]
+            #[arg(help = concat!("--strategy for side ", $suffix, " only (over the shared flag)"), id = concat!("strategy_", $suffix), long = concat!("strategy-", $suffix), value_enum, ignore_case = true, value_name = "S")]
             pub strategy: Option<Strategy>,
-            #[arg(id = concat!("schedule_", $suffix), long = concat!("schedule-", $suffix), value_enum, value_name = "S")]
+            #[arg(help = concat!("--schedule for side ", $suffix, " only (over the shared flag)"), id = concat!("schedule_", $suffix), long = concat!("schedule-", $suffix), value_enum, value_name = "S")]
             pub schedule: Option<Schedule>,
-            #[arg(id = concat!("threshold_", $suffix), long = concat!("threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
+            #[arg(help = concat!("--threshold for side ", $suffix, " only (over the shared flag)"), id = concat!("threshold_", $suffix), long = concat!("threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub threshold: Option<f32>,
-            #[arg(id = concat!("eb_threshold_", $suffix), long = concat!("eb-threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
+            #[arg(help = concat!("--eb-threshold for side ", $suffix, " only (over the shared flag)"), id = concat!("eb_threshold_", $suffix), long = concat!("eb-threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub eb_threshold: Option<f32>,
-            #[arg(id = concat!("steps_", $suffix), long = concat!("steps-", $suffix), allow_negative_numbers = true, value_name = "N")]
+            #[arg(help = concat!("--steps for side ", $suffix, " only (over the shared flag)"), id = concat!("steps_", $suffix), long = concat!("steps-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub steps: Option<usize>,
-            #[arg(id = concat!("block_length_", $suffix), long = concat!("block-length-", $suffix), allow_negative_numbers = true, value_name = "N")]
+            #[arg(help = concat!("--block-length for side ", $suffix, " only (over the shared flag)"), id = concat!("block_length_", $suffix), long = concat!("block-length-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub block_length: Option<usize>,
-            #[arg(id = concat!("temperature_", $suffix), long = concat!("temperature-", $suffix), allow_negative_numbers = true, value_name = "F")]
+            #[arg(help = concat!("--temperature for side ", $suffix, " only (over the shared flag)"), id = concat!("temperature_", $suffix), long = concat!("temperature-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub temperature: Option<f32>,
-            #[arg(id = concat!("top_k_", $suffix), long = concat!("top-k-", $suffix), allow_negative_numbers = true, value_name = "N")]
+            #[arg(help = concat!("--top-k for side ", $suffix, " only (over the shared flag)"), id = concat!("top_k_", $suffix), long = concat!("top-k-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub top_k: Option<usize>,
-            #[arg(id = concat!("top_p_", $suffix), long = concat!("top-p-", $suffix), allow_negative_numbers = true, value_name = "F")]
+            #[arg(help = concat!("--top-p for side ", $suffix, " only (over the shared flag)"), id = concat!("top_p_", $suffix), long = concat!("top-p-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub top_p: Option<f32>,
-            #[arg(id = concat!("seed_", $suffix), long = concat!("seed-", $suffix), allow_negative_numbers = true, value_name = "N")]
+            #[arg(help = concat!("--seed for side ", $suffix, " only (over the shared flag)"), id = concat!("seed_", $suffix), long = concat!("seed-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub seed: Option<u64>,
         }
 

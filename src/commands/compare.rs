@@ -12,13 +12,19 @@ use crate::ui::theme::Theme;
 
 /// Decodes one side to the end and returns its events.
 pub fn decode_side(args: &DecodeArgs, side: &str) -> Result<Vec<Event>> {
-    let mut s = Session::open(args)?;
+    let mut s = open_side(args, side)?;
     let mut events = Vec::new();
     let fin = decode(&mut s.denoiser, &s.tokenizer, &s.request, &mut |e| events.push(e), None);
     if fin.reason == FinishReason::Error {
         bail!("decode {side} failed: {}", fin.error.unwrap_or_default());
     }
     Ok(events)
+}
+
+/// One side's session; its settings' errors say which side (its `--steps-a` is reported as
+/// the `--steps` it set).
+fn open_side(args: &DecodeArgs, side: &str) -> Result<Session> {
+    Session::open(args).with_context(|| format!("side {side}"))
 }
 
 /// Compare is greedy unless a temperature is given (`--temperature`, `--temperature-a/-b`):
@@ -45,8 +51,8 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
 /// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.
 pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> {
     super::tui::require_terminal()?;
-    let (ea, ra) = spawn(&greedy_unless_given(a))?;
-    let (eb, rb) = spawn(&greedy_unless_given(b))?;
+    let (ea, ra) = spawn(&greedy_unless_given(a), "A")?;
+    let (eb, rb) = spawn(&greedy_unless_given(b), "B")?;
     let mut app = CompareApp::live();
     // Each side draws its panels with the theme too (--mono's step marks in the cells).
     app.theme = theme;
@@ -65,8 +71,8 @@ pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> 
 
 type Events = crate::session::EventRx;
 
-fn spawn(args: &DecodeArgs) -> Result<(EngineThread, Events)> {
-    let (engine, request, rx) = Session::open(args)?.spawn();
+fn spawn(args: &DecodeArgs, side: &str) -> Result<(EngineThread, Events)> {
+    let (engine, request, rx) = open_side(args, side)?.spawn();
     engine.submit(request);
     Ok((engine, rx))
 }
