@@ -124,7 +124,7 @@ fn check_positions(prompt: usize, s: &crate::settings::DecodeSettings, max: usiz
     }
     let limit = "config.json `max_position_embeddings`";
     if prompt >= max {
-        anyhow::bail!("--prompt: its {} fill the model's {max} positions ({limit})", crate::format::count(prompt, "token"));
+        anyhow::bail!("the prompt's {} fill the model's {max} positions ({limit})", crate::format::count(prompt, "token"));
     }
     let fit = (max / b * b).saturating_sub(prompt);
     if fit == 0 {

@@ -304,14 +304,12 @@ impl Run {
         self.blocks.get(i)
     }
 
-    /// How many steps `block` has: all of them once its block event is in; while it runs, the
-    /// most its settings allow (or the steps so far, if more). The `N` of "step k/N".
-    pub fn block_step_total(&self, block: usize) -> usize {
-        let Some(b) = self.block(block) else { return 0 };
-        if b.done_forward.is_some() {
-            return b.steps;
-        }
-        self.settings_for(block).0.step_budget().max(b.steps)
+    /// The most steps `block` may take (its settings' [`DecodeSettings::step_budget`], or the
+    /// steps it took, if more): the `N` of "step k/N" wherever a step is shown, so that every
+    /// view and `unmask steps`, live or from a trace, says the same.
+    pub fn block_step_budget(&self, block: usize) -> usize {
+        let took = self.block(block).map_or(0, |b| b.steps);
+        self.settings_for(block).0.step_budget().max(took)
     }
 
     /// Step indices of `block` recorded so far.

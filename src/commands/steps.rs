@@ -37,7 +37,6 @@ fn list(read: crate::trace::ReadTrace, out: &mut Lines<impl Write>) -> Result<()
         // The good part is still listed; say where the trace ended.
         eprintln!("unmask: warning: {why}; listing the steps before it");
     }
-    // A recorded decode is whole: each block's lines can say how many steps it took.
     for l in crate::steps::lines(&read.events) {
         out.write(&l)?;
     }

@@ -23,7 +23,10 @@ pub fn run(args: &DecodeArgs, look: &LookArgs) -> Result<()> {
     // Everything that can be wrong with the flags is said before the terminal is needed (and
     // long before it is taken), in the same words as `trace`.
     let pace = look.pace()?;
-    let session = Session::open(args)?;
+    let session = {
+        let _note = Loading::say(args);
+        Session::open(args)?
+    };
     require_terminal()?;
     let (engine, base, rx) = session.spawn();
     engine.submit(with_settings(&base, base.settings.clone()));
@@ -43,6 +46,29 @@ pub fn run(args: &DecodeArgs, look: &LookArgs) -> Result<()> {
     match app.decode_error() {
         Some(err) => bail!("decode failed: {err}"),
         None => Ok(()),
+    }
+}
+
+/// "loading …" on a terminal's stderr while a checkpoint loads (seconds for a real one, in
+/// which the screen would otherwise stay as the shell left it), wiped when loading ends.
+struct Loading(bool);
+
+impl Loading {
+    fn say(args: &DecodeArgs) -> Loading {
+        // (the embedded model loads at once)
+        let Some(model) = args.model.as_deref().filter(|_| std::io::stderr().is_terminal() && std::io::stdout().is_terminal()) else {
+            return Loading(false);
+        };
+        eprint!("unmask: loading {}…", crate::ui::glyph::escape_line(&model.display().to_string()));
+        Loading(true)
+    }
+}
+
+impl Drop for Loading {
+    fn drop(&mut self) {
+        if self.0 {
+            eprint!("\r\x1b[2K");
+        }
     }
 }
 

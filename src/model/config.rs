@@ -120,6 +120,7 @@ impl ModelConfig {
             ("num_attention_heads", self.num_attention_heads),
             ("num_key_value_heads", self.kv_heads()),
             ("head_dim", self.head_dim()),
+            ("max_position_embeddings", self.max_position_embeddings),
         ];
         for (field, v) in positive {
             if v == 0 {

@@ -121,7 +121,8 @@ impl Greedy {
     }
 
     fn sample(&self) -> PosSample {
-        PosSample { token: self.best, conf: (-self.log_z).exp(), entropy: self.log_z - self.mean_shifted }
+        // (+ 0.0: a certain row's 0 - 0 is -0, which traces and tables would spell "-0")
+        PosSample { token: self.best, conf: (-self.log_z).exp(), entropy: self.log_z - self.mean_shifted + 0.0 }
     }
 
     /// The `k` largest logits as probabilities, most probable first, the lower id first on a
@@ -228,11 +229,13 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Option<Vec<
 /// Inverse-CDF draw over `kept` (most probable first), so the same uniform gives the same token
 /// on every backend.
 fn draw(kept: &[(u32, f32)], u: f32) -> PosSample {
+    // (+ 0.0: a token of probability 1 adds -1 ln 1 = -0)
     let entropy: f32 = kept
         .iter()
         .filter(|p| p.1 > 0.0)
         .map(|p| -p.1 * p.1.ln())
-        .sum();
+        .sum::<f32>()
+        + 0.0;
     let mut cum = 0.0;
     let mut chosen = kept[kept.len() - 1];
     for &p in kept {

@@ -43,7 +43,7 @@ fn position<'a>(v: &View) -> Line<'a> {
     let s = &run.steps()[k];
     let head = run.head().unwrap_or(k);
     let nth = s.block - run.header.first_block + 1;
-    let of_block = run.block_step_total(s.block);
+    let of_block = run.block_step_budget(s.block);
     let forwards = run.finish.as_ref().map_or(run.steps()[head].forward, |f| f.forwards);
     let mut l: Vec<Span> = Vec::new();
     l.extend(kv(v, "block", format!("{} ({nth}/{})", s.block, run.blocks().len())));
