@@ -362,6 +362,8 @@ mod tests {
         for fine in ["silu", "swish"] {
             ModelConfig::parse(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"hidden_act\":\"{fine}\"")), "c").unwrap();
         }
+        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"max_position_embeddings\":0"));
+        assert!(e.ends_with("field `max_position_embeddings` must be positive"), "{e}");
         let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":[3,99999999]"));
         assert!(e.contains("field `eos_token_id` (99999999) is outside the vocabulary"), "{e}");
         for fine in ["null", "{\"rope_type\":\"default\"}", "{\"type\":\"default\"}"] {

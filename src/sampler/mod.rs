@@ -310,6 +310,16 @@ mod tests {
         assert!(sample(&[0.5, f32::NEG_INFINITY], &Sampling::default(), 0.0).is_valid());
     }
 
+    /// A certain row's entropy is 0, not -0 (traces and tables spelled it "-0").
+    #[test]
+    fn a_certain_rows_entropy_is_plus_zero() {
+        let z = [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY];
+        for s in [Sampling::default(), Sampling { temperature: 1.0, ..Sampling::default() }] {
+            let e = sample(&z, &s, 0.5).entropy;
+            assert_eq!(e.to_bits(), 0f32.to_bits(), "{s:?}: {e}");
+        }
+    }
+
     #[test]
     fn greedy_tie_goes_to_lowest_id() {
         let s = sample(&[1.0, 3.0, 3.0], &Sampling::default(), 0.0);
