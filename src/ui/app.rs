@@ -93,6 +93,9 @@ pub struct View<'a> {
 
 const THRESHOLD_STEP: f32 = 0.05;
 
+/// How the status line's note of a restart asked for begins.
+const RESTARTING: &str = "restarting: ";
+
 impl App {
     fn new(store: Store, cursor: Cursor, source: Source) -> Self {
         let generation = store.generation();
@@ -183,6 +186,10 @@ impl App {
         self.desired = self.desired.take().filter(|d| self.store.run().is_some_and(|r| !same_knobs(d, r.latest_settings())));
         let Source::Live { restarting, engine_paused } = &mut self.source else { return Vec::new() };
         *restarting = false;
+        // The note that a restart is coming is done with once it has come.
+        if self.message.as_ref().is_some_and(|m| m.text.starts_with(RESTARTING)) {
+            self.message = None;
+        }
         // A new decode starts unpaused and drops controls sent before it began: a pause the
         // user asked for in the meantime must be said again.
         if *engine_paused {
@@ -316,11 +323,12 @@ impl App {
         Vec::new()
     }
 
-    /// A key while the `g` prompt is open: it takes digits and `b`; Enter jumps, Esc cancels.
+    /// A key while the `g` prompt is open: it takes what is typed (Enter says what is wrong
+    /// with it, rather than letters vanishing as they are typed); Enter jumps, Esc cancels.
     fn goto_key(&mut self, code: KeyCode) {
         let Some(typed) = self.goto.as_mut() else { return };
         match code {
-            KeyCode::Char(c) if typed.len() < 12 && (c.is_ascii_digit() || c == 'b' || c == 'B') => typed.push(c),
+            KeyCode::Char(c) if typed.chars().count() < 12 && !c.is_control() => typed.push(c),
             KeyCode::Backspace => {
                 typed.pop();
             }
@@ -436,7 +444,7 @@ impl App {
         *restarting = true;
         // The new decode runs unpaused.
         *engine_paused = false;
-        self.info(format!("restarting: {}", knobs(&s)));
+        self.info(format!("{RESTARTING}{}", knobs(&s)));
         vec![EngineCmd::Restart(s)]
     }
 
@@ -693,11 +701,13 @@ mod tests {
         let [EngineCmd::Restart(s)] = cmds.as_slice() else { panic!() };
         assert_eq!(s.strategy, Strategy::EntropyBounded);
         assert!(matches!(app.source, Source::Live { restarting: true, .. }));
+        assert!(app.message.as_ref().is_some_and(|m| m.text.starts_with("restarting: ")));
         let mut cfg = Synth::small();
         cfg.seed = 99;
         app.ingest(synth::trace(&cfg).remove(0));
         assert_eq!(app.cursor.mode, Mode::Live);
         assert!(matches!(app.source, Source::Live { restarting: false, .. }));
+        assert_eq!(app.message, None, "the restart's note goes once the new decode has begun");
         assert_eq!(app.store.run().unwrap().head(), None);
     }
 
@@ -797,7 +807,8 @@ mod tests {
         let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
         typed(&mut app, "g12q");
         assert!(!app.quit, "the prompt takes the keys");
-        assert_eq!(app.goto.as_deref(), Some("12"));
+        assert_eq!(app.goto.as_deref(), Some("12q"), "shown as typed");
+        press(&mut app, code(KeyCode::Backspace));
         press(&mut app, code(KeyCode::Enter));
         assert_eq!((app.goto.clone(), app.view().unwrap().at, app.cursor.mode), (None, Some(11), Mode::Paused));
         let b = app.store.run().unwrap().blocks()[2].clone();
@@ -819,7 +830,12 @@ mod tests {
         assert_eq!(app.view().unwrap().at, Some(b.first_step));
         typed(&mut app, "g");
         press(&mut app, code(KeyCode::Enter));
-        assert!(app.message.as_ref().unwrap().text.starts_with("g: \"\" is not a step"), "{:?}", app.message);
+        assert_eq!(app.message.as_ref().unwrap().text, "g: nothing typed: type a step number (12) or b and a block (b7)");
+        // what is typed shows, and Enter says what is wrong with it
+        typed(&mut app, "gx1");
+        assert_eq!(app.goto.as_deref(), Some("x1"));
+        press(&mut app, code(KeyCode::Enter));
+        assert!(app.message.as_ref().unwrap().text.starts_with("g: \"x1\" is not a step or a block"), "{:?}", app.message);
     }
 
     fn click(app: &mut App, column: u16, row: u16) {

@@ -16,6 +16,9 @@ pub enum Goto {
 /// The prompt's text as a destination; the error says what was typed and what is accepted.
 pub fn parse(typed: &str) -> Result<Goto, String> {
     let t = typed.trim();
+    if t.is_empty() {
+        return Err("nothing typed: type a step number (12) or b and a block (b7)".into());
+    }
     let (block, digits) = match t.strip_prefix(['b', 'B']) {
         Some(rest) => (true, rest.trim()),
         None => (false, t),

@@ -82,12 +82,16 @@ fn too_small(app: &App, area: Rect, buf: &mut Buffer) {
 }
 
 fn centred(t: &theme::Theme, area: Rect, buf: &mut Buffer, msg: String) {
-    let y = area.y + area.height / 2;
+    // The rows the wrapped message takes (one more for what word wrapping leaves at line
+    // ends), centred: starting at the middle row cut it off in a window of a few rows.
+    let rows = (unicode_width::UnicodeWidthStr::width(msg.as_str()) as u16).div_ceil(area.width.max(1)).saturating_add(1);
+    let rows = rows.min(area.height);
+    let y = area.y + (area.height - rows) / 2;
     let line = Line::from(Span::styled(msg, t.warn()));
     Paragraph::new(line)
         .alignment(Alignment::Center)
         .wrap(ratatui::widgets::Wrap { trim: true })
-        .render(Rect { y, height: area.height - area.height / 2, ..area }, buf);
+        .render(Rect { y, height: area.height - (y - area.y), ..area }, buf);
 }
 
 /// Waits for the next engine event, or forever once there is no engine.
@@ -222,6 +226,9 @@ mod tests {
         let s = screen(&finished_app(), 50, 15);
         assert!(s.contains("terminal too small: 50×15"), "{s}");
         assert!(!s.contains("Blocks"));
+        // a window of a few rows still shows the whole message, the way out included
+        let s = screen(&finished_app(), 20, 5);
+        assert!(s.contains("(q") && s.contains("quits)"), "{s}");
     }
 
     #[test]
