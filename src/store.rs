@@ -485,8 +485,12 @@ impl Run {
 
     /// Forwards per finished block up to `k` (its denoising passes; storing it is free).
     pub fn forwards_per_block(&self, k: usize) -> Option<f64> {
-        // Blocks are recorded in order and every block before the active one is done.
-        let done = self.active_block(Some(k)).checked_sub(self.header.first_block)?;
+        // Blocks are recorded in order and every block before the active one is done; the
+        // active one too once `k` is its last step and its block event is in (a replay
+        // stopped on the step that finished a block counted it only a step later).
+        let active = self.active_block(Some(k)).checked_sub(self.header.first_block)?;
+        let finished = self.blocks.get(active).is_some_and(|b| b.done_forward.is_some() && k + 1 == b.first_step + b.steps);
+        let done = active + usize::from(finished);
         let last = self.blocks.get(done.checked_sub(1)?)?.done_forward?;
         // Saturating: a recorded trace's counters are input, not arithmetic facts.
         Some(last.saturating_sub(self.prefill_forwards()) as f64 / done as f64)
@@ -865,6 +869,8 @@ mod tests {
         let k = r.blocks()[2].first_step;
         let want = (r.blocks()[0].steps + r.blocks()[1].steps) as f64 / 2.0;
         assert_eq!(r.forwards_per_block(k), Some(want));
+        // the same on the step that finished the second block
+        assert_eq!(r.forwards_per_block(k - 1), Some(want));
         assert_eq!(r.forwards_per_block(0), None);
     }
 }
