@@ -250,16 +250,24 @@ fn user_message(args: &DecodeArgs, ckpt: &Checkpoint) -> Result<String> {
         .unwrap_or_else(|| fallback.to_string()))
 }
 
+/// Most bytes `--prompt-file` reads: far more text than any model's positions hold (131,072
+/// tokens are about 0.5 MiB of text), so a larger file is a mistake (`/dev/zero` read forever).
+const MAX_PROMPT_BYTES: u64 = 4 << 20;
+
 /// `--prompt-file FILE` (`-`: stdin), byte for byte.
 pub fn read_prompt_file(path: &Path) -> Result<String> {
     let label = path.display();
-    let bytes = if path == Path::new("-") {
-        let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).context("--prompt-file -: cannot read stdin")?;
-        b
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin().take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes)
     } else {
-        std::fs::read(path).with_context(|| format!("--prompt-file {label}: cannot read"))?
+        let f = std::fs::File::open(path).with_context(|| format!("--prompt-file {label}: cannot read"))?;
+        f.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes)
     };
+    read.with_context(|| format!("--prompt-file {label}: cannot read"))?;
+    if bytes.len() as u64 > MAX_PROMPT_BYTES {
+        bail!("--prompt-file {label}: more than {} MiB; no model's positions hold a prompt that long", MAX_PROMPT_BYTES >> 20);
+    }
     String::from_utf8(bytes)
         .map_err(|e| anyhow!("--prompt-file {label}: not UTF-8 (byte {})", e.utf8_error().valid_up_to()))
 }

@@ -266,13 +266,18 @@ impl App {
             self.goto_key(k.code);
             return Vec::new();
         }
-        if matches!(k.code, KeyCode::Char('q')) || (ctrl && matches!(k.code, KeyCode::Char('c'))) {
+        if ctrl && matches!(k.code, KeyCode::Char('c')) {
             self.quit = true;
             return Vec::new();
         }
         if self.help {
-            // Any key closes the help; it covers the screen, so acting on it would be unseen.
+            // Any key closes the help, q too (as the help says); it covers the screen, so
+            // acting on the key would be unseen.
             self.help = false;
+            return Vec::new();
+        }
+        if matches!(k.code, KeyCode::Char('q')) {
+            self.quit = true;
             return Vec::new();
         }
         // Keys that need no recorded run: they work from the first frame on.
@@ -774,6 +779,12 @@ mod tests {
         press(&mut app, key(' '));
         assert!(!app.help);
         assert_eq!(app.cursor.mode, Mode::Live);
+        // q too closes it and no more (it quit the TUI)
+        press(&mut app, key('?'));
+        press(&mut app, key('q'));
+        assert!(!app.help && !app.quit);
+        press(&mut app, key('q'));
+        assert!(app.quit);
     }
 
     #[test]

@@ -265,11 +265,16 @@ impl CompareApp {
 
     pub fn on_key(&mut self, k: KeyEvent) {
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
-        if k.code == KeyCode::Char('q') || (ctrl && k.code == KeyCode::Char('c')) {
+        if ctrl && k.code == KeyCode::Char('c') {
             self.quit = true;
             return;
         }
+        // Any key closes the help, q too (as the help says).
         if std::mem::take(&mut self.help) {
+            return;
+        }
+        if k.code == KeyCode::Char('q') {
+            self.quit = true;
             return;
         }
         let moves = matches!(
