@@ -47,8 +47,10 @@ impl Session {
         }
         let compute = parse_dtype(&args.dtype, &device)?;
         let mut ckpt = Checkpoint::load(&source, &device, compute)?;
-        if let Some(id) = hub_id(args) {
-            ckpt.info.source = id;
+        if let (Some(id), Source::Dir(snapshot)) = (hub_id(args), &source) {
+            // The snapshot's folder is its commit: which revision was decoded, for the record.
+            let commit = snapshot.file_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            ckpt.info.source = format!("{id}@{commit}");
         }
         single_thread_for_small_models(ckpt.info.num_params, ckpt.model.device());
         let block = checkpoint_block_size(ckpt.config.block_size, name.as_deref());
@@ -177,6 +179,9 @@ pub fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
     };
     let folder_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
     let Some(id) = hub_id(args) else {
+        if revision(args) != "main" {
+            bail!("--revision {}: {} is a folder, and a revision picks a snapshot of an ORG/NAME in the hub cache", args.revision, model.display());
+        }
         return Ok((Source::Dir(model.clone()), folder_name(model)));
     };
     let root = hub::cache_dir(|k| std::env::var(k).ok())

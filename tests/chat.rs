@@ -252,7 +252,7 @@ fn model_ids_resolve_from_the_hub_cache() {
     let cache = hub_cache("tiny-sdar-chat-b8");
     let env = [("HF_HUB_CACHE", cache.path())];
     let h = header_with("Org/tiny-sdar-chat-b8", &["--prompt", "What is 12 * 7?"], None, &env);
-    assert_eq!(h.model.source, "Org/tiny-sdar-chat-b8");
+    assert_eq!(h.model.source, "Org/tiny-sdar-chat-b8@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d", "the commit decoded");
     assert_eq!(h.prompt_ids, case("plain").ids);
     assert_eq!(h.settings.block_length, 8);
     assert_eq!(h.sources["block_length"], "-b8 in the name \"tiny-sdar-chat-b8\"");
@@ -260,4 +260,8 @@ fn model_ids_resolve_from_the_hub_cache() {
     let e = String::from_utf8(out.stderr).unwrap();
     let want = "models--Org--missing; set HF_HUB_CACHE or HF_HOME, or download it with `hf download Org/missing`)\n";
     assert!(!out.status.success() && e.ends_with(want) && e.lines().count() == 1, "{e}");
+    // a revision of a folder names nothing: refused, not ignored
+    let out = unmask(&["trace", "--model", chat_model().to_str().unwrap(), "--revision", "v2"], None, &[]);
+    let e = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success() && e.contains("--revision v2: ") && e.contains("is a folder"), "{e}");
 }

@@ -105,6 +105,25 @@ pub fn fit(s: &str, max: usize) -> (Cow<'_, str>, usize) {
     (Cow::Owned(out), used + 1)
 }
 
+/// `s` cut to at most `max` columns from the left, starting with `…` if anything was cut: the
+/// end of a path (the model's folder) is what tells it apart.
+pub fn fit_end(s: &str, max: usize) -> Cow<'_, str> {
+    if width(s) <= max {
+        return Cow::Borrowed(s);
+    }
+    let mut kept: Vec<&str> = Vec::new();
+    let mut used = 0;
+    for g in s.graphemes(true).rev() {
+        if used + g.width() + 1 > max {
+            break;
+        }
+        kept.push(g);
+        used += g.width();
+    }
+    let tail: String = kept.into_iter().rev().collect();
+    Cow::Owned(if max == 0 { String::new() } else { format!("{ELLIPSIS}{tail}") })
+}
+
 /// Every grapheme of escaped text with its width, ASCII fast-pathed (the common case, and the
 /// text view walks every token of the decode each frame).
 pub fn graphemes(s: &str) -> Box<dyn Iterator<Item = (&str, usize)> + '_> {

@@ -33,6 +33,16 @@ fn split_line(area: Rect, buf: &mut Buffer, left: &Line, right: &Line) {
     buf.set_line(area.right() - rw, area.y, right, rw);
 }
 
+/// The checkpoint as the title names it: a hub id's commit shortened to 7 characters, a long
+/// path to its last 32 columns, so that the prompt keeps room.
+fn source_label(source: &str) -> String {
+    let short = match source.split_once('@') {
+        Some((id, commit)) if commit.len() > 7 && commit.bytes().all(|b| b.is_ascii_hexdigit()) => format!("{id}@{}", &commit[..7]),
+        _ => source.to_string(),
+    };
+    glyph::fit_end(&glyph::escape_line(&short), 32).into_owned()
+}
+
 pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
     let t = v.theme;
     let h = &v.run.header;
@@ -40,7 +50,7 @@ pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
     let right = Line::from(state(v));
     let mut left = vec![
         brand(t),
-        Span::styled(format!(" {} ", m.source), t.value()),
+        Span::styled(format!(" {} ", source_label(&m.source)), t.value()),
         Span::styled(format!("{} · {} params · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device), t.dim()),
         Span::styled("   prompt ", t.label()),
     ];
@@ -131,6 +141,16 @@ fn stop_note(app: &App) -> Option<(String, Level)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long path keeps its end and a hub commit shows 7 characters, so the prompt has room
+    /// (a long --model path left none).
+    #[test]
+    fn the_title_shortens_the_checkpoints_name() {
+        assert_eq!(source_label("Org/tiny-sdar-chat@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d"), "Org/tiny-sdar-chat@4f1e3c2");
+        assert_eq!(source_label("/work/main/tests/fixtures/tiny-sdar-chat"), "…n/tests/fixtures/tiny-sdar-chat");
+        assert_eq!(glyph::width(&source_label("/work/main/tests/fixtures/tiny-sdar-chat")), 32);
+        assert_eq!(source_label("embedded:tiny-sdar"), "embedded:tiny-sdar");
+    }
 
     #[test]
     fn human_counts() {
