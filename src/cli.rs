@@ -43,6 +43,18 @@ impl Cli {
         if given(at, "revision") && !given(at, "model") {
             return Err(cmd.error(clap::error::ErrorKind::MissingRequiredArgument, "--revision picks a revision of --model ORG/NAME; give --model too"));
         }
+        let refuse = |msg: String| Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg));
+        if let Some(("bench", s)) = sub {
+            // bench decodes a prompt of --prompt-len tokens it makes itself
+            if let Some(flag) = ["prompt", "prompt_file", "system", "chat_arg", "raw"].into_iter().find(|id| given(s, id)) {
+                return refuse(format!("bench decodes a prompt of --prompt-len tokens: --{} has no effect there", flag.replace('_', "-")));
+            }
+        }
+        if let Some(("export", s)) = sub {
+            if given(s, "table") && s.get_one::<ExportFormat>("format").is_some_and(|f| *f != ExportFormat::Csv) {
+                return refuse("export: --table picks one CSV table (JSON holds all three; SVG draws the step map)".into());
+            }
+        }
         if let Some((name @ ("export" | "replay"), s)) = sub {
             let decode = <DecodeArgs as clap::Args>::augment_args(clap::Command::new("decode"));
             let flag = decode

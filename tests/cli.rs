@@ -198,8 +198,13 @@ fn flags_the_command_would_ignore_give_one_line_errors() {
     assert!(e.contains("--revision picks a revision of --model ORG/NAME; give --model too"), "{e}");
     let e = one_line(&["trace", "--pace", "nan", "--max-new-tokens", "2"]);
     assert!(e.contains("--pace NaN: must be 0"), "{e}");
+    let e = one_line(&["bench", "--prompt", "hi", "--repeat", "1"]);
+    assert!(e.contains("bench decodes a prompt of --prompt-len tokens: --prompt has no effect there"), "{e}");
+    let e = one_line(&["export", t, "--format", "json", "--table", "steps"]);
+    assert!(e.contains("--table picks one CSV table"), "{e}");
     // what the commands do take still works
     assert!(unmask(&["export", t, "--format", "csv"]).status.success());
+    assert!(unmask(&["export", t, "--table", "steps"]).status.success());
 }
 
 /// `-` reads the trace from stdin wherever a trace is read (it was "-: does not exist" for
