@@ -258,6 +258,13 @@ mod tests {
         vars.insert("x".into(), serde_json::json!({"a": [1, "<é>"], "b": {}}));
         let want = "{\"a\": [1, \"<é>\"], \"b\": {}}|{\n  \"a\": [\n    1,\n    \"<é>\"\n  ],\n  \"b\": {}\n}";
         assert_eq!(t.render(&[], &vars).unwrap(), want);
+        // keys in the order given, as json.dumps(sort_keys=False) writes them (a tool's
+        // schema and the messages came out sorted)
+        let (k, v) = parse_chat_arg(r#"x={"type": "function", "function": {"name": "f", "description": "d"}}"#).unwrap();
+        vars.insert(k, v);
+        assert_eq!(tmpl("{{ x | tojson }}").render(&[], &vars).unwrap(), r#"{"type": "function", "function": {"name": "f", "description": "d"}}"#);
+        let m = [Message { role: "user".into(), content: "hi".into() }];
+        assert_eq!(tmpl("{{ messages | tojson }}").render(&m, &Vars::new()).unwrap(), r#"[{"role": "user", "content": "hi"}]"#);
     }
 
     #[test]

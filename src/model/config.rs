@@ -354,7 +354,7 @@ mod tests {
         assert!(e.contains("field `max_position_embeddings` is 18446744073709551615, more than the limit"), "{e}");
         // what unmask does not compute is refused, not ignored
         let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}"));
-        assert!(e.ends_with("field `rope_scaling` is {\"factor\":4.0,\"rope_type\":\"yarn\"}; unmask computes unscaled RoPE (SDAR's checkpoints have null)"), "{e}");
+        assert!(e.ends_with("field `rope_scaling` is {\"rope_type\":\"yarn\",\"factor\":4.0}; unmask computes unscaled RoPE (SDAR's checkpoints have null)"), "{e}");
         let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"use_sliding_window\":true"));
         assert!(e.contains("field `use_sliding_window` is true"), "{e}");
         let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"hidden_act\":\"gelu\""));
