@@ -246,7 +246,7 @@ fn trajectory<'a>(v: &View, pos: usize, traj: &[TrajPoint], width: usize, room: 
         out.push(Line::from(Span::styled(format!("  … {skip} earlier"), t.faint())));
     }
     for p in traj.iter().skip(skip) {
-        let hue = t.step_color(p.step, span);
+        let hue = t.step_text_color(p.step, span);
         let top = v.run.top(pos, p.at);
         if !top.is_empty() {
             let mut l = vec![
