@@ -46,6 +46,10 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// Checks that `source` compiles; `origin` names the file (and key) in errors.
     pub fn new(source: String, origin: String) -> Result<Self> {
+        // (it would render every prompt as nothing, the user's message dropped)
+        if source.trim().is_empty() {
+            bail!("{origin}: the chat template is empty (use --raw to decode the prompt as given)");
+        }
         let t = ChatTemplate { source, origin };
         t.env().template_from_str(&t.source).map_err(|e| t.error(e))?;
         Ok(t)
@@ -265,6 +269,12 @@ mod tests {
         assert_eq!(tmpl("{{ x | tojson }}").render(&[], &vars).unwrap(), r#"{"type": "function", "function": {"name": "f", "description": "d"}}"#);
         let m = [Message { role: "user".into(), content: "hi".into() }];
         assert_eq!(tmpl("{{ messages | tojson }}").render(&m, &Vars::new()).unwrap(), r#"[{"role": "user", "content": "hi"}]"#);
+    }
+
+    #[test]
+    fn an_empty_template_is_refused() {
+        let e = ChatTemplate::new(" \n".into(), "m/chat_template.jinja".into()).err().unwrap().to_string();
+        assert_eq!(e, "m/chat_template.jinja: the chat template is empty (use --raw to decode the prompt as given)");
     }
 
     #[test]

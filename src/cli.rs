@@ -95,6 +95,17 @@ impl LookArgs {
         pick(self.theme, Depth::from_env(self.mono))
     }
 
+    /// A recording's theme: 24-bit colour (asciinema players show it) whatever terminal
+    /// records it, unless `--mono` or `NO_COLOR` ask for none.
+    pub fn cast_theme(&self) -> &'static crate::ui::theme::Theme {
+        use crate::ui::theme::{pick, Depth};
+        let depth = match Depth::from_env(self.mono) {
+            Depth::Mono => Depth::Mono,
+            _ => Depth::TrueColor,
+        };
+        pick(self.theme, depth)
+    }
+
     /// `--pace`, checked.
     pub fn pace(&self) -> Result<crate::ui::cursor::Pace> {
         crate::ui::cursor::Pace::new(self.pace).map_err(anyhow::Error::msg)

@@ -49,8 +49,14 @@ pub fn resolve(root: &Path, id: &str, revision: &str) -> Result<PathBuf> {
             repo.display()
         );
     }
+    // Joined to paths below: a revision (a branch, a tag, `refs/pr/1`, a commit) never climbs
+    // out of the repository's folder.
+    if revision.is_empty() || Path::new(revision).components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        bail!("--revision {revision:?}: not a branch, tag or commit");
+    }
     let by_hash = repo.join("snapshots").join(revision);
-    if is_commit_hash(revision) && by_hash.is_dir() {
+    // A commit, whole or as a snapshot folder's name (a short hash the cache holds)
+    if (is_commit_hash(revision) || !revision.contains('/')) && by_hash.is_dir() {
         return Ok(by_hash);
     }
     let reference = repo.join("refs").join(revision);
@@ -62,6 +68,10 @@ pub fn resolve(root: &Path, id: &str, revision: &str) -> Result<PathBuf> {
             by_hash.display()
         ),
     };
+    // (what a ref holds is input too: one folder name, never a path)
+    if hash.is_empty() || hash.contains(['/', '\\']) || hash == "." || hash == ".." {
+        bail!("--model {id}: {} holds {hash:?}, not a commit", reference.display());
+    }
     let snapshot = repo.join("snapshots").join(&hash);
     if !snapshot.is_dir() {
         bail!("--model {id}: {} names snapshot {hash}, but {} is missing", reference.display(), snapshot.display());
@@ -131,6 +141,25 @@ mod tests {
         std::fs::write(repo.join("refs/dev"), "ffff").unwrap();
         let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "dev").unwrap_err());
         assert!(e.ends_with(&format!("names snapshot ffff, but {}/snapshots/ffff is missing", repo.display())), "{e}");
+    }
+
+    /// A revision and what a ref holds are joined to paths: neither may climb out of the
+    /// repository; an empty ref is named as such; a short hash the cache holds resolves.
+    #[test]
+    fn revisions_and_refs_stay_inside_the_repository() {
+        let c = cache();
+        let repo = c.path().join("models--JetAstra--SDAR-4B-Chat");
+        for bad in ["../../x", "/etc", ".."] {
+            let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", bad).unwrap_err());
+            assert_eq!(e, format!("--revision {bad:?}: not a branch, tag or commit"));
+        }
+        for (content, shown) in [("../../../../etc", "\"../../../../etc\""), ("\n", "\"\"")] {
+            std::fs::write(repo.join("refs/evil"), content).unwrap();
+            let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "evil").unwrap_err());
+            assert!(e.ends_with(&format!("refs/evil holds {shown}, not a commit")), "{e}");
+        }
+        std::fs::create_dir_all(repo.join("snapshots/abc123")).unwrap();
+        assert_eq!(resolve(c.path(), "JetAstra/SDAR-4B-Chat", "abc123").unwrap(), repo.join("snapshots/abc123"));
     }
 
     #[test]

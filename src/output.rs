@@ -87,6 +87,11 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
     // Write through a symlink to what it points at, as an ordinary open would.
     let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // A rename needs only the folder's permission: a file the user may not write would be
+    // replaced all the same (trace --out, which writes in place, is refused). Asked first.
+    if std::fs::metadata(&target).is_ok_and(|m| m.is_file()) {
+        std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("{name}: cannot write"))?;
+    }
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy()))
         .suffix(".unmask-tmp")
@@ -206,5 +211,25 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert!(left.iter().all(|n| !n.ends_with(".unmask-tmp")), "no temporary file: {left:?}");
         refuse_clashes(&[("--cast", Path::new("/dev/null")), ("--trace", &null)], &[]).unwrap();
+    }
+
+    /// A file the user may not write is refused, as an in-place write would be (the rename
+    /// replaced it). Only meaningful for a user other than root, whom nothing refuses.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_file_the_user_may_not_write_is_not_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            eprintln!("SKIPPED: root may write any file");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("ro.csv");
+        std::fs::write(&p, "old").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let e = format!("{:#}", write_atomically(&p, |w| Ok(w.write_all(b"new")?)).unwrap_err());
+        assert!(e.contains("cannot write") && e.contains("ermission denied"), "{e}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "old");
     }
 }

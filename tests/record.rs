@@ -160,7 +160,7 @@ fn casts_take_the_look_flags() {
     let cast = |name: &str, env: Option<(&str, &str)>, flags: &[&str]| {
         let path = d.path().join(name);
         let mut cmd = Command::new(BIN);
-        cmd.current_dir(root()).args(["replay", TRACE, "--cast", path.to_str().unwrap()]).args(flags);
+        cmd.current_dir(root()).args(["replay", TRACE, "--cast", path.to_str().unwrap()]).args(flags).env_remove("COLORTERM").env_remove("NO_COLOR");
         if let Some((k, v)) = env {
             cmd.env(k, v);
         }
@@ -171,6 +171,7 @@ fn casts_take_the_look_flags() {
     let dark = cast("dark.cast", None, &[]);
     let coloured = |c: &str| c.contains("\\u001b[38;5;") || c.contains("\\u001b[38;2;");
     assert!(coloured(&dark), "colour by default");
+    assert!(dark.contains("\\u001b[38;2;"), "24-bit whatever terminal records it (COLORTERM is not set here)");
     for mono in [cast("mono.cast", None, &["--mono"]), cast("nocolor.cast", Some(("NO_COLOR", "1")), &[])] {
         assert!(!coloured(&mono) && !mono.contains("\\u001b[;m"), "no colour codes, empty or not");
         assert!(mono.contains('¹') && mono.contains('²'), "step marks");

@@ -18,7 +18,7 @@ use crate::trace::{self, TraceWriter};
 /// files are still written whole: the trace ends with its `cancelled` finish event, the cast
 /// shows the screens up to it.
 pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: &CastArgs, look: &LookArgs) -> Result<()> {
-    let pacing = cast_args.pacing(look.theme());
+    let pacing = cast_args.pacing(look.cast_theme());
     pacing.validate()?;
     let mut outputs = vec![("--cast", cast)];
     outputs.extend(trace_out.map(|t| ("--trace", t)));
@@ -42,7 +42,7 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: 
 
 /// A recorded trace to a cast; a corrupt one records up to its last good event, with a warning.
 pub fn from_trace(file: &Path, cast: &Path, cast_args: &CastArgs, look: &LookArgs) -> Result<()> {
-    let pacing = cast_args.pacing(look.theme());
+    let pacing = cast_args.pacing(look.cast_theme());
     pacing.validate()?;
     refuse_clashes(&[("--cast", cast)], &[("trace", file)])?;
     let t = trace::read_path(file)?;
