@@ -79,6 +79,22 @@ impl ChatTemplate {
         &self.origin
     }
 
+    /// Fails when `key` is a variable the template never reads (a typo: `enable_thinkng`),
+    /// naming the ones it does.
+    pub fn check_reads(&self, key: &str) -> Result<()> {
+        let env = self.env();
+        let tmpl = env.template_from_str(&self.source).map_err(|e| self.error(e))?;
+        let mut reads: Vec<String> = tmpl.undeclared_variables(false).into_iter().collect();
+        if reads.iter().any(|r| r == key) {
+            return Ok(());
+        }
+        // not the variables unmask sets itself, nor the environment's functions (namespace, range)
+        let globals: Vec<&str> = env.globals().map(|(name, _)| name).collect();
+        reads.retain(|r| !matches!(r.as_str(), "messages" | "add_generation_prompt") && !globals.contains(&r.as_str()));
+        reads.sort();
+        bail!("--chat-arg {key}: {} reads no variable of that name (it reads: {})", self.origin, reads.join(", "))
+    }
+
     /// The prompt for `messages`, with a generation prompt, `vars` as extra variables (they
     /// override nothing the call sets itself: `messages`, `add_generation_prompt`).
     pub fn render(&self, messages: &[Message], vars: &Vars) -> Result<String> {
@@ -191,6 +207,16 @@ pub fn parse_chat_arg(arg: &str) -> Result<(String, serde_json::Value)> {
     if matches!(key, "messages" | "add_generation_prompt") {
         bail!("--chat-arg {arg:?}: `{key}` is set by unmask itself");
     }
+    // Python's spellings would be the strings "False", "True", "None", which a template tests
+    // as true: refused with the JSON that means what they say.
+    if let Some(json) = match value.trim() {
+        "False" => Some("false"),
+        "True" => Some("true"),
+        "None" => Some("null"),
+        _ => None,
+    } {
+        bail!("--chat-arg {arg:?}: {value} would be a string here; write {key}={json}");
+    }
     let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
     Ok((key.to_string(), value))
 }
@@ -269,6 +295,18 @@ mod tests {
         assert_eq!(tmpl("{{ x | tojson }}").render(&[], &vars).unwrap(), r#"{"type": "function", "function": {"name": "f", "description": "d"}}"#);
         let m = [Message { role: "user".into(), content: "hi".into() }];
         assert_eq!(tmpl("{{ messages | tojson }}").render(&m, &Vars::new()).unwrap(), r#"[{"role": "user", "content": "hi"}]"#);
+    }
+
+    /// A variable the template never reads is a typo, and Python's False a string: both
+    /// refused (they decoded as if nothing was asked).
+    #[test]
+    fn chat_args_the_template_cannot_use_are_refused() {
+        let t = tmpl("{% if enable_thinking is defined and enable_thinking is false %}off{% endif %}{% set ns = namespace(a=1) %}{{ tools }}");
+        t.check_reads("enable_thinking").unwrap();
+        let e = t.check_reads("enable_thinkng").unwrap_err().to_string();
+        assert!(e.starts_with("--chat-arg enable_thinkng: ") && e.ends_with("reads no variable of that name (it reads: enable_thinking, tools)"), "{e}");
+        let e = parse_chat_arg("enable_thinking=False").unwrap_err().to_string();
+        assert_eq!(e, "--chat-arg \"enable_thinking=False\": False would be a string here; write enable_thinking=false");
     }
 
     #[test]
