@@ -188,7 +188,16 @@ impl DecodeSettings {
         if self.sampling.is_greedy() {
             s += " greedy";
         } else {
-            s += &format!(" T={}", self.sampling.temperature);
+            // what makes two sampled decodes differ: the filters and the seed
+            let p = &self.sampling;
+            s += &format!(" T={}", p.temperature);
+            if p.top_k > 0 {
+                s += &format!(" k={}", p.top_k);
+            }
+            if p.top_p < 1.0 {
+                s += &format!(" p={}", p.top_p);
+            }
+            s += &format!(" seed={}", p.seed);
         }
         s
     }
@@ -197,6 +206,18 @@ impl DecodeSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sampled decode's summary names what makes two of them differ (compare showed two
+    /// sides of different seeds as the same settings).
+    #[test]
+    fn a_sampled_summary_names_its_filters_and_seed() {
+        let mut d = DecodeSettings::default();
+        d.sampling = Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 2 };
+        assert!(d.summary().ends_with(" T=0.7 k=40 p=0.95 seed=2"), "{}", d.summary());
+        d.sampling = Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0 };
+        assert!(d.summary().ends_with(" T=1 seed=0"), "{}", d.summary());
+        assert!(DecodeSettings::default().summary().ends_with(" greedy"));
+    }
 
     #[test]
     fn defaults_are_valid() {
