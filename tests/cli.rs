@@ -1,13 +1,12 @@
 //! The `unmask` binary end to end (no terminal): traces and one-line errors for bad input.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use unmask::events::Event;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
+mod common;
+use common::{copy_model, fixture};
 
 fn unmask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_unmask")).args(args).output().expect("running unmask")
@@ -94,17 +93,6 @@ fn out_file_holds_the_same_events_as_stdout() {
     assert_eq!(strip(&file.events), strip(&lines));
 }
 
-/// Copies the tiny fixture so a test can break one file of it.
-fn broken_copy(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for f in std::fs::read_dir(fixture("tiny-random")).unwrap() {
-        let f = f.unwrap().path();
-        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
-    }
-    edit(dir.path());
-    dir
-}
-
 /// Runs `unmask trace` on `dir` and returns its one-line error.
 fn error_for(dir: &Path, extra: &[&str]) -> String {
     let mut args = vec!["trace", "--model", dir.to_str().unwrap()];
@@ -128,24 +116,24 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
     let missing = Path::new("/nonexistent/model");
     assert!(error_for(missing, &[]).contains("model folder /nonexistent/model: does not exist"));
 
-    let d = broken_copy(|p| std::fs::remove_file(p.join("config.json")).unwrap());
+    let d = copy_model(|p| std::fs::remove_file(p.join("config.json")).unwrap());
     assert!(error_for(d.path(), &[]).contains("config.json: missing"));
 
-    let d = broken_copy(|p| rewrite(&p.join("config.json"), |t| t.replace("\"hidden_size\": 64", "\"hidden_size\": \"x\"")));
+    let d = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"hidden_size\": 64", "\"hidden_size\": \"x\"")));
     let e = error_for(d.path(), &[]);
     assert!(e.contains("config.json: invalid config: invalid type: string \"x\""), "{e}");
 
-    let d = broken_copy(|p| rewrite(&p.join("config.json"), |t| t.replace("\"intermediate_size\": 160", "\"intermediate_size\": 128")));
+    let d = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"intermediate_size\": 160", "\"intermediate_size\": 128")));
     let e = error_for(d.path(), &[]);
     assert!(e.contains("model.safetensors: tensor `model.layers.0.mlp.gate_proj.weight` has shape [160, 64], expected [128, 64]"), "{e}");
 
-    let d = broken_copy(|p| std::fs::remove_file(p.join("tokenizer.json")).unwrap());
+    let d = copy_model(|p| std::fs::remove_file(p.join("tokenizer.json")).unwrap());
     assert!(error_for(d.path(), &[]).contains("tokenizer.json: missing"));
 
-    let d = broken_copy(|p| std::fs::write(p.join("tokenizer.json"), "{\"version\": ").unwrap());
+    let d = copy_model(|p| std::fs::write(p.join("tokenizer.json"), "{\"version\": ").unwrap());
     assert!(error_for(d.path(), &[]).contains("tokenizer.json: invalid tokenizer"));
 
-    let d = broken_copy(|p| {
+    let d = copy_model(|p| {
         let f = p.join("model.safetensors");
         let bytes = std::fs::read(&f).unwrap();
         std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
@@ -153,7 +141,7 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
     let e = error_for(d.path(), &[]);
     assert!(e.contains("model.safetensors: not a valid safetensors file"), "{e}");
 
-    let d = broken_copy(|p| std::fs::remove_file(p.join("model.safetensors")).unwrap());
+    let d = copy_model(|p| std::fs::remove_file(p.join("model.safetensors")).unwrap());
     assert!(error_for(d.path(), &[]).contains("no model.safetensors or model.safetensors.index.json"));
 }
 

@@ -10,11 +10,7 @@ use std::time::{Duration, Instant};
 use unmask::events::{Event, FinishReason};
 
 mod common;
-use common::{copy_model, poison_tensor};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
+use common::{copy_model, fixture, poison_tensor};
 
 /// Runs unmask with a deadline: a hang is a failure, not a stuck test run.
 fn unmask(args: &[&str]) -> Output {

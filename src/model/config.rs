@@ -256,10 +256,7 @@ mod tests {
 
     #[test]
     fn extra_fields_of_sdar_variants_are_ignored() {
-        let extra = MIN.replace(
-            "\"head_dim\":4",
-            "\"head_dim\":4,\"fuse_cross_entropy\":true,\"auto_map\":{\"AutoConfig\":\"c.C\"},\"micro_forward\":false,\"ep_size\":1,\"rope_scaling\":null",
-        );
+        let extra = with("\"fuse_cross_entropy\":true,\"auto_map\":{\"AutoConfig\":\"c.C\"},\"micro_forward\":false,\"ep_size\":1,\"rope_scaling\":null");
         let c = ModelConfig::parse(&extra, "c").unwrap();
         assert_eq!((c.mask_token_id, c.block_size), (None, None));
     }
@@ -277,8 +274,8 @@ mod tests {
 
     #[test]
     fn eos_may_be_one_or_many() {
-        let one = MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":3");
-        let many = MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":[3,4]");
+        let one = with("\"eos_token_id\":3");
+        let many = with("\"eos_token_id\":[3,4]");
         let a = ModelConfig::parse(&one, "c").unwrap();
         let b = ModelConfig::parse(&many, "c").unwrap();
         assert_eq!(a.eos_token_id.unwrap().to_vec(), vec![3]);
@@ -334,6 +331,11 @@ mod tests {
         format!("{:#}", ModelConfig::parse(text, "m/config.json").unwrap_err())
     }
 
+    /// `MIN` with `fields` (`"name":value,...`) added.
+    fn with(fields: &str) -> String {
+        MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,{fields}"))
+    }
+
     #[test]
     fn errors_name_file_and_field() {
         let e = err(&MIN.replace("\"vocab_size\":10,", ""));
@@ -345,32 +347,32 @@ mod tests {
         let e = err(&MIN.replace("\"hidden_size\":8", "\"hidden_size\":\"8\""));
         assert!(e.contains("invalid type"), "{e}");
         for (field, bad) in [("rope_theta", "0"), ("rope_theta", "-5"), ("rms_norm_eps", "-1"), ("rms_norm_eps", "0")] {
-            let e = err(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"{field}\":{bad}")));
+            let e = err(&with(&format!("\"{field}\":{bad}")));
             assert!(e.starts_with(&format!("m/config.json: invalid config: field `{field}` is {bad};")), "{e}");
         }
         let e = err(&MIN.replace("\"num_hidden_layers\":1", "\"num_hidden_layers\":1000000000"));
         assert!(e.ends_with("invalid config: field `num_hidden_layers` is 1000000000, more than the limit of 1024"), "{e}");
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"max_position_embeddings\":18446744073709551615"));
+        let e = err(&with("\"max_position_embeddings\":18446744073709551615"));
         assert!(e.contains("field `max_position_embeddings` is 18446744073709551615, more than the limit"), "{e}");
         // what unmask does not compute is refused, not ignored
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}"));
+        let e = err(&with("\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}"));
         assert!(e.ends_with("field `rope_scaling` is {\"rope_type\":\"yarn\",\"factor\":4.0}; unmask computes unscaled RoPE (SDAR's checkpoints have null)"), "{e}");
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"use_sliding_window\":true"));
+        let e = err(&with("\"use_sliding_window\":true"));
         assert!(e.contains("field `use_sliding_window` is true"), "{e}");
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"hidden_act\":\"gelu\""));
+        let e = err(&with("\"hidden_act\":\"gelu\""));
         assert!(e.ends_with("field `hidden_act` is \"gelu\"; unmask computes SwiGLU's silu (SDAR's checkpoints have \"silu\")"), "{e}");
         for fine in ["silu", "swish"] {
-            ModelConfig::parse(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"hidden_act\":\"{fine}\"")), "c").unwrap();
+            ModelConfig::parse(&with(&format!("\"hidden_act\":\"{fine}\"")), "c").unwrap();
         }
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"max_position_embeddings\":0"));
+        let e = err(&with("\"max_position_embeddings\":0"));
         assert!(e.ends_with("field `max_position_embeddings` must be positive"), "{e}");
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"eos_token_id\":[3,99999999]"));
+        let e = err(&with("\"eos_token_id\":[3,99999999]"));
         assert!(e.contains("field `eos_token_id` (99999999) is outside the vocabulary"), "{e}");
         for fine in ["null", "{\"rope_type\":\"default\"}", "{\"type\":\"default\"}"] {
-            ModelConfig::parse(&MIN.replace("\"head_dim\":4", &format!("\"head_dim\":4,\"rope_scaling\":{fine}")), "c").unwrap();
+            ModelConfig::parse(&with(&format!("\"rope_scaling\":{fine}")), "c").unwrap();
         }
         // the block size of a checkpoint's own config is named as such, not as the flag's
-        let e = err(&MIN.replace("\"head_dim\":4", "\"head_dim\":4,\"block_size\":0"));
+        let e = err(&with("\"block_size\":0"));
         assert!(e.ends_with("invalid config: field `block_size` must be positive"), "{e}");
         let e = err("{ not json");
         assert!(e.contains("m/config.json: invalid config: key must be a string at line 1"), "{e}");
