@@ -79,15 +79,15 @@ impl ChatTemplate {
         &self.origin
     }
 
-    /// Fails when `key` is a variable the template never reads (a typo: `enable_thinkng`),
-    /// naming the ones it does.
-    pub fn check_reads(&self, key: &str) -> Result<()> {
+    /// Fails on the first of `keys` that is a variable the template never reads (a typo:
+    /// `enable_thinkng`), naming the ones it does.
+    pub fn check_reads<'k>(&self, keys: impl IntoIterator<Item = &'k String>) -> Result<()> {
         let env = self.env();
         let tmpl = env.template_from_str(&self.source).map_err(|e| self.error(e))?;
         let mut reads: Vec<String> = tmpl.undeclared_variables(false).into_iter().collect();
-        if reads.iter().any(|r| r == key) {
+        let Some(key) = keys.into_iter().find(|k| !reads.contains(k)) else {
             return Ok(());
-        }
+        };
         // not the variables unmask sets itself, nor the environment's functions (namespace, range)
         let globals: Vec<&str> = env.globals().map(|(name, _)| name).collect();
         reads.retain(|r| !matches!(r.as_str(), "messages" | "add_generation_prompt") && !globals.contains(&r.as_str()));
@@ -302,8 +302,8 @@ mod tests {
     #[test]
     fn chat_args_the_template_cannot_use_are_refused() {
         let t = tmpl("{% if enable_thinking is defined and enable_thinking is false %}off{% endif %}{% set ns = namespace(a=1) %}{{ tools }}");
-        t.check_reads("enable_thinking").unwrap();
-        let e = t.check_reads("enable_thinkng").unwrap_err().to_string();
+        t.check_reads(&["enable_thinking".to_string()]).unwrap();
+        let e = t.check_reads(&["enable_thinking".to_string(), "enable_thinkng".to_string()]).unwrap_err().to_string();
         assert!(e.starts_with("--chat-arg enable_thinkng: ") && e.ends_with("reads no variable of that name (it reads: enable_thinking, tools)"), "{e}");
         let e = parse_chat_arg("enable_thinking=False").unwrap_err().to_string();
         assert_eq!(e, "--chat-arg \"enable_thinking=False\": False would be a string here; write enable_thinking=false");

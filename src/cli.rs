@@ -38,12 +38,12 @@ impl Cli {
         let mut cmd = Cli::command();
         let m = cmd.try_get_matches_from_mut(args)?;
         let given = |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+        let refuse = |msg: String| Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg));
         let sub = m.subcommand();
         let at = sub.map_or(&m, |(_, s)| s);
         if given(at, "revision") && !given(at, "model") {
-            return Err(cmd.error(clap::error::ErrorKind::MissingRequiredArgument, "--revision picks a revision of --model ORG/NAME; give --model too"));
+            return refuse("--revision picks a revision of --model ORG/NAME; give --model too".into());
         }
-        let refuse = |msg: String| Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg));
         if let Some(("bench", s)) = sub {
             // bench decodes a prompt of --prompt-len tokens it makes itself
             if let Some(flag) = ["prompt", "prompt_file", "system", "chat_arg", "raw"].into_iter().find(|id| given(s, id)) {
@@ -62,8 +62,7 @@ impl Cli {
                 .find(|a| given(s, a.get_id().as_str()))
                 .map(|a| a.get_long().map_or_else(|| a.get_id().to_string(), |l| format!("--{l}")));
             if let Some(flag) = flag {
-                let msg = format!("{name} reads a recorded trace: {flag} applies only when decoding (trace, steps, record, compare, bench)");
-                return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
+                return refuse(format!("{name} reads a recorded trace: {flag} applies only when decoding (trace, steps, record, compare, bench)"));
             }
         }
         Cli::from_arg_matches(&m).map_err(|e| e.format(&mut cmd))

@@ -75,23 +75,26 @@ fn forget(p: &Path) {
 /// device, a FIFO) is written in place.
 pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<T>) -> Result<T> {
     let name = path.display().to_string();
-    // A device, a FIFO, a socket (`/dev/stdout` into a pipe, `/dev/null`): nothing to replace,
-    // and a rename would put a regular file in the device's place. Written in place, as a shell
-    // redirection writes it.
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
-        let mut w = BufWriter::new(create_streamed(path)?);
-        let value = write(&mut w)?;
-        w.flush().with_context(|| format!("{name}: cannot write"))?;
-        return Ok(value);
-    }
     // Write through a symlink to what it points at, as an ordinary open would.
     let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    // A rename needs only the folder's permission: a file the user may not write would be
-    // replaced all the same (trace --out, which writes in place, is refused). Asked first.
-    if std::fs::metadata(&target).is_ok_and(|m| m.is_file()) {
-        std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("{name}: cannot write"))?;
+    match std::fs::metadata(&target) {
+        // A device, a FIFO, a socket (`/dev/stdout` into a pipe, `/dev/null`): nothing to
+        // replace, and a rename would put a regular file in the device's place. Written in
+        // place, as a shell redirection writes it.
+        Ok(m) if !m.is_file() && !m.is_dir() => {
+            let mut w = BufWriter::new(create_streamed(path)?);
+            let value = write(&mut w)?;
+            w.flush().with_context(|| format!("{name}: cannot write"))?;
+            return Ok(value);
+        }
+        // A rename needs only the folder's permission: a file the user may not write would be
+        // replaced all the same (trace --out, which writes in place, is refused). Asked first.
+        Ok(m) if m.is_file() => {
+            std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("{name}: cannot write"))?;
+        }
+        _ => {}
     }
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy()))
         .suffix(".unmask-tmp")
@@ -114,6 +117,13 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
     })();
     forget(&tmp_path);
     result
+}
+
+/// Writes a command's whole result to stdout in one write whose error is returned: a closed
+/// pipe then ends the command quietly (main.rs) and a full disk with one line, where print!
+/// panics.
+pub fn print(text: &str) -> Result<()> {
+    std::io::stdout().lock().write_all(text.as_bytes()).context("stdout")
 }
 
 /// Creates (or truncates) a streamed output, written in place.

@@ -77,11 +77,17 @@ pub fn default_title(events: &[Event]) -> String {
 /// The app a recording ends on: the whole trace, cursor at the end. Tests rebuild it to
 /// check a cast's last screen.
 pub fn final_app(events: Vec<Event>, label: String, stopped: Option<String>, p: &Pacing) -> App {
+    let mut app = cast_app(events, label, stopped, p);
+    app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+    app
+}
+
+/// The app a recording draws: a replay of `events` at the cast's size and in its theme.
+fn cast_app(events: Vec<Event>, label: String, stopped: Option<String>, p: &Pacing) -> App {
     let mut app = App::replay(events, label, stopped);
     app.size = Rect::new(0, 0, p.width, p.height);
     app.cast = true;
     app.theme = p.theme;
-    app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
     app
 }
 
@@ -136,10 +142,7 @@ pub fn record<W: Write>(
     p.validate()?;
     let mut cast = CastWriter::new(out, out_label, &CastHeader::new(p.width, p.height, title))?;
     let mut frames = Frames::new(p)?;
-    let mut app = App::replay(events, app_label, stopped);
-    app.size = Rect::new(0, 0, p.width, p.height);
-    app.cast = true;
-    app.theme = p.theme;
+    let mut app = cast_app(events, app_label, stopped, p);
     let interval = 1.0 / p.fps;
     let mut last: Option<f64> = None;
     let head = app.store.run().and_then(|r| r.head());

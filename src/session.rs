@@ -317,9 +317,7 @@ pub fn render_prompt(
         }
         return Ok((ask.user.to_string(), info(false)));
     };
-    for key in chat_args.keys() {
-        template.check_reads(key)?;
-    }
+    template.check_reads(chat_args.keys())?;
     let mut all = vars.clone();
     all.extend(chat_args.clone());
     let text = template.render(&chat::conversation(ask.system, ask.user), &all)?;

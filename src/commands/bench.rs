@@ -601,9 +601,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
         serde_json::to_writer_pretty(f, &report).with_context(|| format!("{}: cannot write", path.display()))?;
     }
-    // (an error, not println!'s panic, when stdout is a closed pipe or a full disk)
-    std::io::Write::write_all(&mut std::io::stdout().lock(), render(&report).as_bytes()).context("stdout")?;
-    Ok(())
+    crate::output::print(&render(&report))
 }
 
 struct OneDecode {
@@ -795,7 +793,6 @@ fn heading(r: &Report) -> String {
 /// The report as `bench` prints it: the table, the passes against their floors, the events.
 fn render(r: &Report) -> String {
     let mut s = String::new();
-    let s = &mut s;
     out!(s, "{}", heading(r));
     if let Some(o) = &r.run.options {
         out!(s, 
@@ -854,7 +851,7 @@ fn render(r: &Report) -> String {
             row.decode_ms
         );
     }
-    write_passes(s, r);
+    write_passes(&mut s, r);
     // Events cost per strategy, two ways. The wall-time difference of the decodes with and
     // without them is what a user waits, but on a shared 2-core box its noise is larger than
     // the cost; the work itself (building on the engine thread, serialising on the writer's,
@@ -883,7 +880,7 @@ fn render(r: &Report) -> String {
             );
         }
     }
-    std::mem::take(s)
+    s
 }
 
 #[cfg(test)]

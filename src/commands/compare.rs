@@ -43,9 +43,7 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
         _ => String::new(),
     };
     let (ta, tb) = (text(&ea), text(&eb));
-    // (an error, not print!'s panic, when stdout is a closed pipe or a full disk)
-    std::io::Write::write_all(&mut std::io::stdout().lock(), table(&compare(&ea, &eb), [&ta, &tb]).as_bytes()).context("stdout")?;
-    Ok(())
+    crate::output::print(&table(&compare(&ea, &eb), [&ta, &tb]))
 }
 
 /// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.

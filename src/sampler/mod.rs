@@ -156,7 +156,8 @@ fn top_scaled(z: &[f32], scale: f32, k: usize) -> Vec<(u32, f32)> {
             continue;
         }
         for (j, &v) in chunk.iter().enumerate() {
-            let (v, key) = (v * scale, total_key(v * scale));
+            let v = v * scale;
+            let key = total_key(v);
             if v == f32::NEG_INFINITY || (top.len() == k && key <= top[k - 1].0) {
                 continue;
             }

@@ -111,6 +111,9 @@ pub fn fit_end(s: &str, max: usize) -> Cow<'_, str> {
     if width(s) <= max {
         return Cow::Borrowed(s);
     }
+    if max == 0 {
+        return Cow::Borrowed("");
+    }
     let mut kept: Vec<&str> = Vec::new();
     let mut used = 0;
     for g in s.graphemes(true).rev() {
@@ -121,7 +124,7 @@ pub fn fit_end(s: &str, max: usize) -> Cow<'_, str> {
         used += g.width();
     }
     let tail: String = kept.into_iter().rev().collect();
-    Cow::Owned(if max == 0 { String::new() } else { format!("{ELLIPSIS}{tail}") })
+    Cow::Owned(format!("{ELLIPSIS}{tail}"))
 }
 
 /// Every grapheme of escaped text with its width, ASCII fast-pathed (the common case, and the

@@ -84,7 +84,7 @@ fn too_small(app: &App, area: Rect, buf: &mut Buffer) {
 fn centred(t: &theme::Theme, area: Rect, buf: &mut Buffer, msg: String) {
     // The rows the wrapped message takes (one more for what word wrapping leaves at line
     // ends), centred: starting at the middle row cut it off in a window of a few rows.
-    let rows = (unicode_width::UnicodeWidthStr::width(msg.as_str()) as u16).div_ceil(area.width.max(1)).saturating_add(1);
+    let rows = (glyph::width(&msg) as u16).div_ceil(area.width.max(1)).saturating_add(1);
     let rows = rows.min(area.height);
     let y = area.y + (area.height - rows) / 2;
     let line = Line::from(Span::styled(msg, t.warn()));
