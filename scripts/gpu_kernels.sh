@@ -5,11 +5,13 @@
 #   SHAPES="4b" BENCHES="persist" bash scripts/gpu_kernels.sh
 #
 # BENCHES: persist (scripts/persist_bench.cu: the forward's gemv chain as one persistent kernel
-# against the chain of launches, without and with an attention stand-in), gemv
+# against the chain of launches, without and with an attention stand-in), bulk
+# (scripts/bulk_bench.cu: a gemv whose weights stream through the bulk-copy engine into a ring of
+# shared-memory stages, against the kernel, per projection and in the chain), gemv
 # (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
 # moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape).
-# SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench and shape (7 by
-# default: with the log, the 8 files a device call brings back). Each bench run is limited to 240
+# SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench, every shape's
+# output in it under a `=== shape S` line (5 files, within the 8 a device call brings back). Each bench run is limited to 240
 # s; if the whole would pass a call's 600 s, split it (BENCHES="persist moe", then "gemv").
 # Exit 1 if any bench fails to build, run or check.
 set -uo pipefail
@@ -18,7 +20,7 @@ OUT=${OUT:-/tmp/unmask-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/kernels.log") 2>&1
 SHAPES=${SHAPES:-1.7b 4b 8b}
-BENCHES=${BENCHES:-persist gemv moe}
+BENCHES=${BENCHES:-persist bulk gemv moe}
 W=$(mktemp -d)
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
 [[ -n $NVCC ]] || { echo "nvcc not found"; exit 1; }
@@ -32,11 +34,14 @@ for b in $BENCHES; do
   shapes=$SHAPES; [[ $b == moe ]] && shapes=30b-a3b
   for s in $shapes; do
     echo; echo "=== [$(( $(date +%s) - T0 )) s] ${b}_bench, shape $s"
-    f="$OUT/${b}_bench_$s.txt"
-    if GEMV_SHAPE=$s timeout 240 "$W/$b" > "$f" 2>&1; then
-      grep -E "chain|persistent|best|done|FAIL" "$f" | head -40
+    f="$OUT/${b}_bench.txt" one="$W/${b}_$s.txt"
+    GEMV_SHAPE=$s timeout 240 "$W/$b" > "$one" 2>&1
+    rc=$?
+    { echo "=== shape $s (rc $rc)"; cat "$one"; } >> "$f"
+    if ((rc == 0)); then
+      grep -E "chain|persistent|best|done|FAIL" "$one" | head -40
     else
-      FAILED+=("$b $s (rc $?)"); tail -15 "$f"
+      FAILED+=("$b $s (rc $rc)"); tail -15 "$one"
     fi
   done
 done
