@@ -32,8 +32,8 @@ fn main() {
     let rows: Vec<Vec<f32>> = (0..8).map(row).collect();
     let settings = [
         ("greedy", Sampling::default()),
-        ("T 0.6, top-k 20, top-p 0.95", Sampling { temperature: 0.6, top_k: 20, top_p: 0.95, seed: 0 }),
-        ("T 1.0", Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0 }),
+        ("T 0.6, top-k 20, top-p 0.95", Sampling { temperature: 0.6, top_k: 20, top_p: 0.95, seed: 0, ..Sampling::default() }),
+        ("T 1.0", Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() }),
     ];
     println!("| sampling | candidates | us a row (median of 9 x 8 rows) |\n|---|---:|---:|");
     for (name, s) in settings {

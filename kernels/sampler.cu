@@ -210,7 +210,7 @@ __device__ void sample_stats(const T* __restrict__ logits, float* __restrict__ p
 template <typename T>
 __device__ void sample_row(const T* __restrict__ logits, const float* __restrict__ part,
                            const float* __restrict__ uniforms, float* __restrict__ out, unsigned vocab,
-                           unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p) {
+                           unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p, int scaled) {
     const unsigned row = blockIdx.x;
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const T* r = logits + (size_t)row * vocab;
@@ -372,11 +372,12 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
             bool reached = false;
             for (unsigned c = 0; c < n; ++c) {
                 cum = cum + pe[c] / total;
-                if (cum >= top_p) { keep = c + 1; reached = true; break; }
+                if (cum > top_p) { keep = c + 1; reached = true; break; }
             }
             if (!reached && mode == 1) overflow = true;
         }
         float token = 0.0f, conf = 0.0f, entropy = 0.0f;
+        unsigned chosen_c = 0;  // the candidate drawn (scaled: its probability in the whole row)
         if (!overflow && (mode == 0 || top_p < 1.0f)) {
             // the kept set is known: renormalise over it
             float total2 = 0.0f;
@@ -391,6 +392,7 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
             }
             token = (float)pid[chosen];
             conf = pe[chosen];
+            chosen_c = chosen;
         } else if (!overflow) {
             // partial mode, no top-p: the whole distribution, of which we hold the KMAX best
             entropy = logf(t.s) - t.w / t.s;
@@ -399,9 +401,13 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
             for (unsigned c = 0; c < n; ++c) {
                 float p = pe[c] / total;
                 cum = cum + p;
-                if (u < cum) { token = (float)pid[c]; conf = p; found = true; break; }
+                if (u < cum) { token = (float)pid[c]; conf = p; chosen_c = c; found = true; break; }
             }
             if (!found) overflow = true;
+        }
+        if (scaled && !overflow) {
+            conf = expf(fkey_inv((unsigned)(cand[chosen_c] >> 32)) - t.m) / t.s;
+            entropy = logf(t.s) - t.w / t.s;
         }
         out[4 * row + 0] = overflow ? (float)t.arg : token;
         out[4 * row + 1] = overflow ? 0.0f : conf;
@@ -417,8 +423,8 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(NT) unmask_sample_##SUFFIX(                                \
         const T* logits, const float* part, const float* uniforms, float* out, unsigned vocab,              \
-        unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p) {                           \
-        sample_row<T>(logits, part, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p);            \
+        unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p, int scaled) {               \
+        sample_row<T>(logits, part, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p, scaled);    \
     }
 SAMPLE(f32, float)
 SAMPLE(bf16, unsigned short)

@@ -96,9 +96,10 @@ def block_causal_mask(q_len, kv_len, block, q_offset, dtype, device):
     return m[None, None]
 
 
-def scheduled(step, masked_at_start, steps):
-    budget = max(1, min(steps, masked_at_start))
-    base, extra = divmod(masked_at_start, budget)
+def scheduled(step, block, steps):
+    """The `sdar` schedule (docs/decoding.md): generate.py's get_num_transfer_tokens(block, steps),
+    the same counts in every block (the caller caps them at the masks left)."""
+    base, extra = divmod(block, steps)
     return base + (1 if step < extra else 0)
 
 
@@ -141,7 +142,6 @@ def decode(model, mask_id, prompt, args, dev, dtype, events):
         start = blk * B
         cells = [prompt[p] if p < P else mask_id for p in range(start, start + B)]
         masked = [start + i >= P for i in range(B)]
-        m0 = sum(masked)
         pos = torch.arange(start, start + B, device=dev)[None]
         full = torch.zeros(1, 1, B, start + B, dtype=dtype, device=dev)
         step = 0
@@ -164,7 +164,7 @@ def decode(model, mask_id, prompt, args, dev, dtype, events):
             _entropy = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
             conf, tok = conf.tolist(), tok.tolist()
             cand = [i for i in range(B) if masked[i]]
-            k = min(max(1, scheduled(step, m0, S)), len(cand))
+            k = min(max(1, scheduled(step, B, S)), len(cand))
             if args.strategy == "sequential":
                 pick = cand[:k]
             else:
@@ -219,7 +219,6 @@ def decode_static(fn, model, mask_id, prompt, args, dev, events):
         start = blk * B
         cells = [prompt[p] if p < P else mask_id for p in range(start, start + B)]
         masked = [start + i >= P for i in range(B)]
-        m0 = sum(masked)
         step = 0
         while any(masked):
             z = timed("denoise", cells, start)
@@ -229,7 +228,7 @@ def decode_static(fn, model, mask_id, prompt, args, dev, events):
             conf, tok = p.max(dim=-1)
             conf, tok = conf.tolist(), tok.tolist()
             cand = [i for i in range(B) if masked[i]]
-            k = min(max(1, scheduled(step, m0, S)), len(cand))
+            k = min(max(1, scheduled(step, B, S)), len(cand))
             pick = cand[:k] if args.strategy == "sequential" else sorted(cand, key=lambda i: (-conf[i], i))[:k]
             for i in pick:
                 cells[i] = tok[i]

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod limits;
 pub mod hub;
 pub mod model;
+pub mod notice;
 pub mod output;
 pub mod panics;
 pub mod record;

@@ -47,10 +47,35 @@ impl Strategy {
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Schedule {
-    /// `masked / steps` per step, the first `masked % steps` steps one more.
+    /// `block_length / steps` per step, the first `block_length % steps` steps one more
+    /// (capped at the masks left); confidence from the distribution a token is drawn from.
     Sdar,
-    /// `max(1, block_length / steps)` per step; dynamic ignores steps.
+    /// `max(1, block_length / steps)` per step; dynamic ignores steps; confidence from the
+    /// temperature-scaled softmax before top-k and top-p.
     Lmdeploy,
+}
+
+impl Schedule {
+    /// Where the reference this schedule follows reads a sample's confidence.
+    pub fn confidence(self) -> Confidence {
+        match self {
+            Schedule::Sdar => Confidence::Drawn,
+            Schedule::Lmdeploy => Confidence::Scaled,
+        }
+    }
+}
+
+/// Which distribution a sample's confidence and entropy are read from (docs/decoding.md,
+/// "Sampler"). Greedy decoding has one distribution, so both give the same numbers there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Confidence {
+    /// The one the token is drawn from, after top-k and top-p: SDAR's generate.py.
+    #[default]
+    Drawn,
+    /// The temperature-scaled softmax over the whole vocabulary, before top-k and top-p:
+    /// lmdeploy (its unmasking reads `softmax` of the logits its sampler got, which have the
+    /// temperature applied and are filtered only on the sampler's sorted copies) and JetEngine.
+    Scaled,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,6 +99,9 @@ pub struct Sampling {
     /// 1 disables top-p.
     pub top_p: f32,
     pub seed: u64,
+    /// Set from the schedule by [`DecodeSettings::sampler`]; a trace records the schedule.
+    #[serde(skip)]
+    pub confidence: Confidence,
 }
 
 impl Sampling {
@@ -84,7 +112,7 @@ impl Sampling {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, confidence: Confidence::Drawn }
     }
 }
 
@@ -122,6 +150,11 @@ pub enum SettingsError {
 }
 
 impl DecodeSettings {
+    /// What the sampler is handed: `sampling`, with the confidence of the schedule's reference.
+    pub fn sampler(&self) -> Sampling {
+        Sampling { confidence: self.schedule.confidence(), ..self.sampling }
+    }
+
     /// The most denoising steps a block may take: `steps` (at most one a position) where the
     /// strategy follows the schedule's per-step counts; else one a position (entropy_bounded,
     /// and low_confidence_dynamic under lmdeploy's rule, loop until no mask is left).
@@ -212,11 +245,22 @@ mod tests {
     #[test]
     fn a_sampled_summary_names_its_filters_and_seed() {
         let with = |sampling| DecodeSettings { sampling, ..DecodeSettings::default() }.summary();
-        let s = with(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 2 });
+        let s = with(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 2, ..Sampling::default() });
         assert!(s.ends_with(" T=0.7 k=40 p=0.95 seed=2"), "{s}");
-        let s = with(Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0 });
+        let s = with(Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() });
         assert!(s.ends_with(" T=1 seed=0"), "{s}");
         assert!(DecodeSettings::default().summary().ends_with(" greedy"));
+    }
+
+    /// The sampler reads confidence where the schedule's reference does, whatever the settings
+    /// were loaded from (a trace does not record it: the schedule says it).
+    #[test]
+    fn the_sampler_takes_its_confidence_from_the_schedule() {
+        let with = |schedule| DecodeSettings { schedule, ..DecodeSettings::default() };
+        assert_eq!(with(Schedule::Sdar).sampler().confidence, Confidence::Drawn);
+        assert_eq!(with(Schedule::Lmdeploy).sampler().confidence, Confidence::Scaled);
+        let json = serde_json::to_string(&with(Schedule::Lmdeploy).sampler()).unwrap();
+        assert!(!json.contains("confidence"), "{json}");
     }
 
     #[test]

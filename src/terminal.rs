@@ -28,6 +28,7 @@ pub fn restore() {
         let _ = execute!(out, DisableMouseCapture, LeaveAlternateScreen, cursor::Show);
         let _ = disable_raw_mode();
         let _ = out.flush();
+        crate::notice::release();
     }
 }
 
@@ -64,6 +65,7 @@ impl Guard {
         *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current().id());
         enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
+        crate::notice::hold();
         let mut out = io::stdout();
         if let Err(e) = execute!(out, EnterAlternateScreen, EnableMouseCapture, cursor::Hide) {
             restore();

@@ -953,7 +953,7 @@ mod tests {
             max_new_tokens: 1,
             block_length: 4,
             steps: 1,
-            sampling: Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 },
+            sampling: Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() },
             warmup: 1,
             repeat: 3,
             load_s: 0.0,

@@ -135,11 +135,14 @@ fn long_cache_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 }
 
 fn sampler_settings() -> Vec<(&'static str, Sampling)> {
-    let t = |temperature, top_k, top_p| Sampling { temperature, top_k, top_p, seed: 0 };
+    let t = |temperature, top_k, top_p| Sampling { temperature, top_k, top_p, seed: 0, ..Sampling::default() };
     vec![
         ("greedy", Sampling::default()),
         ("T=0.7 k=1", t(0.7, 1, 1.0)),
         ("T=1 k=20 p=0.9", t(1.0, 20, 0.9)),
+        // --schedule lmdeploy's confidence: the whole scaled row's
+        ("T=1 k=20 p=0.9 scaled", Sampling { confidence: crate::settings::Confidence::Scaled, ..t(1.0, 20, 0.9) }),
+        ("T=1 p=0.9 scaled", Sampling { confidence: crate::settings::Confidence::Scaled, ..t(1.0, 0, 0.9) }),
         ("T=0.8 k=256", t(0.8, 256, 1.0)),
         ("T=1 p=0.9", t(1.0, 0, 0.9)),
         ("T=1", t(1.0, 0, 1.0)),
@@ -392,7 +395,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     // 3: sampler time per call, [4, vocab] bf16
     let lg = host.narrow(0, 0, 4)?.to_dtype(DType::BF16)?.to_device(&dev)?;
     let ut = Tensor::from_slice(&[0.3f32, 0.6, 0.9, 0.1], 4, &dev)?;
-    for (name, s) in [("greedy", Sampling::default()), ("T=1 k=50 p=0.9", Sampling { temperature: 1.0, top_k: 50, top_p: 0.9, seed: 0 })] {
+    for (name, s) in [("greedy", Sampling::default()), ("T=1 k=50 p=0.9", Sampling { temperature: 1.0, top_k: 50, top_p: 0.9, seed: 0, ..Sampling::default() })] {
         let p = KernelParams::new(&s, 0);
         for _ in 0..3 {
             sample_op(&lg, &ut, p)?;

@@ -294,7 +294,7 @@ impl Loop<'_> {
             }
         }
         let rule = StepRule::from_settings(&self.settings);
-        let sampling = self.settings.sampling;
+        let sampling = self.settings.sampler();
         let mut masked: Vec<bool> = cells.iter().map(|&t| t == req.mask_id).collect();
         // A prompt token that happens to be the mask id is still prompt.
         for (i, m) in masked.iter_mut().enumerate() {

@@ -153,7 +153,7 @@ impl FixedPass {
                 Err(e) => {
                     self.capture = false;
                     self.capture_error = Some(format!("{e:#}"));
-                    eprintln!("unmask: CUDA graph capture failed, running passes eagerly: {e:#}");
+                    crate::notice::warn(format!("CUDA graph capture failed, running passes eagerly: {e:#}"));
                 }
             }
         }

@@ -45,7 +45,7 @@ impl RunOptions {
         #[cfg(feature = "cuda")]
         if device_sampler && device.is_cuda() {
             if let Err(e) = crate::sampler::cuda::ptx() {
-                eprintln!("unmask: sampler kernel unavailable, sampling on the host: {e}");
+                crate::notice::warn(format!("sampler kernel unavailable, sampling on the host: {e}"));
                 device_sampler = false;
             }
         }
@@ -334,7 +334,7 @@ mod sample_tests {
             row[mask as usize] = 1e3;
         }
         assert!(4 * vocab >= SAMPLE_PARALLEL_FROM, "wide enough for the pool");
-        let s = Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 };
+        let s = Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() };
         let u = [0.1, 0.5, 0.9, 0.3];
         let want: Vec<PosSample> = logits
             .iter()

@@ -447,7 +447,7 @@ pub fn parse_dtype(spec: &str, device: &Device) -> Result<Compute> {
         "f32" => DType::F32,
         "bf16" if device.is_cpu() => {
             if !bf16_products::native() {
-                eprintln!("unmask: this CPU lacks AVX512-BF16: --dtype bf16 gives the same tokens as on one that has it, but more slowly than f32");
+                crate::notice::warn("this CPU lacks AVX512-BF16: --dtype bf16 gives the same tokens as on one that has it, but more slowly than f32");
             }
             return Ok(Compute::CPU_BF16);
         }

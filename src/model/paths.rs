@@ -24,7 +24,7 @@ pub fn fused_here(device: &Device, dtype: DType) -> bool {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = device {
         if let Err(e) = super::cuda::ops::probe(d) {
-            eprintln!("unmask: fused kernels unavailable, using generic ops: {e}");
+            crate::notice::warn(format!("fused kernels unavailable, using generic ops: {e}"));
             return false;
         }
     }
@@ -43,7 +43,7 @@ pub fn gemv_here(device: &Device, dtype: DType) -> bool {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(d) = device {
         if let Err(e) = super::cuda::gemv::probe(d) {
-            eprintln!("unmask: gemv kernel unavailable, using cuBLAS: {e}");
+            crate::notice::warn(format!("gemv kernel unavailable, using cuBLAS: {e}"));
             return false;
         }
     }

@@ -13,7 +13,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
-use crate::settings::Sampling;
+use crate::settings::{Confidence, Sampling};
 
 /// Threads per block (NT in the kernel).
 pub const NT: usize = 512;
@@ -32,6 +32,9 @@ pub struct KernelParams {
     pub inv_t: f32,
     pub top_k: u32,
     pub top_p: f32,
+    /// Confidence and entropy from the scaled softmax of the whole row ([`Confidence::Scaled`]),
+    /// the row statistics the kernel's first pass has anyway.
+    pub scaled: bool,
 }
 
 impl KernelParams {
@@ -44,6 +47,7 @@ impl KernelParams {
             inv_t: if greedy { 1.0 } else { 1.0 / sampling.temperature },
             top_k: sampling.top_k.min(u32::MAX as usize) as u32,
             top_p: sampling.top_p,
+            scaled: !greedy && sampling.confidence == Confidence::Scaled,
         }
     }
 }
@@ -332,6 +336,12 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
             pid.push(0xffff_ffff - (c & 0xffff_ffff) as u32);
         }
     }
+    // Confidence::Scaled: the chosen candidate's probability and the entropy under the whole
+    // scaled row, from the first pass's statistics
+    let scaled = |c: usize, s: KernelSample| match p.scaled {
+        true => KernelSample { conf: (fkey_inv((cand[c] >> 32) as u32) - t.m).exp() / t.s, entropy: t.s.ln() - t.w / t.s, ..s },
+        false => s,
+    };
     let n = pe.len();
     let total: f32 = if partial { t.s } else { pe.iter().fold(0.0, |acc, &e| acc + e) };
     let mut keep = n;
@@ -340,7 +350,8 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
         let mut reached = false;
         for (c, &e) in pe.iter().enumerate() {
             cum += e / total;
-            if cum >= p.top_p {
+            // past p, as the references cut (a token goes once the mass before it exceeds p)
+            if cum > p.top_p {
                 keep = c + 1;
                 reached = true;
                 break;
@@ -363,7 +374,7 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
                 break;
             }
         }
-        return KernelSample { token: pid[chosen], conf: probs[chosen], entropy, overflow: false };
+        return scaled(chosen, KernelSample { token: pid[chosen], conf: probs[chosen], entropy, overflow: false });
     }
     let entropy = t.s.ln() - t.w / t.s;
     let mut cum = 0.0f32;
@@ -371,7 +382,7 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
         let q = e / total;
         cum += q;
         if u < cum {
-            return KernelSample { token: pid[c], conf: q, entropy, overflow: false };
+            return scaled(c, KernelSample { token: pid[c], conf: q, entropy, overflow: false });
         }
     }
     overflow
@@ -440,7 +451,7 @@ mod tests {
     }
 
     fn temp(t: f32, k: usize, p: f32) -> Sampling {
-        Sampling { temperature: t, top_k: k, top_p: p, seed: 0 }
+        Sampling { temperature: t, top_k: k, top_p: p, seed: 0, ..Sampling::default() }
     }
 
     #[test]
@@ -481,6 +492,24 @@ mod tests {
             assert_eq!(check(20, 5000, temp(0.8, k, 1.0), seed, 6.0, true), 0, "k={k}");
             assert_eq!(check(10, 5000, temp(1.3, k, 0.9), seed + 100, 6.0, false), 0, "k={k} p");
         }
+    }
+
+    #[test]
+    fn scaled_confidence_matches_reference() {
+        let scaled = |s: Sampling| Sampling { confidence: Confidence::Scaled, ..s };
+        assert_eq!(check(20, 5000, scaled(temp(0.8, 20, 0.9)), 31, 6.0, true), 0, "exact mode");
+        assert_eq!(check(10, 200, scaled(temp(0.7, 0, 1.0)), 32, 2.0, false), 0, "every token a candidate");
+        let peaked = check(20, 20000, scaled(temp(1.0, 0, 1.0)), 33, 20.0, true);
+        assert!(peaked < 20, "partial mode decides most peaked rows ({peaked} overflowed)");
+        assert_eq!(check(10, 3000, scaled(Sampling::default()), 34, 8.0, true), 0, "greedy is unchanged");
+    }
+
+    #[test]
+    fn top_p_keeps_the_token_whose_preceding_mass_equals_p() {
+        let row = [1.0f32; 4];
+        let got = mirror_row(&row, &params(&temp(1.0, 0, 0.5), 99), 0.999);
+        assert_eq!((got.token, got.overflow), (2, false));
+        assert!(close(got.conf, 1.0 / 3.0, 1e-6), "{got:?}");
     }
 
     #[test]

@@ -10,20 +10,21 @@ pub mod strategy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::settings::Sampling;
+use crate::settings::{Confidence, Sampling};
 
 /// What the sampler made of one position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PosSample {
     pub token: u32,
-    /// Probability of `token` under the distribution it was drawn from.
+    /// Probability of `token` under the distribution `Sampling::confidence` names: the one it
+    /// was drawn from, or the temperature-scaled one before top-k and top-p.
     pub conf: f32,
     /// Entropy (nats) of that distribution.
     pub entropy: f32,
 }
 
 /// One of the most probable tokens of a position, with its probability under the distribution
-/// the position's token is drawn from (as [`PosSample::conf`]): `--candidates K` keeps K of them.
+/// the position's confidence is read from (as [`PosSample::conf`]): `--candidates K` keeps K of them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Ranked {
     pub token: u32,
@@ -79,7 +80,11 @@ pub fn sample_ranked(logits: &[f32], sampling: &Sampling, u: f32, k: usize) -> (
     match filtered(logits, inv_t, sampling.top_k, sampling.top_p) {
         Some(kept) => {
             let top = kept.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect();
-            (draw(&kept, u), top)
+            let drawn = draw(&kept, u);
+            match sampling.confidence {
+                Confidence::Drawn => (drawn, top),
+                Confidence::Scaled => rescored(logits, inv_t, drawn, top),
+            }
         }
         // So cold that the scaled logits overflow: the distribution is its zero-temperature
         // limit, all mass on the argmax (what greedy picks, with certainty).
@@ -89,6 +94,20 @@ pub fn sample_ranked(logits: &[f32], sampling: &Sampling, u: f32, k: usize) -> (
             (s, top)
         }
     }
+}
+
+/// `drawn` and `top` with their probabilities, and the entropy, taken from the softmax of the
+/// whole row scaled by `inv_t` ([`Confidence::Scaled`]) rather than from the filtered one.
+fn rescored(logits: &[f32], inv_t: f32, drawn: PosSample, top: Vec<Ranked>) -> (PosSample, Vec<Ranked>) {
+    // x = z * inv_t, as `filtered` scales (and as the device kernel does)
+    let scaled: Vec<f32> = logits.iter().map(|&z| z * inv_t).collect();
+    // `filtered` found a finite largest scaled logit, so this row has one
+    let max = softmax::max_finite(&scaled).unwrap_or(0.0);
+    let g = Greedy::of(&scaled, max);
+    let p = |t: u32| ((scaled[t as usize] - g.max) - g.log_z).exp();
+    let top = top.into_iter().map(|r| Ranked { p: p(r.token), ..r }).collect();
+    let entropy = g.log_z - g.mean_shifted + 0.0;
+    (PosSample { token: drawn.token, conf: p(drawn.token), entropy }, top)
 }
 
 impl PosSample {
@@ -213,7 +232,8 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Option<Vec<
         let mut keep = probs.len();
         for (n, p) in probs.iter().enumerate() {
             cum += p.1 / total;
-            if cum >= top_p {
+            // generate.py and lmdeploy drop a token once the mass before it exceeds p
+            if cum > top_p {
                 keep = n + 1;
                 break;
             }
@@ -287,11 +307,47 @@ mod tests {
     }
 
     #[test]
+    fn scaled_confidence_reads_the_whole_row_before_top_k_and_top_p() {
+        // lmdeploy's and JetEngine's confidence: softmax(z / T) over every token, where the
+        // token is still drawn from the filtered distribution
+        let z = [2.0, 1.0, 0.5, -1.0, 0.0];
+        let drawn = Sampling { temperature: 0.5, top_k: 2, top_p: 0.9, ..Sampling::default() };
+        let scaled = Sampling { confidence: Confidence::Scaled, ..drawn };
+        let p = softmax(&z.map(|v| v * 2.0));
+        for u in [0.0, 0.5, 0.99] {
+            let (a, ta) = sample_ranked(&z, &drawn, u, 3);
+            let (b, tb) = sample_ranked(&z, &scaled, u, 3);
+            assert_eq!(a.token, b.token, "the same draw");
+            assert!((b.conf - p[b.token as usize]).abs() < 1e-6, "{b:?} vs {p:?}");
+            assert!((b.entropy - entropy(&p)).abs() < 1e-5);
+            assert!(a.conf > b.conf, "the filtered probability is the larger");
+            assert_eq!(ta.iter().map(|r| r.token).collect::<Vec<_>>(), tb.iter().map(|r| r.token).collect::<Vec<_>>());
+            for r in &tb {
+                assert!((r.p - p[r.token as usize]).abs() < 1e-6);
+            }
+        }
+        // greedy has one distribution: the same numbers either way
+        let g = Sampling { confidence: Confidence::Scaled, ..Sampling::default() };
+        assert_eq!(sample(&z, &g, 0.0), sample(&z, &Sampling::default(), 0.0));
+    }
+
+    #[test]
+    fn top_p_keeps_the_token_whose_preceding_mass_equals_p() {
+        // four equal tokens: 0.25 each, exactly. The mass before the third is 0.5, not more
+        // than p = 0.5, so generate.py and lmdeploy keep it (and drop the fourth).
+        let z = [1.0f32; 4];
+        let s = Sampling { temperature: 1.0, top_p: 0.5, ..Sampling::default() };
+        let last = sample(&z, &s, 0.999);
+        assert_eq!(last.token, 2);
+        assert!((last.conf - 1.0 / 3.0).abs() < 1e-6, "{last:?}");
+    }
+
+    #[test]
     fn a_temperature_too_cold_to_scale_is_the_greedy_limit() {
         // 1/1e-38 = 1e38: every scaled logit but zero overflows. This indexed an empty list.
         let z = [0.5, 2.0, -1.0, 1.0];
         for t in [1e-38, f32::MIN_POSITIVE, 1e-45] {
-            let s = sample(&z, &Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0 }, 0.7);
+            let s = sample(&z, &Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0, ..Sampling::default() }, 0.7);
             assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0), "temperature {t}");
         }
         let negative = [-3.0, -2.0, -5.0];
@@ -410,9 +466,9 @@ mod tests {
             .collect();
         let settings = [
             Sampling::default(),
-            Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 },
-            Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0 },
-            Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0 },
+            Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() },
+            Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() },
+            Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0, ..Sampling::default() },
         ];
         for s in settings {
             for k in [1, 3, 16] {
@@ -549,7 +605,7 @@ mod tests {
             let z: Vec<f32> = (0..len)
                 .map(|_| if rng.random::<f32>() < 0.2 { specials[rng.random_range(0..specials.len())] } else { (rng.random::<f32>() * 48.0).round() / 8.0 - 3.0 })
                 .collect();
-            let s = Sampling { temperature: t, top_k, top_p, seed: 0 };
+            let s = Sampling { temperature: t, top_k, top_p, seed: 0, ..Sampling::default() };
             let (got, want) = (sample_ranked(&z, &s, u, k), plain(&z, &s, u, k));
             proptest::prop_assert_eq!(got.0.token, want.0.token);
             let ids = |r: &[Ranked]| r.iter().map(|r| r.token).collect::<Vec<_>>();

@@ -2,7 +2,7 @@
 //!
 //! Where SDAR's generate.py (`block_diffusion_generate`) and lmdeploy
 //! (`pytorch/strategies/dllm/unmasking.py`) disagree, [`Schedule`] picks one:
-//! - static: SDAR spreads `masked % steps` over the first steps; lmdeploy commits
+//! - static: SDAR spreads `block_length % steps` over the first steps; lmdeploy commits
 //!   `max(1, block_length / steps)` every step.
 //! - dynamic: SDAR takes every position over the threshold only if there are at least the
 //!   scheduled count of them, else the top scheduled count; lmdeploy ignores the schedule and
@@ -119,11 +119,13 @@ impl StepRule {
     fn entropy_bounded(&self, cells: &[Cell], masked: &[usize]) -> Vec<usize> {
         let mut order = masked.to_vec();
         order.sort_by(|&a, &b| cells[a].entropy.total_cmp(&cells[b].entropy).then(a.cmp(&b)));
+        // the prefix whose cumulative entropy stays strictly under the bound: generate.py's and
+        // JetEngine's `searchsorted(cumsum, eb, right=False)`
         let mut cum = 0.0f32;
         let mut take = 0;
         for &i in &order {
             cum += cells[i].entropy;
-            if cum > self.eb_threshold {
+            if cum >= self.eb_threshold {
                 break;
             }
             take += 1;
@@ -341,6 +343,13 @@ mod tests {
         }
         assert_eq!(r.select(&c, 0), vec![0]);
         assert!(!r.follows_schedule());
+        // a prefix whose sum reaches the bound exactly stops before it (strictly under: the
+        // references' searchsorted(right=False)); 0.125 + 0.25 = 0.375 in f32 exactly
+        let r = StepRule { eb_threshold: 0.375, ..rule(Strategy::EntropyBounded, Schedule::Sdar) };
+        for (cell, h) in c.iter_mut().zip([0.25, 0.125, 2.0, 3.0]) {
+            cell.entropy = h;
+        }
+        assert_eq!(r.select(&c, 0), vec![1]);
     }
 
     #[test]

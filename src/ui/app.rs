@@ -385,6 +385,11 @@ impl App {
         self.message = Some(Message { text, level: Level::Warn });
     }
 
+    /// A warning from away from the screen ([`crate::notice`]), printed again on exit.
+    pub fn notice(&mut self, text: &str) {
+        self.warn(format!("{text} (printed again on exit)"));
+    }
+
     fn no_engine(&mut self) -> Vec<EngineCmd> {
         self.warn("replay: there is no engine to steer (settings keys work in a live run)".into());
         Vec::new()

@@ -126,8 +126,15 @@ where
     let frame = Duration::from_secs_f64(1.0 / FPS);
     let mut last_draw: Option<Instant> = None;
     let mut dirty = true;
+    let mut notices_seen = 0;
     app.sync_clock(Instant::now());
     while !app.quit {
+        // Warnings the engine or the model raised while the screen is ours (crate::notice)
+        for text in crate::notice::since(notices_seen) {
+            app.notice(&text);
+            notices_seen += 1;
+            dirty = true;
+        }
         let now = Instant::now();
         if dirty && last_draw.is_none_or(|t| now >= t + frame) {
             let size = terminal.size()?;
