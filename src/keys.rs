@@ -274,10 +274,23 @@ fn sgr_mouse(nums: &[u16], release: bool) -> Option<Event> {
     Some(Event::Mouse(MouseEvent { kind, column: x.saturating_sub(1), row: y.saturating_sub(1), modifiers }))
 }
 
-/// What the reader threads send: bytes from the terminal, or a resize (SIGWINCH).
+/// What the reader threads send: bytes from the terminal, or a resize (SIGWINCH, or the
+/// terminal given back after a suspension: [`repaint`]).
 enum Input {
     Bytes(Vec<u8>),
     Resize,
+}
+
+/// The running stream's sender, for [`repaint`].
+static REPAINT: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<std::io::Result<Input>>>> =
+    std::sync::Mutex::new(None);
+
+/// Makes the stream yield a `Resize` of the current size: the screen was overwritten (the
+/// process was suspended and the shell drew on it) and must be drawn whole again.
+pub fn repaint() {
+    if let Some(tx) = REPAINT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        let _ = tx.send(Ok(Input::Resize));
+    }
 }
 
 /// The terminal's events: bytes read from the terminal on a thread (stdin if it is one, else
@@ -293,6 +306,7 @@ pub fn stream() -> std::io::Result<impl futures::Stream<Item = std::io::Result<E
         Box::new(std::fs::File::open("/dev/tty")?)
     };
     let mut winch = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])?;
+    *REPAINT.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx.clone());
     let bytes_tx = tx.clone();
     std::thread::Builder::new().name("unmask-input".into()).spawn(move || {
         let mut buf = [0u8; 1024];

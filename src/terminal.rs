@@ -1,6 +1,8 @@
 //! The real terminal: raw mode, alternate screen and mouse capture on the way in, and all of it
 //! undone on every way out (normal return, error, panic). Ctrl-C arrives as a key in raw mode,
-//! so quitting by it goes through the same clean path as `q`.
+//! so quitting by it goes through the same clean path as `q`. Job control works as in any
+//! full-screen program: Ctrl-Z (a key in raw mode) or a SIGTSTP from outside gives the terminal
+//! back and stops the process; `fg` (SIGCONT) takes the screen again and draws it whole.
 
 use std::io::{self, Stdout, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,12 +26,56 @@ static HOOK: Once = Once::new();
 /// Puts the terminal back as it was. Safe to call any number of times, from anywhere.
 pub fn restore() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
-        let mut out = io::stdout();
-        let _ = execute!(out, DisableMouseCapture, LeaveAlternateScreen, cursor::Show);
-        let _ = disable_raw_mode();
-        let _ = out.flush();
+        leave();
         crate::notice::release();
     }
+}
+
+fn leave() {
+    let mut out = io::stdout();
+    let _ = execute!(out, DisableMouseCapture, LeaveAlternateScreen, cursor::Show);
+    let _ = disable_raw_mode();
+    let _ = out.flush();
+}
+
+fn take() -> io::Result<()> {
+    enable_raw_mode()?;
+    execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture, cursor::Hide)
+}
+
+/// Serialises suspensions (Ctrl-Z on the UI thread, SIGTSTP on the signal thread).
+static SUSPENDING: Mutex<()> = Mutex::new(());
+
+/// Gives the terminal back and stops the process as SIGTSTP's default action would; once it
+/// is continued (`fg`), takes the screen again and asks the input stream for a whole redraw.
+/// Does nothing to the terminal when the TUI does not own it (the process just stops).
+pub fn suspend() {
+    let _one = SUSPENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let ours = ACTIVE.load(Ordering::SeqCst);
+    if ours {
+        leave();
+    }
+    // stops here until SIGCONT (signal-hook raises SIGSTOP, which cannot be caught)
+    let _ = signal_hook::low_level::emulate_default_handler(signal_hook::consts::SIGTSTP);
+    if ours && ACTIVE.load(Ordering::SeqCst) {
+        if let Err(e) = take() {
+            crate::notice::warn(format!("could not take the terminal back after a suspension: {e}"));
+        }
+        crate::keys::repaint();
+    }
+}
+
+/// SIGTSTP from outside (`kill -TSTP`, a shell): [`suspend`], on a thread of its own.
+fn handle_stop_signals() {
+    static STOP: Once = Once::new();
+    STOP.call_once(|| {
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTSTP]) else { return };
+        let _ = thread::Builder::new().name("unmask-tstp".into()).spawn(move || {
+            for _ in signals.forever() {
+                suspend();
+            }
+        });
+    });
 }
 
 /// Restores the terminal before a panic on the UI thread prints, so that the message lands on
@@ -62,6 +108,7 @@ pub struct Guard {
 impl Guard {
     pub fn enter() -> io::Result<Guard> {
         install_panic_hook();
+        handle_stop_signals();
         *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current().id());
         enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
@@ -100,5 +147,20 @@ pub fn input() -> io::Result<(
 )> {
     use futures::StreamExt;
     let (sub, signal) = crate::signals::arrival();
-    Ok((sub, crate::keys::stream()?.take_until(signal)))
+    let stream = crate::keys::stream()?.filter_map(|ev| async move {
+        match ev {
+            // Ctrl-Z: raw mode sends it as a key, not as SIGTSTP; the redraw comes as a Resize
+            Ok(crossterm::event::Event::Key(k)) if is_suspend(&k) => {
+                suspend();
+                None
+            }
+            ev => Some(ev),
+        }
+    });
+    Ok((sub, Box::pin(stream.take_until(signal))))
+}
+
+fn is_suspend(k: &crossterm::event::KeyEvent) -> bool {
+    use crossterm::event::{KeyCode, KeyEventKind, KeyModifiers};
+    k.code == KeyCode::Char('z') && k.modifiers.contains(KeyModifiers::CONTROL) && k.kind != KeyEventKind::Release
 }

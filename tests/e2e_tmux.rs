@@ -199,6 +199,53 @@ fn engine_pause_stops_the_decode_and_ctrl_c_quits() {
     t.quit_cleanly(&["C-c"]);
 }
 
+/// The binary's pid: the pane's shell runs it as its one child.
+fn child_pid(t: &Tmux) -> String {
+    let out = t.tmux(&["display-message", "-p", "-t", "e2e", "#{pane_pid}"]);
+    let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let kids = Command::new("pgrep").args(["-P", &shell]).output().expect("pgrep");
+    String::from_utf8_lossy(&kids.stdout).lines().next().expect("the binary runs").to_string()
+}
+
+/// The process state letter of /proc/PID/stat (`T`: stopped).
+fn state(pid: &str) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')').next().and_then(|rest| rest.trim_start().chars().next()).unwrap_or('?')
+}
+
+fn wait_state(pid: &str, want: char) {
+    let start = Instant::now();
+    while state(pid) != want {
+        assert!(start.elapsed() < WAIT, "process {pid} never reached state {want} (is {})", state(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_z_and_sigtstp_give_the_terminal_back_and_sigcont_draws_it_again() {
+    if !have_tmux() {
+        return;
+    }
+    let mut args = live_args("1000");
+    args.extend(["--block-length", "1", "--steps", "1"]);
+    let t = Tmux::start("suspend", &args, (120, 40));
+    t.wait_text("Blocks");
+    let pid = child_pid(&t);
+    for how in ["C-z", "SIGTSTP"] {
+        match how {
+            "C-z" => t.keys(&["C-z"]),
+            _ => assert!(Command::new("kill").args(["-TSTP", &pid]).status().unwrap().success()),
+        }
+        wait_state(&pid, 'T');
+        assert!(!t.alternate_on(), "{how}: stopped with the alternate screen still on");
+        assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+        t.wait_for("the screen back after SIGCONT", |s| s.contains("Blocks") && s.contains("Timeline"));
+        assert!(t.alternate_on(), "{how}: the TUI is back on the alternate screen");
+    }
+    // raw mode again: a key quits at once
+    t.quit_cleanly(&["q"]);
+}
+
 fn write_trace(dir: &Path) -> PathBuf {
     let path = dir.join("t.jsonl");
     let mut args = vec!["trace"];

@@ -561,12 +561,20 @@ where
     B::Error: Send + Sync + 'static,
     S: Stream<Item = std::io::Result<TermEvent>> + Unpin,
 {
+    // As the live screen's loop (super::run): a draw only when something changed, at most
+    // FPS a second; a key is handled the moment it comes.
     let frame = Duration::from_secs_f64(1.0 / super::FPS);
+    let mut last_draw: Option<Instant> = None;
+    let mut dirty = true;
     while !app.quit {
-        terminal.draw(|f| render(app, f.area(), f.buffer_mut()))?;
-        // The frame cap: what arrives meanwhile is taken in one go before the next draw.
-        tokio::time::sleep(frame).await;
-        let wake = app.next_tick(frame);
+        let now = Instant::now();
+        if dirty && last_draw.is_none_or(|t| now >= t + frame) {
+            terminal.draw(|f| render(app, f.area(), f.buffer_mut()))?;
+            (last_draw, dirty) = (Some(now), false);
+            continue;
+        }
+        let draw_at = dirty.then(|| last_draw.map_or(now, |t| t + frame));
+        let wake = [draw_at, app.next_tick(frame)].into_iter().flatten().min();
         let [ea, eb] = &mut events;
         tokio::select! {
             ev = super::next_event(ea) => match ev {
@@ -578,7 +586,12 @@ where
                 None => *eb = None,
             },
             key = input.next() => match key {
-                Some(Ok(ev)) => app.on_input(ev, Instant::now()),
+                Some(Ok(ev)) => {
+                    if matches!(ev, TermEvent::Resize(..)) {
+                        super::forget_screen(terminal)?;
+                    }
+                    app.on_input(ev, Instant::now());
+                }
                 Some(Err(e)) => return Err(e.into()),
                 None => break,
             },
@@ -586,6 +599,8 @@ where
         }
         drain(app, &mut events);
         app.tick(Instant::now());
+        // (a wake for the frame cap alone changes nothing, but redrawing then is harmless)
+        dirty = true;
     }
     Ok(())
 }

@@ -94,6 +94,18 @@ fn centred(t: &theme::Theme, area: Rect, buf: &mut Buffer, msg: String) {
         .render(Rect { y, height: area.height - (y - area.y), ..area }, buf);
 }
 
+/// Makes the next draw write every cell, on a blank screen: after a resize or a suspension
+/// (`crate::terminal::suspend`) what is on screen is not what was drawn last. (Not
+/// `Terminal::clear`: it asks the terminal for the cursor position, whose reply our own input
+/// thread would read first.)
+pub fn forget_screen<B: Backend>(terminal: &mut Terminal<B>) -> Result<(), B::Error> {
+    terminal.backend_mut().clear_region(ratatui::backend::ClearType::All)?;
+    // After a draw the buffer drawn next is empty and the other holds the last frame: this
+    // empties that one too, so the next frame differs from "the last" wherever it has ink.
+    terminal.swap_buffers();
+    Ok(())
+}
+
 /// Waits for the next engine event, or forever once there is no engine.
 async fn next_event(events: &mut Option<UnboundedReceiver<Event>>) -> Option<Event> {
     match events {
@@ -163,6 +175,9 @@ where
             },
             key = input.next() => match key {
                 Some(Ok(ev)) => {
+                    if matches!(ev, crossterm::event::Event::Resize(..)) {
+                        forget_screen(terminal)?;
+                    }
                     for cmd in app.on_input(ev, Instant::now()) {
                         steer(cmd);
                     }
