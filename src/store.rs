@@ -43,6 +43,8 @@ pub struct StepRec {
     pub committed: usize,
     /// Positions committed by all steps up to and including this one.
     pub tokens_total: usize,
+    /// Of those, the ones inside `max_new_tokens` (cells past it are decoded but dropped).
+    kept_total: usize,
     /// Lowest position this step committed (the inspector's default cell).
     pub first_commit: Option<usize>,
     /// This step's candidates for still-masked cells, sorted by position, in `Run::cands`.
@@ -455,6 +457,13 @@ impl Run {
         eos.unwrap_or(usize::MAX).min(self.header.max_len)
     }
 
+    /// Output tokens decoded by step `k`: commits inside `max_new_tokens`, none past a decoded
+    /// EOS. What tokens/forward and tok/s count (the finish event's `output_ids`, at the end).
+    pub fn tokens_out(&self, k: usize) -> usize {
+        let Some(s) = self.step(k) else { return 0 };
+        s.kept_total.min(self.output_end(Some(k)).saturating_sub(self.prompt_len()))
+    }
+
     /// Settings in force for `block`, and the block they took effect at.
     pub fn settings_for(&self, block: usize) -> (&DecodeSettings, usize) {
         let (from, s) = self.settings_log.iter().rev().find(|(b, _)| *b <= block).unwrap_or(&self.settings_log[0]);
@@ -512,7 +521,7 @@ impl Run {
         }
         let span = s.block * b..(s.block + 1) * b;
         let mut first_commit = None;
-        let mut committed = 0;
+        let (mut committed, mut kept) = (0, 0);
         for c in &s.committed {
             // Only a masked, generated cell of this block can be committed, and only once.
             let fresh = span.contains(&c.pos) && c.pos >= self.prompt_len() && self.cells[c.pos].at == NOT_DECODED;
@@ -528,6 +537,7 @@ impl Run {
             }
             first_commit = Some(first_commit.map_or(c.pos, |f: usize| f.min(c.pos)));
             committed += 1;
+            kept += usize::from(c.pos < self.header.max_len);
         }
         let start = self.cands.len() as u32;
         for c in s.masked.iter().filter(|c| span.contains(&c.pos)) {
@@ -538,6 +548,7 @@ impl Run {
         // Sorted so that a cell's candidate is a binary search away.
         self.cands[start as usize..].sort_by_key(|c| c.pos);
         let tokens_total = self.steps.last().map_or(0, |p| p.tokens_total) + committed;
+        let kept_total = self.steps.last().map_or(0, |p| p.kept_total) + kept;
         let experts = ExpertCounts::of(&s.distinct_experts);
         let (sum, n) = self.steps.last().map_or((0.0, 0), |p| p.experts_run);
         let experts_run = experts.map_or((sum, n), |e| (sum + f64::from(e.mean), n + 1));
@@ -548,6 +559,7 @@ impl Run {
             t_ms: s.t_ms,
             committed,
             tokens_total,
+            kept_total,
             first_commit,
             cands: start..self.cands.len() as u32,
             experts,
@@ -714,6 +726,24 @@ mod tests {
         let decoded = (r.prompt_len()..end).filter(|&p| matches!(r.cell(p, r.head()), CellState::Decoded(_))).count();
         assert_eq!(decoded, end - r.prompt_len());
         assert_eq!(r.steps().last().unwrap().tokens_total, decoded);
+    }
+
+    /// tokens/forward and tok/s count output tokens: the last block's cells past
+    /// max_new_tokens, and cells after a decoded EOS, are decoded but not output.
+    #[test]
+    fn tokens_out_leaves_out_cells_past_the_length_or_an_eos() {
+        let s = store();
+        let r = s.run().unwrap();
+        let head = r.head().unwrap();
+        // 6 prompt tokens, 24 new, blocks of 4: positions 30 and 31 are decoded and dropped
+        assert_eq!(r.steps().last().unwrap().tokens_total, 26);
+        assert_eq!(r.tokens_out(head), 24);
+        assert_eq!(r.tokens_out(head), r.finish.as_ref().unwrap().output_ids.len());
+        let eos = Store::from_events(synth::trace(&Synth { eos_at: Some(13), ..Synth::small() }));
+        let r = eos.run().unwrap();
+        let head = r.head().unwrap();
+        assert_eq!(r.tokens_out(head), r.finish.as_ref().unwrap().output_ids.len());
+        assert_eq!(r.tokens_out(head), 13 + 1 - 6);
     }
 
     #[test]

@@ -468,11 +468,7 @@ fn shown_counts(app: &CompareApp, i: usize, v: &View) -> (usize, usize) {
     let at_end = v.at == v.run.head() && app.mode == Mode::Live;
     match (app.comparison(), at_end) {
         (Some(c), true) => (c.runs[i].forwards, c.runs[i].output_ids.len()),
-        _ => {
-            // Cells decoded past the length or an EOS are not output tokens.
-            let out = v.run.output_end(v.at).saturating_sub(v.run.prompt_len());
-            v.at.and_then(|k| v.run.step(k)).map_or((0, 0), |s| (s.forward, s.tokens_total.min(out)))
-        }
+        _ => v.at.and_then(|k| Some((v.run.step(k)?.forward, v.run.tokens_out(k)))).unwrap_or((0, 0)),
     }
 }
 

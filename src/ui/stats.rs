@@ -69,10 +69,12 @@ fn rates<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
     };
     let secs = (s.t_ms / 1000.0).max(1e-9);
     let per_block = v.at.and_then(|k| v.run.forwards_per_block(k)).map_or("–".into(), |f| format!("{f:.2}"));
+    // output tokens: cells decoded past the length or an EOS are dropped, and not counted
+    let tokens = v.at.map_or(0, |k| v.run.tokens_out(k)) as f64;
     vec![
-        kv(v, "tokens/forward", format!("{:.2}", s.tokens_total as f64 / s.forward.max(1) as f64)),
+        kv(v, "tokens/forward", format!("{:.2}", tokens / s.forward.max(1) as f64)),
         kv(v, "forwards/block", per_block),
-        kv(v, "tok/s", format!("{:.1}", s.tokens_total as f64 / secs)),
+        kv(v, "tok/s", format!("{:.1}", tokens / secs)),
         kv(v, "fwd/s", format!("{:.1}", s.forward as f64 / secs)),
         kv(v, "elapsed", format!("{:.2} s", s.t_ms / 1000.0)),
     ]
