@@ -155,6 +155,16 @@ impl DecodeSettings {
         Sampling { confidence: self.schedule.confidence(), ..self.sampling }
     }
 
+    /// The threshold the strategy reads, named as the flags name it: `threshold` for
+    /// low_confidence_dynamic, `eb` for entropy_bounded, none for the others.
+    pub fn threshold_knob(&self) -> Option<(&'static str, f32)> {
+        match self.strategy {
+            Strategy::LowConfidenceDynamic => Some(("threshold", self.threshold)),
+            Strategy::EntropyBounded => Some(("eb", self.eb_threshold)),
+            Strategy::Sequential | Strategy::LowConfidenceStatic => None,
+        }
+    }
+
     /// The most denoising steps a block may take: `steps` (at most one a position) where the
     /// strategy follows the schedule's per-step counts; else one a position (entropy_bounded,
     /// and low_confidence_dynamic under lmdeploy's rule, loop until no mask is left).

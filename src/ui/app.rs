@@ -320,8 +320,8 @@ impl App {
             KeyCode::Char('m') => return self.adjust(|s| s.strategy = s.strategy.next()),
             KeyCode::Char('t') => return self.threshold(-THRESHOLD_STEP),
             KeyCode::Char('T') => return self.threshold(THRESHOLD_STEP),
-            KeyCode::Char('s') => return self.adjust(|s| s.steps = s.steps.saturating_sub(1).max(1)),
-            KeyCode::Char('S') => return self.adjust(|s| s.steps = (s.steps + 1).min(s.block_length)),
+            KeyCode::Char('s') => return self.steps_by(-1),
+            KeyCode::Char('S') => return self.steps_by(1),
             KeyCode::Char('R') => return self.restart(),
             _ => {}
         }
@@ -432,6 +432,18 @@ impl App {
         }
         self.info(format!("{summary}: applies from the next block (R restarts now)"));
         vec![EngineCmd::Settings(s)]
+    }
+
+    /// `s`/`S`: one step fewer or more a block, within 1 and one step a position; at a bound
+    /// the key says why nothing changed.
+    fn steps_by(&mut self, by: isize) -> Vec<EngineCmd> {
+        let current = self.desired.as_ref().or(self.store.run().map(Run::latest_settings)).map(|s| (s.steps, s.block_length));
+        match current.filter(|_| self.is_live()) {
+            Some((1, _)) if by < 0 => self.warn("1 step a block is the fewest".into()),
+            Some((n, b)) if by > 0 && n >= b => self.warn(format!("{} a block is the most for blocks of {b}: each step commits a position at least", crate::format::count(n, "step"))),
+            _ => return self.adjust(|s| s.steps = s.steps.saturating_add_signed(by).clamp(1, s.block_length)),
+        }
+        Vec::new()
     }
 
     /// `t`/`T`: only the dynamic and entropy-bounded strategies have a threshold to move.
@@ -552,11 +564,7 @@ fn nudge_threshold(s: &mut DecodeSettings, by: f32) {
 
 /// The knobs in one phrase, for messages.
 fn knobs(s: &DecodeSettings) -> String {
-    let thr = match s.strategy {
-        Strategy::EntropyBounded => format!(" eb {}", crate::format::fixed(s.eb_threshold.into(), 2)),
-        Strategy::LowConfidenceDynamic => format!(" threshold {}", crate::format::fixed(s.threshold.into(), 2)),
-        _ => String::new(),
-    };
+    let thr = s.threshold_knob().map_or(String::new(), |(name, value)| format!(" {name} {}", crate::format::fixed(value.into(), 2)));
     format!("{}{thr}, {}", s.strategy.name(), crate::format::count(s.steps, "step"))
 }
 
@@ -640,13 +648,19 @@ mod tests {
         assert_eq!(s.strategy, Strategy::EntropyBounded);
         assert_eq!(app.pending().unwrap().strategy, Strategy::EntropyBounded);
         assert!(app.message.as_ref().unwrap().text.contains("next block"));
-        // Keys accumulate on the pending settings.
-        let cmds = press(&mut app, key('S'));
-        let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!() };
-        assert_eq!((s.strategy, s.steps), (Strategy::EntropyBounded, 4), "steps are capped at the block length");
+        // Keys accumulate on the pending settings; steps stay within 1 and the block length,
+        // and a key at a bound says so.
+        assert_eq!(press(&mut app, key('S')), vec![], "steps are capped at the block length");
+        assert_eq!(app.message.as_ref().unwrap().text, "4 steps a block is the most for blocks of 4: each step commits a position at least");
         let cmds = press(&mut app, key('s'));
         let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!() };
-        assert_eq!(s.steps, 3);
+        assert_eq!((s.strategy, s.steps), (Strategy::EntropyBounded, 3));
+        for _ in 0..2 {
+            press(&mut app, key('s'));
+        }
+        assert_eq!(app.pending().unwrap().steps, 1);
+        assert_eq!(press(&mut app, key('s')), vec![]);
+        assert_eq!(app.message.as_ref().unwrap().text, "1 step a block is the fewest");
     }
 
     fn sent(cmds: Vec<EngineCmd>) -> DecodeSettings {

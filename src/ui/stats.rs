@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
-use crate::settings::{DecodeSettings, Schedule, Strategy};
+use crate::settings::{DecodeSettings, Schedule};
 use crate::format::fixed;
 
 fn frame<'a>(v: &View) -> Block<'a> {
@@ -105,9 +105,8 @@ fn settings_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
 
 fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let mut g = vec![kv(v, "strategy", s.strategy.name().to_string())];
-    match s.strategy {
-        Strategy::EntropyBounded => g.push(kv(v, "eb", fixed(s.eb_threshold.into(), 2))),
-        _ => g.push(kv(v, "threshold", fixed(s.threshold.into(), 2))),
+    if let Some((name, value)) = s.threshold_knob() {
+        g.push(kv(v, name, fixed(value.into(), 2)));
     }
     g.push(kv(v, "steps", s.steps.to_string()));
     g.push(kv(v, "block", s.block_length.to_string()));
@@ -130,14 +129,11 @@ fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
 fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let finished = v.run.finish.is_some();
     let when = if finished { "R restarts with it" } else { "from the next block · R restarts now" };
-    let thr = match p.strategy {
-        Strategy::EntropyBounded => format!("eb {}", fixed(p.eb_threshold.into(), 2)),
-        _ => format!("threshold {}", fixed(p.threshold.into(), 2)),
-    };
+    let thr = p.threshold_knob().map_or(String::new(), |(name, value)| format!(" {name} {}", fixed(value.into(), 2)));
     vec![
         vec![
             Span::styled("pending ", v.theme.warn()),
-            Span::styled(format!("{} {thr} steps {}   ", p.strategy.name(), p.steps), v.theme.value()),
+            Span::styled(format!("{}{thr} steps {}   ", p.strategy.name(), p.steps), v.theme.value()),
         ],
         vec![Span::styled(when, v.theme.dim())],
     ]
@@ -221,6 +217,24 @@ mod tests {
         }
         app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));
-        assert!(s.contains("pending entropy_bounded"), "{s}");
+        assert!(s.contains("pending entropy_bounded eb 0.35 steps 4"), "{s}");
+        // on to sequential: a strategy without a threshold shows none (it showed dynamic's)
+        app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(s.contains("pending sequential steps 4"), "{s}");
+    }
+
+    #[test]
+    fn a_strategy_without_a_threshold_shows_none() {
+        let mut cfg = Synth::small();
+        cfg.change_at = None;
+        let mut events = synth::trace(&cfg);
+        if let crate::events::Event::Header(h) = &mut events[0] {
+            h.settings.strategy = crate::settings::Strategy::LowConfidenceStatic;
+        }
+        let mut app = App::replay(events, "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(s.contains("strategy low_confidence_static   steps 4"), "{s}");
     }
 }
