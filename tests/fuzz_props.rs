@@ -8,7 +8,6 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use unmask::model::ModelConfig;
 
 fn fixture(name: &str) -> String {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
@@ -65,7 +64,7 @@ proptest! {
         for (f, n) in &edits {
             v[FIELDS[*f]] = n.clone();
         }
-        match ModelConfig::parse(&v.to_string(), "config.json") {
+        match unmask::model::registry::parse_config(&v.to_string(), "config.json") {
             Err(e) => {
                 let e = format!("{e:#}");
                 prop_assert!(e.starts_with("config.json: invalid config: "), "{}", e);

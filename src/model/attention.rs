@@ -8,7 +8,7 @@ use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
 use super::config::ModelConfig;
-use super::decoder::Loader;
+use super::loader::Loader;
 use super::linear::Linear;
 use super::ops;
 

@@ -99,8 +99,9 @@ fn default_max_pos() -> usize {
 }
 
 impl ModelConfig {
-    /// Parses and checks `config.json`; `origin` names the file in errors.
-    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+    /// Parses `config.json` and checks the fields every family shares; `origin` names the file
+    /// in errors. [`super::registry::parse_config`] adds the family's own checks: call that.
+    pub(super) fn parse_shared(text: &str, origin: &str) -> Result<Self> {
         let cfg: ModelConfig =
             serde_json::from_str(text).with_context(|| format!("{origin}: invalid config"))?;
         cfg.check().with_context(|| format!("{origin}: invalid config"))?;
@@ -108,7 +109,6 @@ impl ModelConfig {
     }
 
     fn check(&self) -> Result<()> {
-        let family = super::registry::family(self)?;
         if self.attention_bias {
             bail!("field `attention_bias` is true; SDAR/Qwen3 checkpoints have no biases");
         }
@@ -179,7 +179,7 @@ impl ModelConfig {
                 bail!("field `mask_token_id` ({m}) is outside the vocabulary ({})", self.vocab_size);
             }
         }
-        (family.check)(self)
+        Ok(())
     }
 
     /// Whether layer `l`'s feed-forward block is a mixture of experts: as transformers decides
@@ -242,6 +242,7 @@ pub fn block_size_from_name(name: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::registry::parse_config;
 
     #[test]
     fn block_size_from_a_name_suffix() {
@@ -257,7 +258,7 @@ mod tests {
     #[test]
     fn extra_fields_of_sdar_variants_are_ignored() {
         let extra = with("\"fuse_cross_entropy\":true,\"auto_map\":{\"AutoConfig\":\"c.C\"},\"micro_forward\":false,\"ep_size\":1,\"rope_scaling\":null");
-        let c = ModelConfig::parse(&extra, "c").unwrap();
+        let c = parse_config(&extra, "c").unwrap();
         assert_eq!((c.mask_token_id, c.block_size), (None, None));
     }
 
@@ -267,7 +268,7 @@ mod tests {
 
     #[test]
     fn parses_minimal_config_with_defaults() {
-        let c = ModelConfig::parse(MIN, "config.json").unwrap();
+        let c = parse_config(MIN, "config.json").unwrap();
         assert_eq!((c.kv_heads(), c.head_dim(), c.rope_theta), (1, 4, 1e6));
         assert!(!c.tie_word_embeddings);
     }
@@ -276,8 +277,8 @@ mod tests {
     fn eos_may_be_one_or_many() {
         let one = with("\"eos_token_id\":3");
         let many = with("\"eos_token_id\":[3,4]");
-        let a = ModelConfig::parse(&one, "c").unwrap();
-        let b = ModelConfig::parse(&many, "c").unwrap();
+        let a = parse_config(&one, "c").unwrap();
+        let b = parse_config(&many, "c").unwrap();
         assert_eq!(a.eos_token_id.unwrap().to_vec(), vec![3]);
         assert_eq!(b.eos_token_id.unwrap().to_vec(), vec![3, 4]);
     }
@@ -289,21 +290,21 @@ mod tests {
 
     #[test]
     fn sparse_layers_follow_mlp_only_layers_and_the_sparse_step() {
-        let c = ModelConfig::parse(MOE, "c").unwrap();
+        let c = parse_config(MOE, "c").unwrap();
         assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [true; 4]);
-        let c = ModelConfig::parse(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,3]"), "c").unwrap();
+        let c = parse_config(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,3]"), "c").unwrap();
         assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [false, true, true, false]);
-        let c = ModelConfig::parse(&MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2"), "c").unwrap();
+        let c = parse_config(&MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2"), "c").unwrap();
         assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [false, true, false, true]);
         // Qwen3MoeConfig's defaults: norm_topk_prob false, step 1, no dense layers.
         let bare = MOE.replace(",\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[]", "");
-        let c = ModelConfig::parse(&bare, "c").unwrap();
+        let c = parse_config(&bare, "c").unwrap();
         assert_eq!((c.moe.norm_topk_prob, c.moe.decoder_sparse_step, c.moe.mlp_only_layers.len()), (false, 1, 0));
         // A dense family never has sparse layers.
-        assert!(!ModelConfig::parse(MIN, "c").unwrap().is_sparse(0));
+        assert!(!parse_config(MIN, "c").unwrap().is_sparse(0));
         // Router + experts, per sparse layer, in the parameter count.
-        let dense = ModelConfig::parse(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,1,2,3]"), "c").unwrap();
-        let all = ModelConfig::parse(MOE, "c").unwrap();
+        let dense = parse_config(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,1,2,3]"), "c").unwrap();
+        let all = parse_config(MOE, "c").unwrap();
         assert_eq!(all.num_params() + 4 * 3 * 8 * 16, dense.num_params() + 4 * (6 * 8 + 6 * 3 * 8 * 4));
     }
 
@@ -323,12 +324,12 @@ mod tests {
             assert!(e.starts_with("m/config.json: invalid config") && e.contains(want), "{e}");
         }
         // qwen3_moe and the architecture name reach the same family.
-        let c = ModelConfig::parse(&MOE.replace("\"sdar_moe\"", "\"qwen3_moe\""), "c").unwrap();
+        let c = parse_config(&MOE.replace("\"sdar_moe\"", "\"qwen3_moe\""), "c").unwrap();
         assert!(c.is_sparse(0));
     }
 
     fn err(text: &str) -> String {
-        format!("{:#}", ModelConfig::parse(text, "m/config.json").unwrap_err())
+        format!("{:#}", parse_config(text, "m/config.json").unwrap_err())
     }
 
     /// `MIN` with `fields` (`"name":value,...`) added.
@@ -362,14 +363,14 @@ mod tests {
         let e = err(&with("\"hidden_act\":\"gelu\""));
         assert!(e.ends_with("field `hidden_act` is \"gelu\"; unmask computes SwiGLU's silu (SDAR's checkpoints have \"silu\")"), "{e}");
         for fine in ["silu", "swish"] {
-            ModelConfig::parse(&with(&format!("\"hidden_act\":\"{fine}\"")), "c").unwrap();
+            parse_config(&with(&format!("\"hidden_act\":\"{fine}\"")), "c").unwrap();
         }
         let e = err(&with("\"max_position_embeddings\":0"));
         assert!(e.ends_with("field `max_position_embeddings` must be positive"), "{e}");
         let e = err(&with("\"eos_token_id\":[3,99999999]"));
         assert!(e.contains("field `eos_token_id` (99999999) is outside the vocabulary"), "{e}");
         for fine in ["null", "{\"rope_type\":\"default\"}", "{\"type\":\"default\"}"] {
-            ModelConfig::parse(&with(&format!("\"rope_scaling\":{fine}")), "c").unwrap();
+            parse_config(&with(&format!("\"rope_scaling\":{fine}")), "c").unwrap();
         }
         // the block size of a checkpoint's own config is named as such, not as the flag's
         let e = err(&with("\"block_size\":0"));

@@ -1,5 +1,5 @@
 //! The decoder skeleton every family shares: embedding, layers of block-causal self-attention
-//! and a feed-forward block ([`Mlp`]: dense SwiGLU or a sparse mixture of experts), final
+//! and a feed-forward block ([`Mlp`], ffn.rs: dense SwiGLU or a sparse mixture of experts), final
 //! RMSNorm, lm_head. A family's file (qwen3.rs, qwen3_moe.rs) says which [`Mlp`] each layer
 //! has and under which tensor names; registry.rs picks the family from config.json. One
 //! implementation for every device; `forward` reads top to bottom.
@@ -10,138 +10,15 @@ use candle_nn::ops::rms_norm;
 
 use super::attention::{block_causal_mask, rope_tables, Heads, KvCache, PassInput, SelfAttention};
 use super::config::ModelConfig;
+use super::ffn::Mlp;
 use super::gemv::{Epilogue, GemvInto};
-use super::linear::{Bf16Panels, Linear, Products};
-use super::Compute;
-use super::mlp::SwiGlu;
+use super::linear::Linear;
+use super::loader::Loader;
 use super::moe::{MoeBlock, Route};
 use super::ops;
-use super::paths::{bf16_weights_here, fused_here, gemv_here};
+use super::paths::fused_here;
 use super::weights::WeightSource;
-
-/// Reads a checkpoint's tensors into the layout this device's path wants: what a family's
-/// file calls to load its blocks.
-pub struct Loader<'a> {
-    w: &'a dyn WeightSource,
-    dtype: DType,
-    /// How bf16 panels multiply ([`Products`]); with bf16 products every projection is one.
-    products: Products,
-    device: &'a Device,
-    /// bf16 panels for projections stored in bf16 ([`Linear::Bf16`]).
-    packed: bool,
-    /// Projections kept `[out, in]` for the gemv kernel ([`Linear::Rows`]).
-    rows: bool,
-}
-
-impl<'a> Loader<'a> {
-    /// A loader for `device` and compute `dtype`, which picks the projections' layout (paths.rs).
-    pub fn new(w: &'a dyn WeightSource, compute: impl Into<Compute>, device: &'a Device) -> Self {
-        let Compute { dtype, products } = compute.into();
-        Loader { w, dtype, products, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
-    }
-
-    /// A tensor that is not a projection (a norm weight, the embedding), in the compute dtype.
-    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        self.w.get(name, shape, self.dtype, self.device)
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.w.contains(name)
-    }
-
-    /// Whether the projection or embedding `name` is kept in bf16: stored so, or rounded to it
-    /// for bf16 products.
-    fn bf16(&self, name: &str) -> bool {
-        self.packed && (self.products == Products::Bf16 || self.w.stored(name) == Some(DType::BF16))
-    }
-
-    /// bf16 panels packed straight from a mapped checkpoint's bytes, where every part is there
-    /// in bf16 with its shape (else `None`: the caller goes through tensors).
-    fn mapped_panels(&self, parts: &[(String, usize)], inp: usize) -> Option<Bf16Panels> {
-        let bytes = parts.iter().map(|(n, out)| self.w.bf16_bytes(n, &[*out, inp])).collect::<Option<Vec<_>>>()?;
-        Some(Bf16Panels::from_le_parts(&bytes, inp, self.products))
-    }
-
-    /// The embedding `[vocab, hidden]`: as stored where the projections keep bf16 (the CPU's
-    /// bf16 path widens the rows a pass looks up, not the whole table at load), else in the
-    /// compute dtype.
-    fn embedding(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        let dtype = if self.bf16(name) { DType::BF16 } else { self.dtype };
-        self.w.get(name, shape, dtype, self.device)
-    }
-
-    /// A projection from `[out, in]` checkpoint tensors stacked along `out`: bf16 panels (see
-    /// linear.rs) where the CPU computes in f32 from bf16 weights; kept `[out, in]` for the
-    /// GPU's gemv kernel; else stored transposed, `[in, out]` and contiguous, so that it is a
-    /// plain matmul and the CPU's gemm does not re-pack the weight on every pass.
-    fn linear(&self, stacked: Tensor, bf16: bool) -> Result<Linear> {
-        if bf16 {
-            return Ok(Linear::Bf16(Bf16Panels::from_tensor(&stacked, self.products)?));
-        }
-        if self.rows {
-            return Ok(Linear::Rows(stacked.contiguous()?));
-        }
-        Ok(Linear::Dense(stacked.t()?.contiguous()?))
-    }
-
-    /// The projection of the tensors `parts` (name, rows) stacked, each `[rows, inp]`.
-    pub fn proj(&self, parts: &[(String, usize)], inp: usize) -> Result<Linear> {
-        let keep = parts.iter().all(|(n, _)| self.bf16(n));
-        if let Some(p) = keep.then(|| self.mapped_panels(parts, inp)).flatten() {
-            return Ok(Linear::Bf16(p));
-        }
-        // Panels are made from the stored bf16 values directly, not through f32.
-        let dt = if keep { DType::BF16 } else { self.dtype };
-        let ts = parts.iter().map(|(n, out)| self.w.get(n, &[*out, inp], dt, self.device)).collect::<Result<Vec<_>>>()?;
-        self.linear(Tensor::cat(&ts, 0)?, keep)
-    }
-}
-
-/// A layer's feed-forward block.
-pub enum Mlp {
-    Dense(SwiGlu),
-    Sparse(MoeBlock),
-}
-
-impl Mlp {
-    /// The block's output, and each row's route where it is sparse.
-    fn forward(&self, x: &Tensor, fused: bool) -> Result<(Tensor, Option<Vec<Route>>)> {
-        match self {
-            Mlp::Dense(m) => Ok((m.forward(x, fused)?, None)),
-            Mlp::Sparse(m) => m.forward(x, fused).map(|(y, r)| (y, Some(r))),
-        }
-    }
-
-    fn dense(&self) -> Option<&SwiGlu> {
-        match self {
-            Mlp::Dense(m) => Some(m),
-            Mlp::Sparse(_) => None,
-        }
-    }
-
-    fn sparse(&self) -> Option<&MoeBlock> {
-        match self {
-            Mlp::Sparse(m) => Some(m),
-            Mlp::Dense(_) => None,
-        }
-    }
-
-    /// Whether the streamed layer can run this block: dense with `[out, in]` projections, or
-    /// sparse with its experts stacked for the grouped kernels.
-    fn streamable(&self) -> bool {
-        match self {
-            Mlp::Dense(m) => m.gate_up_proj.rows().is_some() && m.down_proj.rows().is_some(),
-            Mlp::Sparse(m) => m.grouped().is_some(),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            Mlp::Dense(m) => m.bytes(),
-            Mlp::Sparse(m) => m.bytes(),
-        }
-    }
-}
+use super::Compute;
 
 /// One sparse layer's routing of a pass: each row's experts and weights.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use candle_core::Tensor;
 
-use super::decoder::Loader;
+use super::loader::Loader;
 use super::linear::Linear;
 use super::ops;
 

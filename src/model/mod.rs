@@ -12,8 +12,10 @@ pub mod cpu_attention;
 mod cuda;
 pub mod decoder;
 pub mod fastmath;
+pub mod ffn;
 pub mod gemv;
 pub mod linear;
+pub mod loader;
 pub mod mlp;
 pub mod moe;
 pub mod moe_grouped;
@@ -110,7 +112,7 @@ impl Source {
     /// The checkpoint's config.json, parsed and bounded (no weights read), and how errors name it.
     pub fn config(&self) -> Result<(ModelConfig, String)> {
         let label = self.file_label("config.json");
-        Ok((ModelConfig::parse(&self.required_text("config.json")?, &label)?, label))
+        Ok((crate::model::registry::parse_config(&self.required_text("config.json")?, &label)?, label))
     }
 
     fn weights(&self) -> Result<Weights> {

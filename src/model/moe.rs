@@ -10,7 +10,7 @@
 use anyhow::Result;
 use candle_core::Tensor;
 
-use super::decoder::Loader;
+use super::loader::Loader;
 use super::linear::Linear;
 use super::mlp::SwiGlu;
 

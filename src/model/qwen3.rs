@@ -4,7 +4,8 @@
 use anyhow::Result;
 
 use super::config::ModelConfig;
-use super::decoder::{Loader, Mlp};
+use super::ffn::Mlp;
+use super::loader::Loader;
 use super::mlp::SwiGlu;
 use super::registry::Family;
 

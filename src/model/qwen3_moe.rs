@@ -6,7 +6,8 @@
 use anyhow::{bail, Result};
 
 use super::config::ModelConfig;
-use super::decoder::{Loader, Mlp};
+use super::ffn::Mlp;
+use super::loader::Loader;
 use super::mlp::SwiGlu;
 use super::moe::MoeBlock;
 use super::registry::Family;

@@ -19,7 +19,7 @@ pub const SHAPES: [&str; 7] = ["tiny", "qwen3-0.6b", "sdar-1.7b", "sdar-4b", "sd
 /// `config.json` of a named shape.
 pub fn shape_config(name: &str) -> Result<ModelConfig> {
     let json = shape_json(name)?;
-    ModelConfig::parse(&json.to_string(), &format!("--random-init {name}"))
+    crate::model::registry::parse_config(&json.to_string(), &format!("--random-init {name}"))
 }
 
 /// `config.json` of a named shape, as JSON.
@@ -70,7 +70,7 @@ pub fn three_layer_moe((h, qh, kvh, v, i): (usize, usize, usize, usize, usize), 
         "tie_word_embeddings": false, "num_experts": experts, "num_experts_per_tok": k,
         "moe_intermediate_size": moe_i, "norm_topk_prob": true, "mlp_only_layers": [1],
     });
-    ModelConfig::parse(&json.to_string(), "a three-layer MoE").expect("a valid config")
+    crate::model::registry::parse_config(&json.to_string(), "a three-layer MoE").expect("a valid config")
 }
 
 /// The MoE fields of the MoE shapes: (experts, experts a row, expert intermediate size).
@@ -263,7 +263,7 @@ pub fn check_config(hidden: usize, layers: usize, heads: usize, kv_heads: usize,
         "max_position_embeddings": 4096,
         "tie_word_embeddings": false,
     });
-    ModelConfig::parse(&json.to_string(), "check config")
+    crate::model::registry::parse_config(&json.to_string(), "check config")
 }
 
 /// What the layer tests (here, and moe_grouped.rs's) run on two forms of a model and compare.

@@ -2,10 +2,11 @@
 //! config.json. A new family is a file beside qwen3.rs with a [`Family`] constant, listed in
 //! [`FAMILIES`].
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::config::ModelConfig;
-use super::decoder::{Loader, Mlp};
+use super::ffn::Mlp;
+use super::loader::Loader;
 
 /// What a family adds to the shared decoder (decoder.rs).
 pub struct Family {
@@ -20,6 +21,15 @@ pub struct Family {
 }
 
 pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY, super::qwen3_moe::FAMILY];
+
+/// Parses and checks `config.json` (`origin` names the file in errors): the fields every family
+/// shares, then the family's own. Every config goes through here.
+pub fn parse_config(text: &str, origin: &str) -> Result<ModelConfig> {
+    let cfg = ModelConfig::parse_shared(text, origin)?;
+    let family = family(&cfg).with_context(|| format!("{origin}: invalid config"))?;
+    (family.check)(&cfg).with_context(|| format!("{origin}: invalid config"))?;
+    Ok(cfg)
+}
 
 /// The family of `cfg`: by `model_type`, else by an entry of `architectures`.
 pub fn family(cfg: &ModelConfig) -> Result<&'static Family> {
