@@ -284,9 +284,11 @@ impl Stream {
     }
 
     /// The invalid sequence `bad`, pending from index `from`, to the positions holding its
-    /// bytes; bytes of the carry (whose positions are settled already) to position `at`.
+    /// bytes; bytes of the carry (whose positions are settled already) to the first position
+    /// of the window holding some of its bytes, else to `at`.
     fn invalid(&mut self, from: usize, bad: &[u8], at: usize) {
         let owners = &self.owners[from..from + bad.len()];
+        let at = owners.iter().flatten().next().copied().unwrap_or(at);
         let mut start = 0;
         while start < bad.len() {
             let owner = owners[start];
