@@ -20,6 +20,10 @@ pub struct TokenRow {
     /// What the token adds to the text of the positions before it (the block event's `texts`),
     /// else, in older traces, the token decoded alone.
     pub text: String,
+    /// The token's raw bytes where they are not whole characters (it splits one, or is invalid
+    /// UTF-8: its `U+FFFD` in `text` is then not a literal one), as the trace's `bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
     pub conf: f32,
     pub entropy: f32,
 }
@@ -83,6 +87,7 @@ pub fn tables(events: &[Event]) -> Tables {
                 forward: s.forward,
                 token: c.token,
                 text: c.text.clone(),
+                bytes: c.bytes.clone(),
                 conf: c.conf,
                 entropy: c.entropy,
             });

@@ -100,7 +100,7 @@ fn cells(run: &Run) -> Vec<Cell> {
         .map(|pos| {
             let text = match run.cell_piece(pos, head) {
                 Some(crate::detok::Piece::Text(t)) if t.is_empty() => glyph::PART.to_string(),
-                Some(crate::detok::Piece::Text(t)) => glyph::escape(&t, Mode::Cell).into_owned(),
+                Some(crate::detok::Piece::Text(t)) => t.render(|s| glyph::escape(s, Mode::Cell).into_owned()),
                 Some(crate::detok::Piece::Pending(bytes)) => crate::detok::hex(&bytes),
                 None => String::new(),
             };

@@ -160,7 +160,7 @@ pub struct Run {
     /// Bytes of the tokens whose bytes are not their piece (they split a character).
     raw: HashMap<u32, Box<[u8]>>,
     /// Final text of every position of the finished blocks (prompt blocks included), in order.
-    texts: Vec<Box<str>>,
+    texts: Vec<detok::Text>,
     /// Per block from 0: bytes of a character left incomplete by the blocks before it.
     carries: Vec<Box<[u8]>>,
     /// `(block, settings)` in force from that block on; the first entry is the header's.
@@ -334,6 +334,11 @@ impl Run {
         self.raw.get(&token).map_or(self.piece(token).as_bytes(), |b| b)
     }
 
+    /// Whether a token's bytes are not whole characters (it splits one, or is invalid UTF-8).
+    pub fn is_raw(&self, token: u32) -> bool {
+        self.raw.contains_key(&token)
+    }
+
     /// A token on its own, as a candidate shows it: its piece, or its bytes as hex (`<E2 89>`)
     /// when it holds part of a character.
     pub fn token_label(&self, token: u32) -> std::borrow::Cow<'_, str> {
@@ -351,7 +356,7 @@ impl Run {
         let done = block < self.header.first_block || block < self.active_block(k);
         if done {
             if let Some(t) = self.texts.get(pos) {
-                return Some(Piece::Text(t.to_string()));
+                return Some(Piece::Text(t.clone()));
             }
         }
         let span = block * b..(block + 1) * b;
@@ -381,7 +386,7 @@ impl Run {
         let (mut texts, next) = detok::settled(&carry, &bytes[..cut], end);
         texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
         self.texts.truncate(span.start);
-        self.texts.extend(texts.into_iter().map(String::into_boxed_str));
+        self.texts.extend(texts);
         self.carries.truncate(block + 1);
         self.carries.push(next.into());
     }
@@ -678,7 +683,7 @@ impl Run {
         use std::mem::size_of;
         let pieces: usize = self.pieces.values().map(|p| p.len() + size_of::<(u32, Box<str>)>()).sum::<usize>()
             + self.raw.values().map(|b| b.len() + size_of::<(u32, Box<[u8]>)>()).sum::<usize>()
-            + self.texts.iter().map(|t| t.len() + size_of::<Box<str>>()).sum::<usize>()
+            + self.texts.iter().map(|t| t.heap_bytes() + size_of::<detok::Text>()).sum::<usize>()
             + self.carries.iter().map(|c| c.len() + size_of::<Box<[u8]>>()).sum::<usize>();
         self.cells.capacity() * size_of::<CellRec>()
             + self.steps.capacity() * size_of::<StepRec>()

@@ -375,6 +375,9 @@ impl Loop<'_> {
         let (mut texts, carry) = detok::settled(&self.carry, &bytes[..cut], end);
         // Cells after the output's end are dropped: their text reads on from nothing.
         texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
+        // As JSON spells them: one U+FFFD per invalid sequence (the step events' `bytes` keep
+        // the raw bytes).
+        let texts = texts.iter().map(detok::Text::lossy).collect();
         self.carry = carry;
         let ev = BlockEvent {
             block,

@@ -296,7 +296,8 @@ impl Cell {
 fn cell_text(v: &View, pos: usize) -> String {
     match v.run.cell_piece(pos, v.at) {
         Some(Piece::Text(t)) if t.is_empty() => glyph::PART.to_string(),
-        Some(Piece::Text(t)) => glyph::escape(&t, Mode::Cell).into_owned(),
+        // Invalid bytes as hex (`<F2>`), never `�`.
+        Some(Piece::Text(t)) => t.render(|s| glyph::escape(s, Mode::Cell).into_owned()),
         Some(Piece::Pending(b)) => detok::hex(&b),
         None => String::new(),
     }

@@ -22,6 +22,12 @@ fn quoted(text: &str) -> String {
     format!("\"{}\"", e.replace('\n', "↵"))
 }
 
+/// A token on its own: its text quoted, or, when it is not whole characters, its bytes as hex
+/// unquoted (`<FC>`), so that it never reads as a token whose text is "<FC>".
+fn label(run: &crate::store::Run, token: u32) -> String {
+    if run.is_raw(token) { run.token_label(token).into_owned() } else { quoted(run.piece(token)) }
+}
+
 /// Code points that had to be drawn as stand-ins, so that the user can tell `␇` from a bell.
 fn hidden_codepoints(text: &str) -> Option<String> {
     let odd: Vec<String> = text
@@ -76,7 +82,7 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
     let mut out = Vec::new();
     let token_line = |token: u32, extra: Vec<Span<'a>>| {
         let text = run.piece(token);
-        let mut l: Vec<Span> = kv(v, "token ", quoted(&run.token_label(token))).into();
+        let mut l: Vec<Span> = kv(v, "token ", label(run, token)).into();
         l.extend(kv(v, "  id ", token.to_string()));
         l.extend(extra);
         let mut lines = vec![Line::from(l)];
@@ -85,11 +91,17 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         }
         // A token that splits a character: its raw bytes, and what the cell shows for them.
         let shown = run.cell_piece(pos, v.at);
-        if shown.as_ref().is_some_and(|p| *p != Piece::Text(text.to_string())) {
+        let plain = |p: &Piece| matches!(p, Piece::Text(t) if t.valid() == Some(text)) && !run.is_raw(token);
+        if shown.as_ref().is_some_and(|p| !plain(p)) {
             let mut l: Vec<Span> = kv(v, "bytes ", hex_bytes(run.token_bytes(token))).into();
             let cell = match shown {
                 Some(Piece::Text(t)) if t.is_empty() => "completed by a later cell".to_string(),
-                Some(Piece::Text(t)) => quoted(&t),
+                // Bytes that are no character where they stand: the grid's hex, said so.
+                Some(Piece::Text(t)) if t.valid().is_none() => {
+                    let rest = t.render(|s| quoted(s));
+                    format!("{rest}  (invalid UTF-8)")
+                }
+                Some(Piece::Text(t)) => quoted(&t.display()),
                 _ => "waiting on a masked neighbour".to_string(),
             };
             l.extend(kv(v, "  text ", cell));
@@ -131,7 +143,7 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         }
         CellState::Masked { cand: Some(c) } => {
             out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
-            let mut l: Vec<Span> = kv(v, "best  ", quoted(&run.token_label(c.token))).into();
+            let mut l: Vec<Span> = kv(v, "best  ", label(run, c.token)).into();
             l.extend(kv(v, "  conf ", fixed(c.conf.into(), 3)));
             let newest = v.at.and_then(|k| run.trajectory(pos, k).last().map(|p| p.at));
             if let Some(m) = newest.and_then(|at| margin(run.top(pos, at))) {
@@ -219,7 +231,7 @@ fn ranked_spans<'a>(v: &View, top: &[Ranked], chosen: u32, width: usize) -> Vec<
         if left < 3 + p.len() {
             break;
         }
-        let q = quoted(&v.run.token_label(r.token));
+        let q = label(v.run, r.token);
         let (text, tw) = glyph::fit(&q, (left - p.len()).min(10));
         left -= tw + p.len();
         let style = if r.token == chosen { t.text() } else { t.dim() };
@@ -257,7 +269,7 @@ fn trajectory<'a>(v: &View, pos: usize, traj: &[TrajPoint], width: usize, room: 
             out.push(Line::from(l));
             continue;
         }
-        let q = quoted(&v.run.token_label(p.token));
+        let q = label(v.run, p.token);
         let (text, tw) = glyph::fit(&q, text_w);
         // Padded by display width: a wide character takes two columns.
         let text = format!("{text}{}", " ".repeat(text_w - tw));
@@ -307,6 +319,41 @@ mod tests {
         let text = snapshot_text(&render_panel(&app, 56, 12, render));
         assert!(text.contains("A4 96") && text.contains("🤖"), "{text}");
         insta::assert_snapshot!(text);
+    }
+
+    /// Invalid UTF-8 reads as hex in the grid's cell and here alike, never as `�`, and is not
+    /// said to be completed by a later cell.
+    #[test]
+    fn inspector_of_invalid_bytes_agrees_with_the_grid() {
+        use crate::events::Event;
+        // Token 6 (A0 E5) becomes FC, never UTF-8: " E4 BD" before it and "A5 BD" after it
+        // are then invalid too.
+        let mut events = synth::split_trace();
+        let fc = |token: u32, text: &mut String, bytes: &mut Option<Vec<u8>>| {
+            if token == 6 {
+                *text = "\u{FFFD}".into();
+                *bytes = Some(vec![0xFC]);
+            }
+        };
+        for e in &mut events {
+            if let Event::Step(s) = e {
+                s.committed.iter_mut().for_each(|c| fc(c.token, &mut c.text, &mut c.bytes));
+                s.masked.iter_mut().for_each(|c| fc(c.token, &mut c.text, &mut c.bytes));
+            }
+        }
+        let mut app = App::replay(events, "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let run = app.view().unwrap().run;
+        let cells: Vec<String> = (5..8).map(|p| run.cell_piece(p, run.head()).unwrap().display()).collect();
+        assert_eq!(cells, [" <E4 BD>", "<FC>", "<A5 BD>"]);
+        for (pos, want) in [(5, r#"text " "<E4 BD>  (invalid UTF-8)"#), (6, "text <FC>  (invalid UTF-8)"), (7, "text <A5 BD>  (invalid UTF-8)")] {
+            app.selected = Some(pos);
+            let text = snapshot_text(&render_panel(&app, 64, 12, render));
+            assert!(text.contains(want), "{text}");
+            assert!(!text.contains('\u{FFFD}') && !text.contains("completed by a later cell"), "{text}");
+        }
+        app.selected = Some(6);
+        insta::assert_snapshot!(snapshot_text(&render_panel(&app, 64, 12, render)));
     }
 
     /// A certain token's entropy comes out as -0.0 (or a hair below zero): shown as 0.000.

@@ -116,7 +116,7 @@ fn settled_text(run: &Run, pos: usize) -> Cow<'_, str> {
 /// neighbour leaves them incomplete.
 fn prose<'a>(run: &Run, pos: usize, k: Option<usize>) -> Cow<'a, str> {
     match run.cell_piece(pos, k) {
-        Some(Piece::Text(t)) => Cow::Owned(glyph::escape(&t, Mode::Prose).into_owned()),
+        Some(Piece::Text(t)) => Cow::Owned(t.render(|s| glyph::escape(s, Mode::Prose).into_owned())),
         Some(Piece::Pending(b)) => Cow::Owned(detok::hex(&b)),
         None => Cow::Borrowed(""),
     }
