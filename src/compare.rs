@@ -386,15 +386,15 @@ mod tests {
     fn headless_table_lists_both_kinds_of_cell_exactly() {
         let (a, b) = same_tokens_other_steps();
         let t = table(&compare(&a, &b), ["x", "y"]);
-        let expected = r"                   A                                                B
-settings           low_confidence_dynamic B=4 S=4 thr=0.85 greedy   low_confidence_dynamic B=4 S=2 thr=0.85 greedy
-tokens             10                                               10
-forwards           10                                               5
-steps              10                                               5
-blocks             3                                                3
-tokens/forward     1.000                                            2.000
-finish             length                                           length
-elapsed ms         75.0                                             37.5
+        let expected = r"                   A                                                        B
+settings           low_confidence_dynamic block 4 steps 4 thr=0.85 greedy   low_confidence_dynamic block 4 steps 2 thr=0.85 greedy
+tokens             10                                                       10
+forwards           10                                                       5
+steps              10                                                       5
+blocks             3                                                        3
+tokens/forward     1.000                                                    2.000
+finish             length                                                   length
+elapsed ms         75.0                                                     37.5
 outputs are identical
 blocks that differ: none
 steps per block (A/B): 1:2/1 2:4/2 3:4/2

@@ -127,7 +127,7 @@ pub fn exercise_trace(bytes: &[u8], render: bool) -> usize {
     let _ = store.run().map(|r| (r.head(), r.max_blocks(), r.step_span()));
     if render {
         let pacing = crate::record::Pacing { fps: 30.0, step_delay: 0.05, width: 80, height: 24, theme: &crate::ui::theme::DARK };
-        let _ = crate::record::record(read.events, "fuzz".into(), read.stopped, &pacing, "fuzz", std::io::sink(), "sink");
+        let _ = crate::record::record(read.events, Some("fuzz".into()), read.stopped, &pacing, "fuzz", std::io::sink(), "sink");
     }
     n
 }

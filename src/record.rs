@@ -76,15 +76,19 @@ pub fn default_title(events: &[Event]) -> String {
 
 /// The app a recording ends on: the whole trace, cursor at the end. Tests rebuild it to
 /// check a cast's last screen.
-pub fn final_app(events: Vec<Event>, label: String, stopped: Option<String>, p: &Pacing) -> App {
+/// `label` names the trace the screens show (`None`: a live decode, recorded by `record`).
+pub fn final_app(events: Vec<Event>, label: Option<String>, stopped: Option<String>, p: &Pacing) -> App {
     let mut app = cast_app(events, label, stopped, p);
     app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
     app
 }
 
 /// The app a recording draws: a replay of `events` at the cast's size and in its theme.
-fn cast_app(events: Vec<Event>, label: String, stopped: Option<String>, p: &Pacing) -> App {
-    let mut app = App::replay(events, label, stopped);
+fn cast_app(events: Vec<Event>, label: Option<String>, stopped: Option<String>, p: &Pacing) -> App {
+    let live = label.is_none();
+    let mut app = App::replay(events, label.unwrap_or_default(), stopped);
+    // A live decode recorded is no replay of a trace: the header says so.
+    app.recorded_live = live;
     app.size = Rect::new(0, 0, p.width, p.height);
     app.cast = true;
     app.theme = p.theme;
@@ -132,7 +136,7 @@ impl Frames {
 /// that fall within one frame interval are coalesced), the final screen, then a hold.
 pub fn record<W: Write>(
     events: Vec<Event>,
-    app_label: String,
+    app_label: Option<String>,
     stopped: Option<String>,
     p: &Pacing,
     title: &str,
@@ -196,7 +200,7 @@ mod tests {
     #[test]
     fn a_cast_shows_no_key_hints_and_no_paused_state() {
         let p = pacing(120, 36);
-        let cast = record(synth::trace(&Synth::small()), "t".into(), None, &p, "t", Vec::new(), "mem").unwrap();
+        let cast = record(synth::trace(&Synth::small()), Some("t".into()), None, &p, "t", Vec::new(), "mem").unwrap();
         let shown = screens(&cast, &p);
         assert!(shown.len() > 10, "{} frames", shown.len());
         for s in &shown {

@@ -215,7 +215,7 @@ impl DecodeSettings {
     /// A one-line summary for status bars and table headers.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "{} B={} S={}",
+            "{} block {} steps {}",
             self.strategy.name(),
             self.block_length,
             self.steps
@@ -252,6 +252,13 @@ mod tests {
 
     /// A sampled decode's summary names what makes two of them differ (compare showed two
     /// sides of different seeds as the same settings).
+    /// `B=4` read as compare's side B: the block length and steps are spelled out.
+    #[test]
+    fn the_summary_spells_out_block_and_steps() {
+        let s = DecodeSettings { strategy: Strategy::LowConfidenceStatic, ..DecodeSettings::default() }.summary();
+        assert_eq!(s, "low_confidence_static block 4 steps 4 greedy");
+    }
+
     #[test]
     fn a_sampled_summary_names_its_filters_and_seed() {
         let with = |sampling| DecodeSettings { sampling, ..DecodeSettings::default() }.summary();

@@ -229,8 +229,8 @@ fn compare_headless_prints_both_sides_and_where_they_differ() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("sequential B=4 S=4 greedy"), "{text}");
-    assert!(text.contains("low_confidence_dynamic B=4 S=4 thr=0.50 greedy"), "{text}");
+    assert!(text.contains("sequential block 4 steps 4 greedy"), "{text}");
+    assert!(text.contains("low_confidence_dynamic block 4 steps 4 thr=0.50 greedy"), "{text}");
     // Dynamic at 0.5 commits several tokens per pass on this model: fewer forwards than 16/1.
     let fwd: Vec<usize> = text
         .lines()
@@ -261,14 +261,14 @@ fn compare_headless_counts_cells_at_other_steps_and_other_tokens_exactly() {
         "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "16",
         "--strategy-a", "low_confidence_static", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5",
     ]);
-    let expected = "                   A                                      B
-settings           low_confidence_static B=4 S=4 greedy   low_confidence_dynamic B=4 S=4 thr=0.50 greedy
-tokens             16                                     16
-forwards           19                                     6
-steps              19                                     6
-blocks             5                                      5
-tokens/forward     0.842                                  2.667
-finish             length                                 length
+    let expected = "                   A                                              B
+settings           low_confidence_static block 4 steps 4 greedy   low_confidence_dynamic block 4 steps 4 thr=0.50 greedy
+tokens             16                                             16
+forwards           19                                             6
+steps              19                                             6
+blocks             5                                              5
+tokens/forward     0.842                                          2.667
+finish             length                                         length
 elapsed ms
 outputs diverge at token 2
 blocks that differ: 1 2 3 4 5

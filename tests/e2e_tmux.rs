@@ -395,7 +395,7 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
     args.extend(["--strategy-a", "sequential", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5"]);
     let t = Tmux::start("compare", &args, (120, 40));
     let s = t.wait_for("both settings and both finishes", |s| {
-        s.contains(" A sequential B=") && s.contains(" B low_confidence_dynamic B=") && s.matches("finished: ").count() >= 2
+        s.contains(" A sequential block ") && s.contains(" B low_confidence_dynamic block ") && s.matches("finished: ").count() >= 2
     });
     assert!(s.contains("thr=0.50") && s.contains("lock-step by step") && s.contains("● LIVE"), "{s}");
     assert!(s.contains("outputs "), "no comparison line:\n{s}");

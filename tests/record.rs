@@ -69,12 +69,13 @@ fn buffer_rows(buf: &Buffer) -> Vec<String> {
         .collect()
 }
 
-/// The TUI's final screen for the trace at `trace`, as `record` labels it.
-fn final_screen(trace: &Path, label: &str, stopped: bool, w: u16, h: u16) -> Vec<String> {
+/// The TUI's final screen for the trace at `trace`, as `record` labels it (`None`: a live
+/// decode, recorded).
+fn final_screen(trace: &Path, label: Option<&str>, stopped: bool, w: u16, h: u16) -> Vec<String> {
     let t = unmask::trace::read_file(trace).unwrap();
     assert_eq!(t.stopped.is_some(), stopped);
     let p = Pacing { fps: 30.0, step_delay: 0.05, width: w, height: h, theme: &unmask::ui::theme::DARK };
-    let app = final_app(t.events, label.into(), t.stopped, &p);
+    let app = final_app(t.events, label.map(str::to_string), t.stopped, &p);
     let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
     unmask::ui::render(&app, buf.area, &mut buf);
     buffer_rows(&buf)
@@ -92,11 +93,13 @@ fn record_writes_a_cast_that_replays_to_the_final_screen() {
     let args = ["record", "--model", MODEL, "--prompt", "ROMEO:", "--max-new-tokens", "24", "--cast", c, "--trace", t];
     unmask(&[&args[..], &["--width", "100", "--height", "32"]].concat());
     let played = play(&cast_path, W, H);
-    let expected = final_screen(&trace, c, false, W, H);
+    let expected = final_screen(&trace, None, false, W, H);
     assert_eq!(played, expected, "cast screen:\n{}\nTUI screen:\n{}", played.join("\n"), expected.join("\n"));
     assert!(played.iter().any(|l| l.contains("finished")), "{}", played.join("\n"));
+    // A live decode, recorded: not a replay, and not of the cast it is written to.
+    assert!(played[0].contains("· recorded") && !played[0].contains("replay") && !played[0].contains("out.cast"), "{}", played[0]);
     // The check can fail: the same decode at another size is another screen.
-    assert_ne!(played, final_screen(&trace, c, false, W - 10, H));
+    assert_ne!(played, final_screen(&trace, None, false, W - 10, H));
     assert!(std::panic::catch_unwind(|| play(&cast_path, W + 1, H)).is_err(), "a header of another size fails");
 }
 
@@ -107,7 +110,7 @@ fn replay_cast_paces_by_step_delay_and_fps() {
     let c = path.to_str().unwrap();
     // 0.01 s a step at 20 fps: at most one frame every 0.05 s, so steps are coalesced.
     unmask(&["replay", TRACE, "--cast", c, "--width", "100", "--height", "32", "--step-delay", "0.01", "--fps", "20"]);
-    assert_eq!(play(&path, W, H), final_screen(Path::new(TRACE), TRACE, false, W, H));
+    assert_eq!(play(&path, W, H), final_screen(Path::new(TRACE), Some(TRACE), false, W, H));
     let (_, events) = cast::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let times: Vec<f64> = events.iter().map(|e| e.0).collect();
     let frames = &times[..times.len() - 1];
@@ -130,7 +133,7 @@ fn a_corrupt_trace_records_up_to_its_last_good_event_and_warns() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(&format!("{}:7", bad.display())), "{err}");
-    assert_eq!(play(&path, W, H), final_screen(&bad, bad.to_str().unwrap(), true, W, H));
+    assert_eq!(play(&path, W, H), final_screen(&bad, Some(bad.to_str().unwrap()), true, W, H));
 }
 
 #[test]

@@ -33,7 +33,7 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: 
         events.push(ev.clone());
         writer.as_mut().map_or(Ok(()), |w| w.write(ev))
     })?;
-    crate::signals::finishing(|| write_cast(events, cast.display().to_string(), None, cast, (&pacing, cast_args.title.as_deref())))?;
+    crate::signals::finishing(|| write_cast(events, None, None, cast, (&pacing, cast_args.title.as_deref())))?;
     if fin.reason == FinishReason::Error {
         bail!("decode of the recording failed: {}", fin.error.unwrap_or_default());
     }
@@ -49,10 +49,10 @@ pub fn from_trace(file: &Path, cast: &Path, cast_args: &CastArgs, look: &LookArg
     if let Some(s) = &t.stopped {
         eprintln!("unmask: warning: trace stopped early: {}", crate::ui::glyph::escape_line(s));
     }
-    write_cast(t.events, file.display().to_string(), t.stopped, cast, (&pacing, cast_args.title.as_deref()))
+    write_cast(t.events, Some(file.display().to_string()), t.stopped, cast, (&pacing, cast_args.title.as_deref()))
 }
 
-fn write_cast(events: Vec<Event>, label: String, stopped: Option<String>, cast: &Path, (pacing, title): (&Pacing, Option<&str>)) -> Result<()> {
+fn write_cast(events: Vec<Event>, label: Option<String>, stopped: Option<String>, cast: &Path, (pacing, title): (&Pacing, Option<&str>)) -> Result<()> {
     let title = title.map_or_else(|| default_title(&events), str::to_string);
     let name = cast.display().to_string();
     write_atomically(cast, |w| {

@@ -73,6 +73,8 @@ pub struct App {
     /// Drawn for a recording (`record`, `replay --cast`): a cast cannot take keys, so it shows
     /// no key hints, and its cursor is placed step by step, so it shows no paused state.
     pub cast: bool,
+    /// A live decode drawn from its events by `unmask record`: not a replay of a trace.
+    pub recorded_live: bool,
     /// What has been typed at the `g` prompt, while it is open.
     pub goto: Option<String>,
     /// The text view's line starts of settled blocks (see `text`); a memo, not state.
@@ -115,6 +117,7 @@ impl App {
             size: Rect::new(0, 0, 120, 40),
             theme: &DARK,
             cast: false,
+            recorded_live: false,
             goto: None,
             text_cache: RefCell::default(),
             generation,

@@ -22,6 +22,8 @@ use super::app::{App, View};
 use super::cursor::Mode;
 use super::help::{self, KeyTable};
 use super::theme::{Theme, DARK};
+use super::fields::{self, Field};
+use super::glyph;
 use super::{grid, steps, text, timeline};
 use crate::compare::{compare, Comparison};
 use crate::events::Event;
@@ -410,11 +412,6 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     let t = app.theme;
     let brand = Span::styled(" unmask compare ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD));
     let mut left = vec![brand];
-    if let Some(r) = app.runs().next() {
-        let prompt = super::glyph::escape(r.header.shown_prompt(), super::glyph::Mode::Prose).replace('\n', "↵");
-        left.push(Span::styled(format!(" {} ", r.header.model.source), t.value()));
-        left.push(Span::styled(format!("prompt \"{}\"", super::glyph::fit(&prompt, 40).0), Style::default().fg(t.prompt_fg)));
-    }
     let align = match app.align {
         Align::Step => "lock-step by step",
         Align::Block => "aligned by block",
@@ -425,12 +422,35 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
         Mode::Playing => "▶ PLAYING",
     };
     let right = Line::from(vec![Span::styled(format!("{align} · "), t.dim()), Span::styled(format!("{mode} "), t.label())]);
-    let rw = right.width() as u16;
-    buf.set_line(area.x, area.y, &Line::from(left), area.width.saturating_sub(rw + 1));
+    let right_w = right.width();
+    if let Some(r) = app.runs().next() {
+        // The checkpoint's name and the prompt share the room; a cut prompt ends in `…"`.
+        let prompt = glyph::escape(r.header.shown_prompt(), glyph::Mode::Prose).replace('\n', "↵");
+        let room = (area.width as usize).saturating_sub(16 + right_w + 1);
+        let mut source = glyph::escape_line(&r.header.model.source).into_owned();
+        let share = (room / 3).max(8);
+        if glyph::width(&source) > share {
+            // A path's folder name says the most in the least room.
+            if let Some(name) = std::path::Path::new(&source).file_name() {
+                source = name.to_string_lossy().into_owned();
+            }
+        }
+        let source = glyph::fit_end(&source, share).into_owned();
+        let prompt_room = room.saturating_sub(glyph::width(&source) + 2 + 9).min(42);
+        left.push(Span::styled(format!(" {source} "), t.value()));
+        if prompt_room >= 4 {
+            let (cut, _) = glyph::fit(&prompt, prompt_room - 2);
+            left.push(Span::styled(format!("prompt \"{cut}\""), Style::default().fg(t.prompt_fg)));
+        }
+    }
+    let rw = right_w as u16;
+    let left = fields::cut_words(Line::from(left), area.width.saturating_sub(rw + 1) as usize);
+    buf.set_line(area.x, area.y, &left, area.width.saturating_sub(rw + 1));
     buf.set_line(area.right().saturating_sub(rw), area.y, &right, rw);
 }
 
-/// `A  sequential B=4 S=4 greedy  step 7/12  forwards 9  tokens 7  0.78 tok/fwd  finished: eos`.
+/// `A sequential block 4 steps 4 greedy  step 7/12  forwards 9  tokens 7  tok/fwd 0.78  finished: eos`;
+/// narrow, the figures shorten and go (least telling first), never cut.
 fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
     let t = app.theme;
     let mut spans = vec![Span::styled(format!(" {} ", NAMES[i]), t.title())];
@@ -448,18 +468,22 @@ fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
     let tpf = if fwd == 0 { 0.0 } else { tokens as f64 / fwd as f64 };
     // Both summaries padded to one width, so the figures after them line up.
     let pad = app.runs().map(|r| r.latest_settings().summary().len()).max().unwrap_or(0);
-    spans.push(Span::styled(format!("{:<pad$}", v.run.latest_settings().summary()), t.value()));
-    let kv = [
-        ("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1))),
-        ("forwards", fwd.to_string()),
-        ("tokens", tokens.to_string()),
-        ("tok/fwd", format!("{tpf:.2}")),
+    let summary = v.run.latest_settings().summary();
+    let kv = |k: &str, val: String| vec![Span::styled(format!(" {k} "), t.label()), Span::styled(val, t.value())];
+    let fields = vec![
+        // Padded so that both sides' figures line up, until the room runs short.
+        Field::new(vec![Span::styled(format!("{summary:<pad$}"), t.value())]).or(2, vec![Span::styled(summary.clone(), t.value())]),
+        Field::new(kv("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1)))),
+        Field::new(kv("forwards", fwd.to_string())).or(3, kv("fwd", fwd.to_string())).drop_at(6),
+        Field::new(kv("tokens", tokens.to_string())).or(3, kv("tok", tokens.to_string())).drop_at(5),
+        Field::new(kv("tok/fwd", format!("{tpf:.2}"))).drop_at(4),
+        Field::new(vec![Span::styled(format!("  {state}"), t.dim())])
+            .or(1, vec![Span::styled(format!(" {}", state.replace("finished", "ended")), t.dim())])
+            .or(3, vec![Span::styled(format!(" {}", state.replace("finished: ", "")), t.dim())])
+            .drop_at(7),
     ];
-    for (k, val) in kv {
-        spans.push(Span::styled(format!(" {k} "), t.label()));
-        spans.push(Span::styled(val, t.value()));
-    }
-    spans.push(Span::styled(format!("  {state}"), t.dim()));
+    let w = (area.width as usize).saturating_sub(spans[0].width());
+    spans.extend(fields::line(fields, "", w).spans);
     buf.set_line(area.x, area.y, &Line::from(spans), area.width);
 }
 
@@ -507,7 +531,7 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     if app.comparison().is_some_and(Comparison::sampled) {
         spans.push(Span::styled(" · sampled: draws differ too", t.dim()));
     }
-    buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+    buf.set_line(area.x, area.y, &fields::cut_words(Line::from(spans), area.width as usize), area.width);
 }
 
 /// The mark glyph's style: warn for another token, the accent for another step.
@@ -744,6 +768,22 @@ mod tests {
         assert!(!app.help);
         press(&mut app, KeyCode::Char('q'));
         assert!(app.quit);
+    }
+
+    /// At the smallest compare screen, mid-decode and paused: no figure is cut (`119 behind`
+    /// for 119 and more, `overall 7/2` for 7/258) and a cut prompt closes its quote.
+    #[test]
+    fn the_smallest_screen_cuts_no_figure() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..6 {
+            press(&mut app, KeyCode::Right);
+        }
+        let s = screen(&app, 80, 22);
+        let title = s.lines().next().unwrap();
+        assert!(title.contains("prompt \"") && title.trim_end().ends_with("⏸ PAUSED") && title.matches('"').count() == 2, "{s}");
+        assert!(!s.contains("B=4"), "{s}");
+        insta::assert_snapshot!(s);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
+use super::fields::{self, Field};
 use super::glyph::{self, Mode};
 use crate::detok::Piece;
 use crate::events::{MoeInfo, Route};
@@ -39,30 +40,40 @@ fn hidden_codepoints(text: &str) -> Option<String> {
     (!odd.is_empty()).then(|| odd.join(" "))
 }
 
-fn frame<'a>(v: &View) -> Block<'a> {
+/// The panel's border, its titles fitted to `width` columns (the border's own two and a
+/// space each side left out): fields go whole, never a figure cut.
+fn frame<'a>(v: &View, width: usize) -> Block<'a> {
     let t = v.theme;
     let b = v.run.block_length();
+    let room = width.saturating_sub(2);
     let mut title = vec![Span::styled(" Inspector ", t.title())];
     if let Some(pos) = v.focus {
-        title.push(Span::styled(format!("pos {pos} · block {} · cell {}/{b} ", pos / b, pos % b + 1), t.dim()));
+        let dim = |s: String| vec![Span::styled(s, t.dim())];
+        let fields = vec![
+            Field::new(dim(format!("pos {pos}"))),
+            Field::new(dim(format!("block {}", pos / b))).or(2, dim(format!("b{}", pos / b))).drop_at(4),
+            Field::new(dim(format!("cell {}/{b}", pos % b + 1))).or(1, dim(format!("{}/{b}", pos % b + 1))).drop_at(3),
+        ];
+        let l = fields::line(fields, " · ", room.saturating_sub(12));
+        title.extend(l.spans);
+        title.push(Span::raw(" "));
     }
     let why = if v.app.selected.is_some() { " selected · Esc follows the newest commit " } else { " the newest commit · ↑↓ Tab or click selects " };
-    Block::bordered()
-        .border_style(t.border())
-        .title(Line::from(title))
-        .title_bottom(Line::from(Span::styled(why, t.faint())).right_aligned())
+    let why = fields::cut_words(Line::from(Span::styled(why, t.faint())), room);
+    Block::bordered().border_style(t.border()).title(Line::from(title)).title_bottom(why.right_aligned())
 }
 
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
-    let block = frame(v);
+    let block = frame(v, area.width as usize);
     let inner = block.inner(area);
     block.render(area, buf);
     let lines = match v.focus {
         Some(pos) => cell_lines(v, pos, inner.width as usize, inner.height as usize),
         None => vec![Line::from(Span::styled("no cell yet: ↑↓/j/k/Tab or a click selects one", v.theme.dim()))],
     };
-    for (i, line) in lines.iter().take(inner.height as usize).enumerate() {
-        buf.set_line(inner.x, inner.y + i as u16, line, inner.width);
+    // Whatever is still too wide is cut between words and marked, never inside a figure.
+    for (i, line) in lines.into_iter().take(inner.height as usize).enumerate() {
+        buf.set_line(inner.x, inner.y + i as u16, &fields::cut_words(line, inner.width as usize), inner.width);
     }
 }
 
@@ -82,8 +93,12 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
     let mut out = Vec::new();
     let token_line = |token: u32, extra: Vec<Span<'a>>| {
         let text = run.piece(token);
-        let mut l: Vec<Span> = kv(v, "token ", label(run, token)).into();
-        l.extend(kv(v, "  id ", token.to_string()));
+        // The token gives way (cut, with `…`) before its id does.
+        let id = token.to_string();
+        let q = label(run, token);
+        let q = glyph::fit(&q, width.saturating_sub(6 + 5 + id.len()).max(3)).0.into_owned();
+        let mut l: Vec<Span> = kv(v, "token ", q).into();
+        l.extend(kv(v, "  id ", id));
         l.extend(extra);
         let mut lines = vec![Line::from(l)];
         if let Some(cp) = hidden_codepoints(text) {
@@ -117,17 +132,27 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         }
         CellState::Decoded(d) => {
             out.extend(token_line(d.token, vec![]));
-            let mut l: Vec<Span> = vec![Span::styled("decoded at ", t.label())];
             // 1-based, as the timeline and the steps list count (the trace's `step` is 0-based).
-            l.push(Span::styled(format!(" step {} ", d.step + 1), t.cell_style(d.step, span)));
-            l.push(Span::styled(format!(" of block {} · decode step {}", pos / run.block_length(), d.at + 1), t.dim()));
-            out.push(Line::from(l));
-            let mut l: Vec<Span> = kv(v, "conf ", fixed(d.conf.into(), 3)).into();
-            l.extend(kv(v, "  entropy ", format!("{} nats", fixed(d.entropy.into(), 3))));
+            // Narrow, the words shorten and the fields go before a figure would be cut.
+            let dim = |s: String| vec![Span::styled(s, t.dim())];
+            let block = pos / run.block_length();
+            let fields = vec![
+                Field::new(vec![Span::styled("decoded at ", t.label())]).drop_at(3),
+                Field::new(vec![Span::styled(format!(" step {} ", d.step + 1), t.cell_style(d.step, span))]),
+                Field::new(dim(format!(" of block {block}"))).or(2, dim(format!(" block {block}"))).or(5, dim(format!(" b{block}"))).drop_at(7),
+                Field::new(dim(format!(" · decode step {}", d.at + 1))).or(1, dim(format!(" · overall {}", d.at + 1))).or(4, dim(format!(" · #{}", d.at + 1))).drop_at(6),
+            ];
+            out.push(fields::line(fields, "", width));
+            let mut fields = vec![
+                Field::new(kv(v, "conf ", fixed(d.conf.into(), 3)).into()),
+                Field::new(kv(v, "entropy ", format!("{} nats", fixed(d.entropy.into(), 3))).into())
+                    .or(1, kv(v, "entropy ", fixed(d.entropy.into(), 3)).into())
+                    .drop_at(3),
+            ];
             if let Some(m) = margin(run.top(pos, d.at)) {
-                l.extend(kv(v, "  margin ", fixed(m.into(), 3)));
+                fields.push(Field::new(kv(v, "margin ", fixed(m.into(), 3)).into()).or(2, kv(v, "Δ ", fixed(m.into(), 3)).into()).drop_at(4));
             }
-            out.push(Line::from(l));
+            out.push(fields::line(fields, "  ", width));
             if pos >= run.output_end(v.at) {
                 out.push(Line::from(Span::styled("dropped: after the EOS or beyond max_new_tokens", t.warn())));
             }
@@ -143,13 +168,15 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         }
         CellState::Masked { cand: Some(c) } => {
             out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
-            let mut l: Vec<Span> = kv(v, "best  ", label(run, c.token)).into();
-            l.extend(kv(v, "  conf ", fixed(c.conf.into(), 3)));
+            let conf = fixed(c.conf.into(), 3);
+            let q = label(run, c.token);
+            let q = glyph::fit(&q, width.saturating_sub(6 + 7 + conf.len()).max(3)).0.into_owned();
+            let mut fields = vec![Field::new(kv(v, "best  ", q).into()), Field::new(kv(v, "conf ", conf).into())];
             let newest = v.at.and_then(|k| run.trajectory(pos, k).last().map(|p| p.at));
             if let Some(m) = newest.and_then(|at| margin(run.top(pos, at))) {
-                l.extend(kv(v, "  margin ", fixed(m.into(), 3)));
+                fields.push(Field::new(kv(v, "margin ", fixed(m.into(), 3)).into()).or(1, kv(v, "Δ ", fixed(m.into(), 3)).into()).drop_at(2));
             }
-            out.push(Line::from(l));
+            out.push(fields::line(fields, "  ", width));
         }
     }
     let Some(k) = v.at else { return out };
@@ -445,6 +472,35 @@ mod tests {
         let want = format!("margin {:.3}", top[0].p - top[1].p);
         assert!(text.contains(&want) && text.contains("top 3 per step"), "{want}\n{text}");
         insta::assert_snapshot!(text);
+    }
+
+    /// Words of a screen that carry a figure, the panel's border and quotes aside.
+    fn figures(s: &str) -> Vec<String> {
+        s.split(|c: char| c.is_whitespace() || "│┌┐└┘─\"".contains(c))
+            .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `decoded at  step 4  of block 132 · decode step 5` read as decode step 5 when it was
+    /// 514: at any width every figure is whole; words shorten and fields go instead.
+    #[test]
+    fn no_figure_is_ever_cut_in_the_inspector() {
+        let mut app = App::replay(synth::with_candidates(synth::trace(&Synth { new_tokens: 520, ..Synth::small() }), 3), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        app.selected = Some(520);
+        let wide = snapshot_text(&render_panel(&app, 200, 12, render));
+        assert!(wide.contains("of block 130 · decode step") && wide.contains("pos 520 · block 130 · cell 1/4"), "{wide}");
+        let mut whole = figures(&wide);
+        let at = wide.split("decode step ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
+        whole.extend([format!("#{at}"), "b130".into(), "1/4".into(), "3".into()]);
+        for w in 24..80 {
+            let s = snapshot_text(&render_panel(&app, w, 12, render));
+            for f in figures(&s).into_iter().filter(|f| !f.starts_with('.') && !f.contains('…') && !f.starts_with('Δ')) {
+                assert!(whole.contains(&f), "{w} columns: {f:?} is cut\n{s}");
+            }
+        }
+        insta::assert_snapshot!(snapshot_text(&render_panel(&app, 30, 12, render)));
     }
 
     #[test]

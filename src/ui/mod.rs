@@ -6,6 +6,7 @@
 pub mod app;
 pub mod compare;
 pub mod cursor;
+pub mod fields;
 pub mod glyph;
 pub mod goto;
 pub mod grid;
@@ -290,10 +291,11 @@ mod tests {
         }
         let mut replay = App::replay(events, "x".into(), None);
         replay.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
-        // The title says live or replay, and the footer lists the keys that work in each.
+        // The title says live or replay, the footer lists the keys that work in each, and at
+        // the end the timeline's badge says live or the end of the trace.
         let body = |s: String| {
             let lines: Vec<&str> = s.lines().collect();
-            lines[1..lines.len() - 1].join("\n")
+            lines[1..lines.len() - 1].join("\n").replace("■ END of trace", "        ● LIVE")
         };
         assert_eq!(body(screen(&live, 120, 36)), body(screen(&replay, 120, 36)));
         for a in [&mut live, &mut replay] {

@@ -9,6 +9,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
+use super::fields;
+use super::glyph;
 use crate::settings::{DecodeSettings, Schedule};
 use crate::format::fixed;
 
@@ -28,8 +30,10 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
         lines.extend(flow(pending_groups(v, p), w));
     }
     let chart_h = (inner.height as usize).saturating_sub(lines.len()).min(4);
-    for (i, line) in lines.iter().take(inner.height as usize).enumerate() {
-        buf.set_line(inner.x, inner.y + i as u16, line, inner.width);
+    // A group wider than the panel on its own is cut between words and marked, never inside
+    // a figure.
+    for (i, line) in lines.into_iter().take(inner.height as usize).enumerate() {
+        buf.set_line(inner.x, inner.y + i as u16, &fields::cut_words(line, w), inner.width);
     }
     if chart_h > 0 {
         let top = inner.y + inner.height - chart_h as u16;
@@ -45,14 +49,26 @@ fn flow<'a>(groups: Vec<Vec<Span<'a>>>, width: usize) -> Vec<Line<'a>> {
     }
     let mut lines: Vec<Vec<Span>> = vec![Vec::new()];
     let mut used = 0;
-    for g in groups {
+    // A group's trailing gap may hang past the edge.
+    let text_w = |g: &[Span]| g.iter().map(Span::width).sum::<usize>() - g.last().map_or(0, |s| s.width() - glyph::width(s.content.trim_end()));
+    for mut g in groups {
+        // Too wide for a line of its own: the value without its label (`strategy`), which the
+        // value names well enough.
+        if text_w(&g) > width && g.len() > 2 {
+            g.remove(0);
+        }
         let gw: usize = g.iter().map(Span::width).sum();
-        if used > 0 && used + gw > width {
+        if used > 0 && used + text_w(&g) > width {
             lines.push(Vec::new());
             used = 0;
         }
         used += gw;
         lines.last_mut().expect("never empty").extend(g);
+    }
+    for l in &mut lines {
+        if let Some(last) = l.last_mut() {
+            last.content = last.content.trim_end().to_string().into();
+        }
     }
     lines.into_iter().map(Line::from).collect()
 }
@@ -85,7 +101,10 @@ fn rates<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
 fn routing_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
     let (Some(k), Some(moe)) = (v.at, v.run.header.model.moe.as_ref()) else { return Vec::new() };
     let Some(e) = v.run.step(k).and_then(|s| s.experts) else { return Vec::new() };
-    let mut g = vec![kv(v, "experts/layer", format!("{:.1} ({}–{} of {})", e.mean, e.min, e.max, moe.experts))];
+    // The range is a group of its own, so that a narrow panel wraps it instead of cutting it.
+    let mut range = kv(v, "experts/layer", format!("{:.1}", e.mean));
+    range[2] = Span::raw(" ");
+    let mut g = vec![range, vec![Span::styled(format!("({}–{} of {})", e.min, e.max, moe.experts), v.theme.value()), Span::raw("   ")]];
     if let Some(mean) = v.run.experts_mean(k) {
         g.push(kv(v, "run mean", format!("{mean:.1}")));
     }
@@ -129,12 +148,10 @@ fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
 fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let finished = v.run.finish.is_some();
     let when = if finished { "R restarts with it" } else { "from the next block · R restarts now" };
-    let thr = p.threshold_knob().map_or(String::new(), |(name, value)| format!(" {name} {}", fixed(value.into(), 2)));
+    let thr = p.threshold_knob().map_or(String::new(), |(name, value)| format!("{name} {} ", fixed(value.into(), 2)));
     vec![
-        vec![
-            Span::styled("pending ", v.theme.warn()),
-            Span::styled(format!("{}{thr} steps {}   ", p.strategy.name(), p.steps), v.theme.value()),
-        ],
+        vec![Span::styled("pending ", v.theme.warn()), Span::styled(format!("{} ", p.strategy.name()), v.theme.value())],
+        vec![Span::styled(format!("{thr}steps {}   ", p.steps), v.theme.value())],
         vec![Span::styled(when, v.theme.dim())],
     ]
 }
@@ -205,6 +222,18 @@ mod tests {
         app.on_key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));
         assert!(!s.contains("since block") && s.contains("steps 4"), "{s}");
+    }
+
+    /// A narrow panel (the stacked layout's half width) wraps its groups; what still does not
+    /// fit is cut between words with `…`, never inside a figure.
+    #[test]
+    fn narrow_stats_never_cut_a_figure() {
+        let events = synth::with_routes(synth::trace(&Synth::small()), &synth::sdar_moe_layout());
+        let mut app = App::replay(events, "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let text = snapshot_text(&render_panel(&app, 30, 12, render));
+        assert!(text.contains("of 128)"), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

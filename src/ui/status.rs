@@ -7,6 +7,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 
 use super::app::{App, Level, Source, View};
+use super::fields::{self, Field};
 use super::glyph::{self, Mode};
 use super::theme::Theme;
 use crate::events::FinishReason;
@@ -43,32 +44,57 @@ fn source_label(source: &str) -> String {
     glyph::fit_end(&glyph::escape_line(&short), 32).into_owned()
 }
 
+/// The title: the checkpoint, its size and device, the prompt, and the state of the decode at
+/// the right. Every part gets a fair share: narrow, the replay's path shortens to its file
+/// name, the checkpoint's name and the model's figures shorten, then go, before the prompt
+/// does; whatever is cut ends in `…` (the prompt's quote closes after it).
 pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
     let t = v.theme;
     let h = &v.run.header;
     let m = &h.model;
-    let right = Line::from(state(v));
-    let mut left = vec![
-        brand(t),
-        Span::styled(format!(" {} ", source_label(&m.source)), t.value()),
-        Span::styled(format!("{} · {} params · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device), t.dim()),
-        Span::styled("   prompt ", t.label()),
+    let width = area.width as usize;
+    let source = source_label(&m.source);
+    let dim = |s: String| vec![Span::styled(s, t.dim())];
+    let prompt = glyph::escape(h.shown_prompt(), Mode::Prose).replace('\n', "↵");
+    // The prompt's share: what it needs up to 24 columns; it takes whatever is left after.
+    let share = glyph::width(&prompt).min(24) + 2;
+    let fields = vec![
+        Field::new(vec![brand(t)]),
+        Field::new(vec![Span::styled(format!(" {source} "), t.value())])
+            .or(3, vec![Span::styled(format!(" {} ", glyph::fit_end(&source, 16)), t.value())])
+            .drop_at(6),
+        Field::new(dim(format!("{} · {} params · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device)))
+            .or(2, dim(format!("{} · {} · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device)))
+            .or(4, dim(format!("{} · {}", m.model_type, human(m.num_params))))
+            .drop_at(5),
+        Field::new(vec![Span::styled("   prompt ", t.label()), Span::raw(" ".repeat(share))])
+            .or(5, vec![Span::raw("  "), Span::raw(" ".repeat(share))])
+            .drop_at(7),
+        state(v),
     ];
-    // The prompt gets whatever the rest leaves.
-    let used: usize = left.iter().map(Span::width).sum::<usize>() + right.width() + 2;
-    let room = (area.width as usize).saturating_sub(used);
-    let prompt = format!("\"{}\"", glyph::escape(h.shown_prompt(), Mode::Prose).replace('\n', "↵"));
-    let (prompt, _) = glyph::fit(&prompt, room.min(60));
-    if room < 8 {
-        left.pop();
-    } else {
-        left.push(Span::styled(prompt.into_owned(), Style::default().fg(t.prompt_fg)));
+    let (mut chosen, _) = fields::choose(fields, 0, width.saturating_sub(1));
+    let right = Line::from(chosen.pop().flatten().unwrap_or_default());
+    let mut left: Vec<Span> = Vec::new();
+    let prompt_at = chosen.len() - 1;
+    for (i, f) in chosen.into_iter().enumerate() {
+        let Some(mut f) = f else { continue };
+        if i == prompt_at {
+            // The prompt's placeholder gives way to the prompt, in all the room left.
+            f.pop();
+            let used = left.iter().chain(&f).map(Span::width).sum::<usize>() + right.width() + 1;
+            let room = width.saturating_sub(used).min(62);
+            let (cut, _) = glyph::fit(&prompt, room.saturating_sub(2));
+            f.push(Span::styled(format!("\"{cut}\""), Style::default().fg(t.prompt_fg)));
+        }
+        left.extend(f);
     }
-    split_line(area, buf, &Line::from(left), &right);
+    let left = fields::cut_words(Line::from(left), width.saturating_sub(right.width() + 1));
+    split_line(area, buf, &left, &right);
 }
 
-/// What the decode is doing: decoding, paused, finished (and why), restarting.
-fn state<'a>(v: &View) -> Vec<Span<'a>> {
+/// What the decode is doing: decoding, paused, finished (and why), restarting; and what it
+/// is: live, a replay of a trace (its path, or only its file name when narrow), recorded.
+fn state<'a>(v: &View) -> Field<'a> {
     let t = v.theme;
     let bold = |c| Style::default().fg(c).add_modifier(Modifier::BOLD);
     let mut s = Vec::new();
@@ -90,11 +116,23 @@ fn state<'a>(v: &View) -> Vec<Span<'a>> {
             Span::styled(format!("{word} "), bold(c))
         }
     });
+    let with = |tail: String| {
+        let mut l = s.clone();
+        l.push(Span::styled(tail, t.dim()));
+        l
+    };
     match &v.app.source {
-        Source::Live { .. } => s.push(Span::styled("· live ", t.dim())),
-        Source::Replay { path, .. } => s.push(Span::styled(format!("· replay {path} "), t.dim())),
+        Source::Live { .. } => Field::new(with("· live ".into())),
+        Source::Replay { .. } if v.app.recorded_live => Field::new(with("· recorded ".into())),
+        Source::Replay { path, .. } => {
+            let name = std::path::Path::new(path).file_name().map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+            let name = glyph::escape_line(&name).into_owned();
+            Field::new(with(format!("· replay {} ", glyph::escape_line(path))))
+                .or(1, with(format!("· replay {name} ")))
+                .or(3, with(format!("· replay {} ", glyph::fit_end(&name, 16))))
+                .or(6, s.clone())
+        }
     }
-    s
 }
 
 /// The hints a live screen shows; the line is cut from the left when it is narrow.
@@ -150,6 +188,37 @@ mod tests {
         assert_eq!(source_label("/work/main/tests/fixtures/tiny-sdar-chat"), "…n/tests/fixtures/tiny-sdar-chat");
         assert_eq!(glyph::width(&source_label("/work/main/tests/fixtures/tiny-sdar-chat")), 32);
         assert_eq!(source_label("embedded:tiny-sdar"), "embedded:tiny-sdar");
+    }
+
+    /// A replay's title keeps the prompt (its quote closed) at 140 and 120 columns: the path
+    /// shortens to its file name and the checkpoint's name with `…`; no word is cut without
+    /// `…` (`bf16` showed as `bf`).
+    #[test]
+    fn a_replay_title_gives_the_prompt_its_share() {
+        use crate::synth::{self, Synth};
+        use crate::ui::testing::{render_panel, snapshot_text};
+        let mut events = synth::trace(&Synth::small());
+        if let crate::events::Event::Header(h) = &mut events[0] {
+            h.model.source = "/work/main/tests/fixtures/tiny-sdar-chat".into();
+            h.model.dtype = "bf16".into();
+            h.prompt = "≈ ∑ 你好 ∫ x² dx".into();
+        }
+        let app = App::replay(events, "/tmp/wtZ/chat.jsonl".into(), None);
+        let title_panel = |v: &View, area: Rect, buf: &mut Buffer| title(v, area, buf);
+        let mut shots = Vec::new();
+        for w in [140, 120, 100, 80, 60] {
+            let s = snapshot_text(&render_panel(&app, w, 1, title_panel));
+            assert!(s.contains("finished: length"), "{w}: {s}");
+            if w >= 100 {
+                assert!(s.contains("prompt \"≈ ∑ 你好 ∫ x² dx\""), "{w}: {s}");
+            }
+            if w >= 120 {
+                assert!(s.contains("bf16 · cpu"), "{w}: {s}");
+            }
+            assert!(!s.contains(" bf ") && !s.contains("bf…"), "{w}: {s}");
+            shots.push(s);
+        }
+        insta::assert_snapshot!(shots.concat());
     }
 
     #[test]
