@@ -117,7 +117,8 @@ pub enum Command {
     Trace {
         #[command(flatten)]
         decode: DecodeArgs,
-        /// Write the trace here instead of stdout.
+        /// Write the trace here instead of stdout (`-`: stdout). Never an input of the decode:
+        /// the prompt file or a file of the checkpoint folder is refused.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
@@ -146,7 +147,7 @@ pub enum Command {
         /// Which table, for CSV (JSON holds all three; SVG draws the step map).
         #[arg(long, value_enum, default_value = "tokens")]
         table: ExportTable,
-        /// Write here instead of stdout.
+        /// Write here instead of stdout (`-`: stdout); never the trace read.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
@@ -157,7 +158,7 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Write an asciicast v2 file of the replay instead of opening the TUI (no terminal
-        /// needed).
+        /// needed; `-`: to stdout).
         #[arg(long, value_name = "FILE")]
         cast: Option<PathBuf>,
         #[command(flatten)]
@@ -168,10 +169,12 @@ pub enum Command {
     Record {
         #[command(flatten)]
         decode: DecodeArgs,
-        /// The asciicast file to write.
+        /// The asciicast file to write (`-`: stdout). Checked before the decode starts; never
+        /// the prompt file or a file of the checkpoint folder.
         #[arg(long, value_name = "FILE")]
         cast: PathBuf,
-        /// Also write the decode's trace here.
+        /// Also write the decode's trace here, line by line as it decodes (`-`: stdout).
+        /// Never the prompt file or a file of the checkpoint folder.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         #[command(flatten)]
@@ -211,7 +214,7 @@ pub struct BenchArgs {
     /// Timed decodes per configuration (the medians are reported).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 3)]
     pub repeat: usize,
-    /// Also write the results as JSON here.
+    /// Also write the results as JSON here (never a file of the checkpoint folder).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }

@@ -2,7 +2,11 @@
 //!
 //! - [`refuse_clashes`]: an output that is an input (the same file by device and inode, so
 //!   through symlinks and hard links too) or another output is refused with a one-line error
-//!   before anything is opened for writing.
+//!   before anything is opened for writing. The inputs of a decode are its `--prompt-file`
+//!   and every file of the checkpoint folder it loads ([`crate::session::decode_inputs`]).
+//! - [`check_writable`]: a finished output is checked before the work that fills it (a
+//!   folder, a missing or read-only folder fail at once, not after a long decode).
+//! - `-` as an output is stdout ([`is_stdout`]), as it is stdin for the inputs.
 //! - [`write_atomically`]: a finished output (a cast, an export) is written to a temporary
 //!   file in the same folder and renamed over the target, so a failure or an interruption
 //!   leaves either the old file or the whole new one. Streamed outputs (`trace --out`,
@@ -34,24 +38,67 @@ fn identity(path: &Path) -> Identity {
     Identity::New(dir.join(path.file_name().unwrap_or_default()))
 }
 
+/// Whether an output path is `-`, which means stdout (as `-` means stdin for an input).
+pub fn is_stdout(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
 /// Fails if any output is one of `inputs` or the same file as another output.
-/// `outputs` and `inputs` are `(flag or role, path)` pairs, named in the error.
+/// `outputs` and `inputs` are `(flag or role, path)` pairs, named in the error. An output `-`
+/// is stdout and an input `-` stdin: neither is a file, but two outputs cannot both be stdout.
 pub fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
     for (i, (role, out)) in outputs.iter().enumerate() {
+        if is_stdout(out) {
+            if let Some((other_role, _)) = outputs[..i].iter().find(|(_, o)| is_stdout(o)) {
+                bail!("{role} - and {other_role} - would both write to stdout; give one of them a file");
+            }
+            continue;
+        }
         let id = identity(out);
         for (in_role, input) in inputs {
-            if identity(input) == id {
+            if !is_stdout(input) && identity(input) == id {
                 bail!("{}: {role} would overwrite the {in_role} ({}); choose another path", out.display(), input.display());
             }
         }
         // (/dev/null, or a terminal, may take two outputs)
         let device = std::fs::metadata(out).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
         for (other_role, other) in &outputs[..i] {
-            if !device && identity(other) == id {
+            if !device && !is_stdout(other) && identity(other) == id {
                 bail!("{}: {role} and {other_role} are the same file; choose two paths", out.display());
             }
         }
     }
+    Ok(())
+}
+
+/// Checks, before the work that fills it, that [`write_atomically`] can write `path` (`flag`
+/// names it in the error): not a folder; if a file, one the user may write; its folder exists
+/// and takes a new file (a temporary file is created there and deleted). A device or a FIFO
+/// is written in place and not opened here (a FIFO would wait for its reader); `-` is stdout.
+pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
+    if is_stdout(path) {
+        return Ok(());
+    }
+    let name = path.display();
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    match std::fs::metadata(&target) {
+        Ok(m) if m.is_dir() => bail!("{flag} {name}: is a folder; name a file"),
+        Ok(m) if m.is_file() => {
+            std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("{flag} {name}: cannot write"))?;
+        }
+        Ok(_) => return Ok(()),
+        Err(_) => {}
+    }
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{flag} {name}: {} is not a folder", dir.display()),
+        Err(e) => return Err(e).with_context(|| format!("{flag} {name}: cannot use the folder {}", dir.display())),
+    }
+    tempfile::Builder::new()
+        .prefix(".unmask-check.")
+        .tempfile_in(dir)
+        .with_context(|| format!("{flag} {name}: cannot create a file in {}", dir.display()))?;
     Ok(())
 }
 
@@ -167,6 +214,35 @@ mod tests {
         let e = err(refuse_clashes(&[("--cast", &o), ("--trace", &again)], &[]));
         assert_eq!(e, format!("{}: --trace and --cast are the same file; choose two paths", again.display()));
         refuse_clashes(&[("--cast", &o), ("--trace", &d.path().join("p"))], &[]).unwrap();
+    }
+
+    #[test]
+    fn a_dash_is_stdout_and_stdin_never_a_file_but_two_outputs_cannot_share_stdout() {
+        let dash = Path::new("-");
+        refuse_clashes(&[("--out", dash)], &[("trace", dash), ("--prompt-file", dash)]).unwrap();
+        let e = err(refuse_clashes(&[("--cast", dash), ("--trace", dash)], &[]));
+        assert_eq!(e, "--trace - and --cast - would both write to stdout; give one of them a file");
+        check_writable("--cast", dash).unwrap();
+    }
+
+    #[test]
+    fn check_writable_refuses_what_an_atomic_write_would_fail_on() {
+        let d = tempfile::tempdir().unwrap();
+        let e = err(check_writable("--cast", d.path()));
+        assert_eq!(e, format!("--cast {}: is a folder; name a file", d.path().display()));
+        let missing = d.path().join("no/such/x.cast");
+        let e = err(check_writable("--cast", &missing));
+        assert!(e.starts_with(&format!("--cast {}: cannot use the folder", missing.display())) && e.contains("No such file"), "{e}");
+        let file = d.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let under_a_file = file.join("x.cast");
+        assert!(err(check_writable("--cast", &under_a_file)).contains("is not a folder"));
+        check_writable("--cast", &d.path().join("new.cast")).unwrap();
+        check_writable("--cast", &file).unwrap();
+        check_writable("--cast", Path::new("/dev/null")).unwrap();
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("f")], "nothing created, nothing left");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "x", "not truncated");
     }
 
     #[test]

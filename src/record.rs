@@ -143,6 +143,23 @@ pub fn record<W: Write>(
     out: W,
     out_label: &str,
 ) -> Result<W> {
+    record_until(events, app_label, stopped, p, title, out, out_label, &|| false)
+}
+
+/// [`record`], asking `stop` before each frame: once it says yes (a signal came while
+/// rendering), the cast ends on the frames already written, the last of them held for
+/// [`HOLD`] seconds and the cursor shown again, so the file is still a whole cast.
+#[allow(clippy::too_many_arguments)]
+pub fn record_until<W: Write>(
+    events: Vec<Event>,
+    app_label: Option<String>,
+    stopped: Option<String>,
+    p: &Pacing,
+    title: &str,
+    out: W,
+    out_label: &str,
+    stop: &dyn Fn() -> bool,
+) -> Result<W> {
     p.validate()?;
     let mut cast = CastWriter::new(out, out_label, &CastHeader::new(p.width, p.height, title))?;
     let mut frames = Frames::new(p)?;
@@ -151,6 +168,10 @@ pub fn record<W: Write>(
     let mut last: Option<f64> = None;
     let head = app.store.run().and_then(|r| r.head());
     for k in 0..=head.unwrap_or(0) {
+        if stop() {
+            cast.output(last.unwrap_or(0.0) + HOLD, END)?;
+            return cast.finish();
+        }
         let mut tk = k as f64 * p.step_delay;
         if let Some(l) = last.filter(|l| tk - l < interval - 1e-9) {
             // Sooner than a frame after the last one: skipped, except the last step, which
@@ -209,6 +230,28 @@ mod tests {
             }
         }
         assert!(shown[0].contains("overall 1/26"), "{}", shown[0]);
+    }
+
+    /// A signal while rendering: the cast ends on the frames rendered so far, still whole
+    /// (it parses, its times grow, its last event shows the cursor again).
+    #[test]
+    fn a_stopped_recording_is_a_whole_cast_of_the_frames_so_far() {
+        let p = pacing(120, 36);
+        let full = record(synth::trace(&Synth::small()), Some("t".into()), None, &p, "t", Vec::new(), "mem").unwrap();
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 5
+        };
+        let cut = record_until(synth::trace(&Synth::small()), Some("t".into()), None, &p, "t", Vec::new(), "mem", &stop).unwrap();
+        let (_, all) = crate::cast::parse(std::str::from_utf8(&full).unwrap()).unwrap();
+        let (_, part) = crate::cast::parse(std::str::from_utf8(&cut).unwrap()).unwrap();
+        assert_eq!(part.len(), 6, "five frames and the end");
+        assert!(all.len() > part.len());
+        assert_eq!(part[..5], all[..5], "the same frames, up to the stop");
+        assert_eq!(part[5].2, END);
+        assert_eq!(part[5].0, part[4].0 + HOLD);
+        assert_eq!(screens(&cut, &p)[4], screens(&full, &p)[4]);
     }
 
     #[test]

@@ -191,6 +191,36 @@ pub fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
     Ok((Source::Dir(snapshot), name))
 }
 
+/// The files a decode reads, `(role, path)` for [`crate::output::refuse_clashes`]: the
+/// `--prompt-file` (not `-`, stdin) and every file of the checkpoint folder it loads (`--model
+/// DIR`, or the snapshot a hub id resolves to, whose files are symlinks into `blobs/`: they
+/// are compared by device and inode). The embedded model has no files. Resolving a hub id
+/// may fail as loading it would, with the same error.
+pub fn decode_inputs(args: &DecodeArgs) -> Result<Vec<(&'static str, std::path::PathBuf)>> {
+    let mut inputs = Vec::new();
+    if let Some(p) = args.prompt_file.as_ref().filter(|p| !crate::output::is_stdout(p)) {
+        inputs.push(("--prompt-file", p.clone()));
+    }
+    if args.model.is_some() {
+        if let (Source::Dir(dir), _) = model_source(args)? {
+            match std::fs::read_dir(&dir) {
+                Ok(entries) => inputs.extend(entries.flatten().map(|e| ("checkpoint file", e.path()))),
+                // Not a folder (loading it will say why); the path itself is still an input.
+                Err(_) => inputs.push(("checkpoint", dir)),
+            }
+        }
+    }
+    Ok(inputs)
+}
+
+/// Refuses `outputs` (`(flag, path)`) that are one of the decode's inputs ([`decode_inputs`])
+/// or one another: called before the checkpoint loads.
+pub fn refuse_overwriting_inputs(args: &DecodeArgs, outputs: &[(&str, &Path)]) -> Result<()> {
+    let inputs = decode_inputs(args)?;
+    let inputs: Vec<(&str, &Path)> = inputs.iter().map(|(r, p)| (*r, p.as_path())).collect();
+    crate::output::refuse_clashes(outputs, &inputs)
+}
+
 /// `--model` as a hub id: it reads as ORG/NAME and no such folder exists.
 fn hub_id(args: &DecodeArgs) -> Option<String> {
     let m = args.model.as_ref()?;

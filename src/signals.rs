@@ -85,8 +85,13 @@ fn on_signal(sig: i32) {
     drop(subscribers);
     std::thread::spawn(move || {
         std::thread::sleep(GRACE);
-        while FINISHING.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(Duration::from_millis(50));
+        if FINISHING.load(Ordering::SeqCst) > 0 {
+            while FINISHING.load(Ordering::SeqCst) > 0 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // The recording is written: `main` exits on its own, with its own message, unless
+            // it is wedged after that.
+            std::thread::sleep(GRACE);
         }
         cut_short(sig, &format!(" (did not finish within {} s)", GRACE.as_secs()));
     });
@@ -102,7 +107,9 @@ fn cut_short(sig: i32, why: &str) -> ! {
 
 /// Runs `f`, work that finishes a recording after its decode (rendering a cast): the grace
 /// period after a signal waits for it, however long it takes (a second signal still ends
-/// the process at once).
+/// the process at once). A signal that comes during `f` with nothing subscribed still ends
+/// the process at once: to be told of it instead, subscribe around `f` (`record` does, and
+/// stops rendering at the next frame).
 pub fn finishing<T>(f: impl FnOnce() -> T) -> T {
     struct Done;
     impl Drop for Done {

@@ -156,3 +156,186 @@ fn an_interrupted_trace_out_ends_on_its_finish_event() {
     assert_eq!(code, Some(129), "{err}");
     cancelled_trace(&trace);
 }
+
+/// A copy of the fixture checkpoint in `dir/ckpt`.
+fn copy_checkpoint(dir: &Path) -> PathBuf {
+    let c = dir.join("ckpt");
+    std::fs::create_dir(&c).unwrap();
+    for f in std::fs::read_dir(root().join(MODEL)).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, c.join(f.file_name().unwrap())).unwrap();
+    }
+    c
+}
+
+/// Every file of `dir`, by name, with its bytes.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `trace --model c --out c/model.safetensors` destroyed the checkpoint (exit 0); so did
+/// `--out p.txt` of `--prompt-file p.txt`. Every output of a command that decodes is refused
+/// before anything loads, when it is the prompt file or a file of the checkpoint folder.
+#[test]
+fn a_decode_output_that_is_one_of_its_inputs_is_refused_before_loading() {
+    let d = tempfile::tempdir().unwrap();
+    let c = copy_checkpoint(d.path());
+    let before = contents(&c);
+    let prompt = d.path().join("p.txt");
+    std::fs::write(&prompt, "hello").unwrap();
+    let cast = d.path().join("x.cast");
+    let model = ["--model", s(&c), "--max-new-tokens", "8"];
+    for name in ["model.safetensors", "config.json", "tokenizer.json"] {
+        let f = c.join(name);
+        // by another spelling of the same path, and through a symlink
+        let dotted = c.join("..").join("ckpt").join(name);
+        let link = d.path().join(format!("link-{name}"));
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        for out in [&f, &dotted, &link] {
+            let want = |flag: &str| format!("{}: {flag} would overwrite the checkpoint file ({})", s(out), s(&f));
+            refused(&[&["trace"][..], &model, &["--out", s(out)]].concat(), &want("--out"));
+            refused(&[&["record"][..], &model, &["--cast", s(out)]].concat(), &want("--cast"));
+            refused(&[&["record"][..], &model, &["--cast", s(&cast), "--trace", s(out)]].concat(), &want("--trace"));
+            refused(&[&["bench"][..], &model, &["--json", s(out)]].concat(), &want("--json"));
+        }
+    }
+    assert_eq!(contents(&c), before, "the checkpoint is untouched");
+    let p = ["--prompt-file", s(&prompt)];
+    let want = |flag: &str| format!("{}: {flag} would overwrite the --prompt-file ({})", s(&prompt), s(&prompt));
+    refused(&[&["trace"][..], &model, &p, &["--out", s(&prompt)]].concat(), &want("--out"));
+    refused(&[&["record"][..], &model, &p, &["--cast", s(&prompt)]].concat(), &want("--cast"));
+    refused(&[&["record"][..], &model, &p, &["--cast", s(&cast), "--trace", s(&prompt)]].concat(), &want("--trace"));
+    // the embedded model: only the prompt file is an input
+    refused(&["trace", "--prompt-file", s(&prompt), "--out", s(&prompt)], &want("--out"));
+    assert_eq!(std::fs::read_to_string(&prompt).unwrap(), "hello");
+    assert!(!cast.exists());
+    // A new file in the checkpoint's folder is no input.
+    let out = unmask(&[&["trace"][..], &model, &["--out", s(&c.join("new.jsonl"))]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A hub id's snapshot holds symlinks into `blobs/`: an output that is a blob, or a snapshot
+/// link, is the checkpoint's file.
+#[test]
+fn an_output_into_a_hub_snapshot_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let repo = d.path().join("models--test--tiny");
+    let hash = "0123456789abcdef0123456789abcdef01234567";
+    let snap = repo.join("snapshots").join(hash);
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::write(repo.join("refs/main"), hash).unwrap();
+    for (i, f) in std::fs::read_dir(root().join(MODEL)).unwrap().enumerate() {
+        let f = f.unwrap().path();
+        let blob = repo.join("blobs").join(format!("b{i}"));
+        std::fs::copy(&f, &blob).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/b{i}"), snap.join(f.file_name().unwrap())).unwrap();
+    }
+    let run = |out: &Path| {
+        Command::new(BIN)
+            .current_dir(root())
+            .env("HF_HUB_CACHE", d.path())
+            .args(["trace", "--model", "test/tiny", "--max-new-tokens", "8", "--out", s(out)])
+            .output()
+            .unwrap()
+    };
+    let ok = run(&d.path().join("t.jsonl"));
+    assert!(ok.status.success(), "the hub checkpoint decodes: {}", String::from_utf8_lossy(&ok.stderr));
+    let blobs = contents(&repo.join("blobs"));
+    let target = std::fs::canonicalize(snap.join("model.safetensors")).unwrap();
+    for out in [snap.join("model.safetensors"), target.clone()] {
+        let o = run(&out);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("--out would overwrite the checkpoint file") && err.contains("model.safetensors"), "{err}");
+    }
+    assert_eq!(contents(&repo.join("blobs")), blobs, "no blob was touched");
+}
+
+/// `--cast` was only tried after the whole decode and render: a folder, a missing folder
+/// lost the decode. Refused before the checkpoint loads, as the trace is not even created.
+#[test]
+fn record_checks_its_cast_before_decoding() {
+    let d = tempfile::tempdir().unwrap();
+    let trace = d.path().join("t.jsonl");
+    let missing = d.path().join("no/such/x.cast");
+    for (cast, want) in [
+        (d.path().to_path_buf(), format!("--cast {}: is a folder; name a file", s(d.path()))),
+        (missing.clone(), format!("--cast {}: cannot use the folder", s(&missing))),
+    ] {
+        let mut args = vec!["record", "--cast", s(&cast), "--trace", s(&trace)];
+        args.extend(LONG);
+        let t0 = Instant::now();
+        refused(&args, &want);
+        assert!(t0.elapsed() < Duration::from_secs(5), "refused after {:?}", t0.elapsed());
+        assert!(!trace.exists(), "refused before the decode started");
+    }
+}
+
+/// A signal once the decode is done, while the cast renders, cut the run short and deleted
+/// the cast's temporary file: no cast. Now rendering stops and the frames so far are a whole
+/// cast; the trace (written during the decode) is whole too.
+#[test]
+fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
+    let d = tempfile::tempdir().unwrap();
+    let (cast, trace) = (d.path().join("c.cast"), d.path().join("c.jsonl"));
+    let mut args = vec!["record", "--cast", s(&cast), "--trace", s(&trace)];
+    args.extend(LONG);
+    let mut child = spawn(&args);
+    // The temporary cast appears when the rendering starts.
+    let rendering = || {
+        std::fs::read_dir(d.path()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".unmask-tmp"))
+    };
+    let start = Instant::now();
+    while !rendering() {
+        assert!(start.elapsed() < Duration::from_secs(120), "the rendering never started");
+        assert!(child.try_wait().unwrap().is_none(), "the record ended before the signal");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let t0 = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(3), "took {:?} to stop", t0.elapsed());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert_eq!(err.trim(), "unmask: interrupted by SIGTERM");
+    let t = unmask::trace::read_file(&trace).unwrap();
+    assert!(matches!(t.events.last(), Some(Event::Finish(f)) if f.reason != FinishReason::Cancelled), "the decode had finished");
+    let (header, frames) = unmask::cast::parse(&std::fs::read_to_string(&cast).expect("a cast")).unwrap();
+    assert_eq!(header.version, 2);
+    assert!(!frames.is_empty());
+    assert_eq!(frames.last().unwrap().2, "\x1b[0m\x1b[?25h", "the cast ends by showing the cursor again");
+    assert!(!rendering(), "no temporary file left");
+}
+
+/// `-` as an output wrote a file named `-`; it is stdout, as `-` is stdin for the inputs.
+#[test]
+fn a_dash_output_is_stdout() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, _) = input(d.path());
+    let model = root().join(MODEL);
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).current_dir(d.path()).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let traced = run(&["trace", "--model", s(&model), "--max-new-tokens", "8", "--out", "-"]);
+    assert!(String::from_utf8(traced).unwrap().lines().last().unwrap().contains("\"finish\""));
+    let csv = run(&["export", s(&a), "--out", "-"]);
+    assert!(String::from_utf8(csv).unwrap().starts_with("pos,index,"));
+    let cast = run(&["record", "--model", s(&model), "--max-new-tokens", "8", "--cast", "-"]);
+    let (_, frames) = unmask::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
+    assert!(frames.len() > 2);
+    let cast = run(&["replay", s(&a), "--cast", "-"]);
+    unmask::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
+    assert!(!d.path().join("-").exists(), "no file named -");
+    let out = Command::new(BIN).current_dir(d.path()).args(["record", "--cast", "-", "--trace", "-"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "unmask: error: --trace - and --cast - would both write to stdout; give one of them a file");
+}

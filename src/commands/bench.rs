@@ -466,6 +466,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
+    if let Some(p) = &args.json {
+        // Not a file of the checkpoint it benchmarks (there is no --random-init --model).
+        crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
+    }
     let device = parse_device(&args.decode.device)?;
     let compute = parse_dtype(&args.decode.dtype, &device)?;
     let dtype = compute.dtype;

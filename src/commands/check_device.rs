@@ -292,6 +292,9 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
 pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let dev = parse_device(&args.decode.device)?;
     let dir = args.decode.model.clone().context("check-device needs --model DIR (the test checkpoint)")?;
+    if let Some(p) = &args.json {
+        crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
+    }
     let mut rep = Report { device: args.decode.device.clone(), ..Default::default() };
     let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, DType::F32)?;
     let mask = cpu.tokenizer.mask_id();

@@ -20,6 +20,8 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
     if format == ExportFormat::Png {
         anyhow::bail!("{PNG_ADVICE}");
     }
+    // `--out -` is stdout, as no --out is.
+    let out = out.filter(|p| !crate::output::is_stdout(p));
     if let Some(p) = out {
         crate::output::refuse_clashes(&[("--out", p)], &[("trace", trace)])?;
     }
