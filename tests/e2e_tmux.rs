@@ -259,7 +259,9 @@ fn write_trace(dir: &Path) -> PathBuf {
 /// (wall-clock timings of two different runs) and the footer's key hints (a replay lists only
 /// the keys that work there).
 fn comparable(screen: &str) -> String {
-    screen.lines().skip(1).filter(|l| !l.contains("tok/s") && !l.contains("? help")).collect::<Vec<_>>().join("\n")
+    // (the timeline's badge: ● LIVE at a live head, ■ END of trace at a replay's)
+    let badge = |l: &str| l.contains("● LIVE") || l.contains("■ END");
+    screen.lines().skip(1).filter(|l| !l.contains("tok/s") && !l.contains("? help") && !badge(l)).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -275,9 +277,9 @@ fn replay_of_a_trace_shows_the_live_screens() {
 
     let replay = Tmux::start("same-replay", &["replay", trace.to_str().unwrap()], (120, 40));
     // A replay starts playing from the first step; End jumps to the head.
-    replay.wait_for("the replay", |s| s.contains("· pace ") || s.contains("● LIVE"));
+    replay.wait_for("the replay", |s| s.contains("· pace ") || s.contains("■ END"));
     replay.keys(&["End"]);
-    let replay_screen = replay.wait_for("the head", |s| s.contains("● LIVE") && s.contains("finished: "));
+    let replay_screen = replay.wait_for("the head", |s| s.contains("■ END") && s.contains("finished: "));
     assert!(replay_screen.contains("replay "), "{replay_screen}");
     assert_eq!(comparable(&live_screen), comparable(&replay_screen));
 
@@ -303,7 +305,7 @@ fn truncated_trace_replays_to_the_last_good_event() {
 
     let t = Tmux::start("cut", &["replay", path.to_str().unwrap()], (120, 40));
     t.keys(&["End"]);
-    let s = t.wait_for("the last good step", |s| s.contains("● LIVE") && s.contains("overall "));
+    let s = t.wait_for("the last good step", |s| s.contains("■ END") && s.contains("overall "));
     assert_eq!(overall(&s), (steps, steps), "{s}");
     assert!(s.contains("trace stopped early") && s.contains(&format!("cut.jsonl:{}:", keep + 1)), "{s}");
     assert!(s.contains("unfinished"), "{s}");
@@ -395,7 +397,9 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
     args.extend(["--strategy-a", "sequential", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5"]);
     let t = Tmux::start("compare", &args, (120, 40));
     let s = t.wait_for("both settings and both finishes", |s| {
-        s.contains(" A sequential block ") && s.contains(" B low_confidence_dynamic block ") && s.matches("finished: ").count() >= 2
+        // (a side line too wide for "finished:" says "ended:")
+        let ends = s.matches("finished: ").count() + s.matches("ended: ").count();
+        s.contains(" A sequential block ") && s.contains(" B low_confidence_dynamic block ") && ends >= 2
     });
     assert!(s.contains("thr=0.50") && s.contains("lock-step by step") && s.contains("● LIVE"), "{s}");
     assert!(s.contains("outputs "), "no comparison line:\n{s}");
@@ -610,7 +614,7 @@ fn pace_keys_and_go_to_in_a_replay() {
     t.keys(&["g", "9", "9", "9", "Enter"]);
     t.wait_text("g: no step 999");
     t.keys(&["End"]);
-    t.wait_text("● LIVE");
+    t.wait_text("■ END");
     t.quit_cleanly(&["q"]);
 }
 
