@@ -113,7 +113,7 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
                 Some(Piece::Text(t)) if t.is_empty() => "completed by a later cell".to_string(),
                 // Bytes that are no character where they stand: the grid's hex, said so.
                 Some(Piece::Text(t)) if t.valid().is_none() => {
-                    let rest = t.render(|s| quoted(s));
+                    let rest = t.render(quoted);
                     format!("{rest}  (invalid UTF-8)")
                 }
                 Some(Piece::Text(t)) => quoted(&t.display()),
