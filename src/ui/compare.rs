@@ -46,7 +46,7 @@ pub const KEYS: &KeyTable = &[
             ("L", "each side's Steps list in place of its text"),
         ],
     ),
-    ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit")]),
+    ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit"), ("Ctrl-Z", "suspend (fg resumes)")]),
 ];
 
 const HINTS: &str = "? help  space play  ←→ step  [] block  a align  q quit ";

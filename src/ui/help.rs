@@ -48,7 +48,7 @@ pub const KEYS: &KeyTable = &[
             ("R", "restart the decode with the new settings"),
         ],
     ),
-    ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit")]),
+    ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit"), ("Ctrl-Z", "suspend (fg resumes)")]),
 ];
 
 const KEY_W: usize = 11;
@@ -112,7 +112,7 @@ mod tests {
     #[test]
     fn every_key_the_app_handles_is_listed() {
         let listed: String = KEYS.iter().flat_map(|(_, k)| k.iter().map(|(k, _)| format!(" {k} "))).collect();
-        for k in ["space", "h", "l", "[", "]", "Home", "End", "g", "r", "+", "-", "j", "k", "Tab", "Esc", "c", "p", "m", "t", "T", "s", "S", "R", "?", "q", "Ctrl-C", "PgUp"] {
+        for k in ["space", "h", "l", "[", "]", "Home", "End", "g", "r", "+", "-", "j", "k", "Tab", "Esc", "c", "p", "m", "t", "T", "s", "S", "R", "?", "q", "Ctrl-C", "Ctrl-Z", "PgUp"] {
             assert!(listed.contains(&format!(" {k} ")), "help does not list {k}");
         }
     }
