@@ -210,7 +210,8 @@ __device__ void sample_stats(const T* __restrict__ logits, float* __restrict__ p
 template <typename T>
 __device__ void sample_row(const T* __restrict__ logits, const float* __restrict__ part,
                            const float* __restrict__ uniforms, float* __restrict__ out, unsigned vocab,
-                           unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p, int scaled) {
+                           unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p, int scaled,
+                           int ties) {
     const unsigned row = blockIdx.x;
     const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const T* r = logits + (size_t)row * vocab;
@@ -218,7 +219,7 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
 
     __shared__ Acc total_acc;
     __shared__ unsigned hist[256];
-    __shared__ unsigned sel[4];  // prefix, remaining rank, K, mode
+    __shared__ unsigned sel[4];  // prefix, remaining rank, keys equal to the prefix, (unused)
     __shared__ unsigned long long cand[KMAX];
     __shared__ unsigned scan_tmp[WARPS + 1];
     __shared__ unsigned n_gt, eq_base;
@@ -285,13 +286,27 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
             }
             sel[0] = prefix | (d << shift);
             sel[1] = kk - cum;
+            sel[2] = hist[d];  // after the last digit: every key equal to the K-th
         }
         pmask |= 255u << shift;
         __syncthreads();
     }
     const unsigned thr = sel[0];
-    const unsigned need = sel[1];  // how many keys equal to thr to take (the lowest ids)
-    const unsigned n_above = K - need;
+    const unsigned n_above = K - sel[1];
+    // how many keys equal to thr to take (the lowest ids); generate.py's top-k (ties) takes them
+    // all, so K grows, and past KMAX the host samples the row
+    const bool all_ties = ties && truncates;
+    const unsigned need = all_ties ? sel[2] : sel[1];
+    K = n_above + need;
+    if (K > KMAX) {
+        if (tid == 0) {
+            out[4 * row + 0] = (float)t.arg;
+            out[4 * row + 1] = 0.0f;
+            out[4 * row + 2] = 0.0f;
+            out[4 * row + 3] = 1.0f;
+        }
+        return;
+    }
 
     // 4. ordered gather: every key above thr (any order), the first `need` keys equal to thr
     //    in index order. Tiles of NT * TILE_PER_THREAD; thread tid owns a run of consecutive ids.
@@ -423,8 +438,8 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(NT) unmask_sample_##SUFFIX(                                \
         const T* logits, const float* part, const float* uniforms, float* out, unsigned vocab,              \
-        unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p, int scaled) {               \
-        sample_row<T>(logits, part, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p, scaled);    \
+        unsigned mask_id, int greedy, float inv_t, unsigned top_k, float top_p, int scaled, int ties) {     \
+        sample_row<T>(logits, part, uniforms, out, vocab, mask_id, greedy, inv_t, top_k, top_p, scaled, ties); \
     }
 SAMPLE(f32, float)
 SAMPLE(bf16, unsigned short)

@@ -63,6 +63,25 @@ impl Schedule {
             Schedule::Lmdeploy => Confidence::Scaled,
         }
     }
+
+    /// How the reference this schedule follows cuts top-k.
+    pub fn top_k(self) -> TopK {
+        match self {
+            Schedule::Sdar => TopK::TiesKept,
+            Schedule::Lmdeploy => TopK::Exact,
+        }
+    }
+}
+
+/// What top-k keeps where logits tie at the k-th (docs/decoding.md, "Sampler").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopK {
+    /// Exactly `k` tokens, equal logits by id: lmdeploy (its sorted top-k).
+    #[default]
+    Exact,
+    /// Every token whose logit equals the k-th as well, so possibly more than `k`: SDAR's
+    /// generate.py (`top_k_logits` drops only logits below the k-th).
+    TiesKept,
 }
 
 /// Which distribution a sample's confidence and entropy are read from (docs/decoding.md,
@@ -102,6 +121,9 @@ pub struct Sampling {
     /// Set from the schedule by [`DecodeSettings::sampler`]; a trace records the schedule.
     #[serde(skip)]
     pub confidence: Confidence,
+    /// Set from the schedule as `confidence` is.
+    #[serde(skip)]
+    pub top_k_rule: TopK,
 }
 
 impl Sampling {
@@ -112,7 +134,7 @@ impl Sampling {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, confidence: Confidence::Drawn }
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, confidence: Confidence::Drawn, top_k_rule: TopK::Exact }
     }
 }
 
@@ -152,7 +174,7 @@ pub enum SettingsError {
 impl DecodeSettings {
     /// What the sampler is handed: `sampling`, with the confidence of the schedule's reference.
     pub fn sampler(&self) -> Sampling {
-        Sampling { confidence: self.schedule.confidence(), ..self.sampling }
+        Sampling { confidence: self.schedule.confidence(), top_k_rule: self.schedule.top_k(), ..self.sampling }
     }
 
     /// The threshold the strategy reads, named as the flags name it: `threshold` for
@@ -276,8 +298,10 @@ mod tests {
         let with = |schedule| DecodeSettings { schedule, ..DecodeSettings::default() };
         assert_eq!(with(Schedule::Sdar).sampler().confidence, Confidence::Drawn);
         assert_eq!(with(Schedule::Lmdeploy).sampler().confidence, Confidence::Scaled);
+        assert_eq!(with(Schedule::Sdar).sampler().top_k_rule, TopK::TiesKept);
+        assert_eq!(with(Schedule::Lmdeploy).sampler().top_k_rule, TopK::Exact);
         let json = serde_json::to_string(&with(Schedule::Lmdeploy).sampler()).unwrap();
-        assert!(!json.contains("confidence"), "{json}");
+        assert!(!json.contains("confidence") && !json.contains("top_k_rule"), "{json}");
     }
 
     #[test]

@@ -143,6 +143,8 @@ fn sampler_settings() -> Vec<(&'static str, Sampling)> {
         // --schedule lmdeploy's confidence: the whole scaled row's
         ("T=1 k=20 p=0.9 scaled", Sampling { confidence: crate::settings::Confidence::Scaled, ..t(1.0, 20, 0.9) }),
         ("T=1 p=0.9 scaled", Sampling { confidence: crate::settings::Confidence::Scaled, ..t(1.0, 0, 0.9) }),
+        // --schedule sdar's top-k: generate.py keeps the ties at the k-th (bf16 logits tie often)
+        ("T=0.8 k=20 p=0.9 ties kept", Sampling { top_k_rule: crate::settings::TopK::TiesKept, ..t(0.8, 20, 0.9) }),
         ("T=0.8 k=256", t(0.8, 256, 1.0)),
         ("T=1 p=0.9", t(1.0, 0, 0.9)),
         ("T=1", t(1.0, 0, 1.0)),

@@ -60,7 +60,7 @@ pub fn launch(
     let stats = LaunchConfig { grid_dim: (rows as u32, SEG as u32, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
     let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
     let (vocab_u, mask, greedy) = (vocab as u32, p.mask_id, i32::from(p.greedy));
-    let (inv_t, top_k, top_p, scaled) = (p.inv_t, p.top_k, p.top_p, i32::from(p.scaled));
+    let (inv_t, top_k, top_p, scaled, ties) = (p.inv_t, p.top_k, p.top_p, i32::from(p.scaled), i32::from(p.ties_kept));
     // the row statistics over SEG spans, then the decision per row
     macro_rules! go {
         ($x:expr, $suffix:literal) => {{
@@ -72,7 +72,7 @@ pub fn launch(
             let f = dev.get_or_load_custom_func(concat!("unmask_sample_", $suffix), MODULE, ptx)?;
             let mut b = f.builder();
             b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
-            b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p).arg(&scaled);
+            b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p).arg(&scaled).arg(&ties);
             unsafe { b.launch(cfg) }.w()?;
         }};
     }

@@ -13,7 +13,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
-use crate::settings::{Confidence, Sampling};
+use crate::settings::{Confidence, Sampling, TopK};
 
 /// Threads per block (NT in the kernel).
 pub const NT: usize = 512;
@@ -35,6 +35,8 @@ pub struct KernelParams {
     /// Confidence and entropy from the scaled softmax of the whole row ([`Confidence::Scaled`]),
     /// the row statistics the kernel's first pass has anyway.
     pub scaled: bool,
+    /// Top-k keeps every token equal to the k-th as well ([`TopK::TiesKept`]).
+    pub ties_kept: bool,
 }
 
 impl KernelParams {
@@ -48,6 +50,7 @@ impl KernelParams {
             top_k: sampling.top_k.min(u32::MAX as usize) as u32,
             top_p: sampling.top_p,
             scaled: !greedy && sampling.confidence == Confidence::Scaled,
+            ties_kept: sampling.top_k_rule == TopK::TiesKept,
         }
     }
 }
@@ -273,8 +276,8 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
         return overflow;
     }
 
-    // 3. radix select of the k-th largest key
-    let (mut prefix, mut kk, mut pmask) = (0u32, k as u32, 0u32);
+    // 3. radix select of the k-th largest key; the last digit's count is every key equal to it
+    let (mut prefix, mut kk, mut pmask, mut equal) = (0u32, k as u32, 0u32, 0u32);
     for shift in [24u32, 16, 8, 0] {
         let mut hist = [0u32; 256];
         for i in 0..vocab {
@@ -296,9 +299,18 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
         prefix |= d << shift;
         kk -= cum;
         pmask |= 255 << shift;
+        equal = hist[d as usize];
     }
     let (thr, need) = (prefix, kk as usize);
     let n_above = k - need;
+    // TopK::TiesKept: every key equal to the k-th, so k grows (past KMAX: the host's row)
+    let (k, need) = match p.ties_kept && truncates {
+        true => (n_above + equal as usize, equal as usize),
+        false => (k, need),
+    };
+    if k > KMAX {
+        return overflow;
+    }
 
     // 4. gather: keys above thr, then the `need` lowest ids whose key equals thr
     let composite = |key: u32, i: usize| ((key as u64) << 32) | (0xffff_ffff - i as u32) as u64;
@@ -557,6 +569,28 @@ mod tests {
         }
         // the draw at the end of the CDF lands on the 4th: id 15, not 25 or 35
         assert_eq!(mirror_row(&row, &params(&s, 599), 0.999).token, 15);
+        // generate.py's rule keeps every token equal to the 4th: 10, 20, then 5, 15, 25, 35
+        let kept = Sampling { top_k_rule: TopK::TiesKept, ..s };
+        for u in [0.0f32, 0.3, 0.6, 0.999] {
+            let got = mirror_row(&row, &params(&kept, 599), u);
+            let want = reference(&row, &kept, 599, u);
+            assert_eq!((got.token, got.overflow), (want.token, false), "u={u}");
+            assert!(close(got.conf, want.conf, 1e-6) && close(got.entropy, want.entropy, 1e-6));
+        }
+        assert_eq!(mirror_row(&row, &params(&kept, 599), 0.999).token, 35);
+    }
+
+    #[test]
+    fn top_k_with_ties_kept_matches_reference() {
+        let kept = |s: Sampling| Sampling { top_k_rule: TopK::TiesKept, ..s };
+        // bf16 rows: many exact ties at the k-th
+        for (k, seed) in [(1usize, 41u64), (5, 42), (20, 43), (200, 44)] {
+            assert_eq!(check(20, 3000, kept(temp(0.8, k, 1.0)), seed, 6.0, true), 0, "k={k}");
+            assert_eq!(check(10, 3000, kept(temp(1.1, k, 0.9)), seed + 10, 6.0, true), 0, "k={k} p");
+        }
+        // more ties than the kernel holds: the host decides
+        let row = vec![0.5f32; 1000];
+        assert!(mirror_row(&row, &params(&kept(temp(1.0, 10, 1.0)), 0), 0.3).overflow);
     }
 
     #[test]

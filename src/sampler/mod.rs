@@ -10,7 +10,7 @@ pub mod strategy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::settings::{Confidence, Sampling};
+use crate::settings::{Confidence, Sampling, TopK};
 
 /// What the sampler made of one position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,7 +77,7 @@ pub fn sample_ranked(logits: &[f32], sampling: &Sampling, u: f32, k: usize) -> (
         return (g.sample(), top);
     }
     let inv_t = 1.0 / sampling.temperature;
-    match filtered(logits, inv_t, sampling.top_k, sampling.top_p) {
+    match filtered(logits, inv_t, (sampling.top_k, sampling.top_k_rule), sampling.top_p) {
         Some(kept) => {
             let top = kept.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect();
             let drawn = draw(&kept, u);
@@ -197,10 +197,10 @@ fn total_key(v: f32) -> i32 {
 
 /// Token ids with their filtered, renormalised probabilities, most probable first (ties by id);
 /// `None` when the temperature is so low that the largest scaled logit is not finite.
-fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Option<Vec<(u32, f32)>> {
+fn filtered(logits: &[f32], inv_t: f32, (top_k, rule): (usize, TopK), top_p: f32) -> Option<Vec<(u32, f32)>> {
     let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     let whole = || -> Vec<(u32, f32)> { logits.iter().enumerate().map(|(i, &z)| (i as u32, z * inv_t)).collect() };
-    let order = match top_k {
+    let mut order = match top_k {
         k if k == 0 || k >= logits.len() => {
             // The whole vocabulary, still in id order: a stable radix sort on the negated logit
             // is `by_logit`'s order (negation reverses f32's total order; equal logits keep
@@ -219,6 +219,9 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Option<Vec<
             order
         }
     };
+    if rule == TopK::TiesKept && top_k > 0 && top_k < logits.len() {
+        keep_ties(logits, inv_t, &mut order);
+    }
     let m = order.first()?.1;
     if !m.is_finite() {
         return None;
@@ -245,6 +248,18 @@ fn filtered(logits: &[f32], inv_t: f32, top_k: usize, top_p: f32) -> Option<Vec<
         p.1 /= total;
     }
     Some(probs)
+}
+
+/// Appends to a top-k `order` every other token whose scaled logit equals its last (in f32's
+/// total order, as the device kernel's keys compare), as generate.py keeps them. Those left out
+/// have higher ids than the equal ones kept, so id order keeps `order` sorted.
+fn keep_ties(logits: &[f32], inv_t: f32, order: &mut Vec<(u32, f32)>) {
+    let Some(&(last, kth)) = order.last() else { return };
+    if kth == f32::NEG_INFINITY {
+        return;
+    }
+    let key = total_key(kth);
+    order.extend(logits.iter().enumerate().skip(last as usize + 1).filter(|&(_, &z)| total_key(z * inv_t) == key).map(|(i, &z)| (i as u32, z * inv_t)));
 }
 
 /// Inverse-CDF draw over `kept` (most probable first), so the same uniform gives the same token
@@ -513,7 +528,7 @@ mod tests {
         let near: Vec<f32> = z.iter().map(|&v| if v.is_finite() && v.abs() > 0.5 { v - 8.0 } else { v }).collect();
         for z in [&z, &near] {
             for (inv_t, top_k, top_p) in [(1.0, 0, 1.0), (0.5, 0, 0.9), (2.0, 5000, 1.0), (1.0, 1, 1.0), (0.7, 20, 0.95), (1.3, 256, 1.0), (1.0, 300, 1.0), (1.0, 4999, 1.0)] {
-                let got = filtered(z, inv_t, top_k, top_p).unwrap();
+                let got = filtered(z, inv_t, (top_k, TopK::Exact), top_p).unwrap();
                 let mut order: Vec<(u32, f32)> = z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
                 order.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                 let ids: Vec<u32> = order.iter().map(|p| p.0).take(got.len()).collect();
@@ -525,7 +540,7 @@ mod tests {
             }
         }
         let all_suppressed = [f32::NEG_INFINITY; 40];
-        assert_eq!(filtered(&all_suppressed, 1.0, 5, 1.0), None, "no finite logit: the greedy limit");
+        assert_eq!(filtered(&all_suppressed, 1.0, (5, TopK::Exact), 1.0), None, "no finite logit: the greedy limit");
     }
 
     /// The sampler without its shortcuts, as docs/decoding.md states it: every token's scaled
@@ -540,7 +555,7 @@ mod tests {
             all.sort_by(by);
             all
         };
-        let greedy = || {
+        let greedy_of = |z: &[f32]| {
             let (mut best, mut max) = (0usize, f32::NEG_INFINITY);
             for (i, &v) in z.iter().enumerate() {
                 if v > max {
@@ -555,14 +570,21 @@ mod tests {
             let (log_z, mean) = (sum.ln() as f32, (w / sum) as f32);
             (PosSample { token: best as u32, conf: (-log_z).exp(), entropy: log_z - mean }, max, log_z)
         };
+        let greedy = || greedy_of(z);
         if s.is_greedy() {
             let (pick, max, log_z) = greedy();
             let top = sorted(1.0).into_iter().filter(|p| p.1 > f32::NEG_INFINITY).take(k);
             return (pick, top.map(|(token, v)| Ranked { token, p: ((v - max) - log_z).exp() }).filter(|r| r.p > 0.0).collect());
         }
         let mut order = sorted(1.0 / s.temperature);
-        if s.top_k > 0 {
-            order.truncate(s.top_k);
+        if s.top_k > 0 && s.top_k < order.len() {
+            // generate.py keeps every token equal to the k-th (same bits of the scaled logit)
+            let kth = order[s.top_k - 1].1;
+            let keep = match s.top_k_rule {
+                TopK::TiesKept if kth > f32::NEG_INFINITY => order.iter().take_while(|p| p.1.to_bits() != kth.to_bits()).count() + order.iter().filter(|p| p.1.to_bits() == kth.to_bits()).count(),
+                _ => s.top_k,
+            };
+            order.truncate(keep);
         }
         let m = order[0].1;
         if !m.is_finite() {
@@ -575,13 +597,21 @@ mod tests {
             let mut cum = 0.0;
             let keep = probs.iter().position(|p| {
                 cum += p.1 / total;
-                cum >= s.top_p
+                cum > s.top_p
             });
             probs.truncate(keep.map_or(probs.len(), |n| n + 1));
         }
         let total: f32 = probs.iter().map(|p| p.1).sum();
         probs.iter_mut().for_each(|p| p.1 /= total);
-        (draw(&probs, u), probs.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect())
+        let (pick, top): (PosSample, Vec<Ranked>) = (draw(&probs, u), probs.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect());
+        if s.confidence == Confidence::Drawn {
+            return (pick, top);
+        }
+        // the whole row's softmax at this temperature
+        let scaled: Vec<f32> = z.iter().map(|v| v * (1.0 / s.temperature)).collect();
+        let (whole, max, log_z) = greedy_of(&scaled);
+        let p = |t: u32| ((scaled[t as usize] - max) - log_z).exp();
+        (PosSample { conf: p(pick.token), entropy: whole.entropy, ..pick }, top.into_iter().map(|r| Ranked { p: p(r.token), ..r }).collect())
     }
 
     proptest::proptest! {
@@ -599,19 +629,28 @@ mod tests {
             top_p in proptest::sample::select(vec![1.0f32, 0.9, 0.5, 1e-6]),
             u in 0.0f32..1.0,
             k in proptest::sample::select(vec![0usize, 1, 5, 16]),
+            ties in proptest::prelude::any::<bool>(),
+            scaled in proptest::prelude::any::<bool>(),
         ) {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let specials = [0.0, -0.0, f32::NEG_INFINITY, 1e-40, -1e-40, 3.0, -3.0];
             let z: Vec<f32> = (0..len)
                 .map(|_| if rng.random::<f32>() < 0.2 { specials[rng.random_range(0..specials.len())] } else { (rng.random::<f32>() * 48.0).round() / 8.0 - 3.0 })
                 .collect();
-            let s = Sampling { temperature: t, top_k, top_p, seed: 0, ..Sampling::default() };
+            let s = Sampling {
+                temperature: t,
+                top_k,
+                top_p,
+                top_k_rule: if ties { TopK::TiesKept } else { TopK::Exact },
+                confidence: if scaled { Confidence::Scaled } else { Confidence::Drawn },
+                ..Sampling::default()
+            };
             let (got, want) = (sample_ranked(&z, &s, u, k), plain(&z, &s, u, k));
             proptest::prop_assert_eq!(got.0.token, want.0.token);
             let ids = |r: &[Ranked]| r.iter().map(|r| r.token).collect::<Vec<_>>();
             proptest::prop_assert_eq!(ids(&got.1), ids(&want.1));
             let near = |a: f32, b: f32| a == b || (a - b).abs() <= f32::EPSILON * b.abs().max(1e-30) || (a.is_nan() && b.is_nan());
-            if s.is_greedy() {
+            if s.is_greedy() || scaled {
                 proptest::prop_assert!(near(got.0.conf, want.0.conf) && near(got.0.entropy, want.0.entropy), "{:?} vs {:?}", got.0, want.0);
                 for (a, b) in got.1.iter().zip(&want.1) {
                     proptest::prop_assert!(near(a.p, b.p), "{:?} vs {:?}", a, b);
