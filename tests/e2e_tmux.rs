@@ -613,6 +613,15 @@ fn pace_keys_and_go_to_in_a_replay() {
     assert_eq!(overall(&s).0, 12, "{s}");
     t.keys(&["g", "9", "9", "9", "Enter"]);
     t.wait_text("g: no step 999");
+    // Typing goes on past 12 characters; the error quotes all of it and the hints after it are
+    // whole ones.
+    let mut nines = vec!["g"];
+    nines.extend(["9"; 21]);
+    nines.push("Enter");
+    t.keys(&nines);
+    let s = t.wait_text(&format!("g: no step {}: the decode has", "9".repeat(21)));
+    let footer = s.lines().last().unwrap_or("");
+    assert!(footer.contains("? help") && !footer.contains('…'), "{footer}");
     t.keys(&["End"]);
     t.wait_text("■ END");
     t.quit_cleanly(&["q"]);

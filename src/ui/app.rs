@@ -336,7 +336,9 @@ impl App {
     fn goto_key(&mut self, code: KeyCode) {
         let Some(typed) = self.goto.as_mut() else { return };
         match code {
-            KeyCode::Char(c) if typed.chars().count() < 12 && !c.is_control() => typed.push(c),
+            // Every key is taken (the footer shows the end of a long entry), and Enter answers
+            // for all of it.
+            KeyCode::Char(c) if !c.is_control() => typed.push(c),
             KeyCode::Backspace => {
                 typed.pop();
             }
@@ -344,7 +346,7 @@ impl App {
             KeyCode::Enter => {
                 let typed = self.goto.take().unwrap_or_default();
                 let Some(run) = self.store.run() else { return };
-                match goto::parse(&typed).and_then(|g| goto::resolve(run, g)) {
+                match goto::go(run, &typed) {
                     Ok(k) => self.seek(k),
                     Err(e) => self.warn(format!("g: {e}")),
                 }
@@ -869,6 +871,12 @@ mod tests {
         assert_eq!(app.goto.as_deref(), Some("x1"));
         press(&mut app, code(KeyCode::Enter));
         assert!(app.message.as_ref().unwrap().text.starts_with("g: \"x1\" is not a step or a block"), "{:?}", app.message);
+        // Typing goes on past 12 characters, and Enter answers for all of it.
+        let nines = "9".repeat(21);
+        typed(&mut app, &format!("g{nines}"));
+        assert_eq!(app.goto.as_deref(), Some(nines.as_str()));
+        press(&mut app, code(KeyCode::Enter));
+        assert_eq!(app.message.as_ref().unwrap().text, format!("g: no step {nines}: the decode has 26 steps"));
     }
 
     fn click(app: &mut App, column: u16, row: u16) {

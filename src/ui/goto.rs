@@ -27,28 +27,56 @@ pub fn parse(typed: &str) -> Result<Goto, String> {
     Ok(if block { Goto::Block(n) } else { Goto::Step(n) })
 }
 
+/// What the prompt's text asks for, then where that is in `run`: a number too large for any
+/// decode (more digits than a step index holds) is answered as any step past the end is,
+/// quoting all of it (`no step 999999999999999999999: the decode has 26 steps`).
+pub fn go(run: &Run, typed: &str) -> Result<usize, String> {
+    let t = typed.trim();
+    let (block, digits) = match t.strip_prefix(['b', 'B']) {
+        Some(rest) => (true, rest.trim()),
+        None => (false, t),
+    };
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && digits.parse::<usize>().is_err() {
+        let digits = digits.trim_start_matches('0');
+        if run.head().is_none() {
+            return Err("no step decoded yet".into());
+        }
+        return Err(if block { format!("block {digits} has no steps: {}", block_span(run)) } else { format!("no step {digits}: {}", decoded(run)) });
+    }
+    resolve(run, parse(typed)?)
+}
+
+/// How far the decode has got, for a step past it.
+fn decoded(run: &Run) -> String {
+    let head = run.head().map_or(0, |h| h + 1);
+    match run.finish {
+        Some(_) => format!("the decode has {}", plural(head, "step")),
+        None => format!("the decode is at step {head} so far"),
+    }
+}
+
+/// Which blocks have steps, for a block that has none.
+fn block_span(run: &Run) -> String {
+    let blocks = run.blocks();
+    match (blocks.first(), blocks.last()) {
+        (Some(f), Some(l)) => format!("blocks {}–{} have steps", f.block, l.block),
+        _ => "no block has steps yet".into(),
+    }
+}
+
 /// The step index (0-based, as the store counts) of a destination in `run`.
 pub fn resolve(run: &Run, g: Goto) -> Result<usize, String> {
     let Some(head) = run.head() else { return Err("no step decoded yet".into()) };
-    let decoded = match run.finish {
-        Some(_) => format!("the decode has {}", plural(head + 1, "step")),
-        None => format!("the decode is at step {} so far", head + 1),
-    };
     match g {
         Goto::Step(0) => Err("steps are counted from 1".into()),
-        Goto::Step(n) if n - 1 > head => Err(format!("no step {n}: {decoded}")),
+        Goto::Step(n) if n - 1 > head => Err(format!("no step {n}: {}", decoded(run))),
         Goto::Step(n) => Ok(n - 1),
         Goto::Block(b) => {
             let steps = run.block_steps(b);
             if !steps.is_empty() {
                 return Ok(steps.start);
             }
-            let blocks = run.blocks();
-            let span = match (blocks.first(), blocks.last()) {
-                (Some(f), Some(l)) => format!("blocks {}–{} have steps", f.block, l.block),
-                _ => "no block has steps yet".into(),
-            };
-            Err(format!("block {b} has no steps: {span}"))
+            Err(format!("block {b} has no steps: {}", block_span(run)))
         }
     }
 }
@@ -105,6 +133,21 @@ mod tests {
             resolve(r, Goto::Block(last + 1)).unwrap_err(),
             format!("block {} has no steps: blocks {first}–{last} have steps", last + 1)
         );
+    }
+
+    /// A number past what a step index holds is a step past the end, quoted whole (the
+    /// prompt used to stop taking digits at 12 characters and say `no step 999999999999`).
+    #[test]
+    fn numbers_too_large_for_any_decode_are_quoted_whole() {
+        let s = store();
+        let r = s.run().unwrap();
+        let nines = "9".repeat(21);
+        assert_eq!(go(r, &nines).unwrap_err(), format!("no step {nines}: the decode has 26 steps"));
+        let (first, last) = (r.blocks()[0].block, r.blocks().last().unwrap().block);
+        assert_eq!(go(r, &format!("b{nines}")).unwrap_err(), format!("block {nines} has no steps: blocks {first}–{last} have steps"));
+        assert_eq!(go(r, "12"), Ok(11));
+        assert_eq!(go(r, "b-1").unwrap_err(), "\"b-1\" is not a step or a block: type a step number (12) or b and a block (b7)");
+        assert_eq!(go(r, "99").unwrap_err(), "no step 99: the decode has 26 steps");
     }
 
     #[test]

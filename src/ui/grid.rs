@@ -113,21 +113,26 @@ fn legend<'a>(v: &View, width: u16) -> Line<'a> {
     }
     let mut s = vec![Span::styled(" step ", t.dim())];
     let fixed = 6 + conf.chars().count() + masked.chars().count() + 2;
+    let w = legend_label_w(span);
     for step in legend_steps(span, (width as usize).saturating_sub(fixed)) {
-        // Up to 9 steps a roomy swatch each; beyond, the numbers abut, each on its own fill.
-        let label = if span <= 9 { format!("{:^3}", step + 1) } else { format!("{:>w$}", step + 1, w = span.to_string().len()) };
-        s.push(Span::styled(label, t.cell_style(step, span)));
+        // Each step a swatch of its hue, its number centred with a blank column at least
+        // beside it, so that `9` and `10` never run together into `910`.
+        s.push(Span::styled(format!("{:^w$}", step + 1), t.cell_style(step, span)));
     }
     s.push(Span::styled(conf, t.dim()));
     s.push(Span::styled(masked, t.dim()));
     Line::from(s)
 }
 
+/// A legend swatch's columns: the widest step number and a blank, at least 3.
+fn legend_label_w(span: usize) -> usize {
+    (span.to_string().len() + 1).max(3)
+}
+
 /// Which steps (0-based) the legend names in `room` columns: all when they fit, else the
 /// first, the last and evenly spaced ones between.
 fn legend_steps(span: usize, room: usize) -> Vec<usize> {
-    let w = if span <= 9 { 3 } else { span.to_string().len() };
-    let fit = (room / w).max(2);
+    let fit = (room / legend_label_w(span)).max(2);
     if span <= fit {
         return (0..span).collect();
     }
@@ -266,25 +271,39 @@ fn block_line(v: &View, g: &Geom, block: usize, sub: usize, area: Rect, buf: &mu
     }
 }
 
+/// A decoded cell keeps its confidence bar from this width on: one column of token and the bar.
+const BAR_FROM: usize = 2;
+
 /// What one grid cell shows: a step mark (no colour), the token, a confidence mark.
 struct Cell {
     /// Superscript step number, when there is no colour to say it.
     mark: String,
     text: String,
+    /// `text` is a fill (a mask's `░░░`), cut to the cell without `…`; a token is cut with it.
+    fill: bool,
     /// Confidence of a decoded cell, drawn as a bar glyph in its last column.
     conf: Option<f32>,
     style: Style,
 }
 
 impl Cell {
-    /// The cell in `w` columns: mark, token cut to fit, padding, then the confidence bar when
-    /// the cell is wide enough to keep some of the token.
+    /// The cell in `w` columns: the step mark (whole or not at all: `¹` of `¹⁶` would be
+    /// another step), the confidence bar in the last column from `BAR_FROM` columns on, and
+    /// the token in what is left, ending in `…` when cut (a token with no room at all is
+    /// read in the inspector).
     fn draw(&self, w: usize) -> String {
-        let bar = self.conf.filter(|_| w >= 4).map(theme::conf_mark);
-        let mark_w = glyph::width(&self.mark).min(w);
-        let room = w.saturating_sub(mark_w + usize::from(bar.is_some()));
-        let (fitted, tw) = fit_cell(&self.text, room);
-        let mut out = format!("{}{fitted}{}", &self.mark, " ".repeat(room - tw));
+        let mark_w = glyph::width(&self.mark);
+        let mark = if mark_w <= w { self.mark.as_str() } else { "" };
+        let left = w - glyph::width(mark);
+        let bar = self.conf.filter(|_| w >= BAR_FROM && left >= 1).map(theme::conf_mark);
+        let room = left - usize::from(bar.is_some());
+        let (fitted, tw) = if self.fill {
+            fit_fill(&self.text, room)
+        } else {
+            let (f, fw) = glyph::fit(&self.text, room);
+            (f.into_owned(), fw)
+        };
+        let mut out = format!("{mark}{fitted}{}", " ".repeat(room - tw));
         out.extend(bar);
         out
     }
@@ -307,19 +326,18 @@ fn cell_text(v: &View, pos: usize) -> String {
 fn cell(v: &View, pos: usize, active: bool) -> Cell {
     let t = v.theme;
     let span = v.run.step_span();
-    let plain = |text: String, style| Cell { mark: String::new(), text, conf: None, style };
+    let plain = |text: String, style| Cell { mark: String::new(), text, fill: false, conf: None, style };
     let mut c = match v.run.cell(pos, v.at) {
         CellState::Prompt { .. } => plain(cell_text(v, pos), t.prompt()),
         CellState::Decoded(d) => {
             let text = cell_text(v, pos);
             let mark = if t.mono() { theme::superscript(d.step + 1) } else { String::new() };
-            if pos >= v.run.output_end(v.at) {
-                Cell { mark, text, conf: None, style: t.faint().add_modifier(Modifier::CROSSED_OUT) }
-            } else {
-                let s = t.cell_style(d.step, span);
-                let style = if Some(d.at) == v.at { t.fresh(s) } else { s };
-                Cell { mark, text, conf: Some(d.conf), style }
-            }
+            // Dropped (past the output): grey and struck through, but its confidence and,
+            // committed by the step shown, the fresh mark stay, so the step shown always
+            // shows where it committed.
+            let s = if pos >= v.run.output_end(v.at) { t.faint().add_modifier(Modifier::CROSSED_OUT) } else { t.cell_style(d.step, span) };
+            let style = if Some(d.at) == v.at { t.fresh(s) } else { s };
+            Cell { mark, text, fill: false, conf: Some(d.conf), style }
         }
         CellState::Masked { cand } => {
             let fg = if active { t.mask_active_fg } else { t.mask_fg };
@@ -329,7 +347,7 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
                     format!("{}{}", glyph::MASK, glyph::escape(&v.run.token_label(c.token), Mode::Cell)),
                     Style::default().fg(fg).add_modifier(Modifier::ITALIC),
                 ),
-                None => plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)),
+                None => Cell { fill: true, ..plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)) },
             }
         }
     };
@@ -339,13 +357,8 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
     c
 }
 
-/// Narrow cells show the token's start (an ellipsis would eat most of it); wider ones cut
-/// with an ellipsis.
-fn fit_cell(text: &str, w: usize) -> (String, usize) {
-    if w > 3 || glyph::width(text) <= w {
-        let (s, sw) = glyph::fit(text, w);
-        return (s.into_owned(), sw);
-    }
+/// A fill pattern cut to `w` columns, without `…`.
+fn fit_fill(text: &str, w: usize) -> (String, usize) {
     let mut out = String::new();
     let mut used = 0;
     for (g, gw) in glyph::graphemes(text) {
@@ -540,12 +553,68 @@ mod tests {
     #[test]
     fn legend_names_first_last_and_steps_between() {
         assert_eq!(legend_steps(4, 40), vec![0, 1, 2, 3]);
-        assert_eq!(legend_steps(16, 32), (0..16).collect::<Vec<_>>());
-        let few = legend_steps(16, 12);
+        assert_eq!(legend_steps(16, 48), (0..16).collect::<Vec<_>>());
+        let few = legend_steps(16, 18);
         assert_eq!((few[0], *few.last().unwrap(), few.len()), (0, 15, 6), "{few:?}");
-        let buf = grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 100);
-        let bottom = snapshot_text(&buf).lines().last().unwrap().to_string();
-        assert!(bottom.contains(" 1 2 3 4 5 6 7 8 910111213141516"), "{bottom}");
+        // Every number stands apart: 16 steps read `8  9 10 11`, never `8 910111213141516`.
+        for (steps, w, want) in [(4, 100, "step  1  2  3  4   conf"), (16, 100, "step  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16   conf")] {
+            let buf = grid_in(steps, theme::ThemeName::Dark, theme::Depth::TrueColor, w);
+            let bottom = snapshot_text(&buf).lines().last().unwrap().to_string();
+            assert!(bottom.contains(want), "{bottom}");
+        }
+        // The 140-column screen's grid (77 columns) names all 16; narrower, some, still apart.
+        let bottom = snapshot_text(&grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 77)).lines().last().unwrap().to_string();
+        assert!(bottom.contains(" 9 10 11 ") && bottom.contains("16 "), "{bottom}");
+        let bottom = snapshot_text(&grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 50)).lines().last().unwrap().to_string();
+        assert!(bottom.contains("step  1 ") && bottom.contains(" 16 ") && !bottom.contains("910"), "{bottom}");
+    }
+
+    /// 16 cells a row of 3 columns (the 140-column screen) keep their confidence bars, and a
+    /// token cut to fit ends in `…`; a dropped cell keeps its bar too.
+    #[test]
+    fn narrow_cells_keep_the_confidence_bar_and_mark_a_cut() {
+        let c = |text: &str, mark: &str, conf| Cell { mark: mark.into(), text: text.into(), fill: false, conf, style: Style::default() };
+        assert_eq!(c("·my", "", Some(1.0)).draw(3), "·…█");
+        assert_eq!(c("M", "", Some(0.3)).draw(3), "M ▃");
+        assert_eq!(c("·my", "", Some(1.0)).draw(2), "…█");
+        assert_eq!(c("M", "", Some(1.0)).draw(2), "M█");
+        assert_eq!(c("·my", "", Some(1.0)).draw(4), "·my█");
+        assert_eq!(c("·my", "", Some(1.0)).draw(1), "…", "no room for a bar: the cell says it holds more");
+        // Mono: the step mark whole first, then the bar, then the token.
+        assert_eq!(c("·my", "⁹", Some(0.8)).draw(3), "⁹…▇");
+        assert_eq!(c("·my", "¹⁶", Some(0.8)).draw(3), "¹⁶▇");
+        assert_eq!(c("·my", "¹⁶", Some(0.8)).draw(2), "¹⁶");
+        assert_eq!(c("·my", "¹⁶", Some(0.8)).draw(1), "…", "never half a step number");
+        // A prompt token has no bar; a mask is a fill, cut without `…`.
+        assert_eq!(c("·lord", "", None).draw(3), "·l…");
+        let mask = Cell { fill: true, ..c(&glyph::MASK.repeat(10), "", None) };
+        assert_eq!(mask.draw(3), "░░░");
+    }
+
+    /// The synthetic decode's last step commits only cells past `max_new_tokens`: they are
+    /// struck through, and still show their confidence and, as the step shown's commits, the
+    /// fresh mark, so the current step is visible on screen.
+    #[test]
+    fn dropped_cells_keep_their_bar_and_the_fresh_mark() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let v = app.view().unwrap();
+        let (k, end) = (v.at.unwrap(), v.run.output_end(v.at));
+        let first = v.run.step(k).unwrap().first_commit.unwrap();
+        assert!(first >= end, "the fixture ends on a dropped commit");
+        let area = Rect::new(0, 0, 64, 14);
+        let buf = render_panel(&app, 64, 14, render);
+        let r = cell_area(&v, area, first).unwrap();
+        let CellState::Decoded(d) = v.run.cell(first, v.at) else { panic!() };
+        assert_eq!(buf[(r.right() - 1, r.y)].symbol(), theme::conf_mark(d.conf).to_string(), "the bar in the last column");
+        let m = buf[(r.x, r.y)].modifier;
+        assert!(m.contains(Modifier::CROSSED_OUT | Modifier::BOLD | Modifier::UNDERLINED), "{m:?}");
+        // A dropped cell of an earlier step: struck through and barred, not fresh.
+        let older = (end..v.run.shown_end(v.at)).find(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.at < k)).unwrap();
+        let r = cell_area(&v, area, older).unwrap();
+        let m = buf[(r.x, r.y)].modifier;
+        assert!(m.contains(Modifier::CROSSED_OUT) && !m.contains(Modifier::UNDERLINED), "{m:?}");
+        assert!(glyph::width(buf[(r.right() - 1, r.y)].symbol()) == 1 && "▁▂▃▄▅▆▇█".contains(buf[(r.right() - 1, r.y)].symbol()));
     }
 
     #[test]

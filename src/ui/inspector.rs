@@ -58,9 +58,34 @@ fn frame<'a>(v: &View, width: usize) -> Block<'a> {
         title.extend(l.spans);
         title.push(Span::raw(" "));
     }
-    let why = if v.app.selected.is_some() { " selected · Esc follows the newest commit " } else { " the newest commit · ↑↓ Tab or click selects " };
-    let why = fields::cut_words(Line::from(Span::styled(why, t.faint())), room);
+    let why = match dropped_only(v) {
+        _ if v.app.selected.is_some() => fields::cut_words(Line::from(Span::styled(" selected · Esc follows the newest commit ", t.faint())), room),
+        // The step shown committed only cells past the output (struck through in the grid):
+        // the inspector stays on the newest commit that is output, and says why.
+        Some(k) => {
+            let s = |s: String| vec![Span::styled(s, t.faint())];
+            let fields = vec![
+                Field::new(s(format!("the newest output commit: step {}'s commits were all dropped (struck through)", k + 1)))
+                    .or(3, s(format!("newest output commit: step {}'s commits were all dropped", k + 1)))
+                    .or(4, s(format!("newest output commit: step {} only dropped", k + 1)))
+                    .or(5, s(format!("step {}: all dropped", k + 1))),
+                Field::new(s("↑↓ Tab or click selects".into())).or(1, s("↑↓ Tab selects".into())).drop_at(2),
+            ];
+            let mut l = fields::line(fields, " · ", room.saturating_sub(2));
+            l.spans.insert(0, Span::raw(" "));
+            l.spans.push(Span::raw(" "));
+            l
+        }
+        None => fields::cut_words(Line::from(Span::styled(" the newest commit · ↑↓ Tab or click selects ", t.faint())), room),
+    };
     Block::bordered().border_style(t.border()).title(Line::from(title)).title_bottom(why.right_aligned())
+}
+
+/// The step shown, when every cell it committed is dropped (past `max_new_tokens` or after
+/// the EOS): the default focus is then an earlier step's cell (`newest_output_commit`).
+fn dropped_only(v: &View) -> Option<usize> {
+    let k = v.at?;
+    v.run.step(k)?.first_commit.filter(|&p| p >= v.run.output_end(v.at)).map(|_| k)
 }
 
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
@@ -430,6 +455,27 @@ mod tests {
         let mut app = app();
         app.selected = Some(13);
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 56, 12, render)));
+    }
+
+    /// At the end of the synthetic decode the last step committed only dropped cells: the
+    /// inspector stays on the newest output commit and says why it is not the step shown's
+    /// cell; selecting the dropped cell says it is dropped.
+    #[test]
+    fn inspector_says_why_it_is_not_on_the_step_shown() {
+        let mut app = app();
+        let v = app.view().unwrap();
+        let k = v.at.unwrap();
+        let dropped = v.run.step(k).unwrap().first_commit.unwrap();
+        assert!(dropped >= v.run.output_end(v.at));
+        let shots: Vec<String> = [100, 63, 40].iter().map(|&w| snapshot_text(&render_panel(&app, w, 12, render))).collect();
+        let bottom = |s: &String| s.lines().last().unwrap().to_string();
+        assert!(bottom(&shots[0]).contains(&format!("the newest output commit: step {}'s commits were all dropped (struck through)", k + 1)), "{}", shots[0]);
+        assert!(bottom(&shots[1]).contains(&format!("newest output commit: step {}'s commits were all dropped", k + 1)), "{}", shots[1]);
+        assert!(bottom(&shots[2]).contains(&format!("step {}", k + 1)), "{}", shots[2]);
+        app.selected = Some(dropped);
+        let s = snapshot_text(&render_panel(&app, 63, 12, render));
+        assert!(s.contains("dropped: after the EOS or beyond max_new_tokens") && s.contains("selected · Esc"), "{s}");
+        insta::assert_snapshot!(shots[1]);
     }
 
     #[test]

@@ -135,37 +135,84 @@ fn state<'a>(v: &View) -> Field<'a> {
     }
 }
 
-/// The hints a live screen shows; the line is cut from the left when it is narrow.
-const HINTS: &str = "? help  space pause  ←→ step  [] block  g go to  m strategy  R restart  q quit ";
+/// The hints a live screen shows, in the order shown, each with the rank at which it goes
+/// when the footer is narrow or a message takes the room: a hint goes whole, never cut, and
+/// `? help` (which lists them all) goes last.
+const HINTS: &[(&str, u8)] = &[
+    ("? help", 9),
+    ("space pause", 6),
+    ("←→ step", 7),
+    ("[] block", 4),
+    ("g go to", 5),
+    ("m strategy", 2),
+    ("R restart", 1),
+    ("q quit", 8),
+];
 /// A replay has no engine: only keys that work there.
-const REPLAY_HINTS: &str = "? help  space pause  ←→ step  [] block  g go to  +- pace  q quit ";
+const REPLAY_HINTS: &[(&str, u8)] =
+    &[("? help", 9), ("space pause", 6), ("←→ step", 7), ("[] block", 4), ("g go to", 5), ("+- pace", 3), ("q quit", 8)];
+
+/// The hints that fit in `room` columns, two spaces apart: whole hints, least useful gone first.
+fn hints_line(hints: &[(&'static str, u8)], room: usize) -> String {
+    let fields = hints.iter().map(|&(h, rank)| Field::new(vec![Span::raw(h)]).drop_at(rank)).collect();
+    let (chosen, _) = fields::choose(fields, 2, room);
+    let kept: Vec<String> = chosen.into_iter().flatten().map(|f| f.iter().map(|s| s.content.as_ref()).collect()).collect();
+    kept.join("  ")
+}
+
+/// The `g` prompt: what has been typed, always in view (its end, after `…`, when it is longer
+/// than the line); the label shortens, then the keys go, before the typing is cut.
+fn goto_line(t: &Theme, typed: &str, area: Rect, buf: &mut Buffer) {
+    let width = area.width as usize;
+    let typed_w = glyph::width(typed) + 1;
+    let keys = "Enter go  Esc cancel ";
+    let long = " go to step (12) or block (b7): ";
+    let short = " go to: ";
+    let (label, keys) = if glyph::width(long) + typed_w + 1 + keys.len() <= width {
+        (long, keys)
+    } else if glyph::width(short) + typed_w + 1 + keys.len() <= width {
+        (short, keys)
+    } else {
+        (short, "")
+    };
+    // The cursor mark, and the column `split_line` keeps between the two sides.
+    let room = width.saturating_sub(glyph::width(label) + 2 + keys.len());
+    let shown = glyph::fit_end(typed, room);
+    let prompt = Line::from(vec![Span::styled(label, t.label()), Span::styled(format!("{shown}▏"), t.value())]);
+    split_line(area, buf, &prompt, &Line::from(Span::styled(keys, t.faint())));
+}
 
 pub fn footer(app: &App, area: Rect, buf: &mut Buffer) {
     let t = app.theme;
     if let Some(typed) = &app.goto {
-        let prompt = Line::from(vec![
-            Span::styled(" go to step (12) or block (b7): ", t.label()),
-            Span::styled(format!("{typed}▏"), t.value()),
-        ]);
-        let keys = Line::from(Span::styled("Enter go  Esc cancel ", t.faint()));
-        split_line(area, buf, &prompt, &keys);
+        goto_line(t, typed, area, buf);
         return;
     }
+    let width = area.width as usize;
     let note = app.message.as_ref().map(|m| (m.text.clone(), m.level)).or_else(|| stop_note(app));
+    // The message comes first: whole if it fits, else cut between words with `…`.
     let left = match note {
         Some((text, Level::Warn)) => Line::from(Span::styled(format!(" ⚠ {text}"), t.warn())),
         Some((text, Level::Info)) => Line::from(Span::styled(format!(" {text}"), t.text())),
         None => Line::default(),
     };
-    let room = area.width as usize - left.width().min(area.width as usize);
+    let left = fields::cut_words(left, width);
     // A recording takes no keys: hints in it would be a lie.
-    let hints = match app.source {
-        _ if app.cast => "",
+    let hints: &[(&str, u8)] = match app.source {
+        _ if app.cast => &[],
         Source::Live { .. } => HINTS,
         Source::Replay { .. } => REPLAY_HINTS,
     };
-    let (hints, _) = glyph::fit(hints, room.saturating_sub(1));
-    split_line(area, buf, &left, &Line::from(Span::styled(hints.into_owned(), t.faint())));
+    // The hints take what the message leaves, two columns apart from it and one from the edge.
+    let gap = if left.width() > 0 { 2 } else { 0 };
+    let room = width.saturating_sub(left.width() + gap + 1);
+    let hints = hints_line(hints, room);
+    let right = if hints.is_empty() { Line::default() } else { Line::from(Span::styled(format!("{hints} "), t.faint())) };
+    buf.set_line(area.x, area.y, &left, area.width);
+    let rw = right.width() as u16;
+    if rw > 0 {
+        buf.set_line(area.right() - rw, area.y, &right, rw);
+    }
 }
 
 /// Why the decode ended badly, or where a trace stopped: worth keeping on screen.
@@ -247,6 +294,73 @@ mod footer_tests {
             app.on_key(KeyEvent::new(c, KeyModifiers::NONE));
         }
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 100, 1, footer_panel)));
+    }
+
+    fn warned(text: &str, live: bool) -> App {
+        let mut app = if live {
+            let mut app = App::live();
+            for e in synth::trace(&Synth::small()) {
+                app.ingest(e);
+            }
+            app
+        } else {
+            App::replay(synth::trace(&Synth::small()), "t".into(), None)
+        };
+        app.message = Some(crate::ui::app::Message { text: text.into(), level: Level::Warn });
+        app
+    }
+
+    /// A `g` error at 140 columns ran into the hints, which were then cut mid-word
+    /// (`m stra…`): the message comes first, the hints that fit follow, whole, apart from it.
+    #[test]
+    fn a_message_keeps_its_room_and_hints_go_whole() {
+        let msg = "g: \"b-1\" is not a step or a block: type a step number (12) or b and a block (b7)";
+        let whole = |s: &str| {
+            let hints: Vec<&str> = HINTS.iter().map(|h| h.0).collect();
+            // What follows the message is whole hints, two spaces apart.
+            let tail = s.split(" (b7)").nth(1).unwrap_or("").trim();
+            tail.is_empty() || tail.split("  ").all(|h| hints.contains(&h))
+        };
+        let mut shots = Vec::new();
+        for w in [140, 120, 100, 86, 60] {
+            let s = snapshot_text(&render_panel(&warned(msg, true), w, 1, footer_panel));
+            let line = s.lines().next().unwrap().to_string();
+            if w >= 86 {
+                assert!(line.contains(&format!("⚠ {msg}")), "{w}: the message whole: {line}");
+                assert!(whole(&line), "{w}: a hint cut: {line}");
+                assert!(line.contains(&format!("(b7)  ")) || line.trim_end().ends_with("(b7)"), "{w}: {line}");
+            } else {
+                assert!(line.trim_end().ends_with('…') && !line.contains("help"), "{w}: {line}");
+            }
+            assert!(!line.contains("stra…") && !line.contains("m stra"), "{w}: {line}");
+            shots.push(line);
+        }
+        assert!(shots[0].trim_end().ends_with("(b7)           ? help  space pause  ←→ step  g go to  q quit"), "{}", shots[0]);
+        insta::assert_snapshot!(shots.join("\n"));
+    }
+
+    /// Without a message the hints still go whole as the footer narrows, `? help` last.
+    #[test]
+    fn hints_go_whole_least_useful_first() {
+        assert_eq!(hints_line(HINTS, 200), "? help  space pause  ←→ step  [] block  g go to  m strategy  R restart  q quit");
+        assert_eq!(hints_line(HINTS, 60), "? help  space pause  ←→ step  [] block  g go to  q quit");
+        assert_eq!(hints_line(HINTS, 30), "? help  ←→ step  q quit");
+        assert_eq!(hints_line(HINTS, 7), "? help");
+        assert_eq!(hints_line(HINTS, 5), "");
+    }
+
+    /// The `g` prompt shows everything typed (its end when it is long), never stopping at 12.
+    #[test]
+    fn the_goto_prompt_shows_long_input() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        for c in "g999999999999999999999".chars() {
+            app.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+        }
+        let s = snapshot_text(&render_panel(&app, 100, 1, footer_panel));
+        assert!(s.contains("999999999999999999999▏") && s.contains("Esc cancel"), "{s}");
+        app.goto = Some("1".repeat(120));
+        let s = snapshot_text(&render_panel(&app, 60, 1, footer_panel));
+        assert!(s.contains(" go to: …111") && s.trim_end().ends_with("1▏"), "{s}");
     }
 
     #[test]

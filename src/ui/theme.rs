@@ -8,7 +8,7 @@
 //! colours when the terminal does not announce truecolor, or none at all (`NO_COLOR`,
 //! `--mono`), where every decoded cell carries its step number instead.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 
 use ratatui::style::{Color, Modifier, Style};
 
@@ -154,6 +154,8 @@ pub struct Theme {
     pub mask_active_fg: Color,
     /// Row background of the block being decoded.
     pub active_row_bg: Color,
+    /// At 256 colours, each step count's palette indexes (see `xterm256_steps`), made once.
+    steps256: Mutex<Vec<(usize, Vec<u8>)>>,
 }
 
 /// The default: dark, 24-bit.
@@ -198,6 +200,71 @@ pub fn xterm256(c: Rgb) -> u8 {
     } else {
         16 + 36 * r as u8 + 6 * g as u8 + b as u8
     }
+}
+
+/// CIE L*a*b* of an sRGB colour (D65): L* is the lightness a person sees.
+fn lab(c: Rgb) -> [f32; 3] {
+    let lin = |x: u8| {
+        let v = x as f32 / 255.0;
+        if v <= 0.04045 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
+    };
+    let (r, g, b) = (lin(c.0), lin(c.1), lin(c.2));
+    let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+    let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+    let f = |t: f32| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
+    [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
+}
+
+/// The colours of a run's steps, first to last, as indexes of xterm's 6×6×6 cube that are all
+/// different and as light as the steps are in order: mapping each step to its nearest colour
+/// alone puts neighbouring viridis samples on one colour (at 16 steps, steps 2–5 all on 60),
+/// so the steps are mapped together, each as near its colour as the others allow (least total
+/// squared distance, a dynamic programme over the cube), every step strictly lighter (L*) than
+/// the one before, and none grey. Where that cannot be had (more steps than the cube has rungs of lightness
+/// along the ramp), each step gets its nearest colour.
+pub fn xterm256_steps(colours: &[Rgb]) -> Vec<u8> {
+    const LEVELS: [u8; 6] = [0, 95, 135, 175, 215, 255];
+    // The cube's colours, less its greys (r = g = b): a grey step would read as no step at all.
+    let cube: Vec<(u8, Rgb, f32)> = (0..216u16)
+        .map(|i| (16 + i as u8, (LEVELS[(i / 36) as usize], LEVELS[(i / 6 % 6) as usize], LEVELS[(i % 6) as usize])))
+        .filter(|&(_, c)| !(c.0 == c.1 && c.1 == c.2))
+        .map(|(i, c)| (i, c, lab(c)[0]))
+        .collect();
+    let dist = |a: Rgb, b: Rgb| {
+        let f = |x: u8, y: u8| (x as i64 - y as i64).pow(2);
+        f(a.0, b.0) + f(a.1, b.1) + f(a.2, b.2)
+    };
+    // cost[j]: the least total distance of steps 0..=i with step i on cube colour j; back[i][j]:
+    // step i - 1's colour on that path.
+    let mut cost: Vec<Option<i64>> = match colours.first() {
+        Some(&c0) => cube.iter().map(|e| Some(dist(e.1, c0))).collect(),
+        None => return Vec::new(),
+    };
+    let mut back: Vec<Vec<usize>> = Vec::with_capacity(colours.len());
+    for &c in &colours[1..] {
+        let mut next = vec![None; cube.len()];
+        let mut from = vec![0; cube.len()];
+        for (j, e) in cube.iter().enumerate() {
+            let best = (0..cube.len()).filter(|&p| cube[p].2 + 1.0 < e.2).filter_map(|p| cost[p].map(|k| (k, p))).min();
+            if let Some((k, p)) = best {
+                next[j] = Some(k + dist(e.1, c));
+                from[j] = p;
+            }
+        }
+        back.push(from);
+        cost = next;
+    }
+    let Some((_, mut j)) = cost.iter().enumerate().filter_map(|(j, k)| k.map(|k| (k, j))).min() else {
+        return colours.iter().map(|&c| xterm256(c)).collect();
+    };
+    let mut out = vec![cube[j].0];
+    for from in back.iter().rev() {
+        j = from[j];
+        out.push(cube[j].0);
+    }
+    out.reverse();
+    out
 }
 
 /// `c` as the depth can show it.
@@ -263,6 +330,7 @@ impl Theme {
             mask_fg: c(p.mask_fg),
             mask_active_fg: c(p.mask_active_fg),
             active_row_bg: c(p.active_row_bg),
+            steps256: Mutex::new(Vec::new()),
         }
     }
 
@@ -280,15 +348,29 @@ impl Theme {
         lerp(self.ramp[i], self.ramp[i + 1], x - i as f32)
     }
 
+    /// Step `step`'s hue as the depth shows it: at 256 colours, one colour per step of the run,
+    /// all different (`xterm256_steps`), not each step's nearest.
     pub fn step_color(&self, step: usize, span: usize) -> Color {
-        fit(self.step_rgb(step, span), self.depth)
+        if self.depth != Depth::Ansi256 {
+            return fit(self.step_rgb(step, span), self.depth);
+        }
+        let span = span.max(1);
+        let step = step.min(span - 1);
+        let mut memo = self.steps256.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, ix)) = memo.iter().find(|(n, _)| *n == span) {
+            return Color::Indexed(ix[step]);
+        }
+        let ix = xterm256_steps(&(0..span).map(|s| self.step_rgb(s, span)).collect::<Vec<_>>());
+        let c = Color::Indexed(ix[step]);
+        memo.push((span, ix));
+        c
     }
 
     /// A decoded grid cell: filled with its step's hue, text in black or white, whichever
     /// reads on it. Confidence is not in the fill (see `conf_mark`).
     pub fn cell_style(&self, step: usize, span: usize) -> Style {
-        let (bg, fg) = self.cell_rgb(step, span);
-        Style::default().bg(fit(bg, self.depth)).fg(fit(fg, self.depth))
+        let (_, fg) = self.cell_rgb(step, span);
+        Style::default().bg(self.step_color(step, span)).fg(fit(fg, self.depth))
     }
 
     /// A decoded cell's fill and text colour before they are fitted to a depth (the SVG
@@ -390,18 +472,6 @@ mod tests {
 
     /// CIE76 ΔE between two sRGB colours: how different two fills look.
     fn delta_e(a: Rgb, b: Rgb) -> f32 {
-        fn lab(c: Rgb) -> [f32; 3] {
-            let lin = |x: u8| {
-                let v = x as f32 / 255.0;
-                if v <= 0.04045 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
-            };
-            let (r, g, b) = (lin(c.0), lin(c.1), lin(c.2));
-            let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
-            let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
-            let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
-            let f = |t: f32| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
-            [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
-        }
         let (p, q) = (lab(a), lab(b));
         ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt()
     }
@@ -431,16 +501,56 @@ mod tests {
         }
     }
 
+    /// The cube colour of an index of xterm's palette (16..=231).
+    fn cube_rgb(i: u8) -> Rgb {
+        const LEVELS: [u8; 6] = [0, 95, 135, 175, 215, 255];
+        let i = (i - 16) as usize;
+        (LEVELS[i / 36], LEVELS[i / 6 % 6], LEVELS[i % 6])
+    }
+
+    /// Each step's nearest cube colour alone put 16 viridis steps on 11 colours (steps 2–5 of
+    /// the dark theme all on 60, 6–8 on 30): mapped together, every step of up to 16 (and far
+    /// more) gets its own cube colour, lighter than the step before, and 4 steps keep the
+    /// nearest colours they always had.
+    #[test]
+    fn steps_at_256_colours_are_distinct_and_ordered() {
+        for name in [ThemeName::Dark, ThemeName::Light] {
+            let t = pick(name, Depth::TrueColor);
+            for span in 1..=24 {
+                let rgb: Vec<Rgb> = (0..span).map(|s| t.step_rgb(s, span)).collect();
+                let ix = xterm256_steps(&rgb);
+                assert_eq!(ix.len(), span);
+                assert!(ix.iter().all(|&i| (16..=231).contains(&i)), "{name:?} {span}: {ix:?} leaves the cube");
+                assert!(ix.iter().map(|&i| cube_rgb(i)).all(|c| !(c.0 == c.1 && c.1 == c.2)), "{name:?} {span}: a grey step {ix:?}");
+                for (s, w) in ix.windows(2).enumerate() {
+                    let (a, b) = (cube_rgb(w[0]), cube_rgb(w[1]));
+                    assert!(lab(b)[0] > lab(a)[0], "{name:?} {span}: step {} not lighter than step {s}: {ix:?}", s + 1);
+                    assert!(delta_e(a, b) > 10.0, "{name:?} {span}: steps {s} and {} look alike: {ix:?}", s + 1);
+                }
+                if span <= 4 {
+                    assert_eq!(ix, rgb.iter().map(|&c| xterm256(c)).collect::<Vec<_>>(), "{name:?} {span}");
+                }
+            }
+        }
+        let dark = pick(ThemeName::Dark, Depth::TrueColor);
+        let nearest: Vec<u8> = (0..16).map(|s| xterm256(dark.step_rgb(s, 16))).collect();
+        assert_eq!(&nearest[1..5], &[60; 4], "the old mapping: steps 2–5 on one colour");
+        assert!(xterm256_steps(&[]).is_empty());
+    }
+
     #[test]
     fn the_256_colour_fallback_keeps_sixteen_steps_apart_and_in_order() {
-        let t = pick(ThemeName::Dark, Depth::Ansi256);
-        let fills: Vec<Color> = (0..16).map(|s| t.cell_style(s, 16).bg.unwrap()).collect();
-        assert!(fills.iter().all(|c| matches!(c, Color::Indexed(i) if *i >= 16)), "{fills:?}");
-        let distinct: std::collections::BTreeSet<_> = fills.iter().map(|c| format!("{c:?}")).collect();
-        // The cube is coarse: 16 viridis samples land on 11 of its colours (neighbours may share
-        // one; the legend and `--mono`'s step marks still tell them apart).
-        assert!(distinct.len() >= 11, "only {} distinct fills of 16: {fills:?}", distinct.len());
-        assert_eq!(fills[0], Color::Indexed(xterm256(t.ramp[0])));
+        for name in [ThemeName::Dark, ThemeName::Light] {
+            let t = pick(name, Depth::Ansi256);
+            let fills: Vec<Color> = (0..16).map(|s| t.cell_style(s, 16).bg.unwrap()).collect();
+            assert!(fills.iter().all(|c| matches!(c, Color::Indexed(i) if *i >= 16)), "{fills:?}");
+            let distinct: std::collections::BTreeSet<_> = fills.iter().map(|c| format!("{c:?}")).collect();
+            assert_eq!(distinct.len(), 16, "{name:?}: {fills:?}");
+            let ix = xterm256_steps(&(0..16).map(|s| t.step_rgb(s, 16)).collect::<Vec<_>>());
+            assert_eq!(fills, ix.into_iter().map(Color::Indexed).collect::<Vec<_>>());
+            // The legend, the timeline and the steps list take the same colours.
+            assert_eq!(t.step_color(7, 16), fills[7]);
+        }
     }
 
     #[test]
