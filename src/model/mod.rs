@@ -336,7 +336,7 @@ fn check_layers(config: &ModelConfig, weights: &Weights, label: &str) -> Result<
     let n = config.num_hidden_layers;
     let has = |l: usize| weights.contains(&format!("model.layers.{l}.input_layernorm.weight"));
     if !has(n - 1) || has(n) {
-        let real = (0..=crate::limits::CONFIG_BOUNDS[3].1).find(|&l| !has(l)).unwrap_or(0);
+        let real = (0..=crate::limits::MAX_LAYERS).find(|&l| !has(l)).unwrap_or(0);
         bail!("{label}: field `num_hidden_layers` is {n}, but the weights hold {real} layers");
     }
     Ok(())
