@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use crate::model::GenerationConfig;
+use crate::model::{DeviceSpec, DtypeSpec, GenerationConfig};
 use crate::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 
 #[derive(Parser, Debug)]
@@ -366,12 +366,12 @@ pub struct DecodeArgs {
     pub max_new_tokens: Option<usize>,
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEV", default_value = "cpu", global = true)]
-    pub device: String,
+    pub device: DeviceSpec,
     /// Compute dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16. On the CPU, bf16
     /// rounds each projection's input to bf16 and multiplies in bf16 (AVX512-BF16: prefill and
     /// storing passes up to 1.6x faster); the rest stays f32. Tokens may differ from f32's.
-    #[arg(long, value_name = "DT", default_value = "auto", global = true)]
-    pub dtype: String,
+    #[arg(long, value_enum, value_name = "DT", default_value = "auto", global = true)]
+    pub dtype: DtypeSpec,
     /// Keep the K most probable tokens of every masked position and their probabilities in
     /// each step (the inspector shows them and the margin p1 - p2), 1 to 16; 1: only the token
     /// drawn. Above 1 on a GPU, sampling runs on the host (slower).
@@ -506,6 +506,27 @@ mod tests {
         let cli = Cli::try_parse_from(["unmask", "compare", "--strategy-a", "Low-Confidence-Static"]).unwrap();
         let Some(Command::Compare { a, .. }) = cli.command else { panic!() };
         assert_eq!(a.strategy, Some(Strategy::LowConfidenceStatic));
+    }
+
+    #[test]
+    fn device_and_dtype_take_the_spellings_they_always_took() {
+        use crate::model::{DeviceSpec, DtypeSpec};
+        let parse = |flags: &[&str]| {
+            let cli = Cli::try_parse_from(["unmask"].iter().chain(flags)).map_err(|e| e.kind())?;
+            Ok::<_, clap::error::ErrorKind>((cli.decode.device, cli.decode.dtype))
+        };
+        assert_eq!(parse(&[]), Ok((DeviceSpec::Cpu, DtypeSpec::Auto)));
+        for (dev, want) in [("cpu", DeviceSpec::Cpu), ("cuda", DeviceSpec::Cuda(None)), ("cuda:0", DeviceSpec::Cuda(Some(0))), ("cuda:3", DeviceSpec::Cuda(Some(3)))] {
+            assert_eq!(parse(&["--device", dev]).map(|p| p.0), Ok(want), "{dev}");
+            assert_eq!(want.to_string(), dev, "shown as given");
+        }
+        for (dt, want) in [("auto", DtypeSpec::Auto), ("", DtypeSpec::Auto), ("f32", DtypeSpec::F32), ("bf16", DtypeSpec::Bf16), ("f16", DtypeSpec::F16)] {
+            assert_eq!(parse(&["--dtype", dt]).map(|p| p.1), Ok(want), "{dt:?}");
+        }
+        for bad in [&["--device", "gpu"][..], &["--device", "cuda:"], &["--device", "cuda:-1"], &["--device", "CPU"], &["--dtype", "fp16"], &["--dtype", "BF16"]] {
+            let kind = parse(bad).unwrap_err();
+            assert!(matches!(kind, clap::error::ErrorKind::ValueValidation | clap::error::ErrorKind::InvalidValue), "{bad:?}: {kind:?}");
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser
 use crate::events::{Event, ModelInfo};
 use crate::model::config::ModelConfig;
 use crate::model::random::{shape_config, RandomWeights};
-use crate::model::{parse_device, parse_dtype, Checkpoint, Compute, GenerationConfig, Model, Products};
+use crate::model::{Checkpoint, Compute, GenerationConfig, Model, Products};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
@@ -470,8 +470,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         // Not a file of the checkpoint it benchmarks (there is no --random-init --model).
         crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
     }
-    let device = parse_device(&args.decode.device)?;
-    let compute = parse_dtype(&args.decode.dtype, &device)?;
+    let device = args.decode.device.open()?;
+    let compute = args.decode.dtype.compute(&device);
     let dtype = compute.dtype;
     let t0 = Instant::now();
     let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
@@ -546,7 +546,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             mask_id,
             eos_ids: vec![],
             model: info.clone(),
-            device: crate::session::device_label(&args.decode.device, compute, crate::model::compute_dtype(&device)),
+            device: crate::session::device_label(args.decode.device, compute, crate::model::compute_dtype(&device)),
             chat: None,
             sources: Default::default(),
             candidates: args.decode.candidates(),
@@ -583,7 +583,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let report = Report {
         moe_experts_per_layer_pass: moe_experts,
         model: info.source.clone(),
-        device: args.decode.device.clone(),
+        device: args.decode.device.to_string(),
         dtype: compute.label().to_string(),
         params: info.num_params,
         weight_bytes,
