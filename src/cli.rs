@@ -198,10 +198,9 @@ pub enum Command {
 pub struct BenchArgs {
     #[command(flatten)]
     pub decode: DecodeArgs,
-    /// Random weights of a named real shape instead of --model (default: the embedded model):
-    /// tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b.
-    #[arg(long, value_name = "SHAPE", conflicts_with = "model")]
-    pub random_init: Option<String>,
+    /// Random weights of a named real shape instead of --model (default: the embedded model).
+    #[arg(long, value_name = "SHAPE", conflicts_with = "model", value_parser = crate::model::random::shape_parser())]
+    pub random_init: Option<&'static crate::model::random::Shape>,
     /// Prompt length in tokens (synthetic ids; whole blocks are prefilled).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 64)]
     pub prompt_len: usize,
@@ -526,6 +525,25 @@ mod tests {
         for bad in [&["--device", "gpu"][..], &["--device", "cuda:"], &["--device", "cuda:-1"], &["--device", "CPU"], &["--dtype", "fp16"], &["--dtype", "BF16"]] {
             let kind = parse(bad).unwrap_err();
             assert!(matches!(kind, clap::error::ErrorKind::ValueValidation | clap::error::ErrorKind::InvalidValue), "{bad:?}: {kind:?}");
+        }
+    }
+
+    /// `--random-init` takes the names of the shape table and nothing else, a misspelled MoE
+    /// shape included (it was once built as a dense model).
+    #[test]
+    fn random_init_takes_a_known_shape() {
+        let shape = |name: &str| match Cli::try_parse_from(["unmask", "bench", "--random-init", name]) {
+            Ok(Cli { command: Some(Command::Bench(b)), .. }) => Ok(b.random_init.map(|s| s.name)),
+            Ok(_) => panic!("not bench"),
+            Err(e) => Err(e),
+        };
+        for s in crate::model::random::shape_names() {
+            assert_eq!(shape(s).unwrap(), Some(s));
+        }
+        for bad in ["sdar-1.7bb", "sdar-30b", "SDAR-1.7B", ""] {
+            let e = shape(bad).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
+            assert!(e.to_string().contains("[possible values: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b]"), "{e}");
         }
     }
 

@@ -25,7 +25,7 @@ use crate::cli::{BenchArgs, EventsMode};
 use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
 use crate::model::config::ModelConfig;
-use crate::model::random::{shape_config, RandomWeights};
+use crate::model::random::RandomWeights;
 use crate::model::{Checkpoint, Compute, GenerationConfig, Model, Products};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
@@ -477,14 +477,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
         match (&args.random_init, &args.decode.model) {
             (Some(shape), _) => {
-                let cfg = shape_config(shape)?;
+                let cfg = shape.config()?;
+                let name = shape.name;
                 if args.decode.routing {
-                    crate::session::require_moe(&cfg, &format!("--random-init {shape}"))?;
+                    crate::session::require_moe(&cfg, &format!("--random-init {name}"))?;
                 }
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
-                let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {shape}"))?;
+                let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {name}"))?;
                 let info = ModelInfo {
-                    source: format!("random:{shape}"),
+                    source: format!("random:{name}"),
                     model_type: cfg.model_type.clone(),
                     vocab_size: cfg.vocab_size,
                     hidden_size: cfg.hidden_size,
@@ -890,6 +891,7 @@ fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::random::shape_config;
 
     /// issue 21's table: at 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
     /// 0.825 / 1.93 / 3.63 ms; the embedding counts 4 rows, lm_head whole.
