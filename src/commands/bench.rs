@@ -467,8 +467,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("--repeat must be at least 1");
     }
     if let Some(p) = &args.json {
-        // Not a file of the checkpoint it benchmarks (there is no --random-init --model).
+        // Not a file of the checkpoint it benchmarks (there is no --random-init --model), and
+        // one that can be written, checked before the benchmark.
+        crate::output::check_report_path("bench", p)?;
         crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
+        crate::output::check_writable("--json", p)?;
     }
     let device = args.decode.device.open()?;
     let compute = args.decode.dtype.compute(&device);
@@ -603,8 +606,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         rows,
     };
     if let Some(path) = &args.json {
-        let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
-        serde_json::to_writer_pretty(f, &report).with_context(|| format!("{}: cannot write", path.display()))?;
+        crate::output::write_json(path, &report)?;
     }
     crate::output::print(&render(&report))
 }
