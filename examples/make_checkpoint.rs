@@ -11,14 +11,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use unmask::model::random::{write_checkpoint, SHAPES};
+use unmask::model::random::{shape_names, write_checkpoint};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (shape, dir, seed) = match args.as_slice() {
         [s, d] => (s, PathBuf::from(d), 0),
         [s, d, seed] => (s, PathBuf::from(d), seed.parse().with_context(|| format!("seed `{seed}`: not a number"))?),
-        _ => bail!("usage: make_checkpoint SHAPE DIR [SEED]; shapes: {}", SHAPES.join(", ")),
+        _ => bail!("usage: make_checkpoint SHAPE DIR [SEED]; shapes: {}", shape_names().collect::<Vec<_>>().join(", ")),
     };
     let t0 = Instant::now();
     let bytes = write_checkpoint(shape, seed, &dir)?;

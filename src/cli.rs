@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use crate::model::GenerationConfig;
+use crate::model::{DeviceSpec, DtypeSpec, GenerationConfig};
 use crate::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 
 #[derive(Parser, Debug)]
@@ -198,10 +198,9 @@ pub enum Command {
 pub struct BenchArgs {
     #[command(flatten)]
     pub decode: DecodeArgs,
-    /// Random weights of a named real shape instead of --model (default: the embedded model):
-    /// tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b.
-    #[arg(long, value_name = "SHAPE", conflicts_with = "model")]
-    pub random_init: Option<String>,
+    /// Random weights of a named real shape instead of --model (default: the embedded model).
+    #[arg(long, value_name = "SHAPE", conflicts_with = "model", value_parser = crate::model::random::shape_parser())]
+    pub random_init: Option<&'static crate::model::random::Shape>,
     /// Prompt length in tokens (synthetic ids; whole blocks are prefilled).
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 64)]
     pub prompt_len: usize,
@@ -366,12 +365,12 @@ pub struct DecodeArgs {
     pub max_new_tokens: Option<usize>,
     /// cpu, cuda or cuda:N.
     #[arg(long, value_name = "DEV", default_value = "cpu", global = true)]
-    pub device: String,
+    pub device: DeviceSpec,
     /// Compute dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16. On the CPU, bf16
     /// rounds each projection's input to bf16 and multiplies in bf16 (AVX512-BF16: prefill and
     /// storing passes up to 1.6x faster); the rest stays f32. Tokens may differ from f32's.
-    #[arg(long, value_name = "DT", default_value = "auto", global = true)]
-    pub dtype: String,
+    #[arg(long, value_enum, value_name = "DT", default_value = "auto", global = true)]
+    pub dtype: DtypeSpec,
     /// Keep the K most probable tokens of every masked position and their probabilities in
     /// each step (the inspector shows them and the margin p1 - p2), 1 to 16; 1: only the token
     /// drawn. Above 1 on a GPU, sampling runs on the host (slower).
@@ -506,6 +505,46 @@ mod tests {
         let cli = Cli::try_parse_from(["unmask", "compare", "--strategy-a", "Low-Confidence-Static"]).unwrap();
         let Some(Command::Compare { a, .. }) = cli.command else { panic!() };
         assert_eq!(a.strategy, Some(Strategy::LowConfidenceStatic));
+    }
+
+    #[test]
+    fn device_and_dtype_take_the_spellings_they_always_took() {
+        use crate::model::{DeviceSpec, DtypeSpec};
+        let parse = |flags: &[&str]| {
+            let cli = Cli::try_parse_from(["unmask"].iter().chain(flags)).map_err(|e| e.kind())?;
+            Ok::<_, clap::error::ErrorKind>((cli.decode.device, cli.decode.dtype))
+        };
+        assert_eq!(parse(&[]), Ok((DeviceSpec::Cpu, DtypeSpec::Auto)));
+        for (dev, want) in [("cpu", DeviceSpec::Cpu), ("cuda", DeviceSpec::Cuda(None)), ("cuda:0", DeviceSpec::Cuda(Some(0))), ("cuda:3", DeviceSpec::Cuda(Some(3)))] {
+            assert_eq!(parse(&["--device", dev]).map(|p| p.0), Ok(want), "{dev}");
+            assert_eq!(want.to_string(), dev, "shown as given");
+        }
+        for (dt, want) in [("auto", DtypeSpec::Auto), ("", DtypeSpec::Auto), ("f32", DtypeSpec::F32), ("bf16", DtypeSpec::Bf16), ("f16", DtypeSpec::F16)] {
+            assert_eq!(parse(&["--dtype", dt]).map(|p| p.1), Ok(want), "{dt:?}");
+        }
+        for bad in [&["--device", "gpu"][..], &["--device", "cuda:"], &["--device", "cuda:-1"], &["--device", "CPU"], &["--dtype", "fp16"], &["--dtype", "BF16"]] {
+            let kind = parse(bad).unwrap_err();
+            assert!(matches!(kind, clap::error::ErrorKind::ValueValidation | clap::error::ErrorKind::InvalidValue), "{bad:?}: {kind:?}");
+        }
+    }
+
+    /// `--random-init` takes the names of the shape table and nothing else, a misspelled MoE
+    /// shape included (it was once built as a dense model).
+    #[test]
+    fn random_init_takes_a_known_shape() {
+        let shape = |name: &str| match Cli::try_parse_from(["unmask", "bench", "--random-init", name]) {
+            Ok(Cli { command: Some(Command::Bench(b)), .. }) => Ok(b.random_init.map(|s| s.name)),
+            Ok(_) => panic!("not bench"),
+            Err(e) => Err(e),
+        };
+        for s in crate::model::random::shape_names() {
+            assert_eq!(shape(s).unwrap(), Some(s));
+        }
+        for bad in ["sdar-1.7bb", "sdar-30b", "SDAR-1.7B", ""] {
+            let e = shape(bad).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
+            assert!(e.to_string().contains("[possible values: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b]"), "{e}");
+        }
     }
 
     #[test]

@@ -30,21 +30,32 @@ pub const MAX_TRACE_LINE: usize = 64 << 20;
 pub const MAX_CAST_WIDTH: u16 = 1000;
 pub const MAX_CAST_HEIGHT: u16 = 1000;
 
-/// Largest value each config.json size may take.
-pub const CONFIG_BOUNDS: [(&str, usize); 8] = [
-    ("vocab_size", 1 << 22),
-    ("hidden_size", 1 << 16),
-    ("intermediate_size", 1 << 20),
-    ("num_hidden_layers", 1024),
-    ("num_attention_heads", 1024),
-    ("num_key_value_heads", 1024),
-    ("head_dim", 4096),
-    ("max_position_embeddings", 1 << 24),
-];
+// Largest value each config.json size may take (model/config.rs checks them).
+/// `vocab_size`.
+pub const MAX_VOCAB: usize = 1 << 22;
+/// `hidden_size`.
+pub const MAX_HIDDEN: usize = 1 << 16;
+/// `intermediate_size`.
+pub const MAX_INTERMEDIATE: usize = 1 << 20;
+/// `num_hidden_layers`.
+pub const MAX_LAYERS: usize = 1024;
+/// `num_attention_heads`.
+pub const MAX_HEADS: usize = 1024;
+/// `num_key_value_heads`.
+pub const MAX_KV_HEADS: usize = 1024;
+/// `head_dim`.
+pub const MAX_HEAD_DIM: usize = 4096;
+/// `max_position_embeddings`.
+pub const MAX_POSITIONS: usize = 1 << 24;
 
-/// Bounds on the mixture-of-experts fields of config.json (qwen3_moe.rs): SDAR-30B-A3B has 128
-/// experts, 8 per token, 768 wide; Qwen3-235B-A22B the same counts.
-pub const MOE_BOUNDS: [(&str, usize); 3] = [("num_experts", 1024), ("num_experts_per_tok", 64), ("moe_intermediate_size", 1 << 20)];
+// Bounds on the mixture-of-experts fields of config.json (qwen3_moe.rs): SDAR-30B-A3B has 128
+// experts, 8 per token, 768 wide; Qwen3-235B-A22B the same counts.
+/// `num_experts`.
+pub const MAX_EXPERTS: usize = 1024;
+/// `num_experts_per_tok`.
+pub const MAX_EXPERTS_PER_TOK: usize = 64;
+/// `moe_intermediate_size`.
+pub const MAX_MOE_INTERMEDIATE: usize = 1 << 20;
 
 /// `value` of `what` is at most `max`.
 pub fn at_most(what: &str, value: usize, max: usize) -> Result<()> {
@@ -182,12 +193,12 @@ impl TraceCheck {
 /// A header's routing layout: bounded as config.json's is, top-k within the experts, sparse
 /// layers ascending and inside the model.
 fn moe_info(m: MoeInfo, layers: usize) -> Result<MoeInfo, String> {
-    let [(_, max_experts), (_, max_k), _] = MOE_BOUNDS;
-    if m.experts == 0 || m.experts > max_experts {
-        return Err(format!("field `model.moe.experts` is {}, outside 1..={max_experts}", m.experts));
+    if m.experts == 0 || m.experts > MAX_EXPERTS {
+        return Err(format!("field `model.moe.experts` is {}, outside 1..={MAX_EXPERTS}", m.experts));
     }
-    if m.top_k == 0 || m.top_k > max_k.min(m.experts) {
-        return Err(format!("field `model.moe.top_k` is {}, outside 1..={}", m.top_k, max_k.min(m.experts)));
+    let max_k = MAX_EXPERTS_PER_TOK.min(m.experts);
+    if m.top_k == 0 || m.top_k > max_k {
+        return Err(format!("field `model.moe.top_k` is {}, outside 1..={max_k}", m.top_k));
     }
     if m.sparse_layers.len() > layers || m.sparse_layers.windows(2).any(|w| w[0] >= w[1]) || m.sparse_layers.iter().any(|&l| l >= layers) {
         return Err(format!("field `model.moe.sparse_layers` is not an ascending list of layers below model.num_layers {layers}"));
@@ -213,8 +224,8 @@ fn header(h: &Header) -> Result<RunShape, String> {
         return Err(format!("field `max_len` is {}, but prompt {p} + max_new_tokens {} is {want}", h.max_len, h.settings.max_new_tokens));
     }
     let vocab = h.model.vocab_size;
-    if vocab == 0 || vocab > CONFIG_BOUNDS[0].1 {
-        return Err(format!("field `model.vocab_size` is {vocab}, outside 1..={}", CONFIG_BOUNDS[0].1));
+    if vocab == 0 || vocab > MAX_VOCAB {
+        return Err(format!("field `model.vocab_size` is {vocab}, outside 1..={MAX_VOCAB}"));
     }
     if h.mask_token_id as usize >= vocab {
         return Err(format!("field `mask_token_id` is {}, outside the vocabulary of {vocab}", h.mask_token_id));

@@ -77,6 +77,14 @@ fn clap_exit(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
+    // The value refused is echoed: its control characters shown, as `fail` shows them, before
+    // clap's rendering would drop an ESC and a newline would cut the line short.
+    let mut e = e;
+    use clap::error::{ContextKind, ContextValue};
+    if let Some(ContextValue::String(v)) = e.get(ContextKind::InvalidValue) {
+        let shown = unmask::ui::glyph::escape_line(v).into_owned();
+        e.insert(ContextKind::InvalidValue, ContextValue::String(shown));
+    }
     let text = e.render().to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();

@@ -6,8 +6,9 @@
 //!   and every file of the checkpoint folder it loads ([`crate::session::decode_inputs`]).
 //! - [`check_writable`]: a finished output is checked before the work that fills it (a
 //!   folder, a missing or read-only folder fail at once, not after a long decode).
-//! - `-` as an output is stdout ([`is_stdout`]), as it is stdin for the inputs.
-//! - [`write_atomically`]: a finished output (a cast, an export) is written to a temporary
+//! - `-` as an output is stdout ([`is_stdout`]), as it is stdin for the inputs; except the
+//!   `--json` of a command whose stdout holds its results ([`check_report_path`]).
+//! - [`write_atomically`]: a finished output (a cast, an export, a `--json` report) is written to a temporary
 //!   file in the same folder and renamed over the target, so a failure or an interruption
 //!   leaves either the old file or the whole new one. Streamed outputs (`trace --out`,
 //!   `record --trace`) are written in place, one flushed line per event, so that an
@@ -164,6 +165,20 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
     })();
     forget(&tmp_path);
     result
+}
+
+/// `--json` of a command that prints its own results on stdout (`bench`, `check-device`): a
+/// file, not `-` (the JSON and the results would interleave).
+pub fn check_report_path(command: &str, path: &Path) -> Result<()> {
+    if is_stdout(path) {
+        bail!("--json -: {command} prints its results on stdout; name a file for the JSON");
+    }
+    Ok(())
+}
+
+/// `value` as pretty JSON into `path`, whole or not at all ([`write_atomically`]).
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    write_atomically(path, |w| serde_json::to_writer_pretty(w, value).with_context(|| format!("{}: cannot write", path.display())))
 }
 
 /// Writes a command's whole result to stdout in one write whose error is returned: a closed

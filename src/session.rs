@@ -12,7 +12,7 @@ use crate::engine::{EngineThread, ModelDenoiser, Request};
 use crate::events::ChatInfo;
 use crate::hub;
 use crate::model::config::block_size_from_name;
-use crate::model::{parse_device, parse_dtype, Checkpoint, Compute, GenerationConfig, Products, Source};
+use crate::model::{Checkpoint, Compute, DeviceSpec, GenerationConfig, Products, Source};
 use crate::tokenizer::Tok;
 
 /// The prompt decoded when none is given and the checkpoint suggests none.
@@ -41,11 +41,11 @@ impl Session {
 
     pub fn open(args: &DecodeArgs) -> Result<Self> {
         let (source, name) = model_source(args)?;
-        let device = parse_device(&args.device)?;
+        let device = args.device.open()?;
         if args.routing {
             check_routing(&source)?;
         }
-        let compute = parse_dtype(&args.dtype, &device)?;
+        let compute = args.dtype.compute(&device);
         let mut ckpt = Checkpoint::load(&source, &device, compute)?;
         if let (Some(id), Source::Dir(snapshot)) = (hub_id(args), &source) {
             // The snapshot's folder is its commit: which revision was decoded, for the record.
@@ -76,7 +76,7 @@ impl Session {
             mask_id: ckpt.tokenizer.mask_id(),
             eos_ids: ckpt.eos_ids.clone(),
             model: ckpt.info.clone(),
-            device: device_label(&args.device, compute, crate::model::compute_dtype(&device)),
+            device: device_label(args.device, compute, crate::model::compute_dtype(&device)),
             chat: Some(chat),
             sources,
             candidates: args.candidates(),
@@ -90,7 +90,7 @@ impl Session {
 /// The device as the header and the status bar name it: `--device`, and what makes its tokens
 /// differ from the device's default: on the CPU with `--dtype bf16` the bf16 products, else a
 /// compute dtype that is not the device's own (`cpu (f16)`, `cuda (f32)`).
-pub fn device_label(device: &str, compute: Compute, default: candle_core::DType) -> String {
+pub fn device_label(device: DeviceSpec, compute: Compute, default: candle_core::DType) -> String {
     match compute.products {
         Products::Bf16 => format!("{device} (bf16 products)"),
         Products::F32 if compute.dtype == default => device.to_string(),

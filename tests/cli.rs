@@ -155,8 +155,13 @@ fn bad_flags_give_one_line_errors() {
     assert!(e.contains("low_confidence_dynamic"), "lists the strategies: {e}");
     let e = error_for(&model, &["--top-p", "0"]);
     assert!(e.contains("--top-p must be within (0, 1]"), "{e}");
+    // --device and --dtype are refused as the command line is read, naming the flag
     let e = error_for(&model, &["--device", "tpu"]);
-    assert!(e.contains("--device tpu: expected cpu, cuda or cuda:N"), "{e}");
+    assert!(e.contains("invalid value 'tpu' for '--device <DEV>': expected cpu, cuda or cuda:N"), "{e}");
+    let e = error_for(&model, &["--device", "cuda:first"]);
+    assert!(e.contains("invalid value 'cuda:first' for '--device <DEV>': expected cuda:N with N a GPU index"), "{e}");
+    let e = error_for(&model, &["--dtype", "f64"]);
+    assert!(e.contains("invalid value 'f64' for '--dtype <DT>' [possible values: auto, f32, bf16, f16]"), "{e}");
     // A negative number is the flag's value, checked like any other (not "unexpected argument").
     let e = error_for(&model, &["--threshold", "-1"]);
     assert!(e.contains("--threshold must be within [0, 1] (got -1)"), "{e}");

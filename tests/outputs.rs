@@ -339,3 +339,28 @@ fn a_dash_output_is_stdout() {
     let out = Command::new(BIN).current_dir(d.path()).args(["record", "--cast", "-", "--trace", "-"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "unmask: error: --trace - and --cast - would both write to stdout; give one of them a file");
 }
+
+/// `bench --json` and `check-device --json` are outputs like the others: checked before the
+/// work (a folder, a missing folder, `-`, which would mix into the results on stdout), then
+/// written whole through a temporary file.
+#[test]
+fn json_reports_are_checked_first_and_written_whole() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("no/such/r.json");
+    let bench = ["bench", "--strategy", "sequential", "--max-new-tokens", "4", "--prompt-len", "4", "--warmup", "0", "--repeat", "1", "--events", "off"];
+    let device = ["check-device", "--model", MODEL];
+    for cmd in [&bench[..], &device[..]] {
+        let name = cmd[0];
+        refused(&[cmd, &["--json", s(d.path())]].concat(), &format!("--json {}: is a folder; name a file", s(d.path())));
+        refused(&[cmd, &["--json", s(&missing)]].concat(), &format!("--json {}: cannot use the folder", s(&missing)));
+        refused(&[cmd, &["--json", "-"]].concat(), &format!("--json -: {name} prints its results on stdout; name a file for the JSON"));
+    }
+    let json = d.path().join("r.json");
+    std::fs::write(&json, "old").unwrap();
+    let out = unmask(&[&bench[..], &["--json", s(&json)]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["rows"].as_array().map(Vec::len), Some(1), "{report}");
+    let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, ["r.json"], "no temporary file left");
+}

@@ -229,7 +229,10 @@ fn devices_and_fifos_are_refused_before_reading() {
 #[test]
 fn error_messages_show_control_characters_instead_of_sending_them() {
     let e = one_line_error(&unmask(&["trace", "--device", "\x1b]0;pwned\x07\nx"]));
-    assert!(e.contains("--device ␛]0;pwned␇↵x: expected cpu, cuda or cuda:N"), "{e}");
+    assert!(e.contains("invalid value '␛]0;pwned␇↵x' for '--device <DEV>': expected cpu, cuda or cuda:N"), "{e}");
+    // a value clap refuses itself (not one of a list) is shown the same way
+    let e = one_line_error(&unmask(&["trace", "--strategy", "\x1b[2Jx\ny"]));
+    assert!(e.contains("invalid value '␛[2Jx↵y' for '--strategy <STRATEGY>' [possible values:"), "{e}");
 }
 
 #[test]

@@ -59,7 +59,7 @@ fn embedded_model_decodes_the_fixed_prompt_exactly() {
         prompt: Some(exp.prompt.clone()),
         seed: Some(exp.seed),
         max_new_tokens: Some(exp.max_new_tokens),
-        device: "cpu".into(),
+        device: unmask::model::DeviceSpec::Cpu,
         ..DecodeArgs::default()
     };
     let mut s = Session::open(&args).unwrap();

@@ -25,8 +25,8 @@ use crate::cli::{BenchArgs, EventsMode};
 use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
 use crate::events::{Event, ModelInfo};
 use crate::model::config::ModelConfig;
-use crate::model::random::{shape_config, RandomWeights};
-use crate::model::{parse_device, parse_dtype, Checkpoint, Compute, GenerationConfig, Model, Products};
+use crate::model::random::RandomWeights;
+use crate::model::{Checkpoint, Compute, GenerationConfig, Model, Products};
 use crate::sampler::PosSample;
 use crate::settings::{DecodeSettings, Sampling, Strategy};
 
@@ -467,24 +467,28 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("--repeat must be at least 1");
     }
     if let Some(p) = &args.json {
-        // Not a file of the checkpoint it benchmarks (there is no --random-init --model).
+        // Not a file of the checkpoint it benchmarks (there is no --random-init --model), and
+        // one that can be written, checked before the benchmark.
+        crate::output::check_report_path("bench", p)?;
         crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
+        crate::output::check_writable("--json", p)?;
     }
-    let device = parse_device(&args.decode.device)?;
-    let compute = parse_dtype(&args.decode.dtype, &device)?;
+    let device = args.decode.device.open()?;
+    let compute = args.decode.dtype.compute(&device);
     let dtype = compute.dtype;
     let t0 = Instant::now();
     let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
         match (&args.random_init, &args.decode.model) {
             (Some(shape), _) => {
-                let cfg = shape_config(shape)?;
+                let cfg = shape.config()?;
+                let name = shape.name;
                 if args.decode.routing {
-                    crate::session::require_moe(&cfg, &format!("--random-init {shape}"))?;
+                    crate::session::require_moe(&cfg, &format!("--random-init {name}"))?;
                 }
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
-                let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {shape}"))?;
+                let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {name}"))?;
                 let info = ModelInfo {
-                    source: format!("random:{shape}"),
+                    source: format!("random:{name}"),
                     model_type: cfg.model_type.clone(),
                     vocab_size: cfg.vocab_size,
                     hidden_size: cfg.hidden_size,
@@ -546,7 +550,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             mask_id,
             eos_ids: vec![],
             model: info.clone(),
-            device: crate::session::device_label(&args.decode.device, compute, crate::model::compute_dtype(&device)),
+            device: crate::session::device_label(args.decode.device, compute, crate::model::compute_dtype(&device)),
             chat: None,
             sources: Default::default(),
             candidates: args.decode.candidates(),
@@ -583,7 +587,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let report = Report {
         moe_experts_per_layer_pass: moe_experts,
         model: info.source.clone(),
-        device: args.decode.device.clone(),
+        device: args.decode.device.to_string(),
         dtype: compute.label().to_string(),
         params: info.num_params,
         weight_bytes,
@@ -602,8 +606,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         rows,
     };
     if let Some(path) = &args.json {
-        let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
-        serde_json::to_writer_pretty(f, &report).with_context(|| format!("{}: cannot write", path.display()))?;
+        crate::output::write_json(path, &report)?;
     }
     crate::output::print(&render(&report))
 }
@@ -890,6 +893,7 @@ fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::random::shape_config;
 
     /// issue 21's table: at 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
     /// 0.825 / 1.93 / 3.63 ms; the embedding counts 4 rows, lm_head whole.

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::cli::CheckDeviceArgs;
 use crate::model::random::{check_config, RandomWeights};
-use crate::model::{parse_device, Checkpoint, Model, PassInput, Source};
+use crate::model::{Checkpoint, Model, PassInput, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
 use crate::settings::Sampling;
@@ -292,12 +292,14 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
 }
 
 pub fn run(args: &CheckDeviceArgs) -> Result<()> {
-    let dev = parse_device(&args.decode.device)?;
+    let dev = args.decode.device.open()?;
     let dir = args.decode.model.clone().context("check-device needs --model DIR (the test checkpoint)")?;
     if let Some(p) = &args.json {
+        crate::output::check_report_path("check-device", p)?;
         crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
+        crate::output::check_writable("--json", p)?;
     }
-    let mut rep = Report { device: args.decode.device.clone(), ..Default::default() };
+    let mut rep = Report { device: args.decode.device.to_string(), ..Default::default() };
     let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, DType::F32)?;
     let mask = cpu.tokenizer.mask_id();
     let vocab = cpu.config.vocab_size;
@@ -423,8 +425,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let failed = rep.checks.iter().filter(|c| !c.pass).count();
     println!("{} checks, {failed} failed", rep.checks.len());
     if let Some(path) = &args.json {
-        let f = std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
-        serde_json::to_writer_pretty(f, &rep)?;
+        crate::output::write_json(path, &rep)?;
     }
     if failed > 0 {
         bail!("{failed} device checks failed");

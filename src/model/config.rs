@@ -112,27 +112,12 @@ impl ModelConfig {
         if self.attention_bias {
             bail!("field `attention_bias` is true; SDAR/Qwen3 checkpoints have no biases");
         }
-        let positive = [
-            ("vocab_size", self.vocab_size),
-            ("hidden_size", self.hidden_size),
-            ("intermediate_size", self.intermediate_size),
-            ("num_hidden_layers", self.num_hidden_layers),
-            ("num_attention_heads", self.num_attention_heads),
-            ("num_key_value_heads", self.kv_heads()),
-            ("head_dim", self.head_dim()),
-            ("max_position_embeddings", self.max_position_embeddings),
-        ];
-        for (field, v) in positive {
+        // Positive, and bounded before anything is sized from them (a layer list, a RoPE table,
+        // a KV cache).
+        for (field, v, max) in self.sizes() {
             if v == 0 {
                 bail!("field `{field}` must be positive");
             }
-        }
-        // Bounded before anything is sized from them (a layer list, a RoPE table, a KV cache).
-        for (field, max) in crate::limits::CONFIG_BOUNDS {
-            let v = match field {
-                "max_position_embeddings" => self.max_position_embeddings,
-                _ => positive.iter().find(|(f, _)| *f == field).map_or(0, |p| p.1),
-            };
             crate::limits::at_most(&format!("field `{field}`"), v, max)?;
         }
         if let Some(b) = self.block_size {
@@ -189,6 +174,23 @@ impl ModelConfig {
         m.num_experts.unwrap_or(0) > 0 && !m.mlp_only_layers.contains(&l) && (l + 1).is_multiple_of(m.decoder_sparse_step.max(1))
     }
 
+    /// The sizes every family shares, as `(field, value, largest value allowed)`: each must be
+    /// positive and at most its bound ([`crate::limits`]). `num_key_value_heads` and
+    /// `head_dim` are their values with config.json's defaults applied.
+    pub fn sizes(&self) -> [(&'static str, usize, usize); 8] {
+        use crate::limits::*;
+        [
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            ("hidden_size", self.hidden_size, MAX_HIDDEN),
+            ("intermediate_size", self.intermediate_size, MAX_INTERMEDIATE),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_HEADS),
+            ("num_key_value_heads", self.kv_heads(), MAX_KV_HEADS),
+            ("head_dim", self.head_dim(), MAX_HEAD_DIM),
+            ("max_position_embeddings", self.max_position_embeddings, MAX_POSITIONS),
+        ]
+    }
+
     pub fn kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
@@ -197,8 +199,6 @@ impl ModelConfig {
         self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// Parameter count implied by the shapes (what the weights must add up to). The sizes are
-    /// bounded at parse time ([`crate::limits::CONFIG_BOUNDS`]), so this cannot wrap on 64 bits.
     /// The routing layout step events' `--routing` fields index; `None` for a dense model.
     pub fn moe_info(&self) -> Option<crate::events::MoeInfo> {
         let sparse_layers: Vec<usize> = (0..self.num_hidden_layers).filter(|&l| self.is_sparse(l)).collect();
@@ -209,6 +209,8 @@ impl ModelConfig {
         })
     }
 
+    /// Parameter count implied by the shapes (what the weights must add up to). The sizes are
+    /// bounded at parse time ([`Self::sizes`], [`crate::limits`]), so this cannot wrap on 64 bits.
     pub fn num_params(&self) -> usize {
         let (h, d) = (self.hidden_size, self.head_dim());
         let q = self.num_attention_heads * d;
@@ -326,6 +328,41 @@ mod tests {
         // qwen3_moe and the architecture name reach the same family.
         let c = parse_config(&MOE.replace("\"sdar_moe\"", "\"qwen3_moe\""), "c").unwrap();
         assert!(c.is_sparse(0));
+    }
+
+    /// Each size is checked under its own name against its own bound: one over the bound is
+    /// refused, the bound itself is not (a renamed field or a bound read for another field
+    /// fails here).
+    #[test]
+    fn every_size_is_bounded_under_its_name() {
+        use crate::limits::*;
+        let dense = [
+            ("vocab_size", MAX_VOCAB),
+            ("hidden_size", MAX_HIDDEN),
+            ("intermediate_size", MAX_INTERMEDIATE),
+            ("num_hidden_layers", MAX_LAYERS),
+            ("num_attention_heads", MAX_HEADS),
+            ("num_key_value_heads", MAX_KV_HEADS),
+            ("head_dim", MAX_HEAD_DIM),
+            ("max_position_embeddings", MAX_POSITIONS),
+        ];
+        let moe = [("num_experts", MAX_EXPERTS), ("num_experts_per_tok", MAX_EXPERTS_PER_TOK), ("moe_intermediate_size", MAX_MOE_INTERMEDIATE)];
+        let c = parse_config(MIN, "c").unwrap();
+        assert_eq!(c.sizes().map(|s| (s.0, s.2)), dense, "sizes() names every bound");
+        let set = |text: &str, field: &str, v: usize| {
+            let mut j: serde_json::Value = serde_json::from_str(text).unwrap();
+            j[field] = v.into();
+            j.to_string()
+        };
+        for (text, bounds) in [(MIN, &dense[..]), (MOE, &moe[..])] {
+            for &(field, max) in bounds {
+                let e = err(&set(text, field, max + 1));
+                assert!(e.ends_with(&format!("invalid config: field `{field}` is {}, more than the limit of {max}", max + 1)), "{e}");
+                // the bound itself passes this check (a later one may still refuse the config)
+                let e = parse_config(&set(text, field, max), "c").map(|_| String::new()).unwrap_or_else(|e| format!("{e:#}"));
+                assert!(!e.contains("more than the limit"), "{field} = {max}: {e}");
+            }
+        }
     }
 
     fn err(text: &str) -> String {

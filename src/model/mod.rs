@@ -336,7 +336,7 @@ fn check_layers(config: &ModelConfig, weights: &Weights, label: &str) -> Result<
     let n = config.num_hidden_layers;
     let has = |l: usize| weights.contains(&format!("model.layers.{l}.input_layernorm.weight"));
     if !has(n - 1) || has(n) {
-        let real = (0..=crate::limits::CONFIG_BOUNDS[3].1).find(|&l| !has(l)).unwrap_or(0);
+        let real = (0..=crate::limits::MAX_LAYERS).find(|&l| !has(l)).unwrap_or(0);
         bail!("{label}: field `num_hidden_layers` is {n}, but the weights hold {real} layers");
     }
     Ok(())
@@ -377,18 +377,49 @@ fn dedup(ids: impl Iterator<Item = u32>) -> Vec<u32> {
     out
 }
 
-/// The device a `--device` string names: `cpu`, `cuda` or `cuda:N`.
-pub fn parse_device(spec: &str) -> Result<Device> {
-    match spec {
-        "cpu" => Ok(Device::Cpu),
-        s if s == "cuda" || s.starts_with("cuda:") => {
-            let n: usize = match s.strip_prefix("cuda:") {
-                None => 0,
-                Some(n) => n.parse().map_err(|_| anyhow!("--device {s}: expected cuda:N with N a GPU index"))?,
-            };
-            cuda_device(n)
+/// A `--device` value: `cpu`, `cuda` (the first GPU) or `cuda:N`. Parsed by clap
+/// ([`FromStr`](std::str::FromStr)), so a value that names no device is refused with the
+/// command line's errors; [`DeviceSpec::open`] opens it. Shown as given (`cuda` stays `cuda`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceSpec {
+    #[default]
+    Cpu,
+    /// `cuda:N`, or `None` for plain `cuda` (GPU 0).
+    Cuda(Option<usize>),
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" => Ok(DeviceSpec::Cuda(None)),
+            _ => match s.strip_prefix("cuda:") {
+                Some(n) => n.parse().map(|n| DeviceSpec::Cuda(Some(n))).map_err(|_| "expected cuda:N with N a GPU index".into()),
+                None => Err("expected cpu, cuda or cuda:N".into()),
+            },
         }
-        other => bail!("--device {other}: expected cpu, cuda or cuda:N"),
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(None) => f.write_str("cuda"),
+            DeviceSpec::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// The device, opened (a GPU fails here: no such GPU, or no CUDA in this binary).
+    pub fn open(self) -> Result<Device> {
+        match self {
+            DeviceSpec::Cpu => Ok(Device::Cpu),
+            DeviceSpec::Cuda(n) => cuda_device(n.unwrap_or(0)),
+        }
     }
 }
 
@@ -413,7 +444,7 @@ fn cuda_device(n: usize) -> Result<Device> {
 /// What a model computes in: the dtype of its tensors and, for the CPU's bf16 projections,
 /// how they multiply. A bare [`DType`] is that dtype with exact (f32) products. `products`
 /// only acts where the projections are bf16 panels (the CPU computing in f32, paths.rs);
-/// [`parse_dtype`] sets it nowhere else.
+/// [`DtypeSpec::compute`] sets it nowhere else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compute {
     pub dtype: DType,
@@ -439,25 +470,39 @@ impl Compute {
     }
 }
 
-/// A `--dtype` value: `auto` (the device's [`compute_dtype`]), `f32`, `bf16` or `f16`. On the
-/// CPU `bf16` keeps the residual stream, norms, attention and sampling in f32 and runs the
-/// projections in bf16 ([`Compute::CPU_BF16`]): where the CPU gains speed from bf16 (its dot
-/// product instruction) and nowhere else.
-pub fn parse_dtype(spec: &str, device: &Device) -> Result<Compute> {
-    let dtype = match spec {
-        "auto" | "" => compute_dtype(device),
-        "f32" => DType::F32,
-        "bf16" if device.is_cpu() => {
-            if !bf16_products::native() {
-                crate::notice::warn("this CPU lacks AVX512-BF16: --dtype bf16 gives the same tokens as on one that has it, but more slowly than f32");
+/// A `--dtype` value: `auto` (the device's [`compute_dtype`]), `f32`, `bf16` or `f16`; clap
+/// refuses any other. [`DtypeSpec::compute`] is what it means on a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DtypeSpec {
+    // `auto`, or an empty value. (A doc comment here would show in --help's list of values.)
+    #[default]
+    #[value(alias = "")]
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+impl DtypeSpec {
+    /// What the model computes in on `device`. On the CPU `bf16` keeps the residual stream,
+    /// norms, attention and sampling in f32 and runs the projections in bf16
+    /// ([`Compute::CPU_BF16`]): where the CPU gains speed from bf16 (its dot product
+    /// instruction) and nowhere else.
+    pub fn compute(self, device: &Device) -> Compute {
+        let dtype = match self {
+            DtypeSpec::Auto => compute_dtype(device),
+            DtypeSpec::F32 => DType::F32,
+            DtypeSpec::Bf16 if device.is_cpu() => {
+                if !bf16_products::native() {
+                    crate::notice::warn("this CPU lacks AVX512-BF16: --dtype bf16 gives the same tokens as on one that has it, but more slowly than f32");
+                }
+                return Compute::CPU_BF16;
             }
-            return Ok(Compute::CPU_BF16);
-        }
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        other => bail!("--dtype {other}: expected auto, f32, bf16 or f16"),
-    };
-    Ok(dtype.into())
+            DtypeSpec::Bf16 => DType::BF16,
+            DtypeSpec::F16 => DType::F16,
+        };
+        dtype.into()
+    }
 }
 
 /// The compute dtype for a device: f32 on the CPU, bf16 on a GPU.

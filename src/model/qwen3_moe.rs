@@ -22,13 +22,16 @@ pub const FAMILY: Family = Family {
 /// The MoE fields, bounded (crate::limits) before experts are allocated from them.
 fn check(cfg: &ModelConfig) -> Result<()> {
     let m = &cfg.moe;
-    let required = [("num_experts", m.num_experts), ("num_experts_per_tok", m.num_experts_per_tok), ("moe_intermediate_size", m.moe_intermediate_size)];
-    for (field, v) in required {
+    let required = [
+        ("num_experts", m.num_experts, crate::limits::MAX_EXPERTS),
+        ("num_experts_per_tok", m.num_experts_per_tok, crate::limits::MAX_EXPERTS_PER_TOK),
+        ("moe_intermediate_size", m.moe_intermediate_size, crate::limits::MAX_MOE_INTERMEDIATE),
+    ];
+    for (field, v, max) in required {
         let Some(v) = v else { bail!("field `{field}` is missing; model_type {:?} needs it", cfg.model_type) };
         if v == 0 {
             bail!("field `{field}` must be positive");
         }
-        let max = crate::limits::MOE_BOUNDS.iter().find(|b| b.0 == field).map_or(usize::MAX, |b| b.1);
         crate::limits::at_most(&format!("field `{field}`"), v, max)?;
     }
     let (experts, k) = (m.num_experts.unwrap_or(0), m.num_experts_per_tok.unwrap_or(0));

@@ -12,50 +12,126 @@ use rand_chacha::ChaCha8Rng;
 use super::config::ModelConfig;
 use super::weights::WeightSource;
 
-/// The shapes `--random-init` knows. SDAR's are their Qwen3 bases (head_dim 128, vocab
-/// 151936, rope_theta 1e6, no biases).
-pub const SHAPES: [&str; 7] = ["tiny", "qwen3-0.6b", "sdar-1.7b", "sdar-4b", "sdar-8b", "moe-small", "sdar-30b-a3b"];
+/// A named real shape of `--random-init`: the sizes of its `config.json`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub name: &'static str,
+    pub dims: Dims,
+    /// The mixture-of-experts sizes of an SDAR-MoE shape; `None`: a dense SDAR.
+    pub moe: Option<MoeDims>,
+}
+
+/// The sizes every shape has.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Dims {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    pub tied: bool,
+    pub mask: u32,
+}
+
+/// The sizes of an MoE shape: experts, experts a row, expert intermediate size.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MoeDims {
+    pub experts: usize,
+    pub per_token: usize,
+    pub intermediate: usize,
+}
+
+const fn dims(hidden: usize, layers: usize, heads: usize, kv_heads: usize, intermediate: usize, tied: bool) -> Dims {
+    // SDAR's are their Qwen3 bases: head_dim 128, vocab 151936, `<|MASK|>` at 151669
+    Dims { hidden, layers, heads, kv_heads, head_dim: 128, intermediate, vocab: 151936, tied, mask: 151669 }
+}
+
+/// The shapes `--random-init` knows, the one place that names them. SDAR's are their Qwen3
+/// bases (head_dim 128, vocab 151936, rope_theta 1e6, no biases).
+pub const SHAPES: [Shape; 7] = [
+    // the test fixture's shape (tests/fixtures/tiny-random)
+    Shape {
+        name: "tiny",
+        dims: Dims { hidden: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, intermediate: 160, vocab: 354, tied: false, mask: 353 },
+        moe: None,
+    },
+    Shape { name: "qwen3-0.6b", dims: dims(1024, 28, 16, 8, 3072, true), moe: None },
+    // untied lm_head, as in docs/perf.md's PyTorch anchor (4.06 GB of bf16 weights)
+    Shape { name: "sdar-1.7b", dims: dims(2048, 28, 16, 8, 6144, false), moe: None },
+    Shape { name: "sdar-4b", dims: dims(2560, 36, 32, 8, 9728, false), moe: None },
+    Shape { name: "sdar-8b", dims: dims(4096, 36, 32, 8, 12288, false), moe: None },
+    // a small MoE of the same head geometry, for quick GPU runs
+    Shape { name: "moe-small", dims: dims(1024, 8, 16, 4, 3072, false), moe: Some(MoeDims { experts: 64, per_token: 8, intermediate: 512 }) },
+    // SDAR-30B-A3B (sdar_moe): 48 sparse layers of 128 experts, 8 a row, 32/4 heads
+    Shape { name: "sdar-30b-a3b", dims: dims(2048, 48, 32, 4, 6144, false), moe: Some(MoeDims { experts: 128, per_token: 8, intermediate: 768 }) },
+];
+
+/// The names of [`SHAPES`], in order.
+pub fn shape_names() -> impl Iterator<Item = &'static str> + Clone {
+    SHAPES.iter().map(|s| s.name)
+}
+
+/// The shape named `name`.
+pub fn shape(name: &str) -> Result<&'static Shape> {
+    match SHAPES.iter().find(|s| s.name == name) {
+        Some(s) => Ok(s),
+        None => bail!("--random-init {name}: unknown shape; known: {}", shape_names().collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// `--random-init SHAPE` as clap reads it: one of [`SHAPES`] (a value that is not is refused
+/// with their list).
+pub fn shape_parser() -> impl clap::builder::TypedValueParser<Value = &'static Shape> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(shape_names()).map(|name| shape(&name).expect("one of the possible values"))
+}
 
 /// `config.json` of a named shape.
 pub fn shape_config(name: &str) -> Result<ModelConfig> {
-    let json = shape_json(name)?;
-    crate::model::registry::parse_config(&json.to_string(), &format!("--random-init {name}"))
+    shape(name)?.config()
 }
 
-/// `config.json` of a named shape, as JSON.
-pub fn shape_json(name: &str) -> Result<serde_json::Value> {
-    // (hidden, layers, heads, kv heads, head_dim, intermediate, vocab, tied, mask id)
-    let (h, l, qh, kvh, d, i, v, tied, mask) = match name {
-        // the test fixture's shape (tests/fixtures/tiny-random)
-        "tiny" => (64, 2, 4, 2, 16, 160, 354, false, 353),
-        "qwen3-0.6b" => (1024, 28, 16, 8, 128, 3072, 151936, true, 151669),
-        // untied lm_head, as in docs/perf.md's PyTorch anchor (4.06 GB of bf16 weights)
-        "sdar-1.7b" => (2048, 28, 16, 8, 128, 6144, 151936, false, 151669),
-        "sdar-4b" => (2560, 36, 32, 8, 128, 9728, 151936, false, 151669),
-        "sdar-8b" => (4096, 36, 32, 8, 128, 12288, 151936, false, 151669),
-        // SDAR-30B-A3B (sdar_moe): 48 sparse layers of 128 experts, 8 a row, 32/4 heads
-        "sdar-30b-a3b" => (2048, 48, 32, 4, 128, 6144, 151936, false, 151669),
-        // a small MoE of the same head geometry, for quick GPU runs
-        "moe-small" => (1024, 8, 16, 4, 128, 3072, 151936, false, 151669),
-        other => bail!("--random-init {other}: unknown shape; known: {}", SHAPES.join(", ")),
-    };
-    let json = serde_json::json!({
-        "model_type": "sdar",
-        "vocab_size": v,
-        "hidden_size": h,
-        "intermediate_size": i,
-        "num_hidden_layers": l,
-        "num_attention_heads": qh,
-        "num_key_value_heads": kvh,
-        "head_dim": d,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1_000_000.0,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": tied,
-        "block_size": 4,
-        "mask_token_id": mask,
-    });
-    Ok(with_moe(json, name))
+impl Shape {
+    /// Its `config.json`, parsed and checked as a checkpoint's is.
+    pub fn config(&self) -> Result<ModelConfig> {
+        crate::model::registry::parse_config(&self.json().to_string(), &format!("--random-init {}", self.name))
+    }
+
+    /// Its `config.json`, as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        let d = &self.dims;
+        let mut json = serde_json::json!({
+            "model_type": "sdar",
+            "vocab_size": d.vocab,
+            "hidden_size": d.hidden,
+            "intermediate_size": d.intermediate,
+            "num_hidden_layers": d.layers,
+            "num_attention_heads": d.heads,
+            "num_key_value_heads": d.kv_heads,
+            "head_dim": d.head_dim,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0,
+            "max_position_embeddings": 32768,
+            "tie_word_embeddings": d.tied,
+            "block_size": 4,
+            "mask_token_id": d.mask,
+        });
+        if let (Some(m), Some(o)) = (&self.moe, json.as_object_mut()) {
+            let extra = serde_json::json!({
+                "model_type": "sdar_moe",
+                "num_experts": m.experts,
+                "num_experts_per_tok": m.per_token,
+                "moe_intermediate_size": m.intermediate,
+                "norm_topk_prob": true,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+            });
+            o.extend(extra.as_object().cloned().unwrap_or_default());
+        }
+        json
+    }
 }
 
 /// A random SDAR-MoE of three layers, the middle one dense (`mlp_only_layers`), heads of 128
@@ -71,28 +147,6 @@ pub fn three_layer_moe((h, qh, kvh, v, i): (usize, usize, usize, usize, usize), 
         "moe_intermediate_size": moe_i, "norm_topk_prob": true, "mlp_only_layers": [1],
     });
     crate::model::registry::parse_config(&json.to_string(), "a three-layer MoE").expect("a valid config")
-}
-
-/// The MoE fields of the MoE shapes: (experts, experts a row, expert intermediate size).
-fn with_moe(mut json: serde_json::Value, name: &str) -> serde_json::Value {
-    let (experts, k, inter) = match name {
-        "sdar-30b-a3b" => (128, 8, 768),
-        "moe-small" => (64, 8, 512),
-        _ => return json,
-    };
-    let extra = serde_json::json!({
-        "model_type": "sdar_moe",
-        "num_experts": experts,
-        "num_experts_per_tok": k,
-        "moe_intermediate_size": inter,
-        "norm_topk_prob": true,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-    });
-    if let (Some(o), Some(e)) = (json.as_object_mut(), extra.as_object()) {
-        o.extend(e.clone());
-    }
-    json
 }
 
 /// Every weight of `cfg` in the order [`Model::load`](super::Model::load) reads them (so a
@@ -135,13 +189,14 @@ pub fn tensor_order(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
 pub fn write_checkpoint(name: &str, seed: u64, dir: &std::path::Path) -> Result<u64> {
     use anyhow::Context;
     use std::io::Write;
-    let mut json = shape_json(name)?;
-    if json.get("num_experts").is_some() {
+    let named = shape(name)?;
+    if named.moe.is_some() {
         bail!("{name}: checkpoints are written for the dense shapes only; a MoE shape runs with --random-init");
     }
+    let mut json = named.json();
     json["torch_dtype"] = "bfloat16".into();
     json["architectures"] = serde_json::json!(["SDARForCausalLM"]);
-    let cfg = shape_config(name)?;
+    let cfg = named.config()?;
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     let file = |f: &str| dir.join(f);
     let write = |f: &str, bytes: &[u8]| std::fs::write(file(f), bytes).with_context(|| format!("{}: cannot write", file(f).display()));
@@ -314,9 +369,17 @@ mod tests {
 
     #[test]
     fn named_shapes_parse_and_have_the_documented_sizes() {
-        for s in SHAPES {
-            shape_config(s).unwrap();
+        for s in &SHAPES {
+            let c = s.config().unwrap();
+            // a shape with MoE sizes is an SDAR-MoE of them, every other is dense
+            let moe = s.moe.as_ref().map(|m| (m.experts, m.per_token, m.intermediate));
+            let got = c.moe_info().map(|_| (c.moe.num_experts.unwrap(), c.moe.num_experts_per_tok.unwrap(), c.moe.moe_intermediate_size.unwrap()));
+            assert_eq!(got, moe, "{}", s.name);
+            assert_eq!(c.model_type, if moe.is_some() { "sdar_moe" } else { "sdar" }, "{}", s.name);
+            assert_eq!(shape(s.name).unwrap(), s, "one shape per name");
         }
+        let c = shape_config("sdar-30b-a3b").unwrap();
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.moe_info().unwrap().sparse_layers.len()), (2048, 48, 48));
         let c = shape_config("sdar-1.7b").unwrap();
         assert_eq!((c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size), (2048, 28, 6144, 151936));
         assert_eq!((c.num_attention_heads, c.kv_heads(), c.head_dim()), (16, 8, 128));
@@ -325,7 +388,10 @@ mod tests {
         assert!(!c.tie_word_embeddings);
         let c = shape_config("sdar-8b").unwrap();
         assert_eq!((c.hidden_size, c.intermediate_size), (4096, 12288));
-        assert!(shape_config("sdar-3b").unwrap_err().to_string().contains("known: tiny"));
+        assert_eq!(
+            shape_config("sdar-3b").unwrap_err().to_string(),
+            "--random-init sdar-3b: unknown shape; known: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b"
+        );
     }
 
     #[test]
