@@ -8,7 +8,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return clap_exit(e),
     };
-    // Checked whatever the command: a --pace only the TUI reads is still a value given.
+    // Checked before anything runs (only the TUI and replay take --pace; the others refuse it).
     if let Err(e) = cli.look.pace() {
         return fail(&format!("{e:#}"));
     }
