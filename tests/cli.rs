@@ -266,6 +266,31 @@ fn help_lists_only_the_flags_a_command_takes() {
     assert!(decode.iter().chain(&["--mono", "--theme", "--pace"]).all(|f| top.contains(f)), "{top}");
 }
 
+/// `--help` and `--version` whose output cannot be written fail with one line, as the data
+/// commands do (`unmask --help > /dev/full` exited 0); a reader that has gone away
+/// (`unmask --help | head -1`) still ends quietly with exit 0.
+#[test]
+fn help_that_cannot_be_written_is_an_error_but_a_closed_pipe_is_not() {
+    let bin = env!("CARGO_BIN_EXE_unmask");
+    for args in ["--help", "--version", "export --help", "help trace"] {
+        // a shell redirection: the test never opens /dev/full itself
+        let o = Command::new("sh").args(["-c", &format!("\"$0\" {args} > /dev/full"), bin]).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args}: {e}");
+        assert!(e.starts_with("unmask: error: stdout: cannot write: No space left on device"), "{args}: {e}");
+        let mut child = Command::new(bin)
+            .args(args.split(' '))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success() && o.stderr.is_empty(), "{args}: {o:?}");
+    }
+}
+
 /// `-` reads the trace from stdin wherever a trace is read (it was "-: does not exist" for
 /// export and replay).
 #[test]
