@@ -50,8 +50,20 @@ pub struct ReadTrace {
 /// still replays). Fails only if nothing usable is there. A line is bad when it is not an
 /// event, is longer than [`MAX_TRACE_LINE`], or contradicts the events before it
 /// ([`TraceCheck`]: sizes out of bounds, a position committed twice, ...).
-pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
+pub fn read(input: impl BufRead, label: &str) -> Result<ReadTrace> {
     let mut events = Vec::new();
+    let stopped = read_each(input, label, |ev| {
+        events.push(ev);
+        Ok(())
+    })?;
+    Ok(ReadTrace { events, stopped })
+}
+
+/// [`read`], handing each good event to `each` as soon as its line has been read (a pipe's
+/// reader sees a decode's steps as they are decoded), and returning where reading stopped
+/// early, if it did. An error of `each` ends the reading and is returned.
+pub fn read_each(mut input: impl BufRead, label: &str, mut each: impl FnMut(Event) -> Result<()>) -> Result<Option<String>> {
+    let mut any = false;
     let mut stopped = None;
     let mut check = TraceCheck::default();
     let mut buf = Vec::new();
@@ -67,7 +79,7 @@ pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
                 break;
             }
         }
-        if let Some(kind) = export_kind(&buf).filter(|_| events.is_empty()) {
+        if let Some(kind) = export_kind(&buf).filter(|_| !any) {
             anyhow::bail!(
                 "{label}: this is {kind}, not a trace; `unmask trace --out FILE` writes a trace (replay, steps and export read one)"
             );
@@ -83,18 +95,21 @@ pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
         if line.trim().is_empty() {
             continue;
         }
-        match parse_line(line, events.is_empty()).and_then(|ev| check.check(&ev).map(|()| ev)) {
-            Ok(ev) => events.push(ev),
+        match parse_line(line, !any).and_then(|ev| check.check(&ev).map(|()| ev)) {
+            Ok(ev) => {
+                any = true;
+                each(ev)?;
+            }
             Err(e) => {
                 stopped = Some(format!("{label}:{n}: {e}"));
                 break;
             }
         }
     }
-    if events.is_empty() {
+    if !any {
         anyhow::bail!("{}", stopped.unwrap_or_else(|| format!("{label}: empty trace")));
     }
-    Ok(ReadTrace { events, stopped })
+    Ok(stopped)
 }
 
 /// What an `unmask export` output looks like from its first line, if the line is one: people
@@ -178,6 +193,17 @@ pub fn read_path(path: &std::path::Path) -> Result<ReadTrace> {
         return read(std::io::stdin().lock(), "stdin");
     }
     read_file(path)
+}
+
+/// [`read_path`] event by event ([`read_each`]): `-` is stdin, read line by line as it comes.
+pub fn read_path_each(path: &std::path::Path, each: impl FnMut(Event) -> Result<()>) -> Result<Option<String>> {
+    if path == std::path::Path::new("-") {
+        return read_each(std::io::stdin().lock(), "stdin", each);
+    }
+    let label = path.display().to_string();
+    crate::limits::regular_file(path)?;
+    let f = std::fs::File::open(path).with_context(|| format!("{label}: cannot open"))?;
+    read_each(std::io::BufReader::new(f), &label, each)
 }
 
 /// Reads a trace file, which must be a regular file (a FIFO or device is refused before it is
