@@ -28,17 +28,17 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The command line, with what clap alone cannot refuse refused too: the decode flags are
-    /// global (every command takes them), but `export` and `replay` read a trace and would
-    /// ignore them; `--revision` without `--model` names nothing. Each gets a clap error, as a
-    /// wrong flag does.
+    /// The command line, with what clap alone cannot refuse refused too: the decode and look
+    /// flags are global (every command takes them), but a command that would ignore one
+    /// refuses it ([`ignored_flag`]); `--revision` without `--model` names nothing. Each gets a
+    /// clap error, as a wrong flag does.
     pub fn parse_checked(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap::Error> {
         use clap::parser::ValueSource;
-        use clap::{CommandFactory, FromArgMatches};
-        let mut cmd = Cli::command();
+        use clap::FromArgMatches;
+        let mut cmd = Cli::checked_command();
         let m = cmd.try_get_matches_from_mut(args)?;
         let given = |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
-        let refuse = |msg: String| Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg));
+        let refuse = |msg: String| Err(Cli::checked_command().error(clap::error::ErrorKind::ArgumentConflict, msg));
         let sub = m.subcommand();
         let at = sub.map_or(&m, |(_, s)| s);
         if given(at, "revision") && !given(at, "model") {
@@ -55,17 +55,91 @@ impl Cli {
                 return refuse("export: --table picks one CSV table (JSON holds all three; SVG draws the step map)".into());
             }
         }
-        if let Some((name @ ("export" | "replay"), s)) = sub {
-            let decode = <DecodeArgs as clap::Args>::augment_args(clap::Command::new("decode"));
-            let flag = decode
-                .get_arguments()
-                .find(|a| given(s, a.get_id().as_str()))
-                .map(|a| a.get_long().map_or_else(|| a.get_id().to_string(), |l| format!("--{l}")));
-            if let Some(flag) = flag {
-                return refuse(format!("{name} reads a recorded trace: {flag} applies only when decoding (trace, steps, record, compare, bench)"));
-            }
+        if let Some(msg) = sub.and_then(|(name, s)| ignored_flag(name, &|id| given(s, id))) {
+            return refuse(msg);
         }
         Cli::from_arg_matches(&m).map_err(|e| e.format(&mut cmd))
+    }
+
+    /// The command line as [`Cli::parse_checked`] reads it: a subcommand's help lists only the
+    /// flags it takes. The global flags it always refuses ([`refused`]) are given to it as
+    /// hidden flags of its own, which keeps clap from handing it the shown global ones.
+    pub fn checked_command() -> clap::Command {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let globals: Vec<clap::Arg> = cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
+        let names: Vec<String> = cmd.get_subcommands().map(|sc| sc.get_name().to_string()).collect();
+        for name in names {
+            let ids = refused(&name);
+            cmd = cmd.mut_subcommand(name, |mut sc| {
+                for a in globals.iter().filter(|a| ids.iter().any(|id| id == a.get_id())) {
+                    sc = sc.arg(a.clone().global(false).hide(true));
+                }
+                sc
+            });
+        }
+        cmd
+    }
+}
+
+/// The ids of a group of flags (`DecodeArgs`, `LookArgs`, `CastArgs`).
+fn ids<A: Args>() -> Vec<String> {
+    A::augment_args(clap::Command::new("group")).get_arguments().map(|a| a.get_id().to_string()).collect()
+}
+
+/// The global flags subcommand `name` refuses whatever else is given, hidden from its help.
+fn refused(name: &str) -> Vec<String> {
+    match name {
+        "export" => [ids::<DecodeArgs>(), ids::<LookArgs>()].concat(),
+        "replay" => ids::<DecodeArgs>(),
+        "trace" | "steps" | "bench" | "check-device" => ids::<LookArgs>(),
+        "record" | "compare" => vec!["pace".into()],
+        _ => Vec::new(),
+    }
+}
+
+/// Why subcommand `name` refuses a flag `given` (by id) on its command line, if it does: the
+/// flags it would ignore. The look flags (`--mono`, `--theme`) apply to what draws the TUI's
+/// screens (the TUI, `replay`, `compare`, `record`); `--pace` to the TUI and `replay` on a
+/// terminal (a cast is paced by `--step-delay`, compare plays at its own speed); the decode
+/// flags to what decodes; the cast flags to `replay` only with `--cast`.
+fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
+    let flag = |ids: &[&str]| ids.iter().find(|id| given(id)).map(|id| format!("--{}", id.replace('_', "-")));
+    let decode = ids::<DecodeArgs>();
+    let decode: Vec<&str> = decode.iter().map(String::as_str).collect();
+    let cast = ids::<CastArgs>();
+    let cast: Vec<&str> = cast.iter().map(String::as_str).collect();
+    const SCREENS: &str = "applies only to the screens (the TUI, replay, compare, record)";
+    const PACE: &str = "--pace applies only to the TUI and replay on a terminal";
+    let decoding = "applies only when decoding (trace, steps without a TRACE, record, compare, bench)";
+    match name {
+        "export" | "replay" => {
+            if let Some(f) = flag(&decode) {
+                return Some(format!("{name} reads a recorded trace: {f} {decoding}"));
+            }
+        }
+        "steps" if given("trace") => {
+            if let Some(f) = flag(&decode) {
+                return Some(format!("steps TRACE reads a recorded trace: {f} {decoding}"));
+            }
+        }
+        _ => {}
+    }
+    match name {
+        "export" => flag(&["mono", "theme"])
+            .map(|f| format!("export draws no screen: {f} {SCREENS}; the SVG figure has one look, for a white page"))
+            .or_else(|| flag(&["pace"]).map(|_| format!("export plays nothing: {PACE}"))),
+        "trace" | "steps" | "bench" | "check-device" => flag(&["mono", "theme"])
+            .map(|f| format!("{name} draws no screen: {f} {SCREENS}"))
+            .or_else(|| flag(&["pace"]).map(|_| format!("{name} plays nothing: {PACE}"))),
+        "record" => flag(&["pace"]).map(|_| format!("record writes a cast: {PACE}; a cast's pace is --step-delay")),
+        "replay" if given("cast") => flag(&["pace"]).map(|_| format!("replay --cast writes a cast: {PACE}; a cast's pace is --step-delay")),
+        "replay" => flag(&cast).map(|f| format!("replay: {f} applies only with --cast (the TUI replays at --pace)")),
+        "compare" if given("headless") => flag(&["mono", "theme"])
+            .map(|f| format!("compare --headless prints a table: {f} {SCREENS}"))
+            .or_else(|| flag(&["pace"]).map(|_| format!("compare --headless prints a table: {PACE}"))),
+        "compare" => flag(&["pace"]).map(|_| format!("compare follows both decodes as they come: {PACE} (space plays both)")),
+        _ => None,
     }
 }
 
@@ -223,7 +297,7 @@ pub struct BenchArgs {
 pub struct StepsArgs {
     /// A trace written by `unmask trace` (`-`: read it from stdin). Without it, decode now
     /// (the decode flags apply) and print each step as it happens.
-    #[arg(value_name = "TRACE", conflicts_with = "DecodeArgs")]
+    #[arg(value_name = "TRACE")]
     pub trace: Option<PathBuf>,
     /// One JSON object per line instead of text.
     #[arg(long)]
@@ -487,6 +561,7 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         <Cli as clap::CommandFactory>::command().debug_assert();
+        Cli::checked_command().debug_assert();
     }
 
     #[test]

@@ -137,7 +137,7 @@ fn available_memory() -> Option<usize> {
 fn settings(s: &DecodeSettings, field: &str) -> Result<(), String> {
     let bound = |name: &str, v: usize, lo: usize, hi: usize| {
         if v < lo || v > hi {
-            Err(format!("field `{field}.{name}` is {v}, outside {lo}..={hi}"))
+            Err(format!("field `{field}.{name}` is {v}, outside {lo} to {hi}"))
         } else {
             Ok(())
         }
@@ -194,11 +194,11 @@ impl TraceCheck {
 /// layers ascending and inside the model.
 fn moe_info(m: MoeInfo, layers: usize) -> Result<MoeInfo, String> {
     if m.experts == 0 || m.experts > MAX_EXPERTS {
-        return Err(format!("field `model.moe.experts` is {}, outside 1..={MAX_EXPERTS}", m.experts));
+        return Err(format!("field `model.moe.experts` is {}, outside 1 to {MAX_EXPERTS}", m.experts));
     }
     let max_k = MAX_EXPERTS_PER_TOK.min(m.experts);
     if m.top_k == 0 || m.top_k > max_k {
-        return Err(format!("field `model.moe.top_k` is {}, outside 1..={max_k}", m.top_k));
+        return Err(format!("field `model.moe.top_k` is {}, outside 1 to {max_k}", m.top_k));
     }
     if m.sparse_layers.len() > layers || m.sparse_layers.windows(2).any(|w| w[0] >= w[1]) || m.sparse_layers.iter().any(|&l| l >= layers) {
         return Err(format!("field `model.moe.sparse_layers` is not an ascending list of layers below model.num_layers {layers}"));
@@ -225,7 +225,7 @@ fn header(h: &Header) -> Result<RunShape, String> {
     }
     let vocab = h.model.vocab_size;
     if vocab == 0 || vocab > MAX_VOCAB {
-        return Err(format!("field `model.vocab_size` is {vocab}, outside 1..={MAX_VOCAB}"));
+        return Err(format!("field `model.vocab_size` is {vocab}, outside 1 to {MAX_VOCAB}"));
     }
     if h.mask_token_id as usize >= vocab {
         return Err(format!("field `mask_token_id` is {}, outside the vocabulary of {vocab}", h.mask_token_id));
@@ -249,7 +249,7 @@ fn header(h: &Header) -> Result<RunShape, String> {
 impl RunShape {
     fn block_in_range(&self, block: usize) -> Result<(), String> {
         if block < self.first_block || block >= self.end_block {
-            return Err(format!("field `block` is {block}, outside this decode's blocks {}..{}", self.first_block, self.end_block));
+            return Err(format!("field `block` is {block}, outside this decode's blocks {} to {}", self.first_block, self.end_block - 1));
         }
         Ok(())
     }
@@ -303,7 +303,7 @@ impl RunShape {
                 return Err(format!("field `committed.routes.experts` of {at} is {e}, outside the {} experts", m.experts));
             }
             if let Some(w) = r.weights.iter().find(|w| !(0.0..=1.0).contains(*w)) {
-                return Err(format!("field `committed.routes.weights` of {at} is {w}, not a weight in 0..=1"));
+                return Err(format!("field `committed.routes.weights` of {at} is {w}, not a weight from 0 to 1"));
             }
         }
         Ok(())
@@ -333,7 +333,7 @@ impl RunShape {
         let generated = self.prompt_len.max(span.start)..span.end;
         for c in &s.committed {
             if !generated.contains(&c.pos) {
-                return Err(format!("committed position {} is outside block {}'s generated positions {generated:?}", c.pos, s.block));
+                return Err(format!("committed position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
             }
             self.token("committed.token", c.token)?;
             self.top("committed", &c.top)?;
@@ -344,7 +344,7 @@ impl RunShape {
         }
         for c in &s.masked {
             if !generated.contains(&c.pos) {
-                return Err(format!("masked position {} is outside block {}'s generated positions {generated:?}", c.pos, s.block));
+                return Err(format!("masked position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
             }
             self.token("masked.token", c.token)?;
             self.top("masked", &c.top)?;
@@ -425,6 +425,16 @@ mod tests {
                 format!("field `block` is {}, outside this decode's blocks", 1u64 << 40),
             ),
             (
+                // 6 prompt + 24 new tokens in blocks of 4: blocks 1 to 7 (an inclusive range, as
+                // every range in these messages; `1..8` read as if 8 were allowed)
+                Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.block = 8 }),
+                "field `block` is 8, outside this decode's blocks 1 to 7".into(),
+            ),
+            (
+                Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.committed[0].pos = 8 }),
+                "committed position 8 is outside block 1's generated positions 6 to 7".into(),
+            ),
+            (
                 Box::new(move |ev| *ev = synth::with_candidates(std::mem::take(ev), MAX_CANDIDATES + 1)),
                 format!("field `committed.top` holds {} candidates, more than the limit of {MAX_CANDIDATES}", MAX_CANDIDATES + 1),
             ),
@@ -462,7 +472,7 @@ mod tests {
                         s.committed[0].routes[0].weights[0] = f32::NAN;
                     }
                 }),
-                "layer 0 is NaN, not a weight in 0..=1".into(),
+                "layer 0 is NaN, not a weight from 0 to 1".into(),
             ),
             (
                 Box::new(move |ev| {
@@ -489,7 +499,7 @@ mod tests {
                         h.model.moe.as_mut().unwrap().top_k = 129;
                     }
                 }),
-                "field `model.moe.top_k` is 129, outside 1..=64".into(),
+                "field `model.moe.top_k` is 129, outside 1 to 64".into(),
             ),
         ];
         for (edit, want) in cases {

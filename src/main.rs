@@ -8,7 +8,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return clap_exit(e),
     };
-    // Checked whatever the command: a --pace only the TUI reads is still a value given.
+    // Checked before anything runs (only the TUI and replay take --pace; the others refuse it).
     if let Err(e) = cli.look.pace() {
         return fail(&format!("{e:#}"));
     }
@@ -69,13 +69,17 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Help and version print as clap renders them; usage errors shrink to one line that keeps
-/// the list of accepted values.
+/// Help and version print as clap renders them (a write that fails is an error, as for the
+/// data commands: `--help > /dev/full` exited 0; a closed pipe, `--help | head -1`, ends
+/// quietly); usage errors shrink to one line that keeps the list of accepted values.
 fn clap_exit(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
-        let _ = e.print();
-        return ExitCode::SUCCESS;
+        return match e.print().and_then(|()| std::io::Write::flush(&mut std::io::stdout())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(io) => fail(&format!("stdout: cannot write: {io}")),
+        };
     }
     // The value refused is echoed: its control characters shown, as `fail` shows them, before
     // clap's rendering would drop an ESC and a newline would cut the line short.

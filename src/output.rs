@@ -99,8 +99,30 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
     tempfile::Builder::new()
         .prefix(".unmask-check.")
         .tempfile_in(dir)
-        .with_context(|| format!("{flag} {name}: cannot create a file in {}", dir.display()))?;
+        .map_err(|e| folder_error(&format!("{flag} {name}"), dir, &e))?;
     Ok(())
+}
+
+/// Why a file cannot be created in `dir`, the folder of output `name`, in the user's terms:
+/// the temporary file's random name (`.x.csv.L8Kw36.unmask-tmp`) that tempfile puts in its
+/// errors is never shown.
+fn folder_error(name: &str, dir: &Path, e: &std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let d = dir.display();
+    match e.kind() {
+        ErrorKind::NotFound => anyhow::anyhow!("{name}: the folder {d} does not exist"),
+        ErrorKind::NotADirectory => anyhow::anyhow!("{name}: {d} is not a folder"),
+        _ => anyhow::anyhow!("{name}: cannot create a file in {d}: {}", without_temp_path(e)),
+    }
+}
+
+/// An error of tempfile's without the ` at path "..."` it appends (the temporary file's name).
+fn without_temp_path(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" at path \"") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
 }
 
 /// Temporary files not yet renamed into place: a signal that cuts the run short deletes them.
@@ -147,7 +169,7 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
         .prefix(&format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy()))
         .suffix(".unmask-tmp")
         .tempfile_in(dir)
-        .with_context(|| format!("{name}: cannot create a temporary file in {}", dir.display()))?;
+        .map_err(|e| folder_error(&name, dir, &e))?;
     let tmp_path = tmp.path().to_path_buf();
     UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()).push(tmp_path.clone());
     let result = (|| {
@@ -155,7 +177,7 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
             use std::os::unix::fs::PermissionsExt;
             std::fs::Permissions::from_mode(0o644)
         });
-        let mut w = BufWriter::new(tmp.reopen().with_context(|| format!("{name}: cannot write"))?);
+        let mut w = BufWriter::new(tmp.reopen().map_err(|e| anyhow::anyhow!("{name}: cannot write: {}", without_temp_path(&e)))?);
         let value = write(&mut w)?;
         let f = w.into_inner().map_err(|e| e.into_error()).with_context(|| format!("{name}: cannot write"))?;
         f.sync_all().with_context(|| format!("{name}: cannot write"))?;
@@ -275,6 +297,27 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "new");
         let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("out.csv")], "no temporary file left");
+    }
+
+    /// Every error of an output names the user's path, never the temporary file's random name
+    /// (`nodir/.x.csv.L8Kw36.unmask-tmp`): a missing folder is one that does not exist.
+    #[test]
+    fn a_missing_folder_is_named_not_the_temporary_file() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("nodir/x.csv");
+        let e = format!("{:#}", write_atomically(&missing, |w| Ok(w.write_all(b"x")?)).unwrap_err());
+        assert_eq!(e, format!("{}: the folder {} does not exist", missing.display(), d.path().join("nodir").display()));
+        let file = d.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let under_a_file = file.join("x.csv");
+        let e = format!("{:#}", write_atomically(&under_a_file, |w| Ok(w.write_all(b"x")?)).unwrap_err());
+        assert_eq!(e, format!("{}: {} is not a folder", under_a_file.display(), file.display()));
+        let rel = Path::new("nodir-unmask-test/x.csv");
+        let e = format!("{:#}", write_atomically(rel, |w| Ok(w.write_all(b"x")?)).unwrap_err());
+        assert_eq!(e, "nodir-unmask-test/x.csv: the folder nodir-unmask-test does not exist");
+        for e in [&e, &format!("{:#}", check_writable("--cast", &under_a_file).unwrap_err())] {
+            assert!(!e.contains("unmask-tmp") && !e.contains(".unmask-check"), "{e}");
+        }
     }
 
     #[test]

@@ -48,19 +48,19 @@ impl Pacing {
         // Bounded so that every timestamp of a cast is an ordinary number (1e308 seconds a step
         // wrote `null`s, which no player reads).
         if !(MIN_FPS..=MAX_FPS).contains(&self.fps) {
-            bail!("--fps must be within 1/60..={MAX_FPS} (a frame a minute to {MAX_FPS} a second), not {:?}", self.fps);
+            bail!("--fps must be within 1/60 to {MAX_FPS} (a frame a minute to {MAX_FPS} a second), not {:?}", self.fps);
         }
         if !(0.0..=MAX_STEP_DELAY).contains(&self.step_delay) {
-            bail!("--step-delay must be within 0..={MAX_STEP_DELAY} seconds, not {:?}", self.step_delay);
+            bail!("--step-delay must be within 0 to {MAX_STEP_DELAY} seconds, not {:?}", self.step_delay);
         }
         use crate::limits::{MAX_CAST_HEIGHT, MAX_CAST_WIDTH};
         // Under the TUI's minimum every frame would say "terminal too small".
         use crate::ui::layout::{MIN_HEIGHT, MIN_WIDTH};
         if !(MIN_WIDTH..=MAX_CAST_WIDTH).contains(&self.width) {
-            bail!("--width must be within {MIN_WIDTH}..={MAX_CAST_WIDTH}, the TUI's smallest to largest (got {})", self.width);
+            bail!("--width must be within {MIN_WIDTH} to {MAX_CAST_WIDTH}, the TUI's smallest to largest (got {})", self.width);
         }
         if !(MIN_HEIGHT..=MAX_CAST_HEIGHT).contains(&self.height) {
-            bail!("--height must be within {MIN_HEIGHT}..={MAX_CAST_HEIGHT}, the TUI's smallest to largest (got {})", self.height);
+            bail!("--height must be within {MIN_HEIGHT} to {MAX_CAST_HEIGHT}, the TUI's smallest to largest (got {})", self.height);
         }
         Ok(())
     }
@@ -257,9 +257,9 @@ mod tests {
     #[test]
     fn sizes_under_the_tui_s_minimum_are_refused() {
         let e = pacing(59, 40).validate().unwrap_err().to_string();
-        assert_eq!(e, "--width must be within 60..=1000, the TUI's smallest to largest (got 59)");
+        assert_eq!(e, "--width must be within 60 to 1000, the TUI's smallest to largest (got 59)");
         let e = pacing(120, 19).validate().unwrap_err().to_string();
-        assert!(e.starts_with("--height must be within 20..="), "{e}");
+        assert!(e.starts_with("--height must be within 20 to "), "{e}");
         pacing(60, 20).validate().unwrap();
     }
 }

@@ -155,9 +155,9 @@ impl Default for DecodeSettings {
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SettingsError {
-    #[error("--block-length must be within 1..={max} (got {0})", max = crate::limits::MAX_BLOCK_LENGTH)]
+    #[error("--block-length must be within 1 to {max} (got {0})", max = crate::limits::MAX_BLOCK_LENGTH)]
     BlockLength(usize),
-    #[error("--steps must be within 1..={max} (got {0})", max = crate::limits::MAX_STEPS)]
+    #[error("--steps must be within 1 to {max} (got {0})", max = crate::limits::MAX_STEPS)]
     Steps(usize),
     #[error("--threshold must be within [0, 1] (got {0})")]
     Threshold(f32),
@@ -167,7 +167,7 @@ pub enum SettingsError {
     Temperature(f32),
     #[error("--top-p must be within (0, 1] (got {0})")]
     TopP(f32),
-    #[error("--max-new-tokens must be within 1..={max} (got {0})", max = crate::limits::MAX_NEW_TOKENS)]
+    #[error("--max-new-tokens must be within 1 to {max} (got {0})", max = crate::limits::MAX_NEW_TOKENS)]
     MaxNewTokens(usize),
 }
 

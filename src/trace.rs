@@ -50,8 +50,20 @@ pub struct ReadTrace {
 /// still replays). Fails only if nothing usable is there. A line is bad when it is not an
 /// event, is longer than [`MAX_TRACE_LINE`], or contradicts the events before it
 /// ([`TraceCheck`]: sizes out of bounds, a position committed twice, ...).
-pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
+pub fn read(input: impl BufRead, label: &str) -> Result<ReadTrace> {
     let mut events = Vec::new();
+    let stopped = read_each(input, label, |ev| {
+        events.push(ev);
+        Ok(())
+    })?;
+    Ok(ReadTrace { events, stopped })
+}
+
+/// [`read`], handing each good event to `each` as soon as its line has been read (a pipe's
+/// reader sees a decode's steps as they are decoded), and returning where reading stopped
+/// early, if it did. An error of `each` ends the reading and is returned.
+pub fn read_each(mut input: impl BufRead, label: &str, mut each: impl FnMut(Event) -> Result<()>) -> Result<Option<String>> {
+    let mut any = false;
     let mut stopped = None;
     let mut check = TraceCheck::default();
     let mut buf = Vec::new();
@@ -67,7 +79,7 @@ pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
                 break;
             }
         }
-        if let Some(kind) = export_kind(&buf).filter(|_| events.is_empty()) {
+        if let Some(kind) = export_kind(&buf).filter(|_| !any) {
             anyhow::bail!(
                 "{label}: this is {kind}, not a trace; `unmask trace --out FILE` writes a trace (replay, steps and export read one)"
             );
@@ -83,18 +95,21 @@ pub fn read(mut input: impl BufRead, label: &str) -> Result<ReadTrace> {
         if line.trim().is_empty() {
             continue;
         }
-        match parse_line(line, events.is_empty()).and_then(|ev| check.check(&ev).map(|()| ev)) {
-            Ok(ev) => events.push(ev),
+        match parse_line(line, !any).and_then(|ev| check.check(&ev).map(|()| ev)) {
+            Ok(ev) => {
+                any = true;
+                each(ev)?;
+            }
             Err(e) => {
                 stopped = Some(format!("{label}:{n}: {e}"));
                 break;
             }
         }
     }
-    if events.is_empty() {
+    if !any {
         anyhow::bail!("{}", stopped.unwrap_or_else(|| format!("{label}: empty trace")));
     }
-    Ok(ReadTrace { events, stopped })
+    Ok(stopped)
 }
 
 /// What an `unmask export` output looks like from its first line, if the line is one: people
@@ -118,7 +133,9 @@ fn export_kind(first: &[u8]) -> Option<&'static str> {
 }
 
 fn parse_line(line: &str, first: bool) -> Result<Event, String> {
-    let ev: Event = serde_json::from_str(line).map_err(|e| format!("invalid event: {e}"))?;
+    // Without its newline: an error at the end of the line is in its last column, not line 2's first.
+    let line = line.trim_end_matches(['\n', '\r']);
+    let ev: Event = serde_json::from_str(line).map_err(|e| invalid_event(line, &e))?;
     match (&ev, first) {
         (Event::Header(h), _) if h.version > TRACE_VERSION => Err(format!(
             "trace version {} is newer than this unmask understands ({TRACE_VERSION})",
@@ -130,12 +147,63 @@ fn parse_line(line: &str, first: bool) -> Result<Event, String> {
     }
 }
 
+/// Why `line` is not an event, naming the field by its JSON path (`model.hidden_size`,
+/// `committed[2].conf`) and the column. serde buffers an internally tagged enum before it
+/// picks the variant, which loses the path (`invalid value: integer -1, expected usize`, no
+/// field named), so a line whose `event` tag names a kind is parsed again as that kind
+/// through serde_path_to_error.
+fn invalid_event(line: &str, e: &serde_json::Error) -> String {
+    #[derive(serde::Deserialize)]
+    struct Tag {
+        event: String,
+    }
+    fn at<T: serde::de::DeserializeOwned>(line: &str) -> Option<(String, serde_json::Error)> {
+        let mut de = serde_json::Deserializer::from_str(line);
+        serde_path_to_error::deserialize::<_, T>(&mut de).err().map(|e| (e.path().to_string(), e.into_inner()))
+    }
+    use crate::events::{BlockEvent, FinishEvent, Header, StepEvent};
+    let tag = serde_json::from_str::<Tag>(line).ok().map(|t| t.event);
+    let found = match tag.as_deref() {
+        Some("header") => at::<Header>(line),
+        Some("step") => at::<StepEvent>(line),
+        Some("block") => at::<BlockEvent>(line),
+        Some("finish") => at::<FinishEvent>(line),
+        _ => None,
+    };
+    match (tag, found) {
+        (Some(kind), Some((path, inner))) => {
+            let field = if path == "." { String::new() } else { format!("field `{path}`: ") };
+            format!("invalid {kind} event: {field}{} (column {})", without_position(&inner), inner.column())
+        }
+        _ => format!("invalid event: {} (column {})", without_position(e), e.column()),
+    }
+}
+
+/// serde_json's message without its ` at line 1 column N` (the line is always 1 within one
+/// line of the trace; the caller names the file's line).
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&suffix).unwrap_or(&text).to_string()
+}
+
 /// Reads the trace `path` names: `-` is stdin, anything else a file ([`read_file`]).
 pub fn read_path(path: &std::path::Path) -> Result<ReadTrace> {
     if path == std::path::Path::new("-") {
         return read(std::io::stdin().lock(), "stdin");
     }
     read_file(path)
+}
+
+/// [`read_path`] event by event ([`read_each`]): `-` is stdin, read line by line as it comes.
+pub fn read_path_each(path: &std::path::Path, each: impl FnMut(Event) -> Result<()>) -> Result<Option<String>> {
+    if path == std::path::Path::new("-") {
+        return read_each(std::io::stdin().lock(), "stdin", each);
+    }
+    let label = path.display().to_string();
+    crate::limits::regular_file(path)?;
+    let f = std::fs::File::open(path).with_context(|| format!("{label}: cannot open"))?;
+    read_each(std::io::BufReader::new(f), &label, each)
 }
 
 /// Reads a trace file, which must be a regular file (a FIFO or device is refused before it is
@@ -153,6 +221,28 @@ mod tests {
 
     fn fixture(name: &str) -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name)
+    }
+
+    /// A field of the wrong type names its JSON path and column, not only serde's `invalid
+    /// value: integer -1, expected usize` (the enum's tag buffered the path away).
+    #[test]
+    fn a_bad_field_is_named_by_its_path() {
+        let text = std::fs::read_to_string(fixture("tiny-dynamic.jsonl")).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let header = lines[0].replace("\"hidden_size\":64", "\"hidden_size\":-1");
+        assert_ne!(header, lines[0]);
+        let e = read(header.as_bytes(), "t.jsonl").unwrap_err().to_string();
+        let col = header.find("-1").unwrap() + 2;
+        assert_eq!(e, format!("t.jsonl:1: invalid header event: field `model.hidden_size`: invalid value: integer `-1`, expected usize (column {col})"));
+        let step = lines.iter().position(|l| l.contains("\"event\":\"step\"") && l.contains("\"committed\":[{")).unwrap();
+        let conf = lines[step].find("\"conf\":").unwrap();
+        lines[step].replace_range(conf..conf + 7, "\"conf\":\"x\",\"c\":");
+        let r = read(lines.join("\n").as_bytes(), "t.jsonl").unwrap();
+        let why = r.stopped.unwrap();
+        assert!(why.starts_with(&format!("t.jsonl:{}: invalid step event: field `committed[0].conf`: invalid type: string \"x\", expected f32 (column ", step + 1)), "{why}");
+        // A line that is no JSON object still says why.
+        let e = read(&b"{\"event\":\"header\",\n"[..], "t.jsonl").unwrap_err().to_string();
+        assert_eq!(e, "t.jsonl:1: invalid event: EOF while parsing a value (column 18)");
     }
 
     #[test]

@@ -149,7 +149,7 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
 fn bad_flags_give_one_line_errors() {
     let model = fixture("tiny-random");
     let e = error_for(&model, &["--block-length", "0"]);
-    assert!(e.contains("--block-length must be within 1..=4096 (got 0)"), "{e}");
+    assert!(e.contains("--block-length must be within 1 to 4096 (got 0)"), "{e}");
     let e = error_for(&model, &["--strategy", "fastest"]);
     assert!(e.contains("invalid value 'fastest' for '--strategy"), "{e}");
     assert!(e.contains("low_confidence_dynamic"), "lists the strategies: {e}");
@@ -189,7 +189,7 @@ fn flags_the_command_would_ignore_give_one_line_errors() {
     assert!(e.contains("replay reads a recorded trace: --block-length applies only when decoding"), "{e}");
     let e = one_line(&["trace", "--revision", "foo", "--max-new-tokens", "2"]);
     assert!(e.contains("--revision picks a revision of --model ORG/NAME; give --model too"), "{e}");
-    let e = one_line(&["trace", "--pace", "nan", "--max-new-tokens", "2"]);
+    let e = one_line(&["--pace", "nan", "--max-new-tokens", "2"]);
     assert!(e.contains("--pace NaN: must be 0"), "{e}");
     let e = one_line(&["bench", "--prompt", "hi", "--repeat", "1"]);
     assert!(e.contains("bench decodes a prompt of --prompt-len tokens: --prompt has no effect there"), "{e}");
@@ -198,6 +198,102 @@ fn flags_the_command_would_ignore_give_one_line_errors() {
     // what the commands do take still works
     assert!(unmask(&["export", t, "--format", "csv"]).status.success());
     assert!(unmask(&["export", t, "--table", "steps"]).status.success());
+}
+
+/// The look flags, `--pace` and the cast flags are refused by the commands that would ignore
+/// them, naming the flag and what it applies to (`export --format svg --theme dark` drew the
+/// one light figure, `trace --mono`, `record --pace 3` did nothing); a trace read by `steps`
+/// refuses a decode flag by its name (clap listed all 22 decode flags).
+#[test]
+fn look_and_pace_flags_are_refused_where_nothing_uses_them() {
+    let trace = fixture("traces/tiny-dynamic.jsonl");
+    let t = trace.to_str().unwrap();
+    let refused = |args: &[&str], want: &str| {
+        let o = unmask(args);
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!((o.status.code(), e.lines().count()), (Some(1), 1), "{args:?}: {e}");
+        assert!(e.starts_with(&format!("unmask: error: {want}")), "{args:?}: {e}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    };
+    let screens = "applies only to the screens (the TUI, replay, compare, record)";
+    let pace = "--pace applies only to the TUI and replay on a terminal";
+    refused(&["export", t, "--format", "svg", "--theme", "dark"], &format!("export draws no screen: --theme {screens}; the SVG figure has one look"));
+    refused(&["export", t, "--mono"], &format!("export draws no screen: --mono {screens}"));
+    refused(&["--theme", "light", "export", t], &format!("export draws no screen: --theme {screens}"));
+    refused(&["export", t, "--pace", "3"], &format!("export plays nothing: {pace}"));
+    refused(&["trace", "--mono", "--max-new-tokens", "2"], &format!("trace draws no screen: --mono {screens}"));
+    refused(&["trace", "--theme", "light", "--max-new-tokens", "2"], &format!("trace draws no screen: --theme {screens}"));
+    refused(&["trace", "--pace", "5", "--max-new-tokens", "2"], &format!("trace plays nothing: {pace}"));
+    refused(&["steps", t, "--mono"], &format!("steps draws no screen: --mono {screens}"));
+    refused(&["bench", "--theme", "light"], &format!("bench draws no screen: --theme {screens}"));
+    refused(&["record", "--pace", "3", "--cast", "/dev/null"], &format!("record writes a cast: {pace}; a cast's pace is --step-delay"));
+    refused(&["replay", t, "--cast", "/dev/null", "--pace", "3"], &format!("replay --cast writes a cast: {pace}"));
+    refused(&["replay", t, "--fps", "3"], "replay: --fps applies only with --cast");
+    refused(&["compare", "--pace", "2"], &format!("compare follows both decodes as they come: {pace}"));
+    refused(&["compare", "--headless", "--mono"], &format!("compare --headless prints a table: --mono {screens}"));
+    refused(
+        &["steps", t, "--temperature", "0.5"],
+        "steps TRACE reads a recorded trace: --temperature applies only when decoding (trace, steps without a TRACE, record, compare, bench)",
+    );
+    // where they apply they are taken
+    assert!(unmask(&["replay", t, "--cast", "/dev/null", "--mono", "--theme", "light"]).status.success());
+    assert!(unmask(&["steps", t]).status.success());
+}
+
+/// `export --help` and `replay --help` list only the flags they take: the 22 decode flags (and
+/// for export the look flags), which they refuse, are not shown; the refusals stay.
+#[test]
+fn help_lists_only_the_flags_a_command_takes() {
+    let help = |args: &[&str]| {
+        let o = unmask(args);
+        assert!(o.status.success(), "{args:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let decode = ["--model", "--temperature", "--candidates", "--max-new-tokens", "--device", "--routing", "--prompt"];
+    for cmd in ["export", "replay"] {
+        let h = help(&[cmd, "--help"]);
+        for flag in decode {
+            assert!(!h.contains(flag), "{cmd} --help shows {flag}:\n{h}");
+        }
+        assert_eq!(help(&["help", cmd]), h);
+    }
+    let export = help(&["export", "--help"]);
+    for flag in ["--mono", "--theme", "--pace"] {
+        assert!(!export.contains(flag), "{flag}:\n{export}");
+    }
+    assert!(export.contains("--format") && export.contains("--out") && export.contains("--table"), "{export}");
+    let replay = help(&["replay", "--help"]);
+    assert!(["--cast", "--fps", "--mono", "--theme", "--pace"].iter().all(|f| replay.contains(f)), "{replay}");
+    let trace = help(&["trace", "--help"]);
+    assert!(trace.contains("--temperature") && !trace.contains("--mono") && !trace.contains("--pace"), "{trace}");
+    assert!(!help(&["record", "--help"]).contains("--pace"));
+    let top = help(&["--help"]);
+    assert!(decode.iter().chain(&["--mono", "--theme", "--pace"]).all(|f| top.contains(f)), "{top}");
+}
+
+/// `--help` and `--version` whose output cannot be written fail with one line, as the data
+/// commands do (`unmask --help > /dev/full` exited 0); a reader that has gone away
+/// (`unmask --help | head -1`) still ends quietly with exit 0.
+#[test]
+fn help_that_cannot_be_written_is_an_error_but_a_closed_pipe_is_not() {
+    let bin = env!("CARGO_BIN_EXE_unmask");
+    for args in ["--help", "--version", "export --help", "help trace"] {
+        // a shell redirection: the test never opens /dev/full itself
+        let o = Command::new("sh").args(["-c", &format!("\"$0\" {args} > /dev/full"), bin]).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args}: {e}");
+        assert!(e.starts_with("unmask: error: stdout: cannot write: No space left on device"), "{args}: {e}");
+        let mut child = Command::new(bin)
+            .args(args.split(' '))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success() && o.stderr.is_empty(), "{args}: {o:?}");
+    }
 }
 
 /// `-` reads the trace from stdin wherever a trace is read (it was "-: does not exist" for

@@ -132,8 +132,8 @@ fn edited_trace(dir: &Path, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
 fn trace_headers_with_huge_sizes_are_refused_naming_field_and_value() {
     let dir = tempfile::tempdir().unwrap();
     let cases: [(&str, serde_json::Value, &str); 4] = [
-        ("block_length", 1_000_000_000u64.into(), "field `settings.block_length` is 1000000000, outside 1..=4096"),
-        ("block_length", (1u64 << 63).into(), "field `settings.block_length` is 9223372036854775808, outside 1..=4096"),
+        ("block_length", 1_000_000_000u64.into(), "field `settings.block_length` is 1000000000, outside 1 to 4096"),
+        ("block_length", (1u64 << 63).into(), "field `settings.block_length` is 9223372036854775808, outside 1 to 4096"),
         ("first_block", 100_000_000u64.into(), "field `first_block` is 100000000, but 5 prompt tokens in blocks of 4 start at block 1"),
         ("max_len", 5u64.into(), "field `max_len` is 5, but prompt 5 + max_new_tokens 12 is 17"),
     ];
@@ -150,6 +150,21 @@ fn trace_headers_with_huge_sizes_are_refused_naming_field_and_value() {
         }
         assert!(start.elapsed() < Duration::from_secs(20), "refused before any work");
     }
+}
+
+/// Ranges in trace errors are inclusive and read as such: a step in a block past the decode's
+/// last said `outside this decode's blocks 1..3`, as if 3 were allowed.
+#[test]
+fn a_step_outside_the_decodes_blocks_names_the_blocks_it_may_be_in() {
+    let dir = tempfile::tempdir().unwrap();
+    // 5 prompt tokens + 4 new in blocks of 4: blocks 1 and 2; the fixture's steps go on in block 3.
+    let t = edited_trace(dir.path(), |h| {
+        h["settings"]["max_new_tokens"] = 4.into();
+        h["max_len"] = 9.into();
+    });
+    let o = unmask(&["export", t.to_str().unwrap()]);
+    let warn = String::from_utf8_lossy(&o.stderr);
+    assert!(warn.contains("field `block` is 3, outside this decode's blocks 1 to 2;"), "{warn}");
 }
 
 #[test]
@@ -177,7 +192,7 @@ fn max_new_tokens_of_2_pow_64_minus_1_is_an_error_not_a_wrap() {
     let model = fixture("tiny-random");
     let o = unmask(&["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "18446744073709551615"]);
     let e = one_line_error(&o);
-    assert!(e.contains("--max-new-tokens must be within 1..=1048576 (got 18446744073709551615)"), "{e}");
+    assert!(e.contains("--max-new-tokens must be within 1 to 1048576 (got 18446744073709551615)"), "{e}");
     assert!(o.stdout.is_empty());
 }
 
@@ -187,7 +202,7 @@ fn cast_sizes_are_bounded() {
     let cast = dir.path().join("o.cast");
     let t = fixture("traces/tiny-dynamic.jsonl");
     let o = unmask(&["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap(), "--width", "65535", "--height", "65535"]);
-    assert!(one_line_error(&o).contains("--width must be within 60..=1000, the TUI's smallest to largest (got 65535)"));
+    assert!(one_line_error(&o).contains("--width must be within 60 to 1000, the TUI's smallest to largest (got 65535)"));
 }
 
 #[test]

@@ -104,6 +104,67 @@ fn live_steps_are_the_steps_of_the_same_decode_traced() {
     assert_eq!(live, no_fwd(TINY_DYNAMIC));
 }
 
+/// `steps -` prints each step as soon as its event line arrives (it waited for the end of
+/// its input, so `unmask trace | unmask steps -` showed nothing until the decode ended), and
+/// the lines are those of the whole file.
+#[test]
+fn steps_from_a_stream_print_each_step_as_its_line_arrives() {
+    let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let first_step = lines.iter().position(|l| l.contains("\"event\":\"step\"")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(["steps", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            tx.send(line.unwrap()).unwrap();
+        }
+    });
+    // The header and the first step only; the rest is held back.
+    stdin.write_all((lines[..=first_step].join("\n") + "\n").as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the first step's line before the input ends");
+    assert_eq!(got, TINY_DYNAMIC.lines().next().unwrap());
+    stdin.write_all((lines[first_step + 1..].join("\n") + "\n").as_bytes()).unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert_eq!(std::iter::once(got).chain(rest).map(|l| l + "\n").collect::<String>(), TINY_DYNAMIC);
+}
+
+/// A trace of two runs (two traces end to end): each run listed from step 1, the second after
+/// a `# run 2` line (`{"run":2}` with --json), from a file and from stdin alike. (It printed
+/// both runs back to back, the numbering restarting without a word.)
+#[test]
+fn a_trace_of_two_runs_lists_each_after_a_run_line() {
+    let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let two = dir.path().join("two.jsonl");
+    std::fs::write(&two, format!("{text}{text}")).unwrap();
+    let t = two.to_str().unwrap();
+    assert_eq!(stdout(unmask(&["steps", t])), format!("{TINY_DYNAMIC}# run 2\n{TINY_DYNAMIC}"));
+    let json = stdout(unmask(&["steps", "--json", t]));
+    let json: Vec<&str> = json.lines().collect();
+    assert_eq!(json.len(), 11);
+    assert_eq!(json[5], r#"{"run":2}"#);
+    assert_eq!(json[..5], json[6..]);
+    let piped = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(["steps", "-"])
+        .stdin(std::fs::File::open(&two).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(stdout(piped), format!("{TINY_DYNAMIC}# run 2\n{TINY_DYNAMIC}"));
+}
+
 #[test]
 fn a_trace_and_decode_flags_together_are_refused() {
     let trace = fixture("traces/tiny-dynamic.jsonl");
@@ -111,7 +172,7 @@ fn a_trace_and_decode_flags_together_are_refused() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--steps") && err.contains("[TRACE]"), "{err}");
+    assert!(err.contains("steps TRACE reads a recorded trace: --steps applies only when decoding"), "{err}");
 }
 
 /// Runs `unmask ARGS | head -1`: reads the first line (none with `read: false`, the reader

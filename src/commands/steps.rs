@@ -5,16 +5,16 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{DecodeArgs, StepsArgs};
-use crate::events::FinishReason;
+use crate::events::{Event, FinishReason};
 use crate::session::Session;
 use crate::steps::{StepLine, StepLines};
 
 pub fn run(args: &StepsArgs) -> Result<()> {
     let mut out = Lines { out: std::io::stdout().lock(), json: args.json };
     match args.trace.as_deref() {
-        // `-` is stdin; read_file refuses what is not a regular file (a FIFO, /dev/zero) before
-        // reading.
-        Some(p) => list(crate::trace::read_path(p)?, &mut out),
+        // `-` is stdin; a file must be a regular file (a FIFO, /dev/zero is refused before
+        // reading).
+        Some(p) => list(p, &mut out),
         None => live(&args.decode, &mut out),
     }
 }
@@ -28,17 +28,43 @@ struct Lines<W: Write> {
 impl<W: Write> Lines<W> {
     fn write(&mut self, l: &StepLine) -> Result<()> {
         let text = if self.json { l.json() } else { l.text() };
+        self.line(&text)
+    }
+
+    /// The line before the steps of run `n` (the second or a later) of a trace.
+    fn run(&mut self, n: usize) -> Result<()> {
+        let text = if self.json { format!("{{\"run\":{n}}}") } else { format!("# run {n}") };
+        self.line(&text)
+    }
+
+    fn line(&mut self, text: &str) -> Result<()> {
         writeln!(self.out, "{text}").and_then(|()| self.out.flush()).context("stdout: cannot write")
     }
 }
 
-fn list(read: crate::trace::ReadTrace, out: &mut Lines<impl Write>) -> Result<()> {
-    if let Some(why) = &read.stopped {
-        // The good part is still listed; say where the trace ended.
-        eprintln!("unmask: warning: {why}; listing the steps before it");
-    }
-    for l in crate::steps::lines(&read.events) {
-        out.write(&l)?;
+/// The steps of a trace, each printed as soon as its event line is read (`unmask trace |
+/// unmask steps -` is a live view). A trace of several runs (traces put end to end; each
+/// header starts a run) lists each, counted from step 1, after a line `# run N` (`--json`:
+/// `{"run":N}`) from the second on: a stream cannot know whether a later run will follow, so
+/// it cannot show only the last, which is the one export and replay read.
+fn list(path: &std::path::Path, out: &mut Lines<impl Write>) -> Result<()> {
+    let mut lines = StepLines::new();
+    let mut runs = 0;
+    let stopped = crate::trace::read_path_each(path, |ev| {
+        if matches!(ev, Event::Header(_)) {
+            runs += 1;
+            if runs > 1 {
+                out.run(runs)?;
+            }
+        }
+        match lines.push(&ev) {
+            Some(l) => out.write(&l),
+            None => Ok(()),
+        }
+    })?;
+    if let Some(why) = stopped {
+        // The good part is listed; say where the trace ended.
+        eprintln!("unmask: warning: {}; listing the steps before it", crate::ui::glyph::escape_line(&why));
     }
     Ok(())
 }
