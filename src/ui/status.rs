@@ -328,7 +328,7 @@ mod footer_tests {
             if w >= 86 {
                 assert!(line.contains(&format!("⚠ {msg}")), "{w}: the message whole: {line}");
                 assert!(whole(&line), "{w}: a hint cut: {line}");
-                assert!(line.contains(&format!("(b7)  ")) || line.trim_end().ends_with("(b7)"), "{w}: {line}");
+                assert!(line.contains("(b7)  ") || line.trim_end().ends_with("(b7)"), "{w}: {line}");
             } else {
                 assert!(line.trim_end().ends_with('…') && !line.contains("help"), "{w}: {line}");
             }
