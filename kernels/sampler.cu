@@ -207,6 +207,14 @@ __device__ void sample_stats(const T* __restrict__ logits, float* __restrict__ p
     }
 }
 
+// The row is the host's to sample (flag 1), its argmax in the token slot.
+__device__ __forceinline__ void hand_to_host(float* out, unsigned row, const Acc& t) {
+    out[4 * row + 0] = (float)t.arg;
+    out[4 * row + 1] = 0.0f;
+    out[4 * row + 2] = 0.0f;
+    out[4 * row + 3] = 1.0f;
+}
+
 template <typename T>
 __device__ void sample_row(const T* __restrict__ logits, const float* __restrict__ part,
                            const float* __restrict__ uniforms, float* __restrict__ out, unsigned vocab,
@@ -254,12 +262,7 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     else if (t.n <= KMAX) { K = t.n; mode = 0; }
     else { K = KMAX; mode = 1; }
     if (mode == 2 || K == 0) {
-        if (tid == 0) {
-            out[4 * row + 0] = (float)t.arg;
-            out[4 * row + 1] = 0.0f;
-            out[4 * row + 2] = 0.0f;
-            out[4 * row + 3] = 1.0f;
-        }
+        if (tid == 0) hand_to_host(out, row, t);
         return;
     }
 
@@ -299,12 +302,7 @@ __device__ void sample_row(const T* __restrict__ logits, const float* __restrict
     const unsigned need = all_ties ? sel[2] : sel[1];
     K = n_above + need;
     if (K > KMAX) {
-        if (tid == 0) {
-            out[4 * row + 0] = (float)t.arg;
-            out[4 * row + 1] = 0.0f;
-            out[4 * row + 2] = 0.0f;
-            out[4 * row + 3] = 1.0f;
-        }
+        if (tid == 0) hand_to_host(out, row, t);
         return;
     }
 

@@ -95,6 +95,36 @@ static Split gemv_split(int n, int k, bool pair) {
     return {pair ? 4 : 8, std::max(1, std::min(ks, steps)), tb};
 }
 
+// Microseconds a replay of graph `ge` takes: 3 replays to warm up, then the mean of `reps`.
+static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(a, st));
+    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms * 1000.f / reps;  // us per replay
+}
+
+// `body`'s launches captured into one CUDA graph, timed by time_graph.
+template <class F>
+static float capture_and_time(cudaStream_t st, F body, int reps = 30) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    body();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    float us = time_graph(ge, st, reps);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return us;
+}
+
 // Stand-in for q/k prep + attention between the q|k|v and o projections: 64 blocks that wait for
 // the kernel before, let the next launch, and spin for `ns` nanoseconds (HBM left idle).
 __device__ void spin_for(int ns) {

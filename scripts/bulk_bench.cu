@@ -168,36 +168,13 @@ static cudaError_t launch_kernel(const bf* w, const bf* x, bf* y, int n, int k, 
                               T, n, k / 8, s.ks, 1e-6f);
 }
 
-template <class F>
-static float graph_us(cudaStream_t st, F body, int reps = 30) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    body();
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return ms * 1000.f / reps;
-}
-
 // The device's copy bandwidth (read + write of 1 GiB, counted once each), as scripts/gpu_run.sh's floor.
 static double copy_tbs(cudaStream_t st) {
     const size_t bytes = 1ul << 30;
     void *a, *b;
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
-    float us = graph_us(st, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); }, 10);
+    float us = capture_and_time(st, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); }, 10);
     CK(cudaFree(a));
     CK(cudaFree(b));
     return 2.0 * bytes / (us * 1e-6) / 1e12;
@@ -252,7 +229,7 @@ int main() {
         const double mb = L * 2.0 * pr.n * pr.k;
         CK(launch_kernel(W[p][0], x, ref, pr.n, pr.k, false, st));
         for (int pdl = 0; pdl < 2; ++pdl) {
-            float us = graph_us(st, [&] {
+            float us = capture_and_time(st, [&] {
                 for (int l = 0; l < L; ++l) CK(launch_kernel(W[p][l], x, y, pr.n, pr.k, pdl, st));
             });
             printf("%-8s kernel          pdl%d %7.2f us/launch %.2f TB/s\n", pr.name, pdl, us / L, mb / (us * 1e-6) / 1e12);
@@ -265,7 +242,7 @@ int main() {
                 const double err = max_rel(y, ref, (long)T * pr.n);
                 if (!(err < 2e-2)) ok = false;
                 for (int pdl = 0; pdl < 2; ++pdl) {
-                    float us = graph_us(st, [&] {
+                    float us = capture_and_time(st, [&] {
                         for (int l = 0; l < L; ++l) CK(launch_bulk(s, per_sm, W[p][l], x, y, pr.n, pr.k, pdl, st));
                     });
                     printf("%-8s bulk S%d x%d/SM pdl%d %7.2f us/launch %.2f TB/s err %.2e%s\n", pr.name, s, per_sm, pdl,
@@ -276,7 +253,7 @@ int main() {
     // the forward's chain under PDL: each projection reads the one before's output
     for (int spin = 0; spin < 2; ++spin) {
         auto chain = [&](auto launch) {
-            return graph_us(st, [&] {
+            return capture_and_time(st, [&] {
                 for (int l = 0; l < L; ++l)
                     for (int p = 0; p < 4; ++p) {
                         CK(launch(W[p][l], io[p], io[(p + 1) % 4], P[p].n, P[p].k));

@@ -106,34 +106,6 @@ __global__ void silu_mul_ref(const bf* gu, bf* out, int t_len, int inter) {
     }
 }
 
-static float time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    return ms * 1000.f / reps;  // us per replay
-}
-
-template <class F>
-static float capture_and_time(cudaStream_t st, F body, int reps = 30) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    body();
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    float us = time_graph(ge, st, reps);
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return us;
-}
-
 // The model's split (bench_common.cuh, gemv_split), against which the sweep below compares.
 static Cfg model_split(int n, int k, bool pair) {
     const Split s = gemv_split(n, k, pair);
