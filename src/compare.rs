@@ -203,7 +203,8 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
     s += &row("finish", a.reason.clone(), b.reason.clone());
     s += &row("elapsed ms", format!("{:.1}", a.elapsed_ms), format!("{:.1}", b.elapsed_ms));
     s += &match c.first_divergence {
-        Some(i) => format!("outputs diverge at token {i}\n"),
+        // counted from 1, as steps are on screen ("the 1st output token")
+        Some(i) => format!("outputs diverge at output token {}\n", i + 1),
         None if a.output_ids == b.output_ids => "outputs are identical\n".to_string(),
         None => "one output is a prefix of the other\n".to_string(),
     };
@@ -311,7 +312,7 @@ mod tests {
         assert_eq!((c.runs[0].forwards, c.runs[1].forwards), (5, 3));
         assert!((c.runs[1].tokens_per_forward() - 4.0 / 3.0).abs() < 1e-9);
         let t = table(&c, ["x", "y"]);
-        assert!(t.contains("outputs diverge at token 3"), "{t}");
+        assert!(t.contains("outputs diverge at output token 4\n"), "{t}");
         assert!(t.contains("blocks that differ: 2 3"), "{t}");
         assert!(t.contains("steps per block (A/B): 1:2/1 2:2/2 3:1/-"), "{t}");
         assert!(t.contains("finish             length"), "{t}");

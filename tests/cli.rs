@@ -342,7 +342,7 @@ fn compare_headless_prints_both_sides_and_where_they_differ() {
         .map(|x| x.parse().unwrap())
         .collect();
     assert!(fwd[1] < fwd[0], "{text}");
-    assert!(text.contains("outputs diverge at token") || text.contains("outputs are identical"));
+    assert!(text.contains("outputs diverge at output token") || text.contains("outputs are identical"));
 }
 
 /// `compare --headless` with the run-dependent timing blanked.
@@ -371,7 +371,7 @@ blocks             5                                              5
 tokens/forward     0.842                                          2.667
 finish             length                                         length
 elapsed ms
-outputs diverge at token 2
+outputs diverge at output token 3
 blocks that differ: 1 2 3 4 5
 steps per block (A/B): 1:3/1 2:4/1 3:4/2 4:4/1 5:4/1
 same token, other step (A/B): 2 (first: pos 6 steps 2/1, pos 8 steps 2/1)

@@ -445,7 +445,7 @@ impl App {
         let current = self.desired.as_ref().or(self.store.run().map(Run::latest_settings)).map(|s| (s.steps, s.block_length));
         match current.filter(|_| self.is_live()) {
             Some((1, _)) if by < 0 => self.warn("1 step a block is the fewest".into()),
-            Some((n, b)) if by > 0 && n >= b => self.warn(format!("{} a block is the most for blocks of {b}: each step commits a position at least", crate::format::count(n, "step"))),
+            Some((n, b)) if by > 0 && n >= b => self.warn(format!("{} a block is the most for blocks of {b}: each step commits at least one position", crate::format::count(n, "step"))),
             _ => return self.adjust(|s| s.steps = s.steps.saturating_add_signed(by).clamp(1, s.block_length)),
         }
         Vec::new()
@@ -499,8 +499,9 @@ impl App {
         let (Some(v), Some(a)) = (self.view(), self.areas()) else { return };
         let (top, total, height) = text::scroll_state(&v, a.text);
         let page = height.saturating_sub(1).max(1) as isize;
-        let next = top as isize + dir * page;
-        self.text_top = if next as usize + height >= total && dir > 0 { None } else { Some(next.max(0) as usize) };
+        // stops at the first line going up (a negative line cast to usize wrapped: a panic)
+        let next = (top as isize + dir * page).max(0) as usize;
+        self.text_top = if next + height >= total && dir > 0 { None } else { Some(next) };
     }
 
     fn on_mouse(&mut self, m: MouseEvent) {
@@ -608,6 +609,24 @@ mod tests {
         app.on_input(ev, Instant::now())
     }
 
+    /// PgUp past the first line stops there (it wrapped a negative line: a panic in debug
+    /// builds); PgDn past the end follows again.
+    #[test]
+    fn text_pages_stop_at_the_top_and_follow_past_the_end() {
+        let long = Synth { new_tokens: 400, ..Synth::small() };
+        let mut app = App::replay(synth::trace(&long), "long.jsonl".into(), None);
+        press(&mut app, TermEvent::Resize(80, 24));
+        press(&mut app, code(KeyCode::End));
+        for _ in 0..40 {
+            press(&mut app, code(KeyCode::PageUp));
+        }
+        assert_eq!(app.text_top, Some(0));
+        for _ in 0..40 {
+            press(&mut app, code(KeyCode::PageDown));
+        }
+        assert_eq!(app.text_top, None, "following the end again");
+    }
+
     #[test]
     fn the_inspector_follows_the_newest_commit_that_is_output() {
         let mut app = App::replay(synth::trace(&Synth::small()), "small.jsonl".into(), None);
@@ -656,7 +675,7 @@ mod tests {
         // Keys accumulate on the pending settings; steps stay within 1 and the block length,
         // and a key at a bound says so.
         assert_eq!(press(&mut app, key('S')), vec![], "steps are capped at the block length");
-        assert_eq!(app.message.as_ref().unwrap().text, "4 steps a block is the most for blocks of 4: each step commits a position at least");
+        assert_eq!(app.message.as_ref().unwrap().text, "4 steps a block is the most for blocks of 4: each step commits at least one position");
         let cmds = press(&mut app, key('s'));
         let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!() };
         assert_eq!((s.strategy, s.steps), (Strategy::EntropyBounded, 3));

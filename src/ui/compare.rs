@@ -501,37 +501,38 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     let prompt_len = app.runs().next().map_or(0, Run::prompt_len);
     let overall = match app.comparison() {
         Some(c) => match c.first_divergence {
-            Some(i) => format!("outputs diverge at token {i} (position {})", prompt_len + i),
+            // the output token counted from 1, as steps are; the position as the trace's
+            Some(i) => format!("outputs diverge at output token {} (position {})", i + 1, prompt_len + i),
             None if c.runs[0].output_ids == c.runs[1].output_ids => "outputs are identical".into(),
             None => "one output is a prefix of the other".into(),
         },
         None => "decoding…".into(),
     };
     let marks = app.marks();
-    let mut spans = vec![Span::styled(format!(" {overall}"), t.value()), Span::styled(" · ", t.dim())];
+    // What goes when the line is short, last first: the count of cells at another step, the
+    // count of other tokens, then the sampling caveat (it explains a divergence); the
+    // overall verdict stays.
+    let mut fields = vec![Field::new(vec![Span::styled(format!(" {overall}"), t.value())])];
     if marks.is_empty() {
-        spans.push(Span::styled("no committed cell differs here", t.dim()));
-    } else {
-        spans.push(Span::styled("here ", t.dim()));
+        fields.push(Field::new(vec![Span::styled("no committed cell differs here", t.dim())]).drop_at(3));
     }
     let count = |kind| marks.iter().filter(|m| m.1 == kind).count();
-    let parts = [(Mark::OtherToken, count(Mark::OtherToken), ""), (Mark::OtherStep, count(Mark::OtherStep), " at another step")];
-    for (i, &(kind, n, tail)) in parts.iter().filter(|p| p.1 > 0).enumerate() {
-        if i > 0 {
-            spans.push(Span::styled(" · ", t.dim()));
-        }
+    let parts = [(Mark::OtherToken, count(Mark::OtherToken), "", 2u8), (Mark::OtherStep, count(Mark::OtherStep), " at another step", 1)];
+    for (i, &(kind, n, tail, drop)) in parts.iter().filter(|p| p.1 > 0).enumerate() {
         let what = match kind {
             Mark::OtherToken => "other token",
             Mark::OtherStep => "same token",
         };
         let plural = if n == 1 { "" } else { "s" };
-        spans.push(Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)));
-        spans.push(Span::styled(format!("{n} {what}{plural}{tail}"), t.warn()));
+        let here = if i == 0 { vec![Span::styled("here ", t.dim())] } else { Vec::new() };
+        let full = [here.clone(), vec![Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)), Span::styled(format!("{n} {what}{plural}{tail}"), t.warn())]].concat();
+        let short = [here, vec![Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)), Span::styled(n.to_string(), t.warn())]].concat();
+        fields.push(Field::new(full).or(drop, short).drop_at(drop + 2));
     }
     if app.comparison().is_some_and(Comparison::sampled) {
-        spans.push(Span::styled(" · sampled: draws differ too", t.dim()));
+        fields.push(Field::new(vec![Span::styled("sampled: draws differ too", t.dim())]).or(4, vec![Span::styled("sampled", t.dim())]).drop_at(5));
     }
-    buf.set_line(area.x, area.y, &fields::cut_words(Line::from(spans), area.width as usize), area.width);
+    buf.set_line(area.x, area.y, &fields::line(fields, " · ", area.width as usize), area.width);
 }
 
 /// The mark glyph's style: warn for another token, the accent for another step.
@@ -827,7 +828,7 @@ mod tests {
         let s = screen(&app, 120, 36);
         let line = s.lines().nth(3).unwrap();
         let steps = of(Mark::OtherStep);
-        assert_eq!(line, format!(" outputs diverge at token 3 (position 9) · here ≠ 1 other token · ≈ {} same tokens at another step", steps.len()));
+        assert_eq!(line, format!(" outputs diverge at output token 4 (position 9) · here ≠ 1 other token · ≈ {} same tokens at another step", steps.len()));
         // Both sides' grids carry one mark per marked cell.
         assert_eq!(s.matches('≠').count(), 1 + 2, "{s}");
         assert_eq!(s.matches('≈').count(), 1 + 2 * steps.len(), "{s}");
@@ -849,6 +850,10 @@ mod tests {
         }
         app = CompareApp::replay(events.clone(), events);
         assert!(screen(&app, 160, 36).contains("sampled: draws differ too"));
+        // on a narrow screen the caveat outranks the counts of marked cells
+        let narrow = screen(&app, 80, 24);
+        let diff = narrow.lines().find(|l| l.contains("outputs ")).unwrap();
+        assert!(diff.contains("sampled"), "{narrow}");
     }
 }
 

@@ -115,6 +115,9 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
     let t = v.theme;
     let run = v.run;
     let span = run.step_span();
+    // A masked cell's candidate is what the step drew: the most probable token when greedy,
+    // a sample (not always the most probable) otherwise.
+    let greedy = run.settings_for(pos / run.block_length()).0.sampling.is_greedy();
     let mut out = Vec::new();
     let token_line = |token: u32, extra: Vec<Span<'a>>| {
         let text = run.piece(token);
@@ -196,7 +199,8 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             let conf = fixed(c.conf.into(), 3);
             let q = label(run, c.token);
             let q = glyph::fit(&q, width.saturating_sub(6 + 7 + conf.len()).max(3)).0.into_owned();
-            let mut fields = vec![Field::new(kv(v, "best  ", q).into()), Field::new(kv(v, "conf ", conf).into())];
+            let pick = if greedy { "best  " } else { "drawn " };
+            let mut fields = vec![Field::new(kv(v, pick, q).into()), Field::new(kv(v, "conf ", conf).into())];
             let newest = v.at.and_then(|k| run.trajectory(pos, k).last().map(|p| p.at));
             if let Some(m) = newest.and_then(|at| margin(run.top(pos, at))) {
                 fields.push(Field::new(kv(v, "margin ", fixed(m.into(), 3)).into()).or(1, kv(v, "Δ ", fixed(m.into(), 3)).into()).drop_at(2));
@@ -211,7 +215,8 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
     if ranked > 0 {
         out.push(Line::from(Span::styled(format!("trajectory: top {ranked} per step · Δ = p1 − p2"), t.faint())));
     } else {
-        out.push(Line::from(Span::styled("trajectory: best candidate per step while masked", t.faint())));
+        let what = if greedy { "trajectory: best candidate per step while masked" } else { "trajectory: drawn candidate per step while masked" };
+        out.push(Line::from(Span::styled(what, t.faint())));
     }
     out.extend(trajectory(v, pos, &traj, width, room));
     out
@@ -488,6 +493,24 @@ mod tests {
         let masked = (8..12).find(|&p| matches!(v.run.cell(p, v.at), CellState::Masked { .. })).unwrap();
         app.selected = Some(masked);
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 56, 12, render)));
+    }
+
+    /// A sampled decode's masked cell holds the step's draw, which need not be the most
+    /// probable token: the inspector says "drawn", not "best".
+    #[test]
+    fn a_sampled_masked_cell_is_called_drawn() {
+        let mut events = synth::trace(&Synth::small());
+        if let crate::events::Event::Header(h) = &mut events[0] {
+            h.settings.sampling.temperature = 0.7;
+        }
+        let mut app = App::replay(events, "t".into(), None);
+        for k in [KeyCode::Home, KeyCode::Char(']'), KeyCode::Right] {
+            app.on_key(KeyEvent::new(k, KeyModifiers::NONE));
+        }
+        let v = app.view().unwrap();
+        app.selected = (8..12).find(|&p| matches!(v.run.cell(p, v.at), CellState::Masked { .. }));
+        let text = snapshot_text(&render_panel(&app, 56, 12, render));
+        assert!(text.contains("drawn ") && text.contains("drawn candidate per step") && !text.contains("best"), "{text}");
     }
 
     #[test]
