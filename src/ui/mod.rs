@@ -295,7 +295,10 @@ mod tests {
         // the end the timeline's badge says live or the end of the trace.
         let body = |s: String| {
             let lines: Vec<&str> = s.lines().collect();
-            lines[1..lines.len() - 1].join("\n").replace("■ END of trace", "        ● LIVE")
+            lines[1..lines.len() - 1]
+                .join("\n")
+                .replace("■ END of trace", "        ● LIVE")
+                .replace(" ⏸ PAUSED · 4 before the end", "⏸ PAUSED · 4 behind the head")
         };
         assert_eq!(body(screen(&live, 120, 36)), body(screen(&replay, 120, 36)));
         for a in [&mut live, &mut replay] {

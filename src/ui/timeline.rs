@@ -96,7 +96,13 @@ fn mode_badge<'a>(v: &View) -> Option<Field<'a>> {
         // A replay has no live head: the view stands at the end of the trace.
         Mode::Live if !v.app.is_live() => Field::new(bold("■ END of trace".into(), Style::default().fg(t.accent))).or(2, bold("■ END".into(), Style::default().fg(t.accent))),
         Mode::Live => Field::new(bold("● LIVE".into(), Style::default().fg(t.step_color(2, 7)))),
+        // (a replay's last step is the end of the trace, not a head that moves on)
+        Mode::Paused if behind == 0 && !v.app.is_live() => Field::new(bold("⏸ PAUSED at the end".into(), warn)).or(2, bold("⏸ PAUSED".into(), warn)),
         Mode::Paused if behind == 0 => Field::new(bold("⏸ PAUSED at the head".into(), warn)).or(2, bold("⏸ PAUSED".into(), warn)),
+        Mode::Paused if !v.app.is_live() => Field::new(bold(format!("⏸ PAUSED · {behind} before the end"), warn))
+            .or(2, bold(format!("⏸ PAUSED · {behind} before"), warn))
+            .or(4, bold(format!("⏸ {behind} before"), warn))
+            .or(9, bold("⏸".into(), warn)),
         Mode::Paused => Field::new(bold(format!("⏸ PAUSED · {behind} behind the head"), warn))
             .or(2, bold(format!("⏸ PAUSED · {behind} behind"), warn))
             .or(4, bold(format!("⏸ {behind} behind"), warn))
@@ -190,7 +196,7 @@ mod tests {
         }
         let first_line = |app: &App, w| snapshot_text(&render_panel(app, w, 4, render)).lines().nth(1).unwrap().to_string();
         let wide = first_line(&app, 200);
-        assert!(wide.contains("overall 7/26") && wide.contains("19 behind the head"), "{wide}");
+        assert!(wide.contains("overall 7/26") && wide.contains("19 before the end"), "{wide}");
         let mut whole: Vec<String> = wide.split(|c: char| c == '│' || c.is_whitespace()).map(str::to_string).collect();
         whole.extend(["#7/26".into(), "b3".into()]);
         for w in 12..120 {
