@@ -53,23 +53,42 @@ pub const KEYS: &KeyTable = &[
 
 const KEY_W: usize = 11;
 
-fn lines<'a>(t: &Theme, table: &KeyTable) -> Vec<Line<'a>> {
-    let mut out = Vec::new();
-    for (group, keys) in table {
-        if !group.is_empty() {
-            out.push(Line::from(Span::styled(group.to_string(), t.title())));
-        }
-        for (k, what) in keys.iter() {
-            out.push(Line::from(vec![
-                Span::styled(format!("  {k:<KEY_W$} "), t.value()),
-                Span::styled(what.to_string(), t.dim()),
-            ]));
-        }
-        out.push(Line::default());
-    }
-    out.pop();
-    out
+/// Each group's lines: its title (if any), then a line a key.
+fn groups<'a>(t: &Theme, table: &KeyTable) -> Vec<Vec<Line<'a>>> {
+    table
+        .iter()
+        .map(|(group, keys)| {
+            let title = (!group.is_empty()).then(|| Line::from(Span::styled(group.to_string(), t.title())));
+            title
+                .into_iter()
+                .chain(keys.iter().map(|(k, what)| {
+                    Line::from(vec![Span::styled(format!("  {k:<KEY_W$} "), t.value()), Span::styled(what.to_string(), t.dim())])
+                }))
+                .collect()
+        })
+        .collect()
 }
+
+/// The groups in columns of at most `height` lines, a blank line between groups, a group
+/// never split: one column where they all fit, more on a short screen (80x24 cut the list).
+fn columns<'a>(groups: Vec<Vec<Line<'a>>>, height: usize) -> Vec<Vec<Line<'a>>> {
+    let mut cols: Vec<Vec<Line>> = vec![Vec::new()];
+    for g in groups {
+        let col = cols.last_mut().expect("never empty");
+        let gap = usize::from(!col.is_empty());
+        if !col.is_empty() && col.len() + gap + g.len() > height {
+            cols.push(g);
+        } else {
+            if gap == 1 {
+                col.push(Line::default());
+            }
+            col.extend(g);
+        }
+    }
+    cols
+}
+
+const COLUMN_GAP: u16 = 3;
 
 /// Draws the overlay centred over `area` (the whole screen).
 pub fn render(t: &Theme, area: Rect, buf: &mut Buffer) {
@@ -78,9 +97,11 @@ pub fn render(t: &Theme, area: Rect, buf: &mut Buffer) {
 
 /// The overlay for any key table (compare mode has its own).
 pub fn render_table(t: &Theme, table: &KeyTable, area: Rect, buf: &mut Buffer) {
-    let content = lines(t, table);
-    let w = (content.iter().map(Line::width).max().unwrap_or(0) as u16 + 4).min(area.width);
-    let h = (content.len() as u16 + 2).min(area.height);
+    let cols = columns(groups(t, table), area.height.saturating_sub(2).max(1) as usize);
+    let col_w: Vec<u16> = cols.iter().map(|c| c.iter().map(Line::width).max().unwrap_or(0) as u16).collect();
+    let content_w = col_w.iter().sum::<u16>() + COLUMN_GAP * (col_w.len() as u16).saturating_sub(1);
+    let w = (content_w + 4).min(area.width);
+    let h = (cols.iter().map(Vec::len).max().unwrap_or(0) as u16 + 2).min(area.height);
     let popup = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(popup, buf);
     let block = Block::bordered()
@@ -89,8 +110,17 @@ pub fn render_table(t: &Theme, table: &KeyTable, area: Rect, buf: &mut Buffer) {
         .title_bottom(Line::from(Span::styled(" any key closes ", t.faint())).right_aligned());
     let inner = block.inner(popup);
     block.render(popup, buf);
-    for (i, line) in content.iter().take(inner.height as usize).enumerate() {
-        buf.set_line(inner.x + 1, inner.y + i as u16, line, inner.width.saturating_sub(1));
+    // Columns wider than the window share it: each keeps its natural width if it can, and a
+    // description that must give way is cut between words with `…` (the keys stay whole).
+    let n = cols.len() as u16;
+    let share = inner.width.saturating_sub(1 + COLUMN_GAP * n.saturating_sub(1)) / n.max(1);
+    let mut x = inner.x + 1;
+    for (col, &cw) in cols.iter().zip(&col_w) {
+        let room = if content_w + 4 > area.width { cw.min(share) } else { cw };
+        for (i, line) in col.iter().take(inner.height as usize).enumerate() {
+            buf.set_line(x, inner.y + i as u16, &super::fields::cut_words(line.clone(), room as usize), room);
+        }
+        x = x.saturating_add(room + COLUMN_GAP);
     }
 }
 
@@ -101,6 +131,20 @@ mod tests {
     use crate::ui::theme::DARK;
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
+
+    /// At 80x24 the keys take two columns; none is left out (the last groups were cut).
+    #[test]
+    fn a_short_screen_shows_every_key_in_columns() {
+        let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        term.draw(|f| render(&DARK, f.area(), f.buffer_mut())).unwrap();
+        let text = snapshot_text(term.backend().buffer());
+        for (_, keys) in KEYS {
+            for (k, _) in keys.iter() {
+                assert!(text.contains(k), "{k} missing:\n{text}");
+            }
+        }
+        insta::assert_snapshot!(text);
+    }
 
     #[test]
     fn help_overlay() {
