@@ -36,7 +36,9 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     };
     for (y, k) in window(at, head, inner.height as usize).enumerate() {
         let Some(l) = from_run(v.run, k) else { break };
-        buf.set_line(inner.x, inner.y + y as u16, &line(v, &l, k.cmp(&at)), inner.width);
+        // cut between words with `…`: a figure shows whole or not at all
+        let l = super::fields::cut_words(line(v, &l, k.cmp(&at)), inner.width as usize);
+        buf.set_line(inner.x, inner.y + y as u16, &l, inner.width);
     }
 }
 
@@ -83,6 +85,25 @@ mod tests {
         assert_eq!(window(10, 25, 6), 7..13);
         assert_eq!(window(25, 25, 6), 20..26);
         assert_eq!(window(2, 3, 10), 0..4);
+    }
+
+    /// A narrow panel cuts a step's line between words, with `…`: `fwd 6` for `fwd 65` read
+    /// as a wrong count.
+    #[test]
+    fn a_narrow_steps_panel_cuts_no_figure() {
+        let mut app = App::replay(synth::trace(&Synth::long(300, 4, 4)), "t".into(), None);
+        key(&mut app, KeyCode::End);
+        for w in 20..60 {
+            let text = snapshot_text(&render_panel(&app, w, 6, render));
+            for l in text.lines().filter(|l| l.contains("fwd")) {
+                let words: Vec<&str> = l.split(|c: char| c.is_whitespace() || c == '│').filter(|s| !s.is_empty()).collect();
+                let fwd = words.iter().position(|&s| s == "fwd");
+                // the figure after "fwd" is whole (a cut after it may end in `…`)
+                if let Some(n) = fwd.and_then(|i| words.get(i + 1)).map(|n| n.trim_end_matches('…')).filter(|n| !n.is_empty()) {
+                    assert!(n.parse::<usize>().is_ok_and(|n| n >= 250), "{w}: {l}");
+                }
+            }
+        }
     }
 
     #[test]
