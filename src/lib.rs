@@ -5,6 +5,7 @@
 pub mod cast;
 pub mod chat;
 pub mod cli;
+pub mod clock;
 pub mod compare;
 pub mod detok;
 pub mod commands;

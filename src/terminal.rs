@@ -56,7 +56,9 @@ pub fn suspend() {
         leave();
     }
     // stops here until SIGCONT (signal-hook raises SIGSTOP, which cannot be caught)
+    let stopped = std::time::Instant::now();
     let _ = signal_hook::low_level::emulate_default_handler(signal_hook::consts::SIGTSTP);
+    crate::clock::add_stopped(stopped.elapsed());
     if ours && ACTIVE.load(Ordering::SeqCst) {
         if let Err(e) = take() {
             crate::notice::warn(format!("could not take the terminal back after a suspension: {e}"));

@@ -56,7 +56,7 @@ struct Loop<'a> {
     detok: &'a dyn Detok,
     sink: &'a mut dyn FnMut(Event),
     control: Option<&'a Receiver<Control>>,
-    started: Instant,
+    started: crate::clock::Start,
     forwards: usize,
     steps: usize,
     /// Settings of the block being decoded; `pending` takes over at the next block.
@@ -136,7 +136,7 @@ pub fn decode_measured(
         detok,
         sink,
         control,
-        started: Instant::now(),
+        started: crate::clock::Start::now(),
         forwards: 0,
         steps: 0,
         settings: req.settings.clone(),
@@ -192,8 +192,9 @@ fn check_samples(samples: &[PosSample], b: usize, start: usize, block: usize, st
 }
 
 impl Loop<'_> {
+    /// Milliseconds the decode has run (a suspension of the process left out: crate::clock).
     fn ms(&self) -> f64 {
-        self.started.elapsed().as_secs_f64() * 1000.0
+        self.started.running().as_secs_f64() * 1000.0
     }
 
     fn header(&mut self, req: &Request, first_block: usize, max_len: usize) {
