@@ -119,7 +119,7 @@ pub fn require_moe(config: &crate::model::ModelConfig, label: &str) -> Result<()
 /// The decode's positions (whole blocks over prompt + `max_new_tokens`) must fit the model's
 /// `max_position_embeddings`: checked here, before a TUI takes the terminal, rather than when
 /// the engine sizes its cache (where it would end the decode with an error on screen).
-fn check_positions(prompt: usize, s: &crate::settings::DecodeSettings, max: usize) -> Result<()> {
+pub(crate) fn check_positions(prompt: usize, s: &crate::settings::DecodeSettings, max: usize) -> Result<()> {
     let (b, n) = (s.block_length.max(1), s.max_new_tokens);
     if positions(prompt, n, b).is_some_and(|need| need <= max) {
         return Ok(());

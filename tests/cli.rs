@@ -547,3 +547,19 @@ fn dtype_bf16_on_the_cpu_runs_bf16_products_and_says_so() {
     assert!(!steps(&bf16_run).is_empty());
     assert!(matches!(bf16_run.last(), Some(Event::Finish(_))), "a decode that ends");
 }
+
+/// A `--prompt-len` past the model's positions is one line before any work (2^64 panicked
+/// allocating the prompt, 2^32 ran out of memory).
+#[test]
+fn bench_refuses_a_prompt_len_past_the_model() {
+    for (args, want) in [
+        (vec!["bench", "--random-init", "tiny", "--prompt-len", "18446744073709551615"], "--prompt-len 18446744073709551615: the prompt's"),
+        (vec!["bench", "--prompt-len", "600"], "--prompt-len 600: the prompt's 600 tokens fill the model's 512 positions"),
+        (vec!["bench", "--prompt-len", "500", "--max-new-tokens", "64"], "--prompt-len 500: --max-new-tokens 64"),
+    ] {
+        let out = unmask(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want) && err.lines().count() == 1, "{args:?}: {err}");
+    }
+}

@@ -462,6 +462,14 @@ impl Floor {
     }
 }
 
+/// `--prompt-len` and `--max-new-tokens` must fit the model's positions, as a decode's prompt
+/// must (it used to allocate the synthetic prompt first: 2^64 tokens panicked, 2^32 ran out of
+/// memory).
+fn check_prompt_len(args: &BenchArgs, s: &DecodeSettings, cfg: &ModelConfig) -> Result<()> {
+    crate::session::check_positions(args.prompt_len, s, cfg.max_position_embeddings)
+        .with_context(|| format!("--prompt-len {}", args.prompt_len))
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
@@ -485,6 +493,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 if args.decode.routing {
                     crate::session::require_moe(&cfg, &format!("--random-init {name}"))?;
                 }
+                // before the weights are made: a --prompt-len past the model is one line, not
+                // minutes of random weights and then an allocation that fails
+                check_prompt_len(args, &args.decode.settings(&GenerationConfig::default(), cfg.block_size)?, &cfg)?;
                 let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
                 let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {name}"))?;
                 let info = ModelInfo {
@@ -514,6 +525,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     crate::session::single_thread_for_small_models(info.num_params, &device);
     let load_s = t0.elapsed().as_secs_f64();
     let base: DecodeSettings = args.decode.settings(&generation, cfg.block_size)?;
+    check_prompt_len(args, &base, &cfg)?;
     let strategies: Vec<Strategy> = match args.decode.strategy {
         Some(s) => vec![s],
         None => Strategy::ALL.to_vec(),
