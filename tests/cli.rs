@@ -377,9 +377,9 @@ steps per block (A/B): 1:3/1 2:4/1 3:4/2 4:4/1 5:4/1
 same token, other step (A/B): 2 (first: pos 6 steps 2/1, pos 8 steps 2/1)
 different token: 10 (first: pos 7, pos 9, pos 10, pos 13, pos 14, …)
 --- A
-ionYYY��YYion���YYionion
+ionYYY<F0 F0>YYion<F7 FF 8F>YYionion
 --- B
-ionYionY�YYYYYind��Y�\u{1d}
+ionYionY<F7>YYYYYind<FF FF>Y<FF>␝
 ";
     assert_eq!(text, expected);
 }

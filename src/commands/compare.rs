@@ -38,12 +38,21 @@ pub fn greedy_unless_given(args: &DecodeArgs) -> DecodeArgs {
 pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
     let ea = decode_side(&greedy_unless_given(a), "A")?;
     let eb = decode_side(&greedy_unless_given(b), "B")?;
-    let text = |ev: &[Event]| match ev.last() {
-        Some(Event::Finish(f)) => f.text.clone(),
-        _ => String::new(),
-    };
-    let (ta, tb) = (text(&ea), text(&eb));
+    let (ta, tb) = (output_text(&ea), output_text(&eb));
     crate::output::print(&table(&compare(&ea, &eb), [&ta, &tb]))
+}
+
+/// A side's output as a person reads it, the TUI's way: invalid UTF-8 as hex (`<F2>`), control
+/// characters as visible stand-ins (a token's ESC must not drive the terminal), line breaks
+/// kept. The finish event's `text` is a lossy decode, U+FFFD for invalid bytes.
+fn output_text(events: &[Event]) -> String {
+    use crate::detok::{settled, End};
+    use crate::ui::glyph::{escape, Mode};
+    let store = crate::store::Store::from_events(events.iter().cloned());
+    let (Some(run), Some(Event::Finish(f))) = (store.run(), events.last()) else { return String::new() };
+    let bytes: Vec<u8> = f.output_ids.iter().flat_map(|&t| run.token_bytes(t).to_vec()).collect();
+    let (texts, _) = settled(&[], &[&bytes], End::Final);
+    texts.first().map_or(String::new(), |t| t.render(|s| escape(s, Mode::Prose).into_owned()))
 }
 
 /// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.
