@@ -187,15 +187,19 @@ impl DecodeSettings {
         }
     }
 
-    /// The most denoising steps a block may take: `steps` (at most one a position) where the
-    /// strategy follows the schedule's per-step counts; else one a position (entropy_bounded,
-    /// and low_confidence_dynamic under lmdeploy's rule, loop until no mask is left).
+    /// The most denoising steps a block may take: where the strategy follows the schedule's
+    /// per-step counts, `steps` under sdar's (at most one a position), and under lmdeploy's
+    /// as many steps of `max(1, B / S)` as a block's `B` positions take (B8 S3 commits 2 a
+    /// step: 4 steps, not 3); else one a position (entropy_bounded, and low_confidence_dynamic
+    /// under lmdeploy's rule, loop until no mask is left).
     pub fn step_budget(&self) -> usize {
         let per_position = self.block_length.max(1);
-        if crate::sampler::strategy::StepRule::from_settings(self).follows_schedule() {
-            self.steps.min(per_position)
-        } else {
-            per_position
+        if !crate::sampler::strategy::StepRule::from_settings(self).follows_schedule() {
+            return per_position;
+        }
+        match self.schedule {
+            Schedule::Sdar => self.steps.min(per_position),
+            Schedule::Lmdeploy => per_position.div_ceil((per_position / self.steps.max(1)).max(1)),
         }
     }
 
@@ -302,6 +306,20 @@ mod tests {
         assert_eq!(with(Schedule::Lmdeploy).sampler().top_k_rule, TopK::Exact);
         let json = serde_json::to_string(&with(Schedule::Lmdeploy).sampler()).unwrap();
         assert!(!json.contains("confidence") && !json.contains("top_k_rule"), "{json}");
+    }
+
+    /// The step budget is the steps a block may take: under lmdeploy's counts a block of 8 in
+    /// 3 steps takes 4 (2 a step); sdar's counts never exceed `steps`.
+    #[test]
+    fn the_step_budget_counts_the_steps_a_block_can_take() {
+        let with = |schedule, strategy, b, s| DecodeSettings { schedule, strategy, block_length: b, steps: s, ..DecodeSettings::default() }.step_budget();
+        assert_eq!(with(Schedule::Lmdeploy, Strategy::LowConfidenceStatic, 8, 3), 4);
+        assert_eq!(with(Schedule::Lmdeploy, Strategy::Sequential, 8, 8), 8);
+        assert_eq!(with(Schedule::Lmdeploy, Strategy::Sequential, 4, 16), 4);
+        assert_eq!(with(Schedule::Lmdeploy, Strategy::LowConfidenceStatic, 7, 2), 3);
+        assert_eq!(with(Schedule::Sdar, Strategy::LowConfidenceStatic, 8, 3), 3);
+        assert_eq!(with(Schedule::Sdar, Strategy::LowConfidenceStatic, 4, 16), 4);
+        assert_eq!(with(Schedule::Sdar, Strategy::EntropyBounded, 4, 2), 4);
     }
 
     #[test]
