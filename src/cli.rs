@@ -46,7 +46,7 @@ impl Cli {
         }
         if let Some(("bench", s)) = sub {
             // bench decodes a prompt of --prompt-len tokens it makes itself
-            if let Some(flag) = ["prompt", "prompt_file", "system", "chat_arg", "raw"].into_iter().find(|id| given(s, id)) {
+            if let Some(flag) = BENCH_REFUSES.into_iter().find(|id| given(s, id)) {
                 return refuse(format!("bench decodes a prompt of --prompt-len tokens: --{} has no effect there", flag.replace('_', "-")));
             }
         }
@@ -78,9 +78,13 @@ impl Cli {
                 sc
             });
         }
-        cmd
+        // bench's own prompt flags (its decode flags are its own, not global): refused, hidden
+        cmd.mut_subcommand("bench", |sc| BENCH_REFUSES.into_iter().fold(sc, |sc, id| sc.mut_arg(id, |a| a.hide(true))))
     }
 }
+
+/// The prompt flags bench refuses: it decodes a synthetic prompt of `--prompt-len` tokens.
+const BENCH_REFUSES: [&str; 5] = ["prompt", "prompt_file", "system", "chat_arg", "raw"];
 
 /// The ids of a group of flags (`DecodeArgs`, `LookArgs`, `CastArgs`).
 fn ids<A: Args>() -> Vec<String> {

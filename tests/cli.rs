@@ -267,6 +267,11 @@ fn help_lists_only_the_flags_a_command_takes() {
     let trace = help(&["trace", "--help"]);
     assert!(trace.contains("--temperature") && !trace.contains("--mono") && !trace.contains("--pace"), "{trace}");
     assert!(!help(&["record", "--help"]).contains("--pace"));
+    let bench = help(&["bench", "--help"]);
+    for flag in ["--prompt ", "--prompt-file", "--system", "--chat-arg", "--raw"] {
+        assert!(!bench.contains(flag), "bench --help shows {flag}:\n{bench}");
+    }
+    assert!(bench.contains("--prompt-len") && bench.contains("--temperature"), "{bench}");
     let top = help(&["--help"]);
     assert!(decode.iter().chain(&["--mono", "--theme", "--pace"]).all(|f| top.contains(f)), "{top}");
 }
