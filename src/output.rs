@@ -94,7 +94,7 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("{flag} {name}: {} is not a folder", dir.display()),
-        Err(e) => return Err(e).with_context(|| format!("{flag} {name}: cannot use the folder {}", dir.display())),
+        Err(e) => return Err(folder_error(&format!("{flag} {name}"), dir, &e)),
     }
     tempfile::Builder::new()
         .prefix(".unmask-check.")
@@ -212,7 +212,14 @@ pub fn print(text: &str) -> Result<()> {
 
 /// Creates (or truncates) a streamed output, written in place.
 pub fn create_streamed(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))
+    std::fs::File::create(path).map_err(|e| {
+        // the folder's fault said as every output says it ("the folder nodir does not exist")
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => anyhow::Error::new(e).context(format!("{}: cannot create", path.display())),
+            _ => folder_error(&path.display().to_string(), dir, &e),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -269,7 +276,7 @@ mod tests {
         assert_eq!(e, format!("--cast {}: is a folder; name a file", d.path().display()));
         let missing = d.path().join("no/such/x.cast");
         let e = err(check_writable("--cast", &missing));
-        assert!(e.starts_with(&format!("--cast {}: cannot use the folder", missing.display())) && e.contains("No such file"), "{e}");
+        assert!(e.starts_with(&format!("--cast {}: the folder", missing.display())) && e.ends_with("does not exist"), "{e}");
         let file = d.path().join("f");
         std::fs::write(&file, "x").unwrap();
         let under_a_file = file.join("x.cast");
