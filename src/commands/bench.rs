@@ -617,10 +617,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         run,
         rows,
     };
+    // the table first: a JSON file that cannot be written (a full disk) must not lose it
+    crate::output::print(&render(&report))?;
     if let Some(path) = &args.json {
         crate::output::write_json(path, &report)?;
     }
-    crate::output::print(&render(&report))
+    Ok(())
 }
 
 struct OneDecode {
