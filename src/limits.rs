@@ -162,6 +162,10 @@ struct RunShape {
     committed: HashSet<usize>,
     /// The header's routing layout, which `--routing` fields must follow.
     moe: Option<MoeInfo>,
+    /// The settings in force (the header's, then a step's change), for a block's step budget.
+    settings: crate::settings::DecodeSettings,
+    /// The block and step of the newest step: a block's steps count 0, 1, 2, ...
+    last_step: Option<(usize, usize)>,
 }
 
 /// Checks each event of a trace against its header and the events before it, so that nothing
@@ -188,6 +192,14 @@ impl TraceCheck {
             Event::Finish(f) => self.run.as_ref().map_or(Ok(()), |r| r.finish(f)),
         }
     }
+}
+
+/// A probability: 0 to 1 (NaN and infinities are refused where the line is read).
+fn probability(field: &str, p: f32) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("field `{field}` is {p}, not a probability from 0 to 1"));
+    }
+    Ok(())
 }
 
 /// A header's routing layout: bounded as config.json's is, top-k within the experts, sparse
@@ -243,6 +255,8 @@ fn header(h: &Header) -> Result<RunShape, String> {
         last_forward: 0,
         committed: HashSet::new(),
         moe: h.model.moe.clone().map(|m| moe_info(m, h.model.num_layers)).transpose()?,
+        settings: h.settings.clone(),
+        last_step: None,
     })
 }
 
@@ -327,26 +341,34 @@ impl RunShape {
         }
         if let Some(st) = &s.settings {
             settings(st, "settings")?;
+            self.settings = st.clone();
         }
+        self.step_order(s)?;
 
         let span = s.block * self.block_length..(s.block + 1) * self.block_length;
         let generated = self.prompt_len.max(span.start)..span.end;
-        for c in &s.committed {
+        for (i, c) in s.committed.iter().enumerate() {
             if !generated.contains(&c.pos) {
                 return Err(format!("committed position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
             }
-            self.token("committed.token", c.token)?;
+            self.token(&format!("committed[{i}].token"), c.token)?;
+            probability(&format!("committed[{i}].conf"), c.conf)?;
+            // (a certain row's entropy may round to a hair under 0)
+            if c.entropy < -1e-6 {
+                return Err(format!("field `committed[{i}].entropy` is {}, below 0", c.entropy));
+            }
             self.top("committed", &c.top)?;
             self.routes(c.pos, &c.routes)?;
             if !self.committed.insert(c.pos) {
                 return Err(format!("committed position {} a second time", c.pos));
             }
         }
-        for c in &s.masked {
+        for (i, c) in s.masked.iter().enumerate() {
             if !generated.contains(&c.pos) {
                 return Err(format!("masked position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
             }
-            self.token("masked.token", c.token)?;
+            self.token(&format!("masked[{i}].token"), c.token)?;
+            probability(&format!("masked[{i}].conf"), c.conf)?;
             self.top("masked", &c.top)?;
         }
         self.distinct_experts(&s.distinct_experts)?;
@@ -354,6 +376,24 @@ impl RunShape {
             return Err(format!("field `forward` is {}, not more than the previous step's {}", s.forward, self.last_forward));
         }
         self.last_forward = s.forward;
+        Ok(())
+    }
+
+    /// A block's steps come 0, 1, 2, ... and stay within what a block under the settings in
+    /// force may take.
+    fn step_order(&mut self, s: &StepEvent) -> Result<(), String> {
+        let want = match self.last_step {
+            Some((b, k)) if b == s.block => k + 1,
+            _ => 0,
+        };
+        if s.step != want {
+            return Err(format!("field `step` is {}, but block {}'s steps so far call for step {want}", s.step, s.block));
+        }
+        let budget = self.settings.step_budget();
+        if s.step >= budget {
+            return Err(format!("field `step` is {}, but a block of these settings takes at most {budget} steps (0 to {})", s.step, budget - 1));
+        }
+        self.last_step = Some((s.block, s.step));
         Ok(())
     }
 
@@ -415,10 +455,28 @@ mod tests {
             ),
             (
                 Box::new(move |ev| {
-                    let dup = ev[step_at].clone();
-                    ev.insert(step_at + 1, dup);
+                    // the same commits again, as the block's next step
+                    let Event::Step(mut dup) = ev[step_at].clone() else { panic!() };
+                    (dup.step, dup.forward) = (dup.step + 1, dup.forward + 1);
+                    ev.insert(step_at + 1, Event::Step(dup));
                 }),
                 "a second time".into(),
+            ),
+            (
+                Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.step = 50; }),
+                "field `step` is 50, but block".into(),
+            ),
+            (
+                Box::new(move |ev| {
+                    let Event::Step(mut dup) = ev[step_at].clone() else { panic!() };
+                    (dup.block, dup.step) = (dup.block + 1, 1);
+                    ev.insert(step_at + 1, Event::Step(dup));
+                }),
+                "steps so far call for step 0".into(),
+            ),
+            (
+                Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.committed[0].conf = 1.5; }),
+                "field `committed[0].conf` is 1.5, not a probability from 0 to 1".into(),
             ),
             (
                 Box::new(move |ev| if let Event::Step(s) = &mut ev[step_at] { s.block = 1 << 40 }),

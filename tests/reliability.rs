@@ -172,10 +172,14 @@ fn a_trace_committing_a_position_twice_is_cut_there() {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    // The first step line again, right after itself: it commits its positions a second time.
+    // The first step again as its block's next step, right after it: it commits its
+    // positions a second time.
     let first_step = lines.iter().position(|l| l.contains("\"event\":\"step\"")).unwrap();
+    let Event::Step(mut again) = serde_json::from_str::<Event>(lines[first_step]).unwrap() else { panic!() };
+    (again.step, again.forward) = (again.step + 1, again.forward + 1);
+    let again = serde_json::to_string(&Event::Step(again)).unwrap();
     let mut doubled: Vec<&str> = lines.clone();
-    doubled.insert(first_step + 1, lines[first_step]);
+    doubled.insert(first_step + 1, &again);
     let t = dir.path().join("d.jsonl");
     std::fs::write(&t, doubled.join("\n") + "\n").unwrap();
     let o = unmask(&["export", t.to_str().unwrap(), "--format", "csv", "--table", "tokens"]);
