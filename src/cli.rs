@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::model::{DeviceSpec, DtypeSpec, GenerationConfig};
@@ -477,16 +477,71 @@ impl DecodeArgs {
     }
 
     /// Flags over checkpoint defaults (generation_config.json, then config.json's
-    /// `block_size`) over unmask defaults; validated.
+    /// `block_size`) over unmask defaults; validated. generation_config.json's values that
+    /// no flag overrides are checked first, alone, so that a bad one names the file and its
+    /// field (`DIR/generation_config.json: field `temperature` is -1; ...`), not a flag the
+    /// user never gave. config.json's `block_size` is checked when config.json is read.
     pub fn settings(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
+        let taken = self.taken_from(gen);
+        if let Err(e) = DecodeArgs::default().merge(&taken, None)?.validate() {
+            use crate::settings::SettingsError::*;
+            let field = match e {
+                BlockLength(_) => "block_length",
+                Steps(_) => "denoising_steps",
+                Threshold(_) if gen.threshold_field.is_empty() => "threshold",
+                Threshold(_) => gen.threshold_field,
+                EbThreshold(_) => "eb_threshold",
+                Temperature(_) => "temperature",
+                TopP(_) => "top_p",
+                MaxNewTokens(_) => "max_new_tokens",
+            };
+            bail!("{}: field `{field}` is {}; it {}", gen.label(), e.value(), e.requirement());
+        }
+        let s = self.merge(gen, block_size)?;
+        s.validate().context("invalid settings")?;
+        Ok(s)
+    }
+
+    /// The values of `gen` a decode with these flags takes: those no flag overrides.
+    fn taken_from(&self, gen: &GenerationConfig) -> GenerationConfig {
+        fn unless<T>(flag: bool, v: &Option<T>) -> Option<T>
+        where
+            T: Clone,
+        {
+            if flag {
+                None
+            } else {
+                v.clone()
+            }
+        }
+        GenerationConfig {
+            block_length: unless(self.block_length.is_some(), &gen.block_length),
+            denoising_steps: unless(self.steps.is_some(), &gen.denoising_steps),
+            threshold: unless(self.threshold.is_some(), &gen.threshold),
+            eb_threshold: unless(self.eb_threshold.is_some(), &gen.eb_threshold),
+            max_new_tokens: unless(self.max_new_tokens.is_some(), &gen.max_new_tokens),
+            remasking_strategy: unless(self.strategy.is_some(), &gen.remasking_strategy),
+            temperature: unless(self.temperature.is_some(), &gen.temperature),
+            do_sample: unless(self.temperature.is_some(), &gen.do_sample),
+            top_k: unless(self.top_k.is_some(), &gen.top_k),
+            top_p: unless(self.top_p.is_some(), &gen.top_p),
+            ..gen.clone()
+        }
+    }
+
+    /// Flags over `gen` over `block_size` over unmask's defaults, not validated.
+    /// generation_config.json's `do_sample: false` is transformers' greedy search: temperature
+    /// 0, whatever the file's `temperature` (`--temperature` still wins).
+    fn merge(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
         let d = DecodeSettings::default();
         let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
             (Some(s), _) => s,
             (None, Some(name)) => <Strategy as clap::ValueEnum>::from_str(name, true)
-                .map_err(|_| anyhow::anyhow!("generation_config.json: field `remasking_strategy`: unknown strategy {name:?}"))?,
+                .map_err(|_| anyhow::anyhow!("{}: field `remasking_strategy`: unknown strategy {name:?}", gen.label()))?,
             (None, None) => d.strategy,
         };
-        let s = DecodeSettings {
+        let gen_temperature = if gen.do_sample == Some(false) { Some(0.0) } else { gen.temperature };
+        Ok(DecodeSettings {
             strategy,
             schedule: self.schedule.unwrap_or(d.schedule),
             threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
@@ -494,16 +549,14 @@ impl DecodeArgs {
             block_length: self.block_length.or(gen.block_length).or(block_size).unwrap_or(d.block_length),
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
-                temperature: self.temperature.or(gen.temperature).unwrap_or(d.sampling.temperature),
+                temperature: self.temperature.or(gen_temperature).unwrap_or(d.sampling.temperature),
                 top_k: self.top_k.or(gen.top_k).unwrap_or(d.sampling.top_k),
                 top_p: self.top_p.or(gen.top_p).unwrap_or(d.sampling.top_p),
                 seed: self.seed.unwrap_or(d.sampling.seed),
                 ..d.sampling
             },
             max_new_tokens: self.max_new_tokens.or(gen.max_new_tokens).unwrap_or(d.max_new_tokens),
-        };
-        s.validate().context("invalid settings")?;
-        Ok(s)
+        })
     }
 }
 
@@ -624,6 +677,57 @@ mod tests {
             assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
             assert!(e.to_string().contains("[possible values: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b]"), "{e}");
         }
+    }
+
+    fn gen(json: &str) -> GenerationConfig {
+        GenerationConfig::parse(json, "m/generation_config.json").unwrap()
+    }
+
+    fn settings_err(args: &DecodeArgs, json: &str) -> String {
+        format!("{:#}", args.settings(&gen(json), None).unwrap_err())
+    }
+
+    /// A bad value taken from generation_config.json names the file and its field; the same
+    /// value by flag keeps the flag's message; a flag over a bad file value wins.
+    #[test]
+    fn generation_config_values_are_checked_as_the_files() {
+        let none = DecodeArgs::default();
+        let cases = [
+            (r#"{"temperature":-1}"#, "field `temperature` is -1; it must be a finite number >= 0"),
+            (r#"{"top_p":5}"#, "field `top_p` is 5; it must be within (0, 1]"),
+            (r#"{"block_length":0}"#, "field `block_length` is 0; it must be within 1 to 4096"),
+            (r#"{"denoising_steps":0}"#, "field `denoising_steps` is 0; it must be within 1 to 4096"),
+            (r#"{"confidence_threshold":3}"#, "field `confidence_threshold` is 3; it must be within [0, 1]"),
+            (r#"{"threshold":3}"#, "field `threshold` is 3; it must be within [0, 1]"),
+            (r#"{"eb_threshold":-1}"#, "field `eb_threshold` is -1; it must be a finite number >= 0"),
+            (r#"{"max_new_tokens":0}"#, "field `max_new_tokens` is 0; it must be within 1 to 1048576"),
+            (r#"{"remasking_strategy":"zz"}"#, "field `remasking_strategy`: unknown strategy \"zz\""),
+        ];
+        for (json, want) in cases {
+            assert_eq!(settings_err(&none, json), format!("m/generation_config.json: {want}"), "{json}");
+        }
+        let flags = DecodeArgs { temperature: Some(-1.0), ..DecodeArgs::default() };
+        assert_eq!(settings_err(&flags, "{}"), "invalid settings: --temperature must be a finite number >= 0 (got -1)");
+        let flags = DecodeArgs { temperature: Some(0.5), max_new_tokens: Some(4), ..DecodeArgs::default() };
+        let s = flags.settings(&gen(r#"{"temperature":-1,"max_new_tokens":0}"#), None).unwrap();
+        assert_eq!((s.sampling.temperature, s.max_new_tokens), (0.5, 4));
+        // a file's good value over a flag's bad one: still the flag's message
+        let flags = DecodeArgs { top_p: Some(0.0), ..DecodeArgs::default() };
+        assert_eq!(settings_err(&flags, r#"{"top_p":0.9}"#), "invalid settings: --top-p must be within (0, 1] (got 0)");
+    }
+
+    /// transformers' `do_sample: false` is greedy search: the file's temperature is not taken
+    /// (nor checked); --temperature still wins.
+    #[test]
+    fn do_sample_false_is_greedy_unless_a_flag_sets_the_temperature() {
+        let none = DecodeArgs::default();
+        let t = |args: &DecodeArgs, json: &str| args.settings(&gen(json), None).unwrap().sampling.temperature;
+        assert_eq!(t(&none, r#"{"do_sample":false,"temperature":0.7}"#), 0.0);
+        assert_eq!(t(&none, r#"{"do_sample":false,"temperature":-1}"#), 0.0);
+        assert_eq!(t(&none, r#"{"do_sample":true,"temperature":0.7}"#), 0.7);
+        assert_eq!(t(&none, r#"{"temperature":0.7}"#), 0.7);
+        let flag = DecodeArgs { temperature: Some(0.5), ..DecodeArgs::default() };
+        assert_eq!(t(&flag, r#"{"do_sample":false,"temperature":0.7}"#), 0.5);
     }
 
     #[test]

@@ -262,11 +262,17 @@ fn sampling_source(args: &DecodeArgs, gen: &GenerationConfig) -> String {
         gen.top_k.is_some() && !flags[1],
         gen.top_p.is_some() && !flags[2],
     ];
-    match (flags.contains(&true), from_gen.contains(&true)) {
-        (true, true) => "flags over generation_config.json".into(),
-        (true, false) => "flags".into(),
-        (false, true) => "generation_config.json".into(),
-        (false, false) => "default (greedy)".into(),
+    // do_sample false sets the temperature (to 0, greedy) unless --temperature does.
+    let greedy_by_file = gen.do_sample == Some(false) && !flags[0];
+    let source = match (flags.contains(&true), from_gen.contains(&true) || greedy_by_file) {
+        (true, true) => "flags over generation_config.json",
+        (true, false) => "flags",
+        (false, true) => "generation_config.json",
+        (false, false) => "default (greedy)",
+    };
+    match greedy_by_file {
+        true => format!("{source} (do_sample false: greedy)"),
+        false => source.into(),
     }
 }
 

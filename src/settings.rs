@@ -153,23 +153,64 @@ impl Default for DecodeSettings {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq)]
+/// A setting out of its range. Shown as the flag's error (`--top-p must be within (0, 1] (got
+/// 5)`); [`Self::requirement`] and [`Self::value`] let a file's value be named as the file's.
+#[derive(Debug, PartialEq)]
 pub enum SettingsError {
-    #[error("--block-length must be within 1 to {max} (got {0})", max = crate::limits::MAX_BLOCK_LENGTH)]
     BlockLength(usize),
-    #[error("--steps must be within 1 to {max} (got {0})", max = crate::limits::MAX_STEPS)]
     Steps(usize),
-    #[error("--threshold must be within [0, 1] (got {0})")]
     Threshold(f32),
-    #[error("--eb-threshold must be a finite number >= 0 (got {0})")]
     EbThreshold(f32),
-    #[error("--temperature must be a finite number >= 0 (got {0})")]
     Temperature(f32),
-    #[error("--top-p must be within (0, 1] (got {0})")]
     TopP(f32),
-    #[error("--max-new-tokens must be within 1 to {max} (got {0})", max = crate::limits::MAX_NEW_TOKENS)]
     MaxNewTokens(usize),
 }
+
+impl SettingsError {
+    /// The flag that sets the value.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            SettingsError::BlockLength(_) => "--block-length",
+            SettingsError::Steps(_) => "--steps",
+            SettingsError::Threshold(_) => "--threshold",
+            SettingsError::EbThreshold(_) => "--eb-threshold",
+            SettingsError::Temperature(_) => "--temperature",
+            SettingsError::TopP(_) => "--top-p",
+            SettingsError::MaxNewTokens(_) => "--max-new-tokens",
+        }
+    }
+
+    /// What the value must be: `must be within [0, 1]`.
+    pub fn requirement(&self) -> String {
+        use crate::limits::{MAX_BLOCK_LENGTH, MAX_NEW_TOKENS, MAX_STEPS};
+        match self {
+            SettingsError::BlockLength(_) => format!("must be within 1 to {MAX_BLOCK_LENGTH}"),
+            SettingsError::Steps(_) => format!("must be within 1 to {MAX_STEPS}"),
+            SettingsError::Threshold(_) => "must be within [0, 1]".into(),
+            SettingsError::EbThreshold(_) | SettingsError::Temperature(_) => "must be a finite number >= 0".into(),
+            SettingsError::TopP(_) => "must be within (0, 1]".into(),
+            SettingsError::MaxNewTokens(_) => format!("must be within 1 to {MAX_NEW_TOKENS}"),
+        }
+    }
+
+    /// The value refused, as given.
+    pub fn value(&self) -> String {
+        match self {
+            SettingsError::BlockLength(v) | SettingsError::Steps(v) | SettingsError::MaxNewTokens(v) => v.to_string(),
+            SettingsError::Threshold(v) | SettingsError::EbThreshold(v) | SettingsError::Temperature(v) | SettingsError::TopP(v) => {
+                v.to_string()
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} (got {})", self.flag(), self.requirement(), self.value())
+    }
+}
+
+impl std::error::Error for SettingsError {}
 
 impl DecodeSettings {
     /// What the sampler is handed: `sampling`, with the confidence of the schedule's reference.

@@ -121,7 +121,7 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
 
     let d = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"hidden_size\": 64", "\"hidden_size\": \"x\"")));
     let e = error_for(d.path(), &[]);
-    assert!(e.contains("config.json: invalid config: invalid type: string \"x\""), "{e}");
+    assert!(e.contains("config.json: invalid config: field `hidden_size`: invalid type: string \"x\""), "{e}");
 
     let d = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"intermediate_size\": 160", "\"intermediate_size\": 128")));
     let e = error_for(d.path(), &[]);

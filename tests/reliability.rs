@@ -342,3 +342,117 @@ fn a_prompt_token_beyond_the_vocabulary_is_refused_before_the_first_forward() {
     assert!(e.contains("has id 354, outside the model's vocabulary of 354"), "{e}");
     assert!(o.stdout.is_empty());
 }
+
+// ---- checkpoint JSON files: the file and the field named -----------------------------------
+
+/// A copy of tiny-random whose `file` holds `text`.
+fn model_with(file: &str, text: &str) -> tempfile::TempDir {
+    copy_model(|p| std::fs::write(p.join(file), text).unwrap())
+}
+
+/// `unmask trace --model M ARGS`'s header, for a decode that must succeed.
+fn header(m: &Path, args: &[&str]) -> unmask::events::Header {
+    let o = unmask(&[&["trace", "--model", m.to_str().unwrap()], args].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first = String::from_utf8(o.stdout).unwrap().lines().next().unwrap().to_string();
+    let Event::Header(h) = serde_json::from_str(&first).unwrap() else { panic!("no header") };
+    *h
+}
+
+/// A bad value of generation_config.json is blamed on the file and its field, not on a flag
+/// the user never gave (`invalid settings: --temperature must be ...`); a flag over it wins.
+#[test]
+fn a_bad_generation_config_value_names_the_file_and_field_not_a_flag() {
+    let cases = [
+        (r#"{"temperature":-1}"#, "field `temperature` is -1; it must be a finite number >= 0"),
+        (r#"{"top_p":5}"#, "field `top_p` is 5; it must be within (0, 1]"),
+        (r#"{"block_length":0}"#, "field `block_length` is 0; it must be within 1 to 4096"),
+        (r#"{"denoising_steps":0}"#, "field `denoising_steps` is 0; it must be within 1 to 4096"),
+        (r#"{"confidence_threshold":3}"#, "field `confidence_threshold` is 3; it must be within [0, 1]"),
+        (r#"{"threshold":3}"#, "field `threshold` is 3; it must be within [0, 1]"),
+        (r#"{"eb_threshold":-1}"#, "field `eb_threshold` is -1; it must be a finite number >= 0"),
+        (r#"{"max_new_tokens":0}"#, "field `max_new_tokens` is 0; it must be within 1 to 1048576"),
+    ];
+    for (json, want) in cases {
+        let m = model_with("generation_config.json", json);
+        let file = m.path().join("generation_config.json");
+        let mut args = vec!["trace", "--model", m.path().to_str().unwrap()];
+        if !json.contains("max_new_tokens") {
+            args.extend(["--max-new-tokens", "4"]);
+        }
+        let e = one_line_error(&unmask(&args));
+        assert!(e.ends_with(&format!("{}: {want}\n", file.display())), "{json}: {e}");
+        assert!(!e.contains("invalid settings") && !e.contains("--"), "{json}: {e}");
+    }
+    // A flag over the file's value: the flag's is used, the file's is not taken.
+    let m = model_with("generation_config.json", r#"{"temperature":-1,"max_new_tokens":0}"#);
+    let h = header(m.path(), &["--temperature", "0", "--max-new-tokens", "4"]);
+    assert_eq!((h.settings.sampling.temperature, h.settings.max_new_tokens), (0.0, 4));
+    // Flags keep their own messages.
+    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap(), "--temperature", "-1", "--max-new-tokens", "4"]));
+    assert!(e.ends_with("invalid settings: --temperature must be a finite number >= 0 (got -1)\n"), "{e}");
+    let plain = fixture("tiny-random");
+    let e = one_line_error(&unmask(&["trace", "--model", plain.to_str().unwrap(), "--max-new-tokens", "0"]));
+    assert!(e.ends_with("invalid settings: --max-new-tokens must be within 1 to 1048576 (got 0)\n"), "{e}");
+}
+
+/// A field of the wrong type or out of its type's range is named, with the file, as the trace
+/// reader names it (serde alone said `invalid value: integer -1, expected usize at line 1
+/// column 158`, or `data did not match any variant of untagged enum OneOrMany`).
+#[test]
+fn a_config_field_that_does_not_parse_is_named_with_its_file() {
+    let config = std::fs::read_to_string(fixture("tiny-random").join("config.json")).unwrap();
+    for (from, to, field) in [
+        ("\"vocab_size\": 354", "\"vocab_size\": -1", "vocab_size"),
+        ("\"vocab_size\": 354", "\"vocab_size\": 1e10", "vocab_size"),
+        ("\"rope_theta\": 1000000.0", "\"rope_theta\": \"x\"", "rope_theta"),
+        ("\"eos_token_id\": 352", "\"eos_token_id\": \"x\"", "eos_token_id"),
+    ] {
+        assert!(config.contains(from));
+        let m = model_with("config.json", &config.replace(from, to));
+        let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
+        let file = m.path().join("config.json");
+        assert!(e.contains(&format!("{}: invalid config: field `{field}`: ", file.display())), "{to}: {e}");
+    }
+    for (json, field) in [(r#"{"eos_token_id":"x"}"#, "eos_token_id"), (r#"{"top_k":-3}"#, "top_k"), (r#"{"do_sample":"no"}"#, "do_sample")] {
+        let m = model_with("generation_config.json", json);
+        let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
+        let file = m.path().join("generation_config.json");
+        assert!(e.contains(&format!("{}: invalid generation config: field `{field}`: ", file.display())), "{json}: {e}");
+        assert!(!e.contains("untagged enum"), "{e}");
+    }
+}
+
+/// serde's derive reads a JSON array as a struct by position: `[1,2]` as generation_config.json
+/// decoded with EOS 1 and blocks of 2. These files must be objects.
+#[test]
+fn a_checkpoint_json_file_that_is_not_an_object_is_refused() {
+    for file in ["generation_config.json", "config.json", "tokenizer_config.json"] {
+        for text in ["[1,2]", "[]", "7", "null", "\"x\""] {
+            let m = model_with(file, text);
+            let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "4"]));
+            assert!(e.contains(&format!("{}: not a JSON object", m.path().join(file).display())), "{file} {text}: {e}");
+        }
+    }
+}
+
+/// `do_sample: false` is transformers' greedy decoding: the file's temperature is not taken
+/// unless --temperature says so.
+#[test]
+fn do_sample_false_in_generation_config_decodes_greedily() {
+    let m = model_with("generation_config.json", r#"{"eos_token_id":352,"do_sample":false,"temperature":0.7,"top_k":5}"#);
+    let h = header(m.path(), &["--max-new-tokens", "4"]);
+    assert_eq!(h.settings.sampling.temperature, 0.0);
+    assert_eq!(h.sources["sampling"], "generation_config.json (do_sample false: greedy)");
+    let h = header(m.path(), &["--max-new-tokens", "4", "--temperature", "0.5"]);
+    assert_eq!(h.settings.sampling.temperature, 0.5);
+    assert_eq!(h.sources["sampling"], "flags over generation_config.json");
+    // do_sample false with a bad temperature: not taken, so not refused.
+    let m = model_with("generation_config.json", r#"{"do_sample":false,"temperature":-1}"#);
+    assert_eq!(header(m.path(), &["--max-new-tokens", "4"]).settings.sampling.temperature, 0.0);
+    // do_sample true keeps the file's temperature.
+    let m = model_with("generation_config.json", r#"{"do_sample":true,"temperature":0.7}"#);
+    let h = header(m.path(), &["--max-new-tokens", "4"]);
+    assert_eq!(h.settings.sampling.temperature, 0.7);
+    assert_eq!(h.sources["sampling"], "generation_config.json");
+}

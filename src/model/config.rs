@@ -1,10 +1,36 @@
 //! `config.json` of a Hugging Face Qwen3 / SDAR checkpoint.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
+/// Parses `text`, the file `origin`, as `T`; `what` says what the file holds in errors
+/// (`invalid config`). The file must be a JSON object: serde's derive also reads a JSON array
+/// as a struct, by position (`[1,2]` as the first two fields). A value that does not fit its
+/// field is named by its JSON path (`field `vocab_size`: invalid value: integer -1, ...`), as
+/// the trace reader names it, through serde_path_to_error.
+pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(text: &str, origin: &str, what: &str) -> Result<T> {
+    let value: serde_json::Value = serde_json::from_str(text).with_context(|| format!("{origin}: {what}"))?;
+    if !value.is_object() {
+        let kind = match value {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
+        bail!("{origin}: not a JSON object (it is {kind})");
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { format!("field `{path}`: ") };
+        anyhow!("{origin}: {what}: {field}{}", e.into_inner())
+    })
+}
+
+/// A token id or a list of them (`eos_token_id`).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected a token id or a list of token ids")]
 pub enum OneOrMany {
     One(u32),
     Many(Vec<u32>),
@@ -102,8 +128,14 @@ impl ModelConfig {
     /// Parses `config.json` and checks the fields every family shares; `origin` names the file
     /// in errors. [`super::registry::parse_config`] adds the family's own checks: call that.
     pub(super) fn parse_shared(text: &str, origin: &str) -> Result<Self> {
-        let cfg: ModelConfig =
-            serde_json::from_str(text).with_context(|| format!("{origin}: invalid config"))?;
+        let cfg: ModelConfig = parse_object(text, origin, "invalid config").map_err(|e| {
+            // serde buffers the flattened MoE fields, which loses their path: parsed alone,
+            // a bad one is named (and its own line and column given).
+            match parse_object::<MoeConfig>(text, origin, "invalid config") {
+                Err(moe) if !e.to_string().contains(": field `") => moe,
+                _ => e,
+            }
+        })?;
         cfg.check().with_context(|| format!("{origin}: invalid config"))?;
         Ok(cfg)
     }
@@ -319,7 +351,8 @@ mod tests {
             (MOE.replace("\"num_experts\":6", "\"num_experts\":100000"), "field `num_experts` is 100000, more than the limit of 1024"),
             (MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":0"), "field `decoder_sparse_step` must be positive"),
             (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[4]"), "field `mlp_only_layers` lists layer 4; the model has 4 layers"),
-            (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[-1]"), "invalid config: invalid value: integer `-1`"),
+            (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[-1]"), "invalid config: field `mlp_only_layers[0]`: invalid value: integer `-1`"),
+            (MOE.replace("\"num_experts\":6", "\"num_experts\":-6"), "invalid config: field `num_experts`: invalid value: integer `-6`"),
         ];
         for (text, want) in cases {
             let e = err(&text);
@@ -414,5 +447,32 @@ mod tests {
         assert!(e.ends_with("invalid config: field `block_size` must be positive"), "{e}");
         let e = err("{ not json");
         assert!(e.contains("m/config.json: invalid config: key must be a string at line 1"), "{e}");
+    }
+
+    /// A value that does not fit its field's type is named by its path (serde alone said
+    /// `invalid value: integer -1, expected usize at line 1 column 158`).
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        for (field, bad) in [("vocab_size", "-1"), ("vocab_size", "1e10"), ("rope_theta", "\"x\""), ("eos_token_id", "\"x\""), ("tie_word_embeddings", "1")] {
+            let mut j: serde_json::Value = serde_json::from_str(MIN).unwrap();
+            j[field] = serde_json::from_str(bad).unwrap();
+            let e = err(&j.to_string());
+            assert!(e.starts_with(&format!("m/config.json: invalid config: field `{field}`: ")), "{field} {bad}: {e}");
+            assert!(!e.contains("untagged enum"), "{e}");
+        }
+        // a missing field is not a field's path
+        let e = err(&MIN.replace("\"hidden_size\":8,", ""));
+        assert!(e.starts_with("m/config.json: invalid config: missing field `hidden_size`"), "{e}");
+    }
+
+    /// serde's derive reads a JSON array as a struct by position; config.json must be an object.
+    #[test]
+    fn a_config_that_is_not_an_object_is_refused() {
+        let fields: Vec<serde_json::Value> = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(MIN).unwrap().into_iter().map(|(_, v)| v).collect();
+        let as_array = serde_json::Value::Array(fields).to_string();
+        for text in [as_array.as_str(), "[]", "3", "null"] {
+            let e = err(text);
+            assert!(e.starts_with("m/config.json: not a JSON object (it is "), "{text}: {e}");
+        }
     }
 }

@@ -216,6 +216,38 @@ pub struct GenerationConfig {
     pub top_p: Option<f32>,
     #[serde(default)]
     pub default_prompt: Option<String>,
+    /// transformers' switch between sampling and greedy search: `false` is greedy, whatever
+    /// `temperature` says (unless `--temperature` is given).
+    #[serde(default)]
+    pub do_sample: Option<bool>,
+    /// The file, as errors name it (`DIR/generation_config.json`); empty for none.
+    #[serde(skip)]
+    pub origin: String,
+    /// How the file spells the threshold: `threshold` or `confidence_threshold`.
+    #[serde(skip)]
+    pub threshold_field: &'static str,
+}
+
+impl GenerationConfig {
+    /// Parses generation_config.json, the file `origin` (named in errors). Its values are
+    /// checked when a decode takes them ([`crate::cli::DecodeArgs::settings`]), naming this
+    /// file and the field: a flag may stand in for a bad one.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let mut gen: GenerationConfig = config::parse_object(text, origin, "invalid generation config")?;
+        gen.origin = origin.to_string();
+        let spelled = serde_json::from_str::<serde_json::Value>(text).ok().is_some_and(|v| v.get("confidence_threshold").is_some());
+        gen.threshold_field = if spelled { "confidence_threshold" } else { "threshold" };
+        Ok(gen)
+    }
+
+    /// The file, as errors name it.
+    pub fn label(&self) -> &str {
+        if self.origin.is_empty() {
+            "generation_config.json"
+        } else {
+            &self.origin
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -290,13 +322,11 @@ impl Checkpoint {
         let (config, _) = source.config()?;
         let generation = match source.text("generation_config.json")? {
             None => GenerationConfig::default(),
-            Some(t) => serde_json::from_str(&t)
-                .with_context(|| format!("{}: invalid generation config", source.file_label("generation_config.json")))?,
+            Some(t) => GenerationConfig::parse(&t, &source.file_label("generation_config.json"))?,
         };
         let tok_config: TokenizerConfig = match source.text("tokenizer_config.json")? {
             None => TokenizerConfig::default(),
-            Some(t) => serde_json::from_str(&t)
-                .with_context(|| format!("{}: invalid tokenizer config", source.file_label("tokenizer_config.json")))?,
+            Some(t) => config::parse_object(&t, &source.file_label("tokenizer_config.json"), "invalid tokenizer config")?,
         };
         let tok_label = source.file_label("tokenizer.json");
         let tok_bytes = source.bytes("tokenizer.json")?.ok_or_else(|| anyhow!("{tok_label}: missing"))?;
