@@ -456,3 +456,20 @@ fn do_sample_false_in_generation_config_decodes_greedily() {
     assert_eq!(h.settings.sampling.temperature, 0.7);
     assert_eq!(h.sources["sampling"], "generation_config.json");
 }
+
+/// A config.json whose `model_type` unmask does not know, found by its `architectures` alone,
+/// decodes with a warning that says so (a mislabelled checkpoint decoded as another family
+/// without a word).
+#[test]
+fn a_model_type_found_by_architecture_alone_is_named_in_a_warning() {
+    let dir = copy_model(|d| {
+        let p = d.join("config.json");
+        let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        cfg["model_type"] = "llama".into();
+        std::fs::write(&p, cfg.to_string()).unwrap();
+    });
+    let o = unmask(&["trace", "--model", dir.path().to_str().unwrap(), "--max-new-tokens", "4"]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("model_type \"llama\" is not one unmask knows; decoding it as sdar/qwen3"), "{err}");
+}

@@ -28,6 +28,15 @@ pub fn parse_config(text: &str, origin: &str) -> Result<ModelConfig> {
     let cfg = ModelConfig::parse_shared(text, origin)?;
     let family = family(&cfg).with_context(|| format!("{origin}: invalid config"))?;
     (family.check)(&cfg).with_context(|| format!("{origin}: invalid config"))?;
+    if !family.model_types.contains(&cfg.model_type.as_str()) {
+        // found by `architectures` alone: say so, a mislabelled checkpoint decodes as another
+        crate::notice::warn(format!(
+            "{origin}: model_type {:?} is not one unmask knows; decoding it as {} (its architectures name {})",
+            cfg.model_type,
+            family.model_types.join("/"),
+            cfg.architectures.join(", ")
+        ));
+    }
     Ok(cfg)
 }
 
