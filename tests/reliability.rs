@@ -363,14 +363,9 @@ fn header(m: &Path, args: &[&str]) -> unmask::events::Header {
 /// the user never gave (`invalid settings: --temperature must be ...`); a flag over it wins.
 #[test]
 fn a_bad_generation_config_value_names_the_file_and_field_not_a_flag() {
+    // (every field's message is unit-tested in src/cli.rs; here the whole path, two of them)
     let cases = [
         (r#"{"temperature":-1}"#, "field `temperature` is -1; it must be a finite number >= 0"),
-        (r#"{"top_p":5}"#, "field `top_p` is 5; it must be within (0, 1]"),
-        (r#"{"block_length":0}"#, "field `block_length` is 0; it must be within 1 to 4096"),
-        (r#"{"denoising_steps":0}"#, "field `denoising_steps` is 0; it must be within 1 to 4096"),
-        (r#"{"confidence_threshold":3}"#, "field `confidence_threshold` is 3; it must be within [0, 1]"),
-        (r#"{"threshold":3}"#, "field `threshold` is 3; it must be within [0, 1]"),
-        (r#"{"eb_threshold":-1}"#, "field `eb_threshold` is -1; it must be a finite number >= 0"),
         (r#"{"max_new_tokens":0}"#, "field `max_new_tokens` is 0; it must be within 1 to 1048576"),
     ];
     for (json, want) in cases {
