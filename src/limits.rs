@@ -195,9 +195,10 @@ impl TraceCheck {
 }
 
 /// A probability: 0 to 1 (NaN and infinities are refused where the line is read).
-fn probability(field: &str, p: f32) -> Result<(), String> {
+/// `field` names it, made only for the error (every position of every step is checked).
+fn probability(field: impl FnOnce() -> String, p: f32) -> Result<(), String> {
     if !(0.0..=1.0).contains(&p) {
-        return Err(format!("field `{field}` is {p}, not a probability from 0 to 1"));
+        return Err(format!("field `{}` is {p}, not a probability from 0 to 1", field()));
     }
     Ok(())
 }
@@ -268,9 +269,10 @@ impl RunShape {
         Ok(())
     }
 
-    fn token(&self, field: &str, t: u32) -> Result<(), String> {
+    /// `field` names the token, made only for the error (this runs for every position).
+    fn token(&self, field: impl FnOnce() -> String, t: u32) -> Result<(), String> {
         if t as usize >= self.vocab {
-            return Err(format!("field `{field}` is {t}, outside the vocabulary of {}", self.vocab));
+            return Err(format!("field `{}` is {t}, outside the vocabulary of {}", field(), self.vocab));
         }
         Ok(())
     }
@@ -281,10 +283,8 @@ impl RunShape {
             return Err(format!("field `{list}.top` holds {} candidates, more than the limit of {MAX_CANDIDATES}", top.len()));
         }
         for t in top {
-            self.token(&format!("{list}.top.token"), t.token)?;
-            if !(0.0..=1.0).contains(&t.p) {
-                return Err(format!("field `{list}.top.p` is {}, not a probability", t.p));
-            }
+            self.token(|| format!("{list}.top.token"), t.token)?;
+            probability(|| format!("{list}.top.p"), t.p)?;
         }
         Ok(())
     }
@@ -351,8 +351,8 @@ impl RunShape {
             if !generated.contains(&c.pos) {
                 return Err(format!("committed position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
             }
-            self.token(&format!("committed[{i}].token"), c.token)?;
-            probability(&format!("committed[{i}].conf"), c.conf)?;
+            self.token(|| format!("committed[{i}].token"), c.token)?;
+            probability(|| format!("committed[{i}].conf"), c.conf)?;
             // (a certain row's entropy may round to a hair under 0)
             if c.entropy < -1e-6 {
                 return Err(format!("field `committed[{i}].entropy` is {}, below 0", c.entropy));
@@ -367,8 +367,8 @@ impl RunShape {
             if !generated.contains(&c.pos) {
                 return Err(format!("masked position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
             }
-            self.token(&format!("masked[{i}].token"), c.token)?;
-            probability(&format!("masked[{i}].conf"), c.conf)?;
+            self.token(|| format!("masked[{i}].token"), c.token)?;
+            probability(|| format!("masked[{i}].conf"), c.conf)?;
             self.top("masked", &c.top)?;
         }
         self.distinct_experts(&s.distinct_experts)?;
