@@ -235,12 +235,14 @@ impl DecodeSettings {
     /// under lmdeploy's rule, loop until no mask is left).
     pub fn step_budget(&self) -> usize {
         let per_position = self.block_length.max(1);
-        if !crate::sampler::strategy::StepRule::from_settings(self).follows_schedule() {
+        let rule = crate::sampler::strategy::StepRule::from_settings(self);
+        if !rule.follows_schedule() {
             return per_position;
         }
         match self.schedule {
             Schedule::Sdar => self.steps.min(per_position),
-            Schedule::Lmdeploy => per_position.div_ceil((per_position / self.steps.max(1)).max(1)),
+            // every step commits the same count (the rule's), until the positions run out
+            Schedule::Lmdeploy => per_position.div_ceil(rule.scheduled(0)),
         }
     }
 

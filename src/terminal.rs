@@ -112,15 +112,14 @@ impl Guard {
         install_panic_hook();
         handle_stop_signals();
         *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current().id());
-        enable_raw_mode()?;
         ACTIVE.store(true, Ordering::SeqCst);
         crate::notice::hold();
-        let mut out = io::stdout();
-        if let Err(e) = execute!(out, EnterAlternateScreen, EnableMouseCapture, cursor::Hide) {
+        // the same way in as a suspension's way back (`suspend`)
+        if let Err(e) = take() {
             restore();
             return Err(e);
         }
-        match Terminal::new(CrosstermBackend::new(out)) {
+        match Terminal::new(CrosstermBackend::new(io::stdout())) {
             Ok(terminal) => Ok(Guard { terminal }),
             Err(e) => {
                 restore();
