@@ -13,6 +13,17 @@ fn unmask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_unmask")).args(args).output().expect("running unmask")
 }
 
+/// `unmask steps -` with its stdin, stdout and stderr on pipes.
+fn steps_on_a_pipe() -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(["steps", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn stdout(o: Output) -> String {
     assert!(o.status.success(), "exit {:?}, stderr: {}", o.status, String::from_utf8_lossy(&o.stderr));
     assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
@@ -48,13 +59,7 @@ fn json_lines_carry_the_same_numbers() {
 #[test]
 fn a_dash_reads_the_trace_from_stdin() {
     let text = std::fs::read(fixture("traces/tiny-dynamic.jsonl")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_unmask"))
-        .args(["steps", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = steps_on_a_pipe();
     child.stdin.take().unwrap().write_all(&text).unwrap();
     assert_eq!(stdout(child.wait_with_output().unwrap()), TINY_DYNAMIC);
 }
@@ -112,13 +117,7 @@ fn steps_from_a_stream_print_each_step_as_its_line_arrives() {
     let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let first_step = lines.iter().position(|l| l.contains("\"event\":\"step\"")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_unmask"))
-        .args(["steps", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = steps_on_a_pipe();
     let mut stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
