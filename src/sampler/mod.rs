@@ -103,10 +103,10 @@ fn rescored(logits: &[f32], inv_t: f32, drawn: PosSample, top: Vec<Ranked>) -> (
     let scaled: Vec<f32> = logits.iter().map(|&z| z * inv_t).collect();
     // `filtered` found a finite largest scaled logit, so this row has one
     let max = softmax::max_finite(&scaled).unwrap_or(0.0);
-    let g = Greedy::of(&scaled, max);
-    let p = |t: u32| ((scaled[t as usize] - g.max) - g.log_z).exp();
+    let (log_z, mean_shifted) = softmax::log_partition(&scaled, max);
+    let p = |t: u32| ((scaled[t as usize] - max) - log_z).exp();
     let top = top.into_iter().map(|r| Ranked { p: p(r.token), ..r }).collect();
-    let entropy = g.log_z - g.mean_shifted + 0.0;
+    let entropy = log_z - mean_shifted + 0.0;
     (PosSample { token: drawn.token, conf: p(drawn.token), entropy }, top)
 }
 
