@@ -54,6 +54,9 @@ impl Session {
         }
         single_thread_for_small_models(ckpt.info.num_params, ckpt.model.device());
         let block = checkpoint_block_size(ckpt.config.block_size, name.as_deref());
+        if args.block_length.is_none() && ckpt.generation.block_length.is_none() {
+            check_name_block(block.as_ref())?;
+        }
         let settings = args.settings(&ckpt.generation, block.as_ref().map(|b| b.0))?;
         let user = user_message(args, &ckpt)?;
         let template = if args.raw { None } else { ckpt.chat_template.as_ref() };
@@ -243,6 +246,19 @@ fn checkpoint_block_size(config: Option<usize>, name: Option<&str>) -> Option<(u
     }
     let name = name?;
     block_size_from_name(name).map(|b| (b, format!("-b{b} in the name {name:?}")))
+}
+
+/// A block size read from the checkpoint's name is refused in the name's terms (the user gave
+/// no `--block-length` to blame); config.json's was checked when config.json was read.
+fn check_name_block(block: Option<&(usize, String)>) -> Result<()> {
+    let Some((b, from)) = block else { return Ok(()) };
+    let probe = crate::settings::DecodeSettings { block_length: *b, ..crate::settings::DecodeSettings::default() };
+    match probe.validate() {
+        Err(e @ crate::settings::SettingsError::BlockLength(_)) => {
+            bail!("block length {b} from {from} {}; pass --block-length", e.requirement())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn block_length_source(args: &DecodeArgs, gen: &GenerationConfig, block: Option<(usize, String)>) -> String {

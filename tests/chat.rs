@@ -265,3 +265,16 @@ fn model_ids_resolve_from_the_hub_cache() {
     let e = String::from_utf8(out.stderr).unwrap();
     assert!(!out.status.success() && e.contains("--revision v2: ") && e.contains("is a folder"), "{e}");
 }
+
+#[test]
+fn a_block_size_in_the_name_out_of_range_is_blamed_on_the_name() {
+    let cache = hub_cache("tiny-sdar-chat-b9999");
+    let env = [("HF_HUB_CACHE", cache.path())];
+    let out = unmask(&["trace", "--model", "Org/tiny-sdar-chat-b9999", "--max-new-tokens", "4"], None, &env);
+    let e = String::from_utf8(out.stderr).unwrap();
+    let want = "unmask: error: block length 9999 from -b9999 in the name \"tiny-sdar-chat-b9999\" must be within 1 to 4096; pass --block-length\n";
+    assert!(!out.status.success() && e == want, "{e}");
+    // a flag that sets the block length makes the name's irrelevant
+    let h = header_with("Org/tiny-sdar-chat-b9999", &["--block-length", "4"], None, &env);
+    assert_eq!(h.settings.block_length, 4);
+}
