@@ -470,6 +470,11 @@ fn parse_candidates(s: &str) -> Result<usize, String> {
     }
 }
 
+/// transformers' `GenerationConfig` defaults, taken when generation_config.json says
+/// `do_sample: true` and leaves the field out.
+const TRANSFORMERS_TEMPERATURE: f32 = 1.0;
+const TRANSFORMERS_TOP_K: usize = 50;
+
 impl DecodeArgs {
     /// `--candidates`, 1 when not given.
     pub fn candidates(&self) -> usize {
@@ -531,7 +536,8 @@ impl DecodeArgs {
 
     /// Flags over `gen` over `block_size` over unmask's defaults, not validated.
     /// generation_config.json's `do_sample: false` is transformers' greedy search: temperature
-    /// 0, whatever the file's `temperature` (`--temperature` still wins).
+    /// 0, whatever the file's `temperature` (`--temperature` still wins); `do_sample: true`
+    /// samples, with transformers' temperature and top-k where the file has none.
     fn merge(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
         let d = DecodeSettings::default();
         let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
@@ -540,7 +546,13 @@ impl DecodeArgs {
                 .map_err(|_| anyhow::anyhow!("{}: field `remasking_strategy`: unknown strategy {name:?}", gen.label()))?,
             (None, None) => d.strategy,
         };
-        let gen_temperature = if gen.do_sample == Some(false) { Some(0.0) } else { gen.temperature };
+        let (gen_temperature, gen_top_k) = match gen.do_sample {
+            Some(false) => (Some(0.0), gen.top_k),
+            // A file that asks to sample and leaves a field out gets transformers' default for
+            // it, as transformers would: sampling at temperature 1.0 over the top 50.
+            Some(true) => (gen.temperature.or(Some(TRANSFORMERS_TEMPERATURE)), gen.top_k.or(Some(TRANSFORMERS_TOP_K))),
+            None => (gen.temperature, gen.top_k),
+        };
         Ok(DecodeSettings {
             strategy,
             schedule: self.schedule.unwrap_or(d.schedule),
@@ -550,7 +562,7 @@ impl DecodeArgs {
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
                 temperature: self.temperature.or(gen_temperature).unwrap_or(d.sampling.temperature),
-                top_k: self.top_k.or(gen.top_k).unwrap_or(d.sampling.top_k),
+                top_k: self.top_k.or(gen_top_k).unwrap_or(d.sampling.top_k),
                 top_p: self.top_p.or(gen.top_p).unwrap_or(d.sampling.top_p),
                 seed: self.seed.unwrap_or(d.sampling.seed),
                 ..d.sampling
@@ -728,6 +740,23 @@ mod tests {
         assert_eq!(t(&none, r#"{"temperature":0.7}"#), 0.7);
         let flag = DecodeArgs { temperature: Some(0.5), ..DecodeArgs::default() };
         assert_eq!(t(&flag, r#"{"do_sample":false,"temperature":0.7}"#), 0.5);
+    }
+
+    /// transformers' `do_sample: true` samples with its defaults (temperature 1.0, top-k 50)
+    /// for the fields the file leaves out; without `do_sample` an absent field is unmask's.
+    #[test]
+    fn do_sample_true_fills_in_transformers_defaults() {
+        let none = DecodeArgs::default();
+        let s = |args: &DecodeArgs, json: &str| {
+            let s = args.settings(&gen(json), None).unwrap().sampling;
+            (s.temperature, s.top_k, s.top_p)
+        };
+        assert_eq!(s(&none, r#"{"do_sample":true}"#), (1.0, 50, 1.0));
+        assert_eq!(s(&none, r#"{"do_sample":true,"temperature":0.6,"top_k":20,"top_p":0.95}"#), (0.6, 20, 0.95));
+        assert_eq!(s(&none, r#"{"do_sample":true,"top_k":0}"#), (1.0, 0, 1.0));
+        assert_eq!(s(&none, r#"{}"#), (0.0, 0, 1.0));
+        let flags = DecodeArgs { temperature: Some(0.5), top_k: Some(7), ..DecodeArgs::default() };
+        assert_eq!(s(&flags, r#"{"do_sample":true}"#), (0.5, 7, 1.0));
     }
 
     #[test]

@@ -273,22 +273,35 @@ fn block_length_source(args: &DecodeArgs, gen: &GenerationConfig, block: Option<
 
 fn sampling_source(args: &DecodeArgs, gen: &GenerationConfig) -> String {
     let flags = [args.temperature.is_some(), args.top_k.is_some(), args.top_p.is_some()];
+    // do_sample false sets the temperature (to 0, greedy) unless --temperature does; do_sample
+    // true fills in transformers' temperature and top-k where neither the file nor a flag does.
+    let greedy_by_file = gen.do_sample == Some(false) && !flags[0];
+    let sampling_by_file = gen.do_sample == Some(true);
+    let filled: Vec<&str> = [
+        (sampling_by_file && gen.temperature.is_none() && !flags[0], "temperature 1.0"),
+        (sampling_by_file && gen.top_k.is_none() && !flags[1], "top_k 50"),
+    ]
+    .into_iter()
+    .filter_map(|(on, what)| on.then_some(what))
+    .collect();
     let from_gen = [
         gen.temperature.is_some() && !flags[0],
         gen.top_k.is_some() && !flags[1],
         gen.top_p.is_some() && !flags[2],
     ];
-    // do_sample false sets the temperature (to 0, greedy) unless --temperature does.
-    let greedy_by_file = gen.do_sample == Some(false) && !flags[0];
-    let source = match (flags.contains(&true), from_gen.contains(&true) || greedy_by_file) {
+    let by_file = from_gen.contains(&true) || greedy_by_file || !filled.is_empty();
+    let source = match (flags.contains(&true), by_file) {
         (true, true) => "flags over generation_config.json",
         (true, false) => "flags",
         (false, true) => "generation_config.json",
         (false, false) => "default (greedy)",
     };
-    match greedy_by_file {
-        true => format!("{source} (do_sample false: greedy)"),
-        false => source.into(),
+    if greedy_by_file {
+        format!("{source} (do_sample false: greedy)")
+    } else if !filled.is_empty() {
+        format!("{source} (do_sample true: transformers' {})", filled.join(", "))
+    } else {
+        source.into()
     }
 }
 

@@ -432,7 +432,7 @@ fn a_checkpoint_json_file_that_is_not_an_object_is_refused() {
 }
 
 /// `do_sample: false` is transformers' greedy decoding: the file's temperature is not taken
-/// unless --temperature says so.
+/// unless --temperature says so; `do_sample: true` is its sampling, defaults included.
 #[test]
 fn do_sample_false_in_generation_config_decodes_greedily() {
     let m = model_with("generation_config.json", r#"{"eos_token_id":352,"do_sample":false,"temperature":0.7,"top_k":5}"#);
@@ -445,11 +445,20 @@ fn do_sample_false_in_generation_config_decodes_greedily() {
     // do_sample false with a bad temperature: not taken, so not refused.
     let m = model_with("generation_config.json", r#"{"do_sample":false,"temperature":-1}"#);
     assert_eq!(header(m.path(), &["--max-new-tokens", "4"]).settings.sampling.temperature, 0.0);
-    // do_sample true keeps the file's temperature.
+    // do_sample true keeps the file's temperature and top-k,
+    let m = model_with("generation_config.json", r#"{"do_sample":true,"temperature":0.7,"top_k":5}"#);
+    let h = header(m.path(), &["--max-new-tokens", "4"]);
+    assert_eq!((h.settings.sampling.temperature, h.settings.sampling.top_k), (0.7, 5));
+    assert_eq!(h.sources["sampling"], "generation_config.json");
+    // and samples with transformers' defaults for those it leaves out (never greedy).
     let m = model_with("generation_config.json", r#"{"do_sample":true,"temperature":0.7}"#);
     let h = header(m.path(), &["--max-new-tokens", "4"]);
-    assert_eq!(h.settings.sampling.temperature, 0.7);
-    assert_eq!(h.sources["sampling"], "generation_config.json");
+    assert_eq!((h.settings.sampling.temperature, h.settings.sampling.top_k), (0.7, 50));
+    assert_eq!(h.sources["sampling"], "generation_config.json (do_sample true: transformers' top_k 50)");
+    let m = model_with("generation_config.json", r#"{"do_sample":true}"#);
+    let h = header(m.path(), &["--max-new-tokens", "4", "--top-k", "3"]);
+    assert_eq!((h.settings.sampling.temperature, h.settings.sampling.top_k), (1.0, 3));
+    assert_eq!(h.sources["sampling"], "flags over generation_config.json (do_sample true: transformers' temperature 1.0)");
 }
 
 /// A config.json whose `model_type` unmask does not know, found by its `architectures` alone,
