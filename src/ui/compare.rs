@@ -390,8 +390,7 @@ pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     let rows = Layout::vertical([1, 1, 1, 1].map(Constraint::Length).into_iter().chain([Constraint::Min(0), Constraint::Length(1)]));
     let [title, line_a, line_b, diff, body, footer] = rows.areas(area);
     title_line(app, title, buf);
-    side_line(app, 0, line_a, buf);
-    side_line(app, 1, line_b, buf);
+    side_lines(app, [line_a, line_b], buf);
     diff_line(app, diff, buf);
     let [left, right] = Layout::horizontal([Constraint::Percentage(50); 2]).areas(body);
     let marks = app.marks();
@@ -450,15 +449,29 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
 }
 
 /// `A sequential block 4 steps 4 greedy  step 7/12  forwards 9  tokens 7  tok/fwd 0.78  finished: eos`;
-/// narrow, the figures shorten and go (least telling first), never cut.
-fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
-    let t = app.theme;
-    let mut spans = vec![Span::styled(format!(" {} ", NAMES[i]), t.title())];
-    let Some(v) = app.sides[i].view() else {
-        spans.push(Span::styled("waiting for the engine's first event…", t.dim()));
+/// narrow, the figures shorten and go (least telling first), never cut, and the two lines
+/// shorten alike so that their figures still read side by side.
+fn side_lines(app: &CompareApp, areas: [Rect; 2], buf: &mut Buffer) {
+    let room = |i: usize| (areas[i].width as usize).saturating_sub(side_name(app, i).width());
+    let floor = (0..2).filter_map(|i| side_fields(app, i).map(|f| fields::rank_needed(&f, "", room(i)))).max().unwrap_or(0);
+    for (i, area) in areas.into_iter().enumerate() {
+        let mut spans = vec![side_name(app, i)];
+        match side_fields(app, i) {
+            Some(f) => spans.extend(fields::line_from(f, "", room(i), floor).spans),
+            None => spans.push(Span::styled("waiting for the engine's first event…", app.theme.dim())),
+        }
         buf.set_line(area.x, area.y, &Line::from(spans), area.width);
-        return;
-    };
+    }
+}
+
+fn side_name(app: &CompareApp, i: usize) -> Span<'static> {
+    Span::styled(format!(" {} ", NAMES[i]), app.theme.title())
+}
+
+/// Side `i`'s figures, fullest spelling first (`None` before its first event).
+fn side_fields(app: &CompareApp, i: usize) -> Option<Vec<Field<'static>>> {
+    let t = app.theme;
+    let v = app.sides[i].view()?;
     let (fwd, tokens) = shown_counts(app, i, &v);
     let head = v.run.head().map_or(0, |h| h + 1);
     let state = match &v.run.finish {
@@ -470,7 +483,7 @@ fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
     let pad = app.runs().map(|r| r.latest_settings().summary().len()).max().unwrap_or(0);
     let summary = v.run.latest_settings().summary();
     let kv = |k: &str, val: String| vec![Span::styled(format!(" {k} "), t.label()), Span::styled(val, t.value())];
-    let fields = vec![
+    Some(vec![
         // Padded so that both sides' figures line up, until the room runs short.
         Field::new(vec![Span::styled(format!("{summary:<pad$}"), t.value())]).or(2, vec![Span::styled(summary.clone(), t.value())]),
         Field::new(kv("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1)))),
@@ -481,10 +494,7 @@ fn side_line(app: &CompareApp, i: usize, area: Rect, buf: &mut Buffer) {
             .or(1, vec![Span::styled(format!(" {}", state.replace("finished", "ended")), t.dim())])
             .or(3, vec![Span::styled(format!(" {}", state.replace("finished: ", "")), t.dim())])
             .drop_at(7),
-    ];
-    let w = (area.width as usize).saturating_sub(spans[0].width());
-    spans.extend(fields::line(fields, "", w).spans);
-    buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+    ])
 }
 
 /// Forwards used and tokens decoded up to the step shown; the finish's totals at the end.

@@ -42,6 +42,20 @@ fn width(spans: &[Span]) -> usize {
 /// Returns the chosen spans and whether it had to drop fields beyond their ranks (then the
 /// line is still too wide, or was cut: the caller ends it with `…`).
 pub fn choose<'a>(fields: Vec<Field<'a>>, sep: usize, width_max: usize) -> (Vec<Option<Vec<Span<'a>>>>, bool) {
+    let plan = plan(&fields, sep, width_max, 0);
+    take(fields, plan)
+}
+
+/// What [`choose`] decides: each field's form, whether the line was cut, the highest rank of
+/// the reductions kept. Every reduction of rank `floor` or lower is made whether or not the
+/// line needs it (lines that must shorten alike: [`rank_needed`]).
+struct Plan {
+    at: Vec<Option<usize>>,
+    cut: bool,
+    rank: u8,
+}
+
+fn plan(fields: &[Field], sep: usize, width_max: usize, floor: u8) -> Plan {
     let mut at: Vec<Option<usize>> = vec![Some(0); fields.len()];
     let total = |at: &[Option<usize>]| {
         let present: Vec<usize> = at.iter().enumerate().filter_map(|(i, f)| f.map(|f| width(&fields[i].forms[f].1))).collect();
@@ -57,22 +71,29 @@ pub fn choose<'a>(fields: Vec<Field<'a>>, sep: usize, width_max: usize) -> (Vec<
         }
     }
     steps.sort_by_key(|s| s.0);
-    let mut made: Vec<(usize, Option<usize>)> = Vec::new();
-    for (_, i, to) in steps {
-        if total(&at) <= width_max {
+    let mut made: Vec<(u8, usize, Option<usize>)> = Vec::new();
+    for (rank, i, to) in steps {
+        if rank > floor && total(&at) <= width_max {
             break;
         }
         if at[i].is_some() {
-            made.push((i, at[i]));
+            made.push((rank, i, at[i]));
             at[i] = to;
         }
     }
-    // A later reduction may have made room for an earlier one to be undone.
-    for (i, before) in made.into_iter().rev() {
+    // A later reduction may have made room for an earlier one to be undone (not one the floor
+    // asks for).
+    let mut kept = 0;
+    for (rank, i, before) in made.into_iter().rev() {
         let now = at[i];
-        at[i] = before;
+        if rank > floor {
+            at[i] = before;
+        }
         if total(&at) > width_max {
             at[i] = now;
+        }
+        if at[i] == now {
+            kept = kept.max(rank);
         }
     }
     // Still too wide: the last fields go, and the caller marks the cut.
@@ -83,14 +104,31 @@ pub fn choose<'a>(fields: Vec<Field<'a>>, sep: usize, width_max: usize) -> (Vec<
         at[last] = None;
         cut = true;
     }
-    let chosen = fields.into_iter().zip(at).map(|(mut f, a)| a.map(|a| std::mem::take(&mut f.forms[a].1))).collect();
-    (chosen, cut)
+    Plan { at, cut, rank: kept }
+}
+
+fn take<'a>(fields: Vec<Field<'a>>, plan: Plan) -> (Vec<Option<Vec<Span<'a>>>>, bool) {
+    let chosen = fields.into_iter().zip(plan.at).map(|(mut f, a)| a.map(|a| std::mem::take(&mut f.forms[a].1))).collect();
+    (chosen, plan.cut)
+}
+
+/// The highest rank of the reductions [`line`] makes to fit `fields` in `width` (0: none):
+/// lines shown as a set (compare's A and B) are drawn with the set's highest, so that they
+/// shorten alike ([`line_from`]).
+pub fn rank_needed(fields: &[Field], sep: &str, width: usize) -> u8 {
+    plan(fields, glyph::width(sep), width, 0).rank
 }
 
 /// The fields that fit in `width`, joined by `sep`; `…` where fields had to go beyond their
 /// ranks.
 pub fn line<'a>(fields: Vec<Field<'a>>, sep: &'a str, width: usize) -> Line<'a> {
-    let (chosen, cut) = choose(fields, glyph::width(sep), width);
+    line_from(fields, sep, width, 0)
+}
+
+/// [`line`] with every reduction up to rank `floor` made whether the line needs it or not.
+pub fn line_from<'a>(fields: Vec<Field<'a>>, sep: &'a str, width: usize, floor: u8) -> Line<'a> {
+    let plan = plan(&fields, glyph::width(sep), width, floor);
+    let (chosen, cut) = take(fields, plan);
     let mut spans = Vec::new();
     for f in chosen.into_iter().flatten() {
         if !spans.is_empty() {
@@ -214,5 +252,25 @@ mod tests {
         assert_eq!(at(25), "block 3  step 1/4  #7/258");
         // Beyond every rank: fields go from the end, marked.
         assert_eq!(at(20), "block 3  step 1/4 …");
+    }
+
+    /// Lines that shorten alike: the widest need sets the floor, the other line makes the
+    /// same reductions though it would fit without them.
+    #[test]
+    fn a_floor_makes_every_reduction_up_to_its_rank() {
+        let fields = |n: &'static str| {
+            vec![
+                Field::new(raw(n)),
+                Field::new(raw("overall 7/258")).or(3, raw("#7/258")),
+                Field::new(raw("forwards 7/258")).or(1, raw("fwd 7/258")).drop_at(4),
+            ]
+        };
+        let (long, short) = (fields("a long name"), fields("a"));
+        assert_eq!(rank_needed(&long, "  ", 34), 3);
+        assert_eq!(rank_needed(&short, "  ", 34), 0);
+        assert_eq!(rank_needed(&fields("a"), "  ", 100), 0);
+        assert_eq!(text(&line_from(long, "  ", 34, 3)), "a long name  #7/258  fwd 7/258");
+        assert_eq!(text(&line_from(short, "  ", 34, 3)), "a  #7/258  fwd 7/258");
+        assert_eq!(text(&line(fields("a"), "  ", 34)), "a  overall 7/258  forwards 7/258");
     }
 }
