@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use unmask::sampler::sample_ranked;
-use unmask::settings::Sampling;
+use unmask::settings::{SamplerSpec, Sampling};
 
 const VOCAB: usize = 151_936;
 
@@ -32,8 +32,8 @@ fn main() {
     let rows: Vec<Vec<f32>> = (0..8).map(row).collect();
     let settings = [
         ("greedy", Sampling::default()),
-        ("T 0.6, top-k 20, top-p 0.95", Sampling { temperature: 0.6, top_k: 20, top_p: 0.95, seed: 0, ..Sampling::default() }),
-        ("T 1.0", Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() }),
+        ("T 0.6, top-k 20, top-p 0.95", Sampling { temperature: 0.6, top_k: 20, top_p: 0.95, seed: 0 }),
+        ("T 1.0", Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0 }),
     ];
     println!("| sampling | candidates | us a row (median of 9 x 8 rows) |\n|---|---:|---:|");
     for (name, s) in settings {
@@ -42,7 +42,7 @@ fn main() {
                 .map(|_| {
                     let t = Instant::now();
                     for (i, r) in rows.iter().enumerate() {
-                        std::hint::black_box(sample_ranked(r, &s, 0.1 * i as f32 + 0.05, k));
+                        std::hint::black_box(sample_ranked(r, &SamplerSpec::from(s), 0.1 * i as f32 + 0.05, k));
                     }
                     t.elapsed().as_secs_f64() * 1e6 / rows.len() as f64
                 })

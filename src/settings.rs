@@ -118,12 +118,6 @@ pub struct Sampling {
     /// 1 disables top-p.
     pub top_p: f32,
     pub seed: u64,
-    /// Set from the schedule by [`DecodeSettings::sampler`]; a trace records the schedule.
-    #[serde(skip)]
-    pub confidence: Confidence,
-    /// Set from the schedule as `confidence` is.
-    #[serde(skip)]
-    pub top_k_rule: TopK,
 }
 
 impl Sampling {
@@ -134,7 +128,38 @@ impl Sampling {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, confidence: Confidence::Drawn, top_k_rule: TopK::Exact }
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+    }
+}
+
+/// What the sampler is handed: the decode's sampling and the two rules of the reference whose
+/// sampler it reproduces. Never recorded: a trace records the schedule they follow from
+/// ([`DecodeSettings::sampler`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplerSpec {
+    pub sampling: Sampling,
+    pub confidence: Confidence,
+    pub top_k_rule: TopK,
+}
+
+impl SamplerSpec {
+    pub fn is_greedy(&self) -> bool {
+        self.sampling.is_greedy()
+    }
+}
+
+/// Greedy, under the plainest rules.
+impl Default for SamplerSpec {
+    fn default() -> Self {
+        Sampling::default().into()
+    }
+}
+
+/// `sampling` under the plainest rules: confidence read from the distribution drawn from,
+/// top-k keeping exactly k (what the sampler's own tests state their cases in).
+impl From<Sampling> for SamplerSpec {
+    fn from(sampling: Sampling) -> Self {
+        SamplerSpec { sampling, confidence: Confidence::Drawn, top_k_rule: TopK::Exact }
     }
 }
 
@@ -213,9 +238,10 @@ impl std::fmt::Display for SettingsError {
 impl std::error::Error for SettingsError {}
 
 impl DecodeSettings {
-    /// What the sampler is handed: `sampling`, with the confidence of the schedule's reference.
-    pub fn sampler(&self) -> Sampling {
-        Sampling { confidence: self.schedule.confidence(), top_k_rule: self.schedule.top_k(), ..self.sampling }
+    /// What the sampler is handed: `sampling`, with the confidence and top-k rule of the
+    /// schedule's reference.
+    pub fn sampler(&self) -> SamplerSpec {
+        SamplerSpec { sampling: self.sampling, confidence: self.schedule.confidence(), top_k_rule: self.schedule.top_k() }
     }
 
     /// The threshold the strategy reads, named as the flags name it: `threshold` for
@@ -347,8 +373,6 @@ mod tests {
         assert_eq!(with(Schedule::Lmdeploy).sampler().confidence, Confidence::Scaled);
         assert_eq!(with(Schedule::Sdar).sampler().top_k_rule, TopK::TiesKept);
         assert_eq!(with(Schedule::Lmdeploy).sampler().top_k_rule, TopK::Exact);
-        let json = serde_json::to_string(&with(Schedule::Lmdeploy).sampler()).unwrap();
-        assert!(!json.contains("confidence") && !json.contains("top_k_rule"), "{json}");
     }
 
     /// The step budget is the steps a block may take: under lmdeploy's counts a block of 8 in

@@ -332,7 +332,7 @@ pub fn split_trace() -> Vec<Event> {
             self.cached = 0;
             Ok(())
         }
-        fn denoise(&mut self, pass: Pass<'_>, _: &crate::settings::Sampling, _: &[f32]) -> anyhow::Result<Vec<PosSample>> {
+        fn denoise(&mut self, pass: Pass<'_>, _: &crate::settings::SamplerSpec, _: &[f32]) -> anyhow::Result<Vec<PosSample>> {
             self.cached += pass.store.len();
             Ok((0..pass.block.len())
                 .map(|i| {

@@ -6,7 +6,7 @@ use anyhow::Result;
 use unmask::engine::{decode, Control, Denoiser, Detok, Pass, Request};
 use unmask::events::{Event, FinishReason, ModelInfo};
 use unmask::sampler::PosSample;
-use unmask::settings::{DecodeSettings, Sampling, Strategy};
+use unmask::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
 
 const MASK: u32 = 99;
 
@@ -32,7 +32,7 @@ impl Denoiser for ScriptedDenoiser {
         self.cached = 0;
         Ok(())
     }
-    fn denoise(&mut self, pass: Pass<'_>, _s: &Sampling, _u: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(&mut self, pass: Pass<'_>, _s: &SamplerSpec, _u: &[f32]) -> Result<Vec<PosSample>> {
         assert!(!pass.store.contains(&MASK), "a stored block holds no mask");
         if !pass.store.is_empty() {
             self.log.push(format!("store {} @{}", pass.store.len(), self.cached));
@@ -322,7 +322,7 @@ fn same_seed_same_events_different_seed_different_draws() {
     struct Recorder(Vec<Vec<f32>>);
     impl Denoiser for Recorder {
         fn reset(&mut self, _: usize) -> Result<()> { Ok(()) }
-        fn denoise(&mut self, pass: Pass<'_>, _: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+        fn denoise(&mut self, pass: Pass<'_>, _: &SamplerSpec, u: &[f32]) -> Result<Vec<PosSample>> {
             self.0.push(u.to_vec());
             Ok(pass.block.iter().map(|_| PosSample { token: 5, conf: 0.5, entropy: 0.5 }).collect())
         }
@@ -349,7 +349,7 @@ impl Denoiser for Failing {
     fn reset(&mut self, capacity: usize) -> Result<()> {
         self.inner.reset(capacity)
     }
-    fn denoise(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(&mut self, pass: Pass<'_>, s: &SamplerSpec, u: &[f32]) -> Result<Vec<PosSample>> {
         let n = self.inner.passes;
         let mut out = self.inner.denoise(pass, s, u)?;
         if n == self.fail_at {

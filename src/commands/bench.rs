@@ -28,7 +28,7 @@ use crate::model::config::ModelConfig;
 use crate::model::random::RandomWeights;
 use crate::model::{Checkpoint, Compute, GenerationConfig, Model, Products};
 use crate::sampler::PosSample;
-use crate::settings::{DecodeSettings, Sampling, Strategy};
+use crate::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
 
 /// Wraps a denoiser and times every call, synchronising the device after each. Calls are
 /// told apart by what they store: nothing (`denoise`), the previous block (`stored`: the
@@ -59,12 +59,12 @@ impl Denoiser for Timed<'_> {
     fn reset(&mut self, capacity: usize) -> Result<()> {
         self.inner.reset(capacity)
     }
-    fn denoise(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(&mut self, pass: Pass<'_>, s: &SamplerSpec, u: &[f32]) -> Result<Vec<PosSample>> {
         let (r, ms) = self.time(|d| d.denoise(pass, s, u))?;
         self.times.push(pass, ms);
         Ok(r)
     }
-    fn denoise_asked(&mut self, pass: Pass<'_>, s: &Sampling, u: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_asked(&mut self, pass: Pass<'_>, s: &SamplerSpec, u: &[f32], ask: Ask) -> Result<Denoised> {
         let (r, ms) = self.time(|d| d.denoise_asked(pass, s, u, ask))?;
         self.times.push(pass, ms);
         Ok(r)
@@ -975,7 +975,7 @@ mod tests {
             max_new_tokens: 1,
             block_length: 4,
             steps: 1,
-            sampling: Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() },
+            sampling: Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 },
             warmup: 1,
             repeat: 3,
             load_s: 0.0,

@@ -27,7 +27,7 @@ use crate::model::random::{check_config, RandomWeights};
 use crate::model::{Checkpoint, Model, PassInput, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
-use crate::settings::Sampling;
+use crate::settings::{Confidence, SamplerSpec, Sampling, TopK};
 
 #[derive(Serialize)]
 struct Check {
@@ -134,17 +134,19 @@ fn long_cache_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     Ok(())
 }
 
-fn sampler_settings() -> Vec<(&'static str, Sampling)> {
-    let t = |temperature, top_k, top_p| Sampling { temperature, top_k, top_p, seed: 0, ..Sampling::default() };
+fn sampler_settings() -> Vec<(&'static str, SamplerSpec)> {
+    let t = |temperature, top_k, top_p| SamplerSpec::from(Sampling { temperature, top_k, top_p, seed: 0 });
+    let scaled = |s: SamplerSpec| SamplerSpec { confidence: Confidence::Scaled, ..s };
+    let ties_kept = |s: SamplerSpec| SamplerSpec { top_k_rule: TopK::TiesKept, ..s };
     vec![
-        ("greedy", Sampling::default()),
+        ("greedy", Sampling::default().into()),
         ("T=0.7 k=1", t(0.7, 1, 1.0)),
         ("T=1 k=20 p=0.9", t(1.0, 20, 0.9)),
         // --schedule lmdeploy's confidence: the whole scaled row's
-        ("T=1 k=20 p=0.9 scaled", Sampling { confidence: crate::settings::Confidence::Scaled, ..t(1.0, 20, 0.9) }),
-        ("T=1 p=0.9 scaled", Sampling { confidence: crate::settings::Confidence::Scaled, ..t(1.0, 0, 0.9) }),
+        ("T=1 k=20 p=0.9 scaled", scaled(t(1.0, 20, 0.9))),
+        ("T=1 p=0.9 scaled", scaled(t(1.0, 0, 0.9))),
         // --schedule sdar's top-k: generate.py keeps the ties at the k-th (bf16 logits tie often)
-        ("T=0.8 k=20 p=0.9 ties kept", Sampling { top_k_rule: crate::settings::TopK::TiesKept, ..t(0.8, 20, 0.9) }),
+        ("T=0.8 k=20 p=0.9 ties kept", ties_kept(t(0.8, 20, 0.9))),
         ("T=0.8 k=256", t(0.8, 256, 1.0)),
         ("T=1 p=0.9", t(1.0, 0, 0.9)),
         ("T=1", t(1.0, 0, 1.0)),
@@ -154,7 +156,7 @@ fn sampler_settings() -> Vec<(&'static str, Sampling)> {
 
 /// Device sampler vs reference on `logits` (any device/dtype). Returns (token mismatches,
 /// max |d conf|, max |d entropy|, rows the kernel handed to the host, rows).
-fn compare_sampler(logits: &Tensor, s: &Sampling, mask: u32, rng: &mut ChaCha8Rng) -> Result<(usize, f64, f64, usize, usize)> {
+fn compare_sampler(logits: &Tensor, s: &SamplerSpec, mask: u32, rng: &mut ChaCha8Rng) -> Result<(usize, f64, f64, usize, usize)> {
     let rows = logits.dim(0)?;
     let us: Vec<f32> = (0..rows).map(|_| if s.is_greedy() { 0.0 } else { rng.random::<f32>() }).collect();
     let ut = Tensor::from_slice(&us, rows, logits.device())?;
@@ -402,7 +404,8 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     // 3: sampler time per call, [4, vocab] bf16
     let lg = host.narrow(0, 0, 4)?.to_dtype(DType::BF16)?.to_device(&dev)?;
     let ut = Tensor::from_slice(&[0.3f32, 0.6, 0.9, 0.1], 4, &dev)?;
-    for (name, s) in [("greedy", Sampling::default()), ("T=1 k=50 p=0.9", Sampling { temperature: 1.0, top_k: 50, top_p: 0.9, seed: 0, ..Sampling::default() })] {
+    for (name, s) in [("greedy", Sampling::default()), ("T=1 k=50 p=0.9", Sampling { temperature: 1.0, top_k: 50, top_p: 0.9, seed: 0 })] {
+        let s = SamplerSpec::from(s);
         let p = KernelParams::new(&s, 0);
         for _ in 0..3 {
             sample_op(&lg, &ut, p)?;

@@ -311,7 +311,7 @@ impl Loop<'_> {
             if let Interrupt::Cancel = self.poll_control()? {
                 return Ok(Interrupt::Cancel);
             }
-            let u = uniforms.draw(b, &sampling);
+            let u = uniforms.draw(b, &sampling.sampling);
             let store = std::mem::take(unstored);
             let pass = Pass { store: &store, block: cells };
             // Ranked lists and routes only when someone reads them: the decode never needs them.

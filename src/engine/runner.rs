@@ -17,7 +17,7 @@ use super::{Ask, Denoised, Denoiser, Pass, PassRouting};
 use crate::model::{KvCache, Model};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, sample_ranked, PosSample};
-use crate::settings::Sampling;
+use crate::settings::SamplerSpec;
 
 /// Which execution paths a [`ModelDenoiser`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -146,7 +146,7 @@ impl ModelDenoiser {
     }
 
     /// The reference sampler on one row of logits (the mask suppressed).
-    fn host_sample(&mut self, mut row: Vec<f32>, sampling: &Sampling, u: f32) -> PosSample {
+    fn host_sample(&mut self, mut row: Vec<f32>, sampling: &SamplerSpec, u: f32) -> PosSample {
         self.host_rows += 1;
         if let Some(z) = row.get_mut(self.mask_id as usize) {
             *z = f32::NEG_INFINITY;
@@ -198,12 +198,12 @@ impl Denoiser for ModelDenoiser {
     /// per position. So such a decode runs eager passes and pulls `[B, vocab]` f32 logits every
     /// step (on a GPU, much slower than the default; its tokens are the reference sampler's).
     /// `--routing` alone keeps the pass the decode would run anyway.
-    fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
         let cpu = self.model.device().is_cpu();
         on_the_pool(cpu, || self.denoise_here(pass, sampling, uniforms, ask))
     }
 
-    fn denoise(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32]) -> Result<Vec<PosSample>> {
         let cpu = self.model.device().is_cpu();
         on_the_pool(cpu, || Ok(self.sampled(pass, sampling, uniforms, false)?.0))
     }
@@ -222,7 +222,7 @@ fn on_the_pool<R: Send>(cpu: bool, f: impl FnOnce() -> R + Send) -> R {
 }
 
 impl ModelDenoiser {
-    fn denoise_here(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_here(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
         if ask.candidates <= 1 {
             let (samples, routing) = self.sampled(pass, sampling, uniforms, ask.routing)?;
             return Ok(Denoised { samples, ranked: Vec::new(), routing });
@@ -241,7 +241,7 @@ impl ModelDenoiser {
     /// A pass sampled by the fastest path the options allow, and (`routed`) its routing. A pass
     /// replayed from fixed buffers reads its routing back from the device tables, which only the
     /// streamed layer fills; a routed pass that would not stream runs eagerly.
-    fn sampled(&mut self, pass: Pass<'_>, sampling: &Sampling, uniforms: &[f32], routed: bool) -> Result<(Vec<PosSample>, Option<PassRouting>)> {
+    fn sampled(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], routed: bool) -> Result<(Vec<PosSample>, Option<PassRouting>)> {
         let params = KernelParams::new(sampling, self.mask_id);
         let u = (!sampling.is_greedy()).then_some(uniforms);
         let (s, b) = (pass.store.len(), pass.block.len());
@@ -334,7 +334,7 @@ mod sample_tests {
             row[mask as usize] = 1e3;
         }
         assert!(4 * vocab >= SAMPLE_PARALLEL_FROM, "wide enough for the pool");
-        let s = Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() };
+        let s = SamplerSpec::from(crate::settings::Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 });
         let u = [0.1, 0.5, 0.9, 0.3];
         let want: Vec<PosSample> = logits
             .iter()

@@ -13,7 +13,9 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
-use crate::settings::{Confidence, Sampling, TopK};
+use crate::settings::{Confidence, SamplerSpec, TopK};
+#[cfg(test)]
+use crate::settings::Sampling;
 
 /// Threads per block (NT in the kernel).
 pub const NT: usize = 512;
@@ -40,8 +42,8 @@ pub struct KernelParams {
 }
 
 impl KernelParams {
-    pub fn new(sampling: &Sampling, mask_id: u32) -> Self {
-        let greedy = sampling.is_greedy();
+    pub fn new(spec: &SamplerSpec, mask_id: u32) -> Self {
+        let (sampling, greedy) = (&spec.sampling, spec.is_greedy());
         KernelParams {
             mask_id,
             greedy,
@@ -49,8 +51,8 @@ impl KernelParams {
             inv_t: if greedy { 1.0 } else { 1.0 / sampling.temperature },
             top_k: sampling.top_k.min(u32::MAX as usize) as u32,
             top_p: sampling.top_p,
-            scaled: !greedy && sampling.confidence == Confidence::Scaled,
-            ties_kept: sampling.top_k_rule == TopK::TiesKept,
+            scaled: !greedy && spec.confidence == Confidence::Scaled,
+            ties_kept: spec.top_k_rule == TopK::TiesKept,
         }
     }
 }
@@ -407,12 +409,12 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    fn params(s: &Sampling, mask: u32) -> KernelParams {
+    fn params(s: &SamplerSpec, mask: u32) -> KernelParams {
         KernelParams::new(s, mask)
     }
 
     /// The reference on the row as the engine hands it over (mask set to -inf).
-    fn reference(row: &[f32], s: &Sampling, mask: u32, u: f32) -> crate::sampler::PosSample {
+    fn reference(row: &[f32], s: &SamplerSpec, mask: u32, u: f32) -> crate::sampler::PosSample {
         let mut r = row.to_vec();
         if let Some(z) = r.get_mut(mask as usize) {
             *z = f32::NEG_INFINITY;
@@ -441,7 +443,7 @@ mod tests {
     }
 
     /// Checks the mirror against the reference; returns how many rows overflowed.
-    fn check(rows: usize, vocab: usize, s: Sampling, seed: u64, scale: f32, bf16: bool) -> usize {
+    fn check(rows: usize, vocab: usize, s: SamplerSpec, seed: u64, scale: f32, bf16: bool) -> usize {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mask = (vocab - 1) as u32;
         let mut overflowed = 0;
@@ -462,14 +464,14 @@ mod tests {
         overflowed
     }
 
-    fn temp(t: f32, k: usize, p: f32) -> Sampling {
-        Sampling { temperature: t, top_k: k, top_p: p, seed: 0, ..Sampling::default() }
+    fn temp(t: f32, k: usize, p: f32) -> SamplerSpec {
+        Sampling { temperature: t, top_k: k, top_p: p, seed: 0 }.into()
     }
 
     #[test]
     fn greedy_matches_reference_with_ties_and_mask() {
-        assert_eq!(check(40, 3000, Sampling::default(), 1, 8.0, true), 0);
-        assert_eq!(check(40, 354, Sampling::default(), 2, 3.0, false), 0);
+        assert_eq!(check(40, 3000, SamplerSpec::default(), 1, 8.0, true), 0);
+        assert_eq!(check(40, 354, SamplerSpec::default(), 2, 3.0, false), 0);
     }
 
     #[test]
@@ -481,7 +483,7 @@ mod tests {
         for i in [7 + NT, 700, 5 * 2 * NT + 3, 7, vocab - 1] {
             row[i] = 5.0;
         }
-        let p = params(&Sampling::default(), vocab as u32 - 1);
+        let p = params(&SamplerSpec::default(), vocab as u32 - 1);
         let got = mirror_row(&row, &p, 0.0);
         assert_eq!(got.token, 7);
         // without 7, the lowest of the rest
@@ -495,7 +497,7 @@ mod tests {
         let mut row = vec![0.0f32; 100];
         row[99] = 9.0;
         row[3] = 1.0;
-        assert_eq!(mirror_row(&row, &params(&Sampling::default(), 99), 0.0).token, 3);
+        assert_eq!(mirror_row(&row, &params(&SamplerSpec::default(), 99), 0.0).token, 3);
     }
 
     #[test]
@@ -508,12 +510,12 @@ mod tests {
 
     #[test]
     fn scaled_confidence_matches_reference() {
-        let scaled = |s: Sampling| Sampling { confidence: Confidence::Scaled, ..s };
+        let scaled = |s: SamplerSpec| SamplerSpec { confidence: Confidence::Scaled, ..s };
         assert_eq!(check(20, 5000, scaled(temp(0.8, 20, 0.9)), 31, 6.0, true), 0, "exact mode");
         assert_eq!(check(10, 200, scaled(temp(0.7, 0, 1.0)), 32, 2.0, false), 0, "every token a candidate");
         let peaked = check(20, 20000, scaled(temp(1.0, 0, 1.0)), 33, 20.0, true);
         assert!(peaked < 20, "partial mode decides most peaked rows ({peaked} overflowed)");
-        assert_eq!(check(10, 3000, scaled(Sampling::default()), 34, 8.0, true), 0, "greedy is unchanged");
+        assert_eq!(check(10, 3000, scaled(SamplerSpec::default()), 34, 8.0, true), 0, "greedy is unchanged");
     }
 
     #[test]
@@ -570,7 +572,7 @@ mod tests {
         // the draw at the end of the CDF lands on the 4th: id 15, not 25 or 35
         assert_eq!(mirror_row(&row, &params(&s, 599), 0.999).token, 15);
         // generate.py's rule keeps every token equal to the 4th: 10, 20, then 5, 15, 25, 35
-        let kept = Sampling { top_k_rule: TopK::TiesKept, ..s };
+        let kept = SamplerSpec { top_k_rule: TopK::TiesKept, ..s };
         for u in [0.0f32, 0.3, 0.6, 0.999] {
             let got = mirror_row(&row, &params(&kept, 599), u);
             let want = reference(&row, &kept, 599, u);
@@ -582,7 +584,7 @@ mod tests {
 
     #[test]
     fn top_k_with_ties_kept_matches_reference() {
-        let kept = |s: Sampling| Sampling { top_k_rule: TopK::TiesKept, ..s };
+        let kept = |s: SamplerSpec| SamplerSpec { top_k_rule: TopK::TiesKept, ..s };
         // bf16 rows: many exact ties at the k-th
         for (k, seed) in [(1usize, 41u64), (5, 42), (20, 43), (200, 44)] {
             assert_eq!(check(20, 3000, kept(temp(0.8, k, 1.0)), seed, 6.0, true), 0, "k={k}");
@@ -602,7 +604,7 @@ mod tests {
         let logits = Tensor::from_vec(data.clone(), (rows, vocab), &Device::Cpu).unwrap();
         let us = [0.1f32, 0.5, 0.9, 0.99];
         let u = Tensor::new(&us, &Device::Cpu).unwrap();
-        for s in [Sampling::default(), temp(0.9, 40, 0.9)] {
+        for s in [SamplerSpec::default(), temp(0.9, 40, 0.9)] {
             for lg in [logits.clone(), logits.to_dtype(DType::BF16).unwrap()] {
                 let out = sample_op(&lg, &u, params(&s, 3)).unwrap().to_vec2::<f32>().unwrap();
                 for r in 0..rows {

@@ -10,13 +10,13 @@ pub mod strategy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::settings::{Confidence, Sampling, TopK};
+use crate::settings::{Confidence, SamplerSpec, Sampling, TopK};
 
 /// What the sampler made of one position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PosSample {
     pub token: u32,
-    /// Probability of `token` under the distribution `Sampling::confidence` names: the one it
+    /// Probability of `token` under the distribution `SamplerSpec::confidence` names: the one it
     /// was drawn from, or the temperature-scaled one before top-k and top-p.
     pub conf: f32,
     /// Entropy (nats) of that distribution.
@@ -59,14 +59,14 @@ impl Uniforms {
 /// A row holding NaN or +inf (NaN/Inf weights, an overflowing activation) has no distribution:
 /// its sample says so with a NaN `conf` and `entropy`, which [`PosSample::is_valid`] reports and
 /// the decode loop turns into an error naming the position, rather than a made-up token.
-pub fn sample(logits: &[f32], sampling: &Sampling, u: f32) -> PosSample {
+pub fn sample(logits: &[f32], sampling: &SamplerSpec, u: f32) -> PosSample {
     sample_ranked(logits, sampling, u, 0).0
 }
 
 /// [`sample`], and the `k` most probable tokens of the distribution it draws from, most
 /// probable first (ties: the lower id first), tokens of probability 0 left out (so fewer than
 /// `k` when top-k or top-p keep fewer). `k == 0` allocates nothing.
-pub fn sample_ranked(logits: &[f32], sampling: &Sampling, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
+pub fn sample_ranked(logits: &[f32], sampling: &SamplerSpec, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
     // NaN and +inf have no place in a distribution; -inf (a suppressed token) is fine.
     let Some(max) = softmax::max_finite(logits).filter(|_| !logits.is_empty()) else {
         return (PosSample::INVALID, Vec::new());
@@ -76,8 +76,8 @@ pub fn sample_ranked(logits: &[f32], sampling: &Sampling, u: f32, k: usize) -> (
         let top = if k == 0 { Vec::new() } else { g.ranked(logits, k) };
         return (g.sample(), top);
     }
-    let inv_t = 1.0 / sampling.temperature;
-    match filtered(logits, inv_t, (sampling.top_k, sampling.top_k_rule), sampling.top_p) {
+    let inv_t = 1.0 / sampling.sampling.temperature;
+    match filtered(logits, inv_t, (sampling.sampling.top_k, sampling.top_k_rule), sampling.sampling.top_p) {
         Some(kept) => {
             let top = kept.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect();
             let drawn = draw(&kept, u);
@@ -302,7 +302,7 @@ mod tests {
     #[test]
     fn greedy_takes_argmax_with_unfiltered_probability() {
         let z = [0.5, 2.0, -1.0, 1.0];
-        let s = sample(&z, &Sampling::default(), 0.0);
+        let s = sample(&z, &SamplerSpec::default(), 0.0);
         let p = softmax(&z);
         assert_eq!(s.token, 1);
         assert!((s.conf - p[1]).abs() < 1e-6);
@@ -312,11 +312,11 @@ mod tests {
     #[test]
     fn suppressed_tokens_do_not_poison_confidence_or_entropy() {
         let z = [0.5, f32::NEG_INFINITY, 2.0];
-        let s = sample(&z, &Sampling::default(), 0.0);
+        let s = sample(&z, &SamplerSpec::default(), 0.0);
         let p = softmax(&[0.5, 2.0]);
         assert_eq!(s.token, 2);
         assert!((s.conf - p[1]).abs() < 1e-6 && (s.entropy - entropy(&p)).abs() < 1e-5, "{s:?}");
-        let t = sample(&z, &Sampling { temperature: 1.0, ..Sampling::default() }, 0.999);
+        let t = sample(&z, &SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() }), 0.999);
         assert_eq!(t.token, 0, "a suppressed token is never drawn");
         assert!(t.entropy.is_finite());
     }
@@ -326,8 +326,8 @@ mod tests {
         // lmdeploy's and JetEngine's confidence: softmax(z / T) over every token, where the
         // token is still drawn from the filtered distribution
         let z = [2.0, 1.0, 0.5, -1.0, 0.0];
-        let drawn = Sampling { temperature: 0.5, top_k: 2, top_p: 0.9, ..Sampling::default() };
-        let scaled = Sampling { confidence: Confidence::Scaled, ..drawn };
+        let drawn = SamplerSpec::from(Sampling { temperature: 0.5, top_k: 2, top_p: 0.9, ..Sampling::default() });
+        let scaled = SamplerSpec { confidence: Confidence::Scaled, ..drawn };
         let p = softmax(&z.map(|v| v * 2.0));
         for u in [0.0, 0.5, 0.99] {
             let (a, ta) = sample_ranked(&z, &drawn, u, 3);
@@ -342,8 +342,8 @@ mod tests {
             }
         }
         // greedy has one distribution: the same numbers either way
-        let g = Sampling { confidence: Confidence::Scaled, ..Sampling::default() };
-        assert_eq!(sample(&z, &g, 0.0), sample(&z, &Sampling::default(), 0.0));
+        let g = SamplerSpec { confidence: Confidence::Scaled, ..SamplerSpec::default() };
+        assert_eq!(sample(&z, &g, 0.0), sample(&z, &SamplerSpec::default(), 0.0));
     }
 
     #[test]
@@ -351,7 +351,7 @@ mod tests {
         // four equal tokens: 0.25 each, exactly. The mass before the third is 0.5, not more
         // than p = 0.5, so generate.py and lmdeploy keep it (and drop the fourth).
         let z = [1.0f32; 4];
-        let s = Sampling { temperature: 1.0, top_p: 0.5, ..Sampling::default() };
+        let s = SamplerSpec::from(Sampling { temperature: 1.0, top_p: 0.5, ..Sampling::default() });
         let last = sample(&z, &s, 0.999);
         assert_eq!(last.token, 2);
         assert!((last.conf - 1.0 / 3.0).abs() < 1e-6, "{last:?}");
@@ -362,11 +362,11 @@ mod tests {
         // 1/1e-38 = 1e38: every scaled logit but zero overflows. This indexed an empty list.
         let z = [0.5, 2.0, -1.0, 1.0];
         for t in [1e-38, f32::MIN_POSITIVE, 1e-45] {
-            let s = sample(&z, &Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0, ..Sampling::default() }, 0.7);
+            let s = sample(&z, &SamplerSpec::from(Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0, ..Sampling::default() }), 0.7);
             assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0), "temperature {t}");
         }
         let negative = [-3.0, -2.0, -5.0];
-        let s = sample(&negative, &Sampling { temperature: 1e-38, ..Sampling::default() }, 0.2);
+        let s = sample(&negative, &SamplerSpec::from(Sampling { temperature: 1e-38, ..Sampling::default() }), 0.2);
         assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0));
     }
 
@@ -374,19 +374,19 @@ mod tests {
     fn nan_or_infinite_logits_give_an_invalid_sample() {
         for bad in [f32::NAN, f32::INFINITY] {
             let z = [0.5, bad, 1.0];
-            for sm in [Sampling::default(), Sampling { temperature: 0.7, ..Sampling::default() }] {
+            for sm in [SamplerSpec::default(), SamplerSpec::from(Sampling { temperature: 0.7, ..Sampling::default() })] {
                 let s = sample(&z, &sm, 0.3);
                 assert!(!s.is_valid(), "{bad} {sm:?}: {s:?}");
             }
         }
-        assert!(sample(&[0.5, f32::NEG_INFINITY], &Sampling::default(), 0.0).is_valid());
+        assert!(sample(&[0.5, f32::NEG_INFINITY], &SamplerSpec::default(), 0.0).is_valid());
     }
 
     /// A certain row's entropy is 0, not -0 (traces and tables spelled it "-0").
     #[test]
     fn a_certain_rows_entropy_is_plus_zero() {
         let z = [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY];
-        for s in [Sampling::default(), Sampling { temperature: 1.0, ..Sampling::default() }] {
+        for s in [SamplerSpec::default(), SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() })] {
             let e = sample(&z, &s, 0.5).entropy;
             assert_eq!(e.to_bits(), 0f32.to_bits(), "{s:?}: {e}");
         }
@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn greedy_tie_goes_to_lowest_id() {
-        let s = sample(&[1.0, 3.0, 3.0], &Sampling::default(), 0.0);
+        let s = sample(&[1.0, 3.0, 3.0], &SamplerSpec::default(), 0.0);
         assert_eq!(s.token, 1);
     }
 
@@ -402,7 +402,7 @@ mod tests {
     fn temperature_draw_follows_inverse_cdf() {
         // probabilities after softmax: ln(1), ln(2), ln(3), ln(4) -> 0.1 0.2 0.3 0.4
         let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
-        let sm = Sampling { temperature: 1.0, ..Sampling::default() };
+        let sm = SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() });
         // sorted: id3 0.4, id2 0.3, id1 0.2, id0 0.1
         assert_eq!(sample(&z, &sm, 0.0).token, 3);
         assert_eq!(sample(&z, &sm, 0.39).token, 3);
@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn top_k_renormalises_over_the_k_best() {
         let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
-        let sm = Sampling { temperature: 1.0, top_k: 2, ..Sampling::default() };
+        let sm = SamplerSpec::from(Sampling { temperature: 1.0, top_k: 2, ..Sampling::default() });
         let s = sample(&z, &sm, 0.99);
         assert_eq!(s.token, 2);
         assert!((s.conf - 3.0 / 7.0).abs() < 1e-6);
@@ -428,10 +428,10 @@ mod tests {
     fn top_p_keeps_smallest_prefix_reaching_mass() {
         let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
         // 0.4 < 0.6 <= 0.7: keeps ids 3 and 2.
-        let sm = Sampling { temperature: 1.0, top_p: 0.6, ..Sampling::default() };
+        let sm = SamplerSpec::from(Sampling { temperature: 1.0, top_p: 0.6, ..Sampling::default() });
         assert_eq!(sample(&z, &sm, 0.999).token, 2);
         // a tiny p still keeps one token, with probability 1.
-        let one = Sampling { temperature: 1.0, top_p: 1e-6, ..Sampling::default() };
+        let one = SamplerSpec::from(Sampling { temperature: 1.0, top_p: 1e-6, ..Sampling::default() });
         let s = sample(&z, &one, 0.999);
         assert_eq!((s.token, s.conf, s.entropy), (3, 1.0, 0.0));
     }
@@ -439,15 +439,16 @@ mod tests {
     #[test]
     fn low_temperature_sharpens() {
         let z = [0.0, 1.0];
-        let hot = sample(&z, &Sampling { temperature: 2.0, ..Sampling::default() }, 0.0);
-        let cold = sample(&z, &Sampling { temperature: 0.25, ..Sampling::default() }, 0.0);
+        let hot = sample(&z, &SamplerSpec::from(Sampling { temperature: 2.0, ..Sampling::default() }), 0.0);
+        let cold = sample(&z, &SamplerSpec::from(Sampling { temperature: 0.25, ..Sampling::default() }), 0.0);
         assert_eq!((hot.token, cold.token), (1, 1));
         assert!(cold.conf > hot.conf);
     }
 
     /// The reference top-k: every token's probability under the distribution drawn from
     /// (softmax of logits / T, top-k and top-p applied, renormalised), fully sorted.
-    fn reference_top(z: &[f32], s: &Sampling, k: usize) -> Vec<(u32, f32)> {
+    fn reference_top(z: &[f32], spec: &SamplerSpec, k: usize) -> Vec<(u32, f32)> {
+        let s = &spec.sampling;
         let t = if s.is_greedy() { 1.0 } else { s.temperature };
         let scaled: Vec<f32> = z.iter().map(|x| x / t).collect();
         let p = softmax(&scaled);
@@ -480,10 +481,10 @@ mod tests {
             .map(|i| if i == 7 { f32::NEG_INFINITY } else { (rng.random::<f32>() * 40.0).round() / 4.0 })
             .collect();
         let settings = [
-            Sampling::default(),
-            Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() },
-            Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() },
-            Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0, ..Sampling::default() },
+            SamplerSpec::default(),
+            SamplerSpec::from(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() }),
+            SamplerSpec::from(Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() }),
+            SamplerSpec::from(Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0, ..Sampling::default() }),
         ];
         for s in settings {
             for k in [1, 3, 16] {
@@ -501,17 +502,17 @@ mod tests {
                 }
             }
         }
-        assert_eq!(sample_ranked(&z, &Sampling::default(), 0.0, 0).1, vec![]);
+        assert_eq!(sample_ranked(&z, &SamplerSpec::default(), 0.0, 0).1, vec![]);
     }
 
     #[test]
     fn ranked_candidates_leave_out_what_cannot_be_drawn() {
         let z = [1.0, f32::NEG_INFINITY, 0.5, -200.0];
-        let (_, top) = sample_ranked(&z, &Sampling::default(), 0.0, 16);
+        let (_, top) = sample_ranked(&z, &SamplerSpec::default(), 0.0, 16);
         assert_eq!(top.iter().map(|r| r.token).collect::<Vec<_>>(), vec![0, 2], "-inf and an underflowed token are out");
-        let cold = Sampling { temperature: 1e-38, ..Sampling::default() };
+        let cold = SamplerSpec::from(Sampling { temperature: 1e-38, ..Sampling::default() });
         assert_eq!(sample_ranked(&z, &cold, 0.3, 3).1, vec![Ranked { token: 0, p: 1.0 }]);
-        assert_eq!(sample_ranked(&[f32::NAN, 1.0], &Sampling::default(), 0.0, 3).1, vec![]);
+        assert_eq!(sample_ranked(&[f32::NAN, 1.0], &SamplerSpec::default(), 0.0, 3).1, vec![]);
     }
 
     /// Every way `filtered` orders the kept tokens (a radix sort of the whole vocabulary, the
@@ -545,10 +546,11 @@ mod tests {
 
     /// The sampler without its shortcuts, as docs/decoding.md states it: every token's scaled
     /// logit sorted by comparison (total order, then id), libm's exp summed in order in f64.
-    fn plain(z: &[f32], s: &Sampling, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
+    fn plain(z: &[f32], spec: &SamplerSpec, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
         if z.is_empty() || z.iter().any(|v| v.is_nan() || *v == f32::INFINITY) {
             return (PosSample::INVALID, vec![]);
         }
+        let s = &spec.sampling;
         let by = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let sorted = |inv_t: f32| {
             let mut all: Vec<(u32, f32)> = z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
@@ -580,7 +582,7 @@ mod tests {
         if s.top_k > 0 && s.top_k < order.len() {
             // generate.py keeps every token equal to the k-th (same bits of the scaled logit)
             let kth = order[s.top_k - 1].1;
-            let keep = match s.top_k_rule {
+            let keep = match spec.top_k_rule {
                 TopK::TiesKept if kth > f32::NEG_INFINITY => order.iter().take_while(|p| p.1.to_bits() != kth.to_bits()).count() + order.iter().filter(|p| p.1.to_bits() == kth.to_bits()).count(),
                 _ => s.top_k,
             };
@@ -604,7 +606,7 @@ mod tests {
         let total: f32 = probs.iter().map(|p| p.1).sum();
         probs.iter_mut().for_each(|p| p.1 /= total);
         let (pick, top): (PosSample, Vec<Ranked>) = (draw(&probs, u), probs.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect());
-        if s.confidence == Confidence::Drawn {
+        if spec.confidence == Confidence::Drawn {
             return (pick, top);
         }
         // the whole row's softmax at this temperature
@@ -637,13 +639,10 @@ mod tests {
             let z: Vec<f32> = (0..len)
                 .map(|_| if rng.random::<f32>() < 0.2 { specials[rng.random_range(0..specials.len())] } else { (rng.random::<f32>() * 48.0).round() / 8.0 - 3.0 })
                 .collect();
-            let s = Sampling {
-                temperature: t,
-                top_k,
-                top_p,
+            let s = SamplerSpec {
+                sampling: Sampling { temperature: t, top_k, top_p, ..Sampling::default() },
                 top_k_rule: if ties { TopK::TiesKept } else { TopK::Exact },
                 confidence: if scaled { Confidence::Scaled } else { Confidence::Drawn },
-                ..Sampling::default()
             };
             let (got, want) = (sample_ranked(&z, &s, u, k), plain(&z, &s, u, k));
             proptest::prop_assert_eq!(got.0.token, want.0.token);
