@@ -565,7 +565,6 @@ impl DecodeArgs {
                 top_k: self.top_k.or(gen_top_k).unwrap_or(d.sampling.top_k),
                 top_p: self.top_p.or(gen.top_p).unwrap_or(d.sampling.top_p),
                 seed: self.seed.unwrap_or(d.sampling.seed),
-                ..d.sampling
             },
             max_new_tokens: self.max_new_tokens.or(gen.max_new_tokens).unwrap_or(d.max_new_tokens),
         })

@@ -357,9 +357,9 @@ mod tests {
     #[test]
     fn a_sampled_summary_names_its_filters_and_seed() {
         let with = |sampling| DecodeSettings { sampling, ..DecodeSettings::default() }.summary();
-        let s = with(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 2, ..Sampling::default() });
+        let s = with(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 2 });
         assert!(s.ends_with(" T=0.7 k=40 p=0.95 seed=2"), "{s}");
-        let s = with(Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() });
+        let s = with(Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0 });
         assert!(s.ends_with(" T=1 seed=0"), "{s}");
         assert!(DecodeSettings::default().summary().ends_with(" greedy"));
     }

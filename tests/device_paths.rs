@@ -79,8 +79,8 @@ fn assert_same(a: &[Event], b: &[Event], what: &str) {
 fn device_sampler_and_fixed_passes_decode_like_the_reference() {
     let device_sampler = RunOptions { device_sampler: true, fixed_passes: false, cuda_graph: false };
     let fixed = RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false };
-    let sampled = Sampling { temperature: 0.9, top_k: 20, top_p: 0.9, seed: 5, ..Sampling::default() };
-    let unbounded = Sampling { temperature: 1.1, top_k: 0, top_p: 1.0, seed: 6, ..Sampling::default() };
+    let sampled = Sampling { temperature: 0.9, top_k: 20, top_p: 0.9, seed: 5 };
+    let unbounded = Sampling { temperature: 1.1, top_k: 0, top_p: 1.0, seed: 6 };
     // prompts that fill whole blocks and that leave a tail in the first decode block
     for prompt in [vec![5u32, 17, 42, 7, 99, 3, 12, 250], vec![5, 17, 42, 7, 99, 3]] {
         for (strategy, sampling) in [
@@ -139,7 +139,7 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
 fn candidates_above_1_take_the_host_path_and_decode_the_same() {
     let ck = load();
     let device = RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false };
-    let sampled = settings(Strategy::LowConfidenceDynamic, Sampling { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3, ..Sampling::default() });
+    let sampled = settings(Strategy::LowConfidenceDynamic, Sampling { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3 });
     let reference = run(RunOptions::reference(), &sampled, &[5, 6, 7, 8, 9]);
     let req = Request { candidates: 3, ..request(&[5, 6, 7, 8, 9], sampled, ck.tokenizer.mask_id(), ck.info.clone()) };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), device);

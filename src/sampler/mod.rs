@@ -362,7 +362,7 @@ mod tests {
         // 1/1e-38 = 1e38: every scaled logit but zero overflows. This indexed an empty list.
         let z = [0.5, 2.0, -1.0, 1.0];
         for t in [1e-38, f32::MIN_POSITIVE, 1e-45] {
-            let s = sample(&z, &SamplerSpec::from(Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0, ..Sampling::default() }), 0.7);
+            let s = sample(&z, &SamplerSpec::from(Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0 }), 0.7);
             assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0), "temperature {t}");
         }
         let negative = [-3.0, -2.0, -5.0];
@@ -482,9 +482,9 @@ mod tests {
             .collect();
         let settings = [
             SamplerSpec::default(),
-            SamplerSpec::from(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0, ..Sampling::default() }),
-            SamplerSpec::from(Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0, ..Sampling::default() }),
-            SamplerSpec::from(Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0, ..Sampling::default() }),
+            SamplerSpec::from(Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 }),
+            SamplerSpec::from(Sampling { temperature: 1.3, top_k: 0, top_p: 1.0, seed: 0 }),
+            SamplerSpec::from(Sampling { temperature: 0.5, top_k: 2, top_p: 1.0, seed: 0 }),
         ];
         for s in settings {
             for k in [1, 3, 16] {
