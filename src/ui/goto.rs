@@ -23,8 +23,21 @@ pub fn parse(typed: &str) -> Result<Goto, String> {
         Some(rest) => (true, rest.trim()),
         None => (false, t),
     };
-    let n: usize = digits.parse().map_err(|_| format!("{t:?} is not a step or a block: type a step number (12) or b and a block (b7)"))?;
+    let n: usize = digits.parse().map_err(|_| format!("{} is not a step or a block: type a step number (12) or b and a block (b7)", quoted(t)))?;
     Ok(if block { Goto::Block(n) } else { Goto::Step(n) })
+}
+
+/// Most characters of the typed text an error quotes: the footer keeps room for what to
+/// type instead (a pasted paragraph would push the help off the line).
+const QUOTED_CHARS: usize = 16;
+
+/// `typed` in quotes, its first [`QUOTED_CHARS`] characters and `…` if longer.
+fn quoted(typed: &str) -> String {
+    match typed.char_indices().nth(QUOTED_CHARS) {
+        // Debug's escapes kept (a typed quote or control character), the mark inside.
+        Some((cut, _)) => format!("{:?}", &typed[..cut]).strip_suffix('"').map_or_else(String::new, |q| format!("{q}…\"")),
+        None => format!("{typed:?}"),
+    }
 }
 
 /// What the prompt's text asks for, then where that is in `run`: a number too large for any
@@ -115,6 +128,8 @@ mod tests {
         assert_eq!(parse(" b7 "), Ok(Goto::Block(7)));
         assert_eq!(parse("B 3"), Ok(Goto::Block(3)));
         assert_eq!(parse("x").unwrap_err(), "\"x\" is not a step or a block: type a step number (12) or b and a block (b7)");
+        let long = parse("block 99999999999999 step 12345678").unwrap_err();
+        assert_eq!(long, "\"block 9999999999…\" is not a step or a block: type a step number (12) or b and a block (b7)");
         assert!(parse("").is_err() && parse("b").is_err() && parse("-3").is_err());
     }
 
