@@ -82,13 +82,18 @@ impl Text {
     /// As a person reads it: `f` of each run of characters, invalid bytes as hex (`<F2>`;
     /// adjacent invalid runs as one group).
     pub fn render(&self, f: impl Fn(&str) -> String) -> String {
+        self.render_hex(f, hex)
+    }
+
+    /// [`Text::render`] with the invalid bytes spelled by `h`.
+    pub fn render_hex(&self, f: impl Fn(&str) -> String, h: impl Fn(&[u8]) -> String) -> String {
         let mut out = String::new();
         let mut bad: Vec<u8> = vec![];
         for s in &self.0 {
             match s {
                 Seg::Str(t) => {
                     if !bad.is_empty() {
-                        out += &hex(&std::mem::take(&mut bad));
+                        out += &h(&std::mem::take(&mut bad));
                     }
                     out += &f(t);
                 }
@@ -96,7 +101,7 @@ impl Text {
             }
         }
         if !bad.is_empty() {
-            out += &hex(&bad);
+            out += &h(&bad);
         }
         out
     }

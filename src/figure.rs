@@ -73,6 +73,9 @@ struct Cell {
     pos: usize,
     token: Option<u32>,
     text: String,
+    /// The tooltip's text: characters quoted, bytes that are none (yet) bare (`<D1 F2>`), as
+    /// the inspector and `unmask steps` write them: `"<D1 F2>"` read as a token spelled so.
+    tip: String,
     fill: Fill,
 }
 
@@ -98,18 +101,23 @@ fn cells(run: &Run) -> Vec<Cell> {
     };
     (run.header.first_block * b..end)
         .map(|pos| {
-            let text = match run.cell_piece(pos, head) {
+            let piece = run.cell_piece(pos, head);
+            let text = match &piece {
                 Some(crate::detok::Piece::Text(t)) if t.is_empty() => glyph::PART.to_string(),
                 Some(crate::detok::Piece::Text(t)) => t.render(|s| glyph::escape(s, Mode::Cell).into_owned()),
-                Some(crate::detok::Piece::Pending(bytes)) => crate::detok::hex(&bytes),
+                Some(crate::detok::Piece::Pending(bytes)) => crate::detok::hex(bytes),
                 None => String::new(),
+            };
+            let tip = match &piece {
+                Some(crate::detok::Piece::Text(t)) if !t.is_empty() => t.render(|s| format!("\"{}\"", glyph::escape(s, Mode::Cell))),
+                _ => text.clone(),
             };
             let (token, fill) = match run.cell(pos, head) {
                 CellState::Prompt { token } => (Some(token), Fill::Prompt),
                 CellState::Decoded(d) => (Some(d.token), Fill::Decoded { step: d.step, conf: d.conf }),
                 CellState::Masked { .. } => (None, Fill::Masked),
             };
-            Cell { pos, token, text, fill }
+            Cell { pos, token, text, tip, fill }
         })
         .collect()
 }
@@ -320,8 +328,8 @@ fn cell(s: &mut String, l: &Layout, origin: (f64, f64), first: usize, c: &Cell, 
 fn tooltip(c: &Cell) -> String {
     let token = c.token.map(|t| format!(" · token {t}")).unwrap_or_default();
     match c.fill {
-        Fill::Decoded { step, conf } => format!("pos {} · step {} · conf {conf:.3}{token} \"{}\"", c.pos, step + 1, c.text),
-        Fill::Prompt => format!("pos {} · prompt{token} \"{}\"", c.pos, c.text),
+        Fill::Decoded { step, conf } => format!("pos {} · step {} · conf {conf:.3}{token} {}", c.pos, step + 1, c.tip),
+        Fill::Prompt => format!("pos {} · prompt{token} {}", c.pos, c.tip),
         Fill::Masked => format!("pos {} · still masked", c.pos),
     }
 }
@@ -499,6 +507,29 @@ mod tests {
         assert!(texts.contains(&"<b>&␛"), "{texts:?}");
         assert!(svg.contains("&lt;b&gt;&amp;␛"));
         assert!(!svg.contains('\u{1b}') && !svg.contains('\u{7}'));
+    }
+
+    /// A tooltip quotes characters and leaves bytes bare, as the inspector and `unmask steps`
+    /// do: `"<FC>"` read as a token spelled `<FC>`.
+    #[test]
+    fn a_tooltip_gives_bytes_bare_and_characters_quoted() {
+        // Token 6 (A0 E5) becomes FC, never UTF-8: " E4 BD" before it and "A5 BD" after it
+        // are then invalid too (the inspector's test of invalid bytes).
+        let mut events = crate::synth::split_trace();
+        for e in &mut events {
+            if let Event::Step(s) = e {
+                for c in s.committed.iter_mut().filter(|c| c.token == 6) {
+                    (c.text, c.bytes) = ("\u{FFFD}".into(), Some(vec![0xFC]));
+                }
+                for c in s.masked.iter_mut().filter(|c| c.token == 6) {
+                    (c.text, c.bytes) = ("\u{FFFD}".into(), Some(vec![0xFC]));
+                }
+            }
+        }
+        let svg = step_map_svg(&events).unwrap();
+        for want in ["token 5 &quot;·&quot;&lt;E4 BD&gt;</title>", "token 6 &lt;FC&gt;</title>", "token 7 &lt;A5 BD&gt;</title>"] {
+            assert!(svg.contains(want), "{want} missing:\n{svg}");
+        }
     }
 
     #[test]

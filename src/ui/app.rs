@@ -263,8 +263,15 @@ impl App {
     }
 
     pub fn on_key(&mut self, k: KeyEvent) -> Vec<EngineCmd> {
-        self.message = None;
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        // Below the smallest screen only "too small (q quits)" is drawn: any other key would
+        // act unseen (the help or a `g` prompt found open, the view paused, a restart) once
+        // the window is large again.
+        if self.areas().is_none() {
+            self.quit |= matches!(k.code, KeyCode::Char('q')) || (ctrl && matches!(k.code, KeyCode::Char('c')));
+            return Vec::new();
+        }
+        self.message = None;
         if self.goto.is_some() && !ctrl {
             self.goto_key(k.code);
             return Vec::new();
@@ -826,6 +833,25 @@ mod tests {
         press(&mut app, key('?'));
         press(&mut app, key('q'));
         assert!(!app.help && !app.quit);
+        press(&mut app, key('q'));
+        assert!(app.quit);
+    }
+
+    /// On the "too small" screen a key other than q does nothing: it acted unseen, and the
+    /// help or a `g` prompt was found open (or the view paused) once the window grew.
+    #[test]
+    fn keys_on_a_screen_too_small_do_nothing_but_quit() {
+        let mut app = live_app();
+        press(&mut app, TermEvent::Resize(40, 12));
+        for c in ['?', 'g', ' ', 'L', 'c', 'm', 'R'] {
+            assert!(press(&mut app, key(c)).is_empty(), "{c}");
+        }
+        assert!(!app.help && app.goto.is_none() && !app.steps_panel && !app.ghosts, "a key acted unseen");
+        assert_eq!(app.cursor.mode, Mode::Live);
+        press(&mut app, TermEvent::Resize(100, 30));
+        press(&mut app, key('?'));
+        assert!(app.help, "keys act again once the screen is large enough");
+        press(&mut app, TermEvent::Resize(40, 12));
         press(&mut app, key('q'));
         assert!(app.quit);
     }

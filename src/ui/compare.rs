@@ -75,6 +75,8 @@ pub struct CompareApp {
     pub help: bool,
     pub quit: bool,
     pub theme: &'static Theme,
+    /// The terminal's size at the last draw or resize: below the smallest, keys but q wait.
+    pub size: Rect,
 }
 
 impl CompareApp {
@@ -107,6 +109,7 @@ impl CompareApp {
             help: false,
             quit: false,
             theme: &DARK,
+            size: Rect::new(0, 0, 120, 40),
         }
     }
 
@@ -255,10 +258,10 @@ impl CompareApp {
     }
 
     pub fn on_input(&mut self, ev: TermEvent, now: Instant) {
-        if let TermEvent::Key(k) = ev {
-            if k.kind != KeyEventKind::Release {
-                self.on_key(k);
-            }
+        match ev {
+            TermEvent::Key(k) if k.kind != KeyEventKind::Release => self.on_key(k),
+            TermEvent::Resize(w, h) => self.size = Rect::new(0, 0, w, h),
+            _ => {}
         }
         if self.mode == Mode::Playing && self.last_tick.is_none() {
             self.last_tick = Some(now);
@@ -269,6 +272,11 @@ impl CompareApp {
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && k.code == KeyCode::Char('c') {
             self.quit = true;
+            return;
+        }
+        // Only "too small (q quits)" is drawn: any other key would act unseen.
+        if self.size.width < MIN_WIDTH || self.size.height < MIN_HEIGHT {
+            self.quit |= k.code == KeyCode::Char('q');
             return;
         }
         // Any key closes the help, q too (as the help says).
@@ -600,6 +608,8 @@ where
     while !app.quit {
         let now = Instant::now();
         if dirty && last_draw.is_none_or(|t| now >= t + frame) {
+            let size = terminal.size()?;
+            app.size = Rect::new(0, 0, size.width, size.height);
             terminal.draw(|f| render(app, f.area(), f.buffer_mut()))?;
             (last_draw, dirty) = (Some(now), false);
             continue;
@@ -800,6 +810,25 @@ mod tests {
     #[test]
     fn too_small_says_so() {
         assert!(screen(&pair(), 70, 20).contains("compare needs at least 80×22"));
+    }
+
+    /// As the live screen: below 80x22 only q quits; `?` or space acted unseen.
+    #[test]
+    fn keys_on_a_screen_too_small_do_nothing_but_quit() {
+        let mut app = pair();
+        let now = Instant::now();
+        let key = |c| TermEvent::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+        app.on_input(TermEvent::Resize(79, 22), now);
+        for c in ['?', ' ', 'a', 'L'] {
+            app.on_input(key(c), now);
+        }
+        assert!(!app.help && app.mode == Mode::Live && app.align == Align::Step, "a key acted unseen");
+        app.on_input(TermEvent::Resize(80, 22), now);
+        app.on_input(key('?'), now);
+        assert!(app.help);
+        app.on_input(TermEvent::Resize(60, 20), now);
+        app.on_input(key('q'), now);
+        assert!(app.quit);
     }
 
     #[test]

@@ -113,15 +113,43 @@ pub fn render_table(t: &Theme, table: &KeyTable, area: Rect, buf: &mut Buffer) {
     // Columns wider than the window share it: each keeps its natural width if it can, and a
     // description that must give way is cut between words with `…` (the keys stay whole).
     let n = cols.len() as u16;
-    let share = inner.width.saturating_sub(1 + COLUMN_GAP * n.saturating_sub(1)) / n.max(1);
+    let rooms = share(&col_w, inner.width.saturating_sub(1 + COLUMN_GAP * n.saturating_sub(1)));
     let mut x = inner.x + 1;
-    for (col, &cw) in cols.iter().zip(&col_w) {
-        let room = if content_w + 4 > area.width { cw.min(share) } else { cw };
+    for (col, &room) in cols.iter().zip(&rooms) {
         for (i, line) in col.iter().take(inner.height as usize).enumerate() {
             buf.set_line(x, inner.y + i as u16, &super::fields::cut_words(line.clone(), room as usize), room);
         }
         x = x.saturating_add(room + COLUMN_GAP);
     }
+}
+
+/// The columns' widths within `total` columns: all their natural widths if they fit; else
+/// those narrower than an even share keep theirs and the others split what is left evenly
+/// (an even share for every column left room unused beside a narrow one while a wide one
+/// was cut).
+fn share(natural: &[u16], total: u16) -> Vec<u16> {
+    if natural.iter().sum::<u16>() <= total {
+        return natural.to_vec();
+    }
+    let mut rooms: Vec<Option<u16>> = vec![None; natural.len()];
+    let mut left = total;
+    loop {
+        let open: Vec<usize> = (0..natural.len()).filter(|&i| rooms[i].is_none()).collect();
+        if open.is_empty() {
+            break;
+        }
+        let even = left / open.len() as u16;
+        let fits: Vec<usize> = open.iter().copied().filter(|&i| natural[i] <= even).collect();
+        if fits.is_empty() {
+            open.iter().for_each(|&i| rooms[i] = Some(even));
+            break;
+        }
+        for i in fits {
+            rooms[i] = Some(natural[i]);
+            left -= natural[i];
+        }
+    }
+    rooms.into_iter().map(|r| r.unwrap_or(0)).collect()
 }
 
 #[cfg(test)]
@@ -144,6 +172,25 @@ mod tests {
             }
         }
         insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn a_narrow_column_leaves_its_room_to_a_wide_one() {
+        assert_eq!(share(&[65, 43], 94), vec![51, 43]);
+        assert_eq!(share(&[65, 54], 74), vec![37, 37]);
+        assert_eq!(share(&[30, 40], 94), vec![30, 40]);
+        assert_eq!(share(&[10, 70, 70], 100), vec![10, 45, 45]);
+    }
+
+    /// At 100x30 (the live TUI's two columns) the second column is narrow: the first takes
+    /// the room it leaves, and `+ -`'s line shows whole (it was cut beside unused room).
+    #[test]
+    fn the_help_uses_the_room_a_narrow_column_leaves() {
+        let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap();
+        term.draw(|f| render(&DARK, f.area(), f.buffer_mut())).unwrap();
+        let text = snapshot_text(term.backend().buffer());
+        assert!(text.contains("pace: steps per second the view plays"), "{text}");
+        assert!(text.contains("the Steps list in place of the text"), "{text}");
     }
 
     #[test]

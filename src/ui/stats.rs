@@ -157,17 +157,29 @@ fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
 }
 
 /// Tokens committed per step, newest step at the right, one column per step, each bar in the
-/// hue of its step.
+/// hue of its step; the scale (`max 2`) on the top row, or on one row after the label
+/// (`tokens/step max 2`): written over the label, it left the chart unnamed.
 fn chart(v: &View, area: Rect, buf: &mut Buffer) {
     const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let Some(k) = v.at else { return };
     let label = "tokens/step ";
+    let shown = |x0: u16| &v.run.steps()[(k + 1).saturating_sub(area.right().saturating_sub(x0) as usize)..=k];
+    let scale = |steps: &[crate::store::StepRec]| steps.iter().map(|s| s.committed).max().unwrap_or(1).max(1);
     buf.set_stringn(area.x, area.bottom() - 1, label, area.width as usize, v.theme.label());
-    let x0 = area.x + label.len() as u16;
-    let cols = area.right().saturating_sub(x0) as usize;
-    let steps = &v.run.steps()[(k + 1).saturating_sub(cols)..=k];
-    let max = steps.iter().map(|s| s.committed).max().unwrap_or(1).max(1);
-    buf.set_stringn(area.x, area.y, format!("max {max:<w$}", w = label.len() - 4), label.len(), v.theme.faint());
+    let mut x0 = area.x + label.len() as u16;
+    // The steps after the note are the newest of those before it: the scale holds for them.
+    let max = scale(shown(x0));
+    if area.height > 1 {
+        buf.set_stringn(area.x, area.y, format!("max {max:<w$}", w = label.len() - 4), label.len(), v.theme.faint());
+    } else {
+        // whole or not at all: a cut scale would be a wrong figure
+        let note = format!("max {max} ");
+        if x0 as usize + note.len() <= area.right() as usize {
+            buf.set_string(x0, area.y, &note, v.theme.faint());
+            x0 += note.len() as u16;
+        }
+    }
+    let steps = shown(x0);
     let span = v.run.step_span();
     let h = area.height as usize;
     for (i, s) in steps.iter().enumerate() {
@@ -208,6 +220,24 @@ mod tests {
         let text = snapshot_text(&render_panel(&app, 110, 8, render));
         assert!(text.contains("experts/layer") && text.contains("of 128") && text.contains("run mean"), "{text}");
         insta::assert_snapshot!(text);
+    }
+
+    /// A one-row chart (the 100x30 screen's) keeps its label, the scale after it: the scale
+    /// was written over the label (`max 1       ████`), leaving the bars unnamed.
+    #[test]
+    fn a_one_row_chart_keeps_its_label_and_its_scale() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let text = snapshot_text(&render_panel(&app, 60, 7, render));
+        let last = text.lines().rev().nth(1).unwrap_or_default();
+        assert!(last.starts_with("│tokens/step max 1 █"), "{text}");
+        insta::assert_snapshot!(text);
+        // too narrow for the scale whole: no scale rather than a cut one
+        let one_row = |v: &View, area: Rect, buf: &mut Buffer| chart(v, area, buf);
+        let text = snapshot_text(&render_panel(&app, 17, 1, one_row));
+        assert_eq!(text.trim_end(), "tokens/step █████", "{text}");
+        let text = snapshot_text(&render_panel(&app, 20, 1, one_row));
+        assert_eq!(text.trim_end(), "tokens/step max 1 ██", "{text}");
     }
 
     #[test]

@@ -112,12 +112,18 @@ fn settled_text(run: &Run, pos: usize) -> Cow<'_, str> {
     }
 }
 
+/// Bytes as hex in prose, which wraps at spaces: joined by no-break spaces, so that a line
+/// never ends inside a group (`<D1` at the end of one line, `F2>` starting the next).
+fn prose_hex(bytes: &[u8]) -> String {
+    detok::hex(bytes).replace(' ', "\u{a0}")
+}
+
 /// The text a prompt or decoded cell adds at step `k`, or its bytes as hex while a masked
 /// neighbour leaves them incomplete.
 fn prose<'a>(run: &Run, pos: usize, k: Option<usize>) -> Cow<'a, str> {
     match run.cell_piece(pos, k) {
-        Some(Piece::Text(t)) => Cow::Owned(t.render(|s| glyph::escape(s, Mode::Prose).into_owned())),
-        Some(Piece::Pending(b)) => Cow::Owned(detok::hex(&b)),
+        Some(Piece::Text(t)) => Cow::Owned(t.render_hex(|s| glyph::escape(s, Mode::Prose).into_owned(), prose_hex)),
+        Some(Piece::Pending(b)) => Cow::Owned(prose_hex(&b)),
         None => Cow::Borrowed(""),
     }
 }
@@ -324,6 +330,43 @@ mod tests {
     #[test]
     fn newlines_show_and_break() {
         assert_eq!(lines(&["a", "\n", "b\n\nc"], 10), vec!["a↵", "b↵", "↵", "c"]);
+    }
+
+    /// Invalid bytes (`<E4 BD>`) are one word to the wrap: a line broken at a space never
+    /// ends inside a group, which left `<E4` at a line's end and `BD>` at the next's start.
+    #[test]
+    fn hex_bytes_wrap_as_one_word() {
+        use crate::events::Event;
+        // Token 6 (A0 E5) becomes FC, never UTF-8: " E4 BD" before it and "A5 BD" after it
+        // are then invalid too (the inspector's test of invalid bytes).
+        let mut events = synth::split_trace();
+        for e in &mut events {
+            if let Event::Step(s) = e {
+                for c in s.committed.iter_mut().filter(|c| c.token == 6) {
+                    c.text = "\u{FFFD}".into();
+                    c.bytes = Some(vec![0xFC]);
+                }
+                for c in s.masked.iter_mut().filter(|c| c.token == 6) {
+                    c.text = "\u{FFFD}".into();
+                    c.bytes = Some(vec![0xFC]);
+                }
+            }
+        }
+        let mut app = App::replay(events, "t".into(), None);
+        key(&mut app, KeyCode::End);
+        let mut seen = false;
+        for w in 10..30u16 {
+            let text = snapshot_text(&render_panel(&app, w, 8, render));
+            seen |= text.contains("<E4\u{a0}BD>");
+            for l in text.lines().skip(1) {
+                let inner = l.trim_start_matches('│').trim_end_matches('│');
+                let open = inner.rfind('<').is_some_and(|i| inner.rfind('>').is_none_or(|j| j < i));
+                // a group too long for a whole line may be cut where it overflows, not elsewhere
+                let full = glyph::width(inner.trim_end_matches(' ')) == usize::from(w - 2);
+                assert!(!open || full, "{w}: a line ends inside a hex group:\n{text}");
+            }
+        }
+        assert!(seen, "the hex groups are drawn whole at some width");
     }
 
     #[test]
