@@ -66,11 +66,13 @@ impl Tok {
         self.inner.decode(ids, true).unwrap_or_default()
     }
 
-    /// The visible piece of one token: what a cell shows. Special tokens keep their spelling.
+    /// The visible piece of one token: what a cell shows. Special tokens keep their spelling;
+    /// an id with no vocabulary entry (Qwen3 pads its embedding past the vocabulary) has no
+    /// text, as tokenizers' decode skips it.
     pub fn piece(&self, id: u32) -> String {
         match self.inner.decode(&[id], false) {
             Ok(s) if !s.is_empty() => s,
-            _ => self.inner.id_to_token(id).unwrap_or_else(|| format!("<{id}>")),
+            _ => self.inner.id_to_token(id).unwrap_or_default(),
         }
     }
 
@@ -84,7 +86,8 @@ impl Tok {
     /// table is its own UTF-8, as tokenizers' ByteLevel decoder does); a `<0xNN>` byte-fallback
     /// token is that one byte; any other decoder: the token decoded alone.
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
-        let Some(token) = self.inner.id_to_token(id) else { return format!("<{id}>").into_bytes() };
+        // No vocabulary entry: no bytes, as the whole output's decode skips the id.
+        let Some(token) = self.inner.id_to_token(id) else { return Vec::new() };
         if let Some(DecoderWrapper::ByteLevel(_)) = self.inner.get_decoder() {
             return token.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| token.into_bytes());
         }

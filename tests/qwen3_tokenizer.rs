@@ -302,6 +302,19 @@ fn split_characters_land_whole_in_the_token_that_completes_them() {
     assert!(texts[robot].ends_with('🤖'));
 }
 
+/// An id past the vocabulary (Qwen3's embedding has 151,936 rows, its vocabulary 151,669
+/// entries; random weights draw them) adds no text, as the tokenizer's own decode skips it: it
+/// showed as the text "<151793>", which no decode of the output contains.
+#[test]
+fn an_id_without_a_vocabulary_entry_adds_no_text() {
+    let ids = [9707, 151793, 1879];
+    assert_eq!(unmask_tok().piece(151793), "");
+    assert!(unmask_tok().token_bytes(151793).is_empty());
+    let want = tokenizer_with_mask().decode(&ids, false).unwrap();
+    assert_eq!(position_texts(&ids).concat(), want);
+    assert_eq!(unmask_tok().decode(&ids), want);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
     /// For any id sequence (special tokens included), the per-token texts concatenate to the
