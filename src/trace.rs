@@ -88,10 +88,14 @@ pub fn read_each(mut input: impl BufRead, label: &str, mut each: impl FnMut(Even
             stopped = Some(format!("{label}:{n}: line longer than {MAX_TRACE_LINE} bytes"));
             break;
         }
-        let Ok(line) = std::str::from_utf8(&buf) else {
+        let Ok(mut line) = std::str::from_utf8(&buf) else {
             stopped = Some(format!("{label}:{n}: not UTF-8"));
             break;
         };
+        if n == 1 {
+            // A byte-order mark that an editor saved the file with is not part of the JSON.
+            line = line.strip_prefix('\u{FEFF}').unwrap_or(line);
+        }
         if line.trim().is_empty() {
             continue;
         }
@@ -243,6 +247,15 @@ mod tests {
         // A line that is no JSON object still says why.
         let e = read(&b"{\"event\":\"header\",\n"[..], "t.jsonl").unwrap_err().to_string();
         assert_eq!(e, "t.jsonl:1: invalid event: EOF while parsing a value (column 18)");
+    }
+
+    /// A trace saved by an editor that adds a byte-order mark reads as the trace.
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let text = std::fs::read(fixture("tiny-dynamic.jsonl")).unwrap();
+        let plain = read(&text[..], "t.jsonl").unwrap();
+        let marked = read(&[b"\xEF\xBB\xBF".as_slice(), &text].concat()[..], "t.jsonl").unwrap();
+        assert_eq!((marked.events.len(), marked.stopped), (plain.events.len(), None));
     }
 
     #[test]
