@@ -279,6 +279,22 @@ fn record_checks_its_cast_before_decoding() {
     }
 }
 
+/// Every output a decode or an export writes is checked by its flag before the work:
+/// `trace --out DIR/` said `DIR/: cannot create: Is a directory` after loading the model.
+#[test]
+fn every_output_is_checked_by_its_flag_before_the_work() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = s(d.path());
+    let missing = d.path().join("no/x.jsonl");
+    let cast = d.path().join("x.cast");
+    let trace = root().join("tests/fixtures/traces/tiny-dynamic.jsonl");
+    refused(&[&["trace", "--out", dir][..], &LONG[..]].concat(), &format!("--out {dir}: is a folder; name a file"));
+    refused(&[&["trace", "--out", s(&missing)][..], &LONG[..]].concat(), &format!("--out {}: the folder", s(&missing)));
+    refused(&[&["record", "--cast", s(&cast), "--trace", dir][..], &LONG[..]].concat(), &format!("--trace {dir}: is a folder; name a file"));
+    assert!(!cast.exists(), "refused before the decode");
+    refused(&["export", s(&trace), "--out", dir], &format!("--out {dir}: is a folder; name a file"));
+}
+
 /// A signal once the decode is done, while the cast renders, cut the run short and deleted
 /// the cast's temporary file: no cast. Now rendering stops and the frames so far are a whole
 /// cast; the trace (written during the decode) is whole too.

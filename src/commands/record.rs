@@ -18,7 +18,7 @@ use crate::trace::{self, TraceWriter};
 /// files are still written whole: the trace ends with its `cancelled` finish event, the cast
 /// shows the screens up to it. A signal while the cast renders ends it on the frames
 /// rendered so far, written whole. Outputs that are inputs of the decode (its prompt file, a
-/// file of its checkpoint) or each other are refused, and `--cast` is checked writable,
+/// file of its checkpoint) or each other are refused, and both are checked writable,
 /// before the checkpoint loads; `-` is stdout for either.
 pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: &CastArgs, look: &LookArgs) -> Result<()> {
     let pacing = cast_args.pacing(look.cast_theme());
@@ -27,6 +27,9 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: 
     outputs.extend(trace_out.map(|t| ("--trace", t)));
     crate::session::refuse_overwriting_inputs(args, &outputs)?;
     check_writable("--cast", cast)?;
+    if let Some(t) = trace_out {
+        check_writable("--trace", t)?;
+    }
     let session = Session::open(args)?;
     let mut writer = match trace_out {
         Some(p) if is_stdout(p) => Some(TraceWriter::new(BufWriter::new(Box::new(std::io::stdout()) as Box<dyn Write>), "stdout")),

@@ -13,11 +13,14 @@ use crate::session::Session;
 use crate::trace::TraceWriter;
 
 /// `out`: the trace's file; `None` or `-`, stdout. A file that is an input of the decode (the
-/// prompt file, a file of the checkpoint) is refused before the checkpoint loads.
+/// prompt file, a file of the checkpoint) or that cannot be written is refused before the
+/// checkpoint loads.
 pub fn run(args: &DecodeArgs, out: Option<&Path>) -> Result<()> {
     let out = out.filter(|p| !crate::output::is_stdout(p));
     if let Some(p) = out {
         crate::session::refuse_overwriting_inputs(args, &[("--out", p)])?;
+        // before the checkpoint loads (minutes, for a large one), named by its flag
+        crate::output::check_writable("--out", p)?;
     }
     let session = Session::open(args)?;
     let writer: Box<dyn Write> = match out {
