@@ -20,7 +20,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::app::{App, View};
 use super::cursor::Mode;
-use super::help::{self, KeyTable};
+use super::help::{self, key, KeyTable};
 use super::theme::{Theme, DARK};
 use super::fields::{self, Field};
 use super::glyph;
@@ -38,15 +38,15 @@ pub const KEYS: &KeyTable = &[
     (
         "compare",
         &[
-            ("space", "pause / play both sides"),
-            ("← → h l", "one step back / forward"),
-            ("[ ]", "one block back / forward"),
-            ("Home End", "first step / both heads"),
-            ("a", "lock-step by step index / aligned by block"),
-            ("L", "each side's Steps list in place of its text"),
+            key("space", 9, &["pause / play both sides", "pause / play"]),
+            help::STEP,
+            help::BLOCK,
+            key("Home End", 6, &["first step / both heads", "first / heads"]),
+            key("a", 7, &["lock-step by step index / aligned by block", "align by step index / by block", "align step / block"]),
+            key("L", 5, &["each side's Steps list in place of its text", "Steps lists in place of text", "Steps lists / text"]),
         ],
     ),
-    ("", &[("?", "this help (any key closes it)"), ("q Ctrl-C", "quit"), ("Ctrl-Z", "suspend (fg resumes)")]),
+    ("", help::GENERAL),
 ];
 
 const HINTS: &str = "? help  space play  ←→ step  [] block  a align  q quit ";
