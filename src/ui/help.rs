@@ -41,45 +41,50 @@ pub const GENERAL: &[Key] = &[
 pub const STEP: Key = key("← → h l", 9, &["one step back / forward", "step back / forward", "step back/fwd"]);
 pub const BLOCK: Key = key("[ ]", 7, &["one block back / forward", "block back / forward", "block back/fwd"]);
 
-pub const KEYS: &KeyTable = &[
-    (
-        "view",
-        &[
-            key("space", 9, &["pause / resume the view (the engine keeps decoding)", "pause / resume the view", "pause / play"]),
-            STEP,
-            BLOCK,
-            key("Home End", 6, &["first step / live head (End also re-follows)", "first step / live head", "first / live"]),
-            key("g", 7, &["go to a step (12) or a block (b7)", "go to step 12 / block b7", "go to a step"]),
-            key("click", 2, &["on the timeline's bar: go to that step", "timeline bar: go to step", "timeline: seek"]),
-            key("r", 4, &["replay from the start", "replay"]),
-            key("+ -", 5, &["pace: steps per second the view plays", "pace: steps per second", "pace (steps/s)"]),
-        ],
-    ),
-    (
-        "cells",
-        &[
-            key("↑ ↓ k j", 7, &["select the cell a block up / down", "the cell a block up / down", "cell up / down"]),
-            key("Tab S-Tab", 6, &["select the next / previous cell", "next / previous cell", "next/prev cell"]),
-            key("click", 2, &["select a cell (grid or text)", "select a cell"]),
-            key("Esc", 4, &["follow the newest commit again", "follow the newest commit", "follow commits"]),
-            key("c", 5, &["show candidates in masked cells", "candidates in masked cells", "candidates"]),
-            key("PgUp PgDn", 3, &["scroll the text (wheel too)", "scroll the text", "scroll text"]),
-            key("L", 5, &["the Steps list in place of the text", "Steps list in place of text", "Steps list"]),
-        ],
-    ),
-    (
-        "engine (live runs)",
-        &[
-            key("p", 6, &["pause / resume the engine itself", "pause / resume the engine", "pause / resume engine", "pause engine"]),
-            key("m", 5, &["next unmasking strategy", "next strategy"]),
-            key("t T", 5, &["lower / raise the threshold", "lower / raise threshold", "threshold down / up", "threshold -/+"]),
-            key("s S", 5, &["fewer / more steps per block", "fewer / more steps", "steps -/+"]),
-            key("", 1, &["changes apply from the next block", "from the next block", "from next block"]),
-            key("R", 6, &["restart the decode with the new settings", "restart with the new settings", "restart with new settings", "restart the decode", "restart"]),
-        ],
-    ),
-    ("", GENERAL),
-];
+const VIEW: (&str, &[Key]) = (
+    "view",
+    &[
+        key("space", 9, &["pause / resume the view (the engine keeps decoding)", "pause / resume the view", "pause / play"]),
+        STEP,
+        BLOCK,
+        key("Home End", 6, &["first step / live head (End also re-follows)", "first step / live head", "first / live"]),
+        key("g", 7, &["go to a step (12) or a block (b7)", "go to step 12 / block b7", "go to a step"]),
+        key("click", 2, &["on the timeline's bar: go to that step", "timeline bar: go to step", "timeline: seek"]),
+        key("r", 4, &["replay from the start", "replay"]),
+        key("+ -", 5, &["pace: steps per second the view plays", "pace: steps per second", "pace (steps/s)"]),
+    ],
+);
+
+const CELLS: (&str, &[Key]) = (
+    "cells",
+    &[
+        key("↑ ↓ k j", 7, &["select the cell a block up / down", "the cell a block up / down", "cell up / down"]),
+        key("Tab S-Tab", 6, &["select the next / previous cell", "next / previous cell", "next/prev cell"]),
+        key("click", 2, &["select a cell (grid or text)", "select a cell"]),
+        key("Esc", 4, &["follow the newest commit again", "follow the newest commit", "follow commits"]),
+        key("c", 5, &["show candidates in masked cells", "candidates in masked cells", "candidates"]),
+        key("PgUp PgDn", 3, &["scroll the text (wheel too)", "scroll the text", "scroll text"]),
+        key("L", 5, &["the Steps list in place of the text", "Steps list in place of text", "Steps list"]),
+    ],
+);
+
+const ENGINE: (&str, &[Key]) = (
+    "engine (live runs)",
+    &[
+        key("p", 6, &["pause / resume the engine itself", "pause / resume the engine", "pause / resume engine", "pause engine"]),
+        key("m", 5, &["next unmasking strategy", "next strategy"]),
+        key("t T", 5, &["lower / raise the threshold", "lower / raise threshold", "threshold down / up", "threshold -/+"]),
+        key("s S", 5, &["fewer / more steps per block", "fewer / more steps", "steps -/+"]),
+        key("", 1, &["changes apply from the next block", "from the next block", "from next block"]),
+        key("R", 6, &["restart the decode with the new settings", "restart with the new settings", "restart with new settings", "restart the decode", "restart"]),
+    ],
+);
+
+/// The live TUI's keys.
+pub const KEYS: &KeyTable = &[VIEW, CELLS, ENGINE, ("", GENERAL)];
+
+/// A replay's: no engine to steer.
+pub const REPLAY_KEYS: &KeyTable = &[VIEW, CELLS, ("", GENERAL)];
 
 /// A line of the overlay before it is laid out.
 #[derive(Clone, Copy)]
@@ -223,9 +228,10 @@ fn layout(table: &KeyTable, width: usize, height: usize) -> Layout<'_> {
     Layout { cols, widths, left_out }
 }
 
-/// Draws the overlay centred over `area` (the whole screen).
-pub fn render(t: &Theme, area: Rect, buf: &mut Buffer) {
-    render_table(t, KEYS, area, buf)
+/// Draws the overlay centred over `area` (the whole screen): a live run's keys, or a replay's
+/// (`live` false), which has no engine to steer.
+pub fn render(t: &Theme, live: bool, area: Rect, buf: &mut Buffer) {
+    render_table(t, if live { KEYS } else { REPLAY_KEYS }, area, buf)
 }
 
 /// The overlay for any key table (compare mode has its own).
@@ -385,7 +391,7 @@ mod tests {
         // However small, nothing panics.
         for w in 0..30 {
             for h in 0..12 {
-                render(&DARK, Rect::new(0, 0, w, h), &mut Buffer::empty(Rect::new(0, 0, w, h)));
+                render(&DARK, true, Rect::new(0, 0, w, h), &mut Buffer::empty(Rect::new(0, 0, w, h)));
             }
         }
     }
@@ -403,7 +409,7 @@ mod tests {
     #[test]
     fn the_help_uses_the_room_a_narrow_column_leaves() {
         let mut term = Terminal::new(TestBackend::new(100, 30)).unwrap();
-        term.draw(|f| render(&DARK, f.area(), f.buffer_mut())).unwrap();
+        term.draw(|f| render(&DARK, true, f.area(), f.buffer_mut())).unwrap();
         let text = snapshot_text(term.backend().buffer());
         assert!(text.contains("pace: steps per second the view plays"), "{text}");
         assert!(text.contains("the Steps list in place of the text"), "{text}");
@@ -412,8 +418,19 @@ mod tests {
     #[test]
     fn help_overlay() {
         let mut term = Terminal::new(TestBackend::new(80, 36)).unwrap();
-        term.draw(|f| render(&DARK, f.area(), f.buffer_mut())).unwrap();
+        term.draw(|f| render(&DARK, true, f.area(), f.buffer_mut())).unwrap();
         insta::assert_snapshot!(snapshot_text(term.backend().buffer()));
+    }
+
+    /// A replay has no engine: its help leaves the engine's keys out (they only warn there).
+    #[test]
+    fn a_replay_lists_no_engine_keys() {
+        let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        term.draw(|f| render(&DARK, false, f.area(), f.buffer_mut())).unwrap();
+        let text = snapshot_text(term.backend().buffer());
+        assert!(!text.contains("engine (live runs)") && !text.contains("restart"), "{text}");
+        assert!(text.contains("follow the newest commit") && text.contains("quit"), "{text}");
+        assert!(!text.contains(glyph::ELLIPSIS), "{text}");
     }
 
     #[test]

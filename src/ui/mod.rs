@@ -67,7 +67,7 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
         }
     }
     if app.help {
-        help::render(app.theme, area, buf);
+        help::render(app.theme, app.is_live(), area, buf);
     }
 }
 
