@@ -513,19 +513,7 @@ mod tests {
     /// do: `"<FC>"` read as a token spelled `<FC>`.
     #[test]
     fn a_tooltip_gives_bytes_bare_and_characters_quoted() {
-        // Token 6 (A0 E5) becomes FC, never UTF-8: " E4 BD" before it and "A5 BD" after it
-        // are then invalid too (the inspector's test of invalid bytes).
-        let mut events = crate::synth::split_trace();
-        for e in &mut events {
-            if let Event::Step(s) = e {
-                for c in s.committed.iter_mut().filter(|c| c.token == 6) {
-                    (c.text, c.bytes) = ("\u{FFFD}".into(), Some(vec![0xFC]));
-                }
-                for c in s.masked.iter_mut().filter(|c| c.token == 6) {
-                    (c.text, c.bytes) = ("\u{FFFD}".into(), Some(vec![0xFC]));
-                }
-            }
-        }
+        let events = crate::synth::invalid_split_trace();
         let svg = step_map_svg(&events).unwrap();
         for want in ["token 5 &quot;·&quot;&lt;E4 BD&gt;</title>", "token 6 &lt;FC&gt;</title>", "token 7 &lt;A5 BD&gt;</title>"] {
             assert!(svg.contains(want), "{want} missing:\n{svg}");

@@ -386,6 +386,22 @@ pub fn split_trace() -> Vec<Event> {
     events
 }
 
+/// [`split_trace`] with token 6 (A0 E5) made FC, never UTF-8: " E4 BD" before it and "A5 BD"
+/// after it are then invalid too. Cells read `<E4 BD>`, `<FC>`, `<A5 BD>` at positions 5 to 7.
+pub fn invalid_split_trace() -> Vec<Event> {
+    let mut events = split_trace();
+    for e in &mut events {
+        if let Event::Step(s) = e {
+            let cells = s.committed.iter_mut().map(|c| (c.token, &mut c.text, &mut c.bytes));
+            let masked = s.masked.iter_mut().map(|c| (c.token, &mut c.text, &mut c.bytes));
+            for (_, text, bytes) in cells.chain(masked).filter(|c| c.0 == 6) {
+                (*text, *bytes) = ("\u{FFFD}".into(), Some(vec![0xFC]));
+            }
+        }
+    }
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -382,22 +382,7 @@ mod tests {
     /// said to be completed by a later cell.
     #[test]
     fn inspector_of_invalid_bytes_agrees_with_the_grid() {
-        use crate::events::Event;
-        // Token 6 (A0 E5) becomes FC, never UTF-8: " E4 BD" before it and "A5 BD" after it
-        // are then invalid too.
-        let mut events = synth::split_trace();
-        let fc = |token: u32, text: &mut String, bytes: &mut Option<Vec<u8>>| {
-            if token == 6 {
-                *text = "\u{FFFD}".into();
-                *bytes = Some(vec![0xFC]);
-            }
-        };
-        for e in &mut events {
-            if let Event::Step(s) = e {
-                s.committed.iter_mut().for_each(|c| fc(c.token, &mut c.text, &mut c.bytes));
-                s.masked.iter_mut().for_each(|c| fc(c.token, &mut c.text, &mut c.bytes));
-            }
-        }
+        let events = synth::invalid_split_trace();
         let mut app = App::replay(events, "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         let run = app.view().unwrap().run;

@@ -336,22 +336,7 @@ mod tests {
     /// ends inside a group, which left `<E4` at a line's end and `BD>` at the next's start.
     #[test]
     fn hex_bytes_wrap_as_one_word() {
-        use crate::events::Event;
-        // Token 6 (A0 E5) becomes FC, never UTF-8: " E4 BD" before it and "A5 BD" after it
-        // are then invalid too (the inspector's test of invalid bytes).
-        let mut events = synth::split_trace();
-        for e in &mut events {
-            if let Event::Step(s) = e {
-                for c in s.committed.iter_mut().filter(|c| c.token == 6) {
-                    c.text = "\u{FFFD}".into();
-                    c.bytes = Some(vec![0xFC]);
-                }
-                for c in s.masked.iter_mut().filter(|c| c.token == 6) {
-                    c.text = "\u{FFFD}".into();
-                    c.bytes = Some(vec![0xFC]);
-                }
-            }
-        }
+        let events = synth::invalid_split_trace();
         let mut app = App::replay(events, "t".into(), None);
         key(&mut app, KeyCode::End);
         let mut seen = false;
