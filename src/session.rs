@@ -252,13 +252,7 @@ fn checkpoint_block_size(config: Option<usize>, name: Option<&str>) -> Option<(u
 /// no `--block-length` to blame); config.json's was checked when config.json was read.
 fn check_name_block(block: Option<&(usize, String)>) -> Result<()> {
     let Some((b, from)) = block else { return Ok(()) };
-    let probe = crate::settings::DecodeSettings { block_length: *b, ..crate::settings::DecodeSettings::default() };
-    match probe.validate() {
-        Err(e @ crate::settings::SettingsError::BlockLength(_)) => {
-            bail!("block length {b} from {from} {}; pass --block-length", e.requirement())
-        }
-        _ => Ok(()),
-    }
+    crate::settings::check_block_length(*b).map_err(|e| anyhow!("block length {b} from {from} {}; pass --block-length", e.requirement()))
 }
 
 fn block_length_source(args: &DecodeArgs, gen: &GenerationConfig, block: Option<(usize, String)>) -> String {

@@ -237,6 +237,15 @@ impl std::fmt::Display for SettingsError {
 
 impl std::error::Error for SettingsError {}
 
+/// A block length any decode may take (`validate` checks the settings' own; a block size read
+/// from elsewhere is checked here before it becomes one).
+pub fn check_block_length(b: usize) -> Result<(), SettingsError> {
+    if !(1..=crate::limits::MAX_BLOCK_LENGTH).contains(&b) {
+        return Err(SettingsError::BlockLength(b));
+    }
+    Ok(())
+}
+
 impl DecodeSettings {
     /// What the sampler is handed: `sampling`, with the confidence and top-k rule of the
     /// schedule's reference.
@@ -274,10 +283,8 @@ impl DecodeSettings {
 
     pub fn validate(&self) -> Result<(), SettingsError> {
         let s = &self.sampling;
-        use crate::limits::{MAX_BLOCK_LENGTH, MAX_NEW_TOKENS, MAX_STEPS};
-        if !(1..=MAX_BLOCK_LENGTH).contains(&self.block_length) {
-            return Err(SettingsError::BlockLength(self.block_length));
-        }
+        use crate::limits::{MAX_NEW_TOKENS, MAX_STEPS};
+        check_block_length(self.block_length)?;
         if !(1..=MAX_STEPS).contains(&self.steps) {
             return Err(SettingsError::Steps(self.steps));
         }
