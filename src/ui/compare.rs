@@ -461,10 +461,11 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
 /// shorten alike so that their figures still read side by side.
 fn side_lines(app: &CompareApp, areas: [Rect; 2], buf: &mut Buffer) {
     let room = |i: usize| (areas[i].width as usize).saturating_sub(side_name(app, i).width());
-    let floor = (0..2).filter_map(|i| side_fields(app, i).map(|f| fields::rank_needed(&f, "", room(i)))).max().unwrap_or(0);
-    for (i, area) in areas.into_iter().enumerate() {
+    let sides = [side_fields(app, 0), side_fields(app, 1)];
+    let floor = sides.iter().enumerate().filter_map(|(i, f)| Some(fields::rank_needed(f.as_ref()?, "", room(i)))).max().unwrap_or(0);
+    for (i, (area, f)) in areas.into_iter().zip(sides).enumerate() {
         let mut spans = vec![side_name(app, i)];
-        match side_fields(app, i) {
+        match f {
             Some(f) => spans.extend(fields::line_from(f, "", room(i), floor).spans),
             None => spans.push(Span::styled("waiting for the engine's first event…", app.theme.dim())),
         }
