@@ -472,8 +472,8 @@ fn parse_candidates(s: &str) -> Result<usize, String> {
 
 /// transformers' `GenerationConfig` defaults, taken when generation_config.json says
 /// `do_sample: true` and leaves the field out.
-const TRANSFORMERS_TEMPERATURE: f32 = 1.0;
-const TRANSFORMERS_TOP_K: usize = 50;
+pub(crate) const TRANSFORMERS_TEMPERATURE: f32 = 1.0;
+pub(crate) const TRANSFORMERS_TOP_K: usize = 50;
 
 impl DecodeArgs {
     /// `--candidates`, 1 when not given.

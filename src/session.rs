@@ -271,9 +271,9 @@ fn sampling_source(args: &DecodeArgs, gen: &GenerationConfig) -> String {
     // true fills in transformers' temperature and top-k where neither the file nor a flag does.
     let greedy_by_file = gen.do_sample == Some(false) && !flags[0];
     let sampling_by_file = gen.do_sample == Some(true);
-    let filled: Vec<&str> = [
-        (sampling_by_file && gen.temperature.is_none() && !flags[0], "temperature 1.0"),
-        (sampling_by_file && gen.top_k.is_none() && !flags[1], "top_k 50"),
+    let filled: Vec<String> = [
+        (sampling_by_file && gen.temperature.is_none() && !flags[0], format!("temperature {:?}", crate::cli::TRANSFORMERS_TEMPERATURE)),
+        (sampling_by_file && gen.top_k.is_none() && !flags[1], format!("top_k {}", crate::cli::TRANSFORMERS_TOP_K)),
     ]
     .into_iter()
     .filter_map(|(on, what)| on.then_some(what))
