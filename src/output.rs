@@ -34,7 +34,7 @@ fn identity(path: &Path) -> Identity {
     }
     // A dangling symlink names the file it would create.
     let path = std::fs::read_link(path).map(|t| path.parent().unwrap_or(Path::new("")).join(t)).unwrap_or_else(|_| path.to_path_buf());
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = folder_of(&path);
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     Identity::New(dir.join(path.file_name().unwrap_or_default()))
 }
@@ -90,7 +90,7 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
         Ok(_) => return Ok(()),
         Err(_) => {}
     }
-    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = folder_of(&target);
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("{flag} {name}: {} is not a folder", dir.display()),
@@ -101,6 +101,11 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
         .tempfile_in(dir)
         .map_err(|e| folder_error(&format!("{flag} {name}"), dir, &e))?;
     Ok(())
+}
+
+/// The folder a file `path` goes in: its parent, `.` for a bare name.
+fn folder_of(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
 /// Why a file cannot be created in `dir`, the folder of output `name`, in the user's terms:
@@ -164,7 +169,7 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
         }
         _ => {}
     }
-    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = folder_of(&target);
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy()))
         .suffix(".unmask-tmp")
@@ -214,7 +219,7 @@ pub fn print(text: &str) -> Result<()> {
 pub fn create_streamed(path: &Path) -> Result<std::fs::File> {
     std::fs::File::create(path).map_err(|e| {
         // the folder's fault said as every output says it ("the folder nodir does not exist")
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = folder_of(path);
         match std::fs::metadata(dir) {
             Ok(m) if m.is_dir() => anyhow::Error::new(e).context(format!("{}: cannot create", path.display())),
             _ => folder_error(&path.display().to_string(), dir, &e),
