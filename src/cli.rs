@@ -727,6 +727,18 @@ mod tests {
         assert_eq!(settings_err(&flags, r#"{"top_p":0.9}"#), "invalid settings: --top-p must be within (0, 1] (got 0)");
     }
 
+    /// Either spelling of the threshold is taken; both at once is an error naming the file.
+    #[test]
+    fn threshold_is_taken_in_either_spelling_not_both() {
+        let s = DecodeArgs::default().settings(&gen(r#"{"confidence_threshold":0.7}"#), None).unwrap();
+        assert_eq!(s.threshold, 0.7);
+        let both = GenerationConfig::parse(r#"{"threshold":0.7,"confidence_threshold":0.8}"#, "m/generation_config.json");
+        assert_eq!(
+            format!("{:#}", both.unwrap_err()),
+            "m/generation_config.json: both `threshold` and `confidence_threshold` are given; keep one"
+        );
+    }
+
     /// transformers' `do_sample: false` is greedy search: the file's temperature is not taken
     /// (nor checked); --temperature still wins.
     #[test]

@@ -199,9 +199,14 @@ pub struct GenerationConfig {
     pub block_length: Option<usize>,
     #[serde(default)]
     pub denoising_steps: Option<usize>,
-    /// lmdeploy and our recipe spell it `confidence_threshold`.
-    #[serde(default, alias = "confidence_threshold")]
+    /// Either spelling's value, once parsed: lmdeploy and our recipe spell it
+    /// `confidence_threshold`.
+    #[serde(default)]
     pub threshold: Option<f32>,
+    /// The other spelling, folded into `threshold` by [`GenerationConfig::parse`] (so `None`
+    /// after it).
+    #[serde(default)]
+    pub(crate) confidence_threshold: Option<f32>,
     #[serde(default)]
     pub eb_threshold: Option<f32>,
     #[serde(default)]
@@ -235,8 +240,14 @@ impl GenerationConfig {
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
         let mut gen: GenerationConfig = config::parse_object(text, origin, "invalid generation config")?;
         gen.origin = origin.to_string();
-        let spelled = serde_json::from_str::<serde_json::Value>(text).ok().is_some_and(|v| v.get("confidence_threshold").is_some());
-        gen.threshold_field = if spelled { "confidence_threshold" } else { "threshold" };
+        gen.threshold_field = match (gen.threshold, gen.confidence_threshold.take()) {
+            (Some(_), Some(_)) => bail!("{origin}: both `threshold` and `confidence_threshold` are given; keep one"),
+            (None, Some(v)) => {
+                gen.threshold = Some(v);
+                "confidence_threshold"
+            }
+            _ => "threshold",
+        };
         Ok(gen)
     }
 
