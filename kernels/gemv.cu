@@ -266,3 +266,206 @@ extern "C" __global__ void unmask_gemv_moe_down_u8(const uint4* w, const uint4* 
                                                    const MoeTable* tab, int t_len, int n, int k8, int ks) {
     gemv<8, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The bulk-copy form (UNMASK_GEMV_BULK=1, src/model/cuda/gemv.rs; sm_90 and later): the same
+// products and epilogues, with W streamed by Hopper's bulk-copy engine instead of the warps.
+//
+// Why: above, each warp holds one batch of W loads (U steps, at most 8 KiB a warp) and none
+// while it multiplies, so a projection streams at 2.5-3.1 TB/s against a copy bandwidth of 4.2
+// (docs/perf.md). Here warp 0 hands the copy engine whole row chunks of W (`cp.async.bulk`, one
+// a row and stage, completing on the stage's mbarrier) S stages ahead: S x 8 KiB (16 KiB
+// paired) are in flight a block whatever its warps are doing, and all S are asked for before
+// the PDL wait (no kernel writes W), so a projection's first weights stream while the kernels
+// before it still run. scripts/bulk_bench.cu times it beside the kernel above.
+//
+// A block (128 threads, 4 warps) owns a contiguous run of 16-row tiles (grid = SMs, at most one
+// a tile) and walks its items (tile, BULK_K-wide chunk of k) in order; item i sits in stage
+// i % S and waits on that stage's mbarrier at parity (i / S) & 1. Each warp multiplies a
+// quarter of a stage's k with the fragment order of mma() above, reading x straight from
+// global memory (a few KiB, L1-resident); the warps' sums meet in shared memory at a tile's
+// last chunk. A stage is handed back at the block barrier after every warp has read it.
+// Staged rows are BULK_ROWB bytes apart (64 past a multiple of 128), so the 8 lanes of a
+// 128-byte phase (rows g and g + 1, k slots q) fall in distinct banks. PAIR stages hold 16
+// gate rows then the same 16 rows of the up half. NORM: the sums of squares of x are taken
+// during a block's first tile (every x value once: warps x lanes q x chunks cover k) and kept
+// by warp 0, which writes every tile. n % 16 == 0, k % BULK_K == 0 (the launcher checks).
+#define BULK_K 256
+#define BULK_ROWB (2 * BULK_K + 64)
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Arrive once and tell the barrier that `bytes` more will land through the copy engine.
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "BULK_WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra BULK_WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+// Warp 0 asks for item i: lane 0 arms the stage's barrier with the bytes to come, then lane r
+// copies gate row r of the item's tile (and, PAIR, up row r) into the stage.
+template <bool PAIR>
+__device__ __forceinline__ void bulk_issue(const unsigned short* w, int n, int k, int t0, int chunks, int i,
+                                           unsigned stage, unsigned bar, int lane) {
+    const int tile = t0 + i / chunks, c = i % chunks;
+    if (lane == 0) mbar_expect(bar, (PAIR ? 32 : 16) * 2 * BULK_K);
+    __syncwarp();
+    if (lane < 16) {
+        const unsigned short* src = w + ((long)tile * 16 + lane) * k + (long)c * BULK_K;
+        bulk_copy(stage + lane * BULK_ROWB, src, 2 * BULK_K, bar);
+        if (PAIR) bulk_copy(stage + (16 + lane) * BULK_ROWB, src + (long)n * k, 2 * BULK_K, bar);
+    }
+}
+#endif
+
+template <int S, bool PAIR, bool NORM, bool ADD>
+__device__ void gemv_bulk(const unsigned short* __restrict__ w, const unsigned short* __restrict__ x,
+                          unsigned short* __restrict__ y, const unsigned short* __restrict__ res, int t_len, int n,
+                          int k, float eps) {
+#if __CUDA_ARCH__ >= 900
+    constexpr int ROWS = PAIR ? 32 : 16, STAGE = ROWS * BULK_ROWB, NP = PAIR ? 8 : 4;
+    constexpr int SPW = BULK_K / 32 / 4;  // steps of 32 k a warp takes of a stage
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ __align__(8) unsigned long long bars[S];
+    __shared__ float red[2][4][NP + 1][32];  // [tile parity][warp][sum][lane]; + 1: NORM's squares
+    launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int tiles = n / 16, chunks = k / BULK_K;
+    const int t0 = (int)((long)tiles * blockIdx.x / gridDim.x), t1 = (int)((long)tiles * (blockIdx.x + 1) / gridDim.x);
+    const int items = (t1 - t0) * chunks;
+    const unsigned base = smem_u32(sm), bar0 = smem_u32(bars);
+    if (warp == 0) {
+        if (lane == 0) {
+            for (int s = 0; s < S; ++s) mbar_init(bar0 + 8 * s, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+        // W is never written by a kernel: ask for it before waiting for the one before
+        for (int i = 0; i < S && i < items; ++i) bulk_issue<PAIR>(w, n, k, t0, chunks, i, base + i * STAGE, bar0 + 8 * i, lane);
+    }
+    __syncthreads();
+    dependency_wait();  // x (and res) are earlier kernels' outputs
+    const bool live = g < t_len;
+    const unsigned short* xg = x + (long)(live ? g : 0) * k + 8 * q;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float c[4] = {0.f, 0.f, 0.f, 0.f}, cu[4] = {0.f, 0.f, 0.f, 0.f}, rv[4] = {0.f, 0.f, 0.f, 0.f};
+    float ss = 0.f, rs[2] = {1.f, 1.f};
+    for (int i = 0; i < items; ++i) {
+        const int s = i % S, tl = i / chunks, ch = i % chunks;
+        const int n0 = (t0 + tl) * 16;
+        // ADD: warp 0 asks for the tile's residual values at its first chunk, used at its last
+        if (ADD && warp == 0 && ch == 0)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = 2 * q + (e & 1);
+                rv[e] = t < t_len ? __uint_as_float(((unsigned)res[(long)t * n + n0 + g + (e >> 1) * 8]) << 16) : 0.f;
+            }
+        mbar_wait(bar0 + 8 * s, (i / S) & 1);
+        const unsigned char* st = sm + s * STAGE;
+#pragma unroll
+        for (int j = 0; j < SPW; ++j) {
+            const int kk = (warp * SPW + j) * 32;  // k within the chunk
+            const int off = 2 * (kk + 8 * q);
+            const uint4 a = *(const uint4*)(st + g * BULK_ROWB + off);
+            const uint4 b = *(const uint4*)(st + (g + 8) * BULK_ROWB + off);
+            const uint4 xv = live ? *(const uint4*)(xg + (long)ch * BULK_K + kk) : zero;
+            if (NORM && tl == 0) {
+                float f[8];
+                unpack8(xv, f);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+            }
+            mma(c, a, b, xv.x, xv.y, false);
+            mma(c, a, b, xv.z, xv.w, true);
+            if (PAIR) {
+                const uint4 au = *(const uint4*)(st + (16 + g) * BULK_ROWB + off);
+                const uint4 bu = *(const uint4*)(st + (24 + g) * BULK_ROWB + off);
+                mma(cu, au, bu, xv.x, xv.y, false);
+                mma(cu, au, bu, xv.z, xv.w, true);
+            }
+        }
+        const bool last = ch == chunks - 1;
+        float(*mine)[32] = red[tl & 1][warp];
+        if (last) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                mine[e][lane] = c[e];
+                if (PAIR) mine[4 + e][lane] = cu[e];
+            }
+            if (NORM && tl == 0) mine[NP][lane] = ss;
+        }
+        __syncthreads();  // every warp is done with stage s and has written its sums
+        if (warp == 0 && i + S < items) bulk_issue<PAIR>(w, n, k, t0, chunks, i + S, base + s * STAGE, bar0 + 8 * s, lane);
+        if (!last) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[e] = cu[e] = 0.f;
+        if (warp != 0) continue;
+        float v[4], vu[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            v[e] = red[tl & 1][0][e][lane] + red[tl & 1][1][e][lane] + red[tl & 1][2][e][lane] + red[tl & 1][3][e][lane];
+            if (PAIR)
+                vu[e] = red[tl & 1][0][4 + e][lane] + red[tl & 1][1][4 + e][lane] + red[tl & 1][2][4 + e][lane] +
+                        red[tl & 1][3][4 + e][lane];
+        }
+        if (NORM && tl == 0) {
+            // x row g's squares: this lane's 4 lanes q, then the 4 warps; 1 / rms of rows 2q and
+            // 2q + 1 (this lane's two columns) from lanes 8q and 8q + 4
+            float sq = red[0][0][NP][lane] + red[0][1][NP][lane] + red[0][2][NP][lane] + red[0][3][NP][lane];
+            sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+            sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) rs[j] = 1.0f / sqrtf(__shfl_sync(0xffffffffu, sq, 4 * (2 * q + j)) / (float)k + eps);
+        }
+        // v0, v1: row g, columns 2q, 2q+1; v2, v3: row g+8, the same columns. Column = x row.
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = n0 + g + (e >> 1) * 8, t = 2 * q + (e & 1);
+            if (t >= t_len) continue;
+            float o = NORM ? v[e] * rs[e & 1] : v[e];
+            if (PAIR) {
+                const float gt = bf16_round(o), up = bf16_round(NORM ? vu[e] * rs[e & 1] : vu[e]);
+                o = gt / (1.0f + expf(-gt)) * up;
+            }
+            if (ADD) o = bf16_round(o) + rv[e];
+            y[(long)t * n + row] = to_bf16(o);
+        }
+    }
+#endif
+}
+
+// The forms the streamed layer runs (see the register forms above): q|k|v with the norm, o and
+// down adding the residual, gate|up with the norm and silu(gate) * up. Stages: 8 KiB of W each
+// (16 KiB paired; 9 and 18 KiB with the rows' padding), 72 KiB a block either way, so one block
+// an SM fits the gemvs' shared memory split (132 KiB, src/model/cuda/launch.rs).
+#define GEMV_BULK(NAME, S, PAIR, NORM, ADD)                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const unsigned short* w, const unsigned short* x, \
+                                                           unsigned short* y, const unsigned short* res,      \
+                                                           int t_len, int n, int k, float eps) {              \
+        gemv_bulk<S, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k, eps);                                       \
+    }
+GEMV_BULK(unmask_gemv_bulk, 8, false, false, false)
+GEMV_BULK(unmask_gemv_bulk_add, 8, false, false, true)
+GEMV_BULK(unmask_gemv_bulk_norm, 8, false, true, false)
+GEMV_BULK(unmask_gemv_bulk_norm_silu, 4, true, true, false)

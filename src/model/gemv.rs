@@ -251,6 +251,45 @@ pub struct GemvInto<'a> {
 }
 
 /// The kernels/gemv.cu entry point for a form and a batch depth, where that form is compiled.
+/// k a stage of the bulk-copy form takes (kernels/gemv.cu's `BULK_K`).
+pub const BULK_K: usize = 256;
+
+/// Bytes a staged row takes in shared memory (kernels/gemv.cu's `BULK_ROWB`: 64 bytes of
+/// padding against bank conflicts).
+const BULK_ROW_BYTES: usize = 2 * BULK_K + 64;
+
+/// How the bulk-copy form of the product runs (kernels/gemv.cu, `gemv_bulk`: W streamed into
+/// shared-memory stages by the copy engine; `UNMASK_GEMV_BULK=1`, sm_90).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkLaunch {
+    pub name: &'static str,
+    /// One block an SM at most, each a contiguous run of 16-row tiles; never more than tiles.
+    pub blocks: usize,
+    /// Its stages: 8 of 16 rows, or 4 of 32 paired (gate and up), 72 KiB either way.
+    pub smem: usize,
+}
+
+impl BulkLaunch {
+    pub const THREADS: usize = 128;
+
+    /// The form for `n` output rows of `k` inputs on a GPU of `sms` SMs, or `None` where the
+    /// register form must run: k not a whole number of stages, n not of tiles, or a form the
+    /// streamed layer never asks for (no bulk kernel is compiled for it).
+    pub fn plan(epilogue: Epilogue, norm: bool, add: bool, n: usize, k: usize, sms: usize) -> Option<Self> {
+        if n == 0 || !n.is_multiple_of(TILE_ROWS) || k == 0 || !k.is_multiple_of(BULK_K) || sms == 0 {
+            return None;
+        }
+        let (name, stages, rows) = match (epilogue, norm, add) {
+            (Epilogue::Plain, false, false) => ("unmask_gemv_bulk", 8, 16),
+            (Epilogue::Plain, false, true) => ("unmask_gemv_bulk_add", 8, 16),
+            (Epilogue::Plain, true, false) => ("unmask_gemv_bulk_norm", 8, 16),
+            (Epilogue::SiluMul, true, false) => ("unmask_gemv_bulk_norm_silu", 4, 32),
+            _ => return None,
+        };
+        Some(BulkLaunch { name, blocks: (n / TILE_ROWS).min(sms), smem: stages * rows * BULK_ROW_BYTES })
+    }
+}
+
 pub fn kernel_name(epilogue: Epilogue, norm: bool, add: bool, u: usize) -> Option<&'static str> {
     Some(match (epilogue, norm, add, u) {
         (Epilogue::Plain, false, false, 8) => "unmask_gemv_u8",
@@ -394,6 +433,40 @@ mod tests {
         assert_eq!(grouped_split(2048, 768, Epilogue::Plain), Split { ks: 2, tb: 4, u: 8, blocks: 32 });
         // a long K keeps the dense rule
         assert_eq!(grouped_split(2048, 6144, Epilogue::Plain), split(2048, 6144, Epilogue::Plain));
+    }
+
+    #[test]
+    fn bulk_form_runs_every_sdar_projection_and_only_those() {
+        let plan = |e, norm, add, n, k| BulkLaunch::plan(e, norm, add, n, k, 132);
+        // SDAR-4B: q|k|v with the norm (6144 rows, 384 tiles over 132 SMs), o and down adding
+        let qkv = plan(Epilogue::Plain, true, false, 6144, 2560).unwrap();
+        assert_eq!(qkv, BulkLaunch { name: "unmask_gemv_bulk_norm", blocks: 132, smem: 8 * 16 * 576 });
+        assert_eq!(plan(Epilogue::Plain, false, true, 2560, 4096).unwrap().name, "unmask_gemv_bulk_add");
+        assert_eq!(plan(Epilogue::Plain, false, true, 2560, 9728).unwrap().blocks, 132);
+        // gate|up, paired: half the stages, twice the rows, the same shared memory
+        let gu = plan(Epilogue::SiluMul, true, false, 9728, 2560).unwrap();
+        assert_eq!((gu.name, gu.smem), ("unmask_gemv_bulk_norm_silu", qkv.smem));
+        // SDAR-1.7B's o: 128 tiles, so 128 blocks, not 132
+        assert_eq!(plan(Epilogue::Plain, false, true, 2048, 2048).unwrap().blocks, 128);
+        // the register form elsewhere: k not whole stages, n not whole tiles, a form never compiled
+        assert_eq!(plan(Epilogue::Plain, false, false, 64, 64), None);
+        assert_eq!(plan(Epilogue::Plain, false, false, 2056, 2048), None);
+        assert_eq!(plan(Epilogue::SiluMul, false, false, 2048, 2048), None);
+        assert_eq!(plan(Epilogue::Plain, true, true, 2048, 2048), None);
+    }
+
+    /// The plan's names, stage size and stage counts are the ones kernels/gemv.cu compiles.
+    #[test]
+    fn bulk_plan_matches_the_kernel_source() {
+        let src = include_str!("../../kernels/gemv.cu");
+        assert!(src.contains(&format!("#define BULK_K {BULK_K}\n")));
+        assert!(src.contains("#define BULK_ROWB (2 * BULK_K + 64)\n"));
+        for (e, norm, add, pair) in [(Epilogue::Plain, false, false, false), (Epilogue::Plain, false, true, false), (Epilogue::Plain, true, false, false), (Epilogue::SiluMul, true, false, true)] {
+            let p = BulkLaunch::plan(e, norm, add, 4096, 4096, 132).unwrap();
+            let stages = p.smem / ((if pair { 32 } else { 16 }) * BULK_ROW_BYTES);
+            let line = format!("GEMV_BULK({}, {stages}, {pair}, {norm}, {add})", p.name);
+            assert!(src.contains(&line), "kernels/gemv.cu has no `{line}`");
+        }
     }
 
     #[test]
