@@ -256,6 +256,9 @@ GEMV(unmask_gemv_silu_u4, 4, true, false, false)
 GEMV(unmask_gemv_add_u8, 8, false, false, true)
 GEMV(unmask_gemv_norm_u8, 8, false, true, false)
 GEMV(unmask_gemv_norm_silu_u4, 4, true, true, false)
+// the paired forms with 8 steps a batch (SDAR-8B's gate|up, src/model/gemv.rs MEASURED)
+GEMV(unmask_gemv_silu_u8, 8, true, false, false)
+GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
 
 // MoE experts, grouped (GRP above): grid (tiles, T * k); the table from moe.cu's route kernel.
 extern "C" __global__ void unmask_gemv_moe_up_u4(const uint4* w, const uint4* x, unsigned short* y,

@@ -87,6 +87,12 @@ struct Split {
     int u, ks, tb;
 };
 static Split gemv_split(int n, int k, bool pair) {
+    // src/model/gemv.rs's MEASURED first: (n, k, pair) -> u, ks, tb
+    const struct { int n, k; bool pair; Split s; } measured[] = {
+        {6144, 2560, false, {8, 4, 2}}, {9728, 2560, true, {4, 8, 1}}, {2560, 9728, false, {8, 8, 2}},
+        {6144, 4096, false, {8, 8, 1}}, {12288, 4096, true, {8, 4, 1}}};
+    for (const auto& m : measured)
+        if (m.n == n && m.k == k && m.pair == pair) return m.s;
     const int steps = k / 32, w_rows = pair ? 2 * n : n;
     int ks = 8, tb = 1;
     if (steps >= 128) ks = 16, tb = 1;

@@ -256,6 +256,25 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// The streamed layer's forms at the shapes whose split was measured rather than ruled
+/// (`gemv::MEASURED`: SDAR-4B and 8B), some with kernels no other shape runs (the paired form
+/// with 8 steps a batch), at T = 4 and 8.
+fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+    use crate::model::gemv::{Epilogue, MEASURED};
+    for &((n, k, epilogue), _) in &MEASURED {
+        let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
+        let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
+        let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };
+        for t in [4, 8] {
+            let x = Tensor::randn(0f32, 1.0, (t, k), dev)?.to_dtype(DType::BF16)?;
+            for name in names {
+                gemv_form_checks(rep, name, &x, &w)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The streamed layer's forms of one projection on the device against the unfused chain
 /// (f32 RMSNorm rounded to bf16, cuBLAS, the silu chain, a bf16 add): the norm form, with the
 /// norm weight folded into W, where the projection reads the residual stream (qkv, gate|up),
@@ -281,14 +300,14 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
         }
         let out = Tensor::zeros(want.shape(), DType::BF16, dev)?;
         op.run(&out, x, &folded)?;
-        rep.check(format!("gemv {name} norm form [{t}x{k}] vs rms_norm + matmul"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+        rep.check(format!("gemv {name} norm form [{t}x{k}]·[{n}x{k}]ᵀ vs rms_norm + matmul"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
     }
     if matches!(name, "o" | "down") {
         let res = Tensor::randn(0f32, 1.0, (t, n), dev)?.to_dtype(DType::BF16)?;
         let want = (x.matmul(&w.t()?)? + &res)?;
         let out = Tensor::zeros((t, n), DType::BF16, dev)?;
         GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&res) }.run(&out, x, w)?;
-        rep.check(format!("gemv {name} residual form [{t}x{k}] vs matmul + add"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+        rep.check(format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + add"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
     }
     Ok(())
 }
@@ -424,6 +443,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
 
     // 4: the gemv kernel against cuBLAS on the SDAR-1.7B projections
     gemv_checks(&mut rep, &dev)?;
+    measured_split_checks(&mut rep, &dev)?;
 
     let failed = rep.checks.iter().filter(|c| !c.pass).count();
     println!("{} checks, {failed} failed", rep.checks.len());
