@@ -1,4 +1,4 @@
-// What the GPU microbenchmarks (scripts/gemv_bench.cu, moe_bench.cu, persist_bench.cu) share: a
+// What the GPU microbenchmarks (scripts/gemv_bench.cu, moe_bench.cu) share: a
 // CUDA call checked, a fill of deterministic bf16 noise, the largest relative difference of two
 // bf16 buffers, SDAR's dense shapes and the model's gemv split for them, a stand-in for attention. Include after
 // kernels/gemv.cu (to_bf16).

@@ -2,17 +2,13 @@
 # The kernel trials, on the H200, in one call: nvcc only (no unmask binary, no cargo there).
 #
 #   bash scripts/gpu_kernels.sh                      # every bench at every dense shape
-#   SHAPES="4b" BENCHES="persist" bash scripts/gpu_kernels.sh
+#   SHAPES="4b" BENCHES="gemv" bash scripts/gpu_kernels.sh
 #
-# BENCHES: persist (scripts/persist_bench.cu: the forward's gemv chain as one persistent kernel
-# against the chain of launches, without and with an attention stand-in), bulk
-# (scripts/bulk_bench.cu: a gemv whose weights stream through the bulk-copy engine into a ring of
-# shared-memory stages, against the kernel, per projection and in the chain), gemv
-# (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
+# BENCHES: gemv (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
 # moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape).
 # SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench, every shape's
 # output in it under a `=== shape S` line (5 files, within the 8 a device call brings back). Each bench run is limited to 240
-# s; if the whole would pass a call's 600 s, split it (BENCHES="persist moe", then "gemv").
+# s; if the whole would pass a call's 600 s, split it (BENCHES="moe", then "gemv").
 # Exit 1 if any bench fails to build, run or check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +16,7 @@ OUT=${OUT:-/tmp/unmask-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/kernels.log") 2>&1
 SHAPES=${SHAPES:-1.7b 4b 8b}
-BENCHES=${BENCHES:-persist bulk gemv moe}
+BENCHES=${BENCHES:-gemv moe}
 W=$(mktemp -d)
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
 [[ -n $NVCC ]] || { echo "nvcc not found"; exit 1; }
@@ -39,7 +35,7 @@ for b in $BENCHES; do
     rc=$?
     { echo "=== shape $s (rc $rc)"; cat "$one"; } >> "$f"
     if ((rc == 0)); then
-      grep -E "chain|persistent|best|done|FAIL" "$one" | head -40
+      grep -E "chain|best|final|done|FAIL" "$one" | head -40
     else
       FAILED+=("$b $s (rc $rc)"); tail -15 "$one"
     fi

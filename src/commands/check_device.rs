@@ -261,7 +261,7 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 /// with 8 steps a batch), at T = 4 and 8.
 fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     use crate::model::gemv::{Epilogue, MEASURED};
-    for &((n, k, epilogue), _) in &MEASURED {
+    for &crate::model::gemv::Measured { n, k, epilogue, .. } in &MEASURED {
         let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
         let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
         let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };

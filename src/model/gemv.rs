@@ -86,20 +86,31 @@ impl Epilogue {
 /// Splits `(ks, tb, u)` for `(output rows, k, form)` where scripts/gemv_bench.cu's sweep inside
 /// the streamed layer's chain (every projection under PDL, an 11 us stand-in for attention, one
 /// projection's split varied at a time) beat the rule in [`split`]: SDAR-4B and 8B, swept on an
-/// H100 in session 16 (docs/gpu-runs/2026-12-05-session16-h100/; no H200 could be had). In the
-/// model, `unmask bench --random-init sdar-4b` went from 4.30-4.32 to 3.84-3.86 ms a forward
-/// with the 4B rows (three alternating pairs, same call). Projections not listed (o at both
-/// shapes, down at 8B) measured best at the rule's split.
-pub const MEASURED: [((usize, usize, Epilogue), (usize, usize, usize)); 5] = [
+/// H100 in session 16 (docs/gpu-runs/2026-12-05-session16-h100-splits/; no H200 could be
+/// had). In the model, `unmask bench --random-init sdar-4b` went from 4.24-4.32 to 3.80-3.86 ms
+/// a forward (two calls of three alternating pairs), 8B from 6.33-6.35 to 6.26-6.33.
+/// Projections not listed (o at both shapes, down at 8B) measured best at the rule's split.
+pub const MEASURED: [Measured; 5] = [
     // SDAR-4B: q|k|v (3815-3841 against 3939 us a forward in the sweep), gate|up (3564 against
     // 3815), down (3477 against 3564)
-    ((6144, 2560, Epilogue::Plain), (4, 2, 8)),
-    ((9728, 2560, Epilogue::SiluMul), (8, 1, 4)),
-    ((2560, 9728, Epilogue::Plain), (8, 2, 8)),
+    Measured { n: 6144, k: 2560, epilogue: Epilogue::Plain, ks: 4, tb: 2, u: 8 },
+    Measured { n: 9728, k: 2560, epilogue: Epilogue::SiluMul, ks: 8, tb: 1, u: 4 },
+    Measured { n: 2560, k: 9728, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 8 },
     // SDAR-8B: q|k|v (5878 against 5979), gate|up with 8 steps a batch (5708 against 5862)
-    ((6144, 4096, Epilogue::Plain), (8, 1, 8)),
-    ((12288, 4096, Epilogue::SiluMul), (4, 1, 8)),
+    Measured { n: 6144, k: 4096, epilogue: Epilogue::Plain, ks: 8, tb: 1, u: 8 },
+    Measured { n: 12288, k: 4096, epilogue: Epilogue::SiluMul, ks: 4, tb: 1, u: 8 },
 ];
+
+/// One row of [`MEASURED`]: the product (`n` output rows of `k` inputs, its form) and its split.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    pub n: usize,
+    pub k: usize,
+    pub epilogue: Epilogue,
+    pub ks: usize,
+    pub tb: usize,
+    pub u: usize,
+}
 
 /// The split for `n` output rows of `k` inputs, from scripts/gemv_bench.cu's sweep on the H200
 /// (docs/gpu-runs/2026-12-03-gemv-sweep; each within 10 % of the best split for its shape): 8
@@ -112,8 +123,8 @@ pub const MEASURED: [((usize, usize, Epilogue), (usize, usize, usize)); 5] = [
 ///
 /// SDAR-4B and 8B, which the rule was never tuned on, take the splits [`MEASURED`] lists.
 pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
-    if let Some(&(_, (ks, tb, u))) = MEASURED.iter().find(|(shape, _)| *shape == (n, k, epilogue)) {
-        return Split { ks, tb, u, blocks: n.div_ceil(TILE_ROWS * tb) };
+    if let Some(m) = MEASURED.iter().find(|m| (m.n, m.k, m.epilogue) == (n, k, epilogue)) {
+        return Split { ks: m.ks, tb: m.tb, u: m.u, blocks: n.div_ceil(TILE_ROWS * m.tb) };
     }
     let steps = k / K_STEP;
     let w_rows = match epilogue {
@@ -274,45 +285,6 @@ pub struct GemvInto<'a> {
 }
 
 /// The kernels/gemv.cu entry point for a form and a batch depth, where that form is compiled.
-/// k a stage of the bulk-copy form takes (kernels/gemv.cu's `BULK_K`).
-pub const BULK_K: usize = 256;
-
-/// Bytes a staged row takes in shared memory (kernels/gemv.cu's `BULK_ROWB`: 64 bytes of
-/// padding against bank conflicts).
-const BULK_ROW_BYTES: usize = 2 * BULK_K + 64;
-
-/// How the bulk-copy form of the product runs (kernels/gemv.cu, `gemv_bulk`: W streamed into
-/// shared-memory stages by the copy engine; `UNMASK_GEMV_BULK=1`, sm_90).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BulkLaunch {
-    pub name: &'static str,
-    /// One block an SM at most, each a contiguous run of 16-row tiles; never more than tiles.
-    pub blocks: usize,
-    /// Its stages: 8 of 16 rows, or 4 of 32 paired (gate and up), 72 KiB either way.
-    pub smem: usize,
-}
-
-impl BulkLaunch {
-    pub const THREADS: usize = 128;
-
-    /// The form for `n` output rows of `k` inputs on a GPU of `sms` SMs, or `None` where the
-    /// register form must run: k not a whole number of stages, n not of tiles, or a form the
-    /// streamed layer never asks for (no bulk kernel is compiled for it).
-    pub fn plan(epilogue: Epilogue, norm: bool, add: bool, n: usize, k: usize, sms: usize) -> Option<Self> {
-        if n == 0 || !n.is_multiple_of(TILE_ROWS) || k == 0 || !k.is_multiple_of(BULK_K) || sms == 0 {
-            return None;
-        }
-        let (name, stages, rows) = match (epilogue, norm, add) {
-            (Epilogue::Plain, false, false) => ("unmask_gemv_bulk", 8, 16),
-            (Epilogue::Plain, false, true) => ("unmask_gemv_bulk_add", 8, 16),
-            (Epilogue::Plain, true, false) => ("unmask_gemv_bulk_norm", 8, 16),
-            (Epilogue::SiluMul, true, false) => ("unmask_gemv_bulk_norm_silu", 4, 32),
-            _ => return None,
-        };
-        Some(BulkLaunch { name, blocks: (n / TILE_ROWS).min(sms), smem: stages * rows * BULK_ROW_BYTES })
-    }
-}
-
 pub fn kernel_name(epilogue: Epilogue, norm: bool, add: bool, u: usize) -> Option<&'static str> {
     Some(match (epilogue, norm, add, u) {
         (Epilogue::Plain, false, false, 8) => "unmask_gemv_u8",
@@ -460,45 +432,11 @@ mod tests {
         assert_eq!(grouped_split(2048, 6144, Epilogue::Plain), split(2048, 6144, Epilogue::Plain));
     }
 
-    #[test]
-    fn bulk_form_runs_every_sdar_projection_and_only_those() {
-        let plan = |e, norm, add, n, k| BulkLaunch::plan(e, norm, add, n, k, 132);
-        // SDAR-4B: q|k|v with the norm (6144 rows, 384 tiles over 132 SMs), o and down adding
-        let qkv = plan(Epilogue::Plain, true, false, 6144, 2560).unwrap();
-        assert_eq!(qkv, BulkLaunch { name: "unmask_gemv_bulk_norm", blocks: 132, smem: 8 * 16 * 576 });
-        assert_eq!(plan(Epilogue::Plain, false, true, 2560, 4096).unwrap().name, "unmask_gemv_bulk_add");
-        assert_eq!(plan(Epilogue::Plain, false, true, 2560, 9728).unwrap().blocks, 132);
-        // gate|up, paired: half the stages, twice the rows, the same shared memory
-        let gu = plan(Epilogue::SiluMul, true, false, 9728, 2560).unwrap();
-        assert_eq!((gu.name, gu.smem), ("unmask_gemv_bulk_norm_silu", qkv.smem));
-        // SDAR-1.7B's o: 128 tiles, so 128 blocks, not 132
-        assert_eq!(plan(Epilogue::Plain, false, true, 2048, 2048).unwrap().blocks, 128);
-        // the register form elsewhere: k not whole stages, n not whole tiles, a form never compiled
-        assert_eq!(plan(Epilogue::Plain, false, false, 64, 64), None);
-        assert_eq!(plan(Epilogue::Plain, false, false, 2056, 2048), None);
-        assert_eq!(plan(Epilogue::SiluMul, false, false, 2048, 2048), None);
-        assert_eq!(plan(Epilogue::Plain, true, true, 2048, 2048), None);
-    }
-
-    /// The plan's names, stage size and stage counts are the ones kernels/gemv.cu compiles.
-    #[test]
-    fn bulk_plan_matches_the_kernel_source() {
-        let src = include_str!("../../kernels/gemv.cu");
-        assert!(src.contains(&format!("#define BULK_K {BULK_K}\n")));
-        assert!(src.contains("#define BULK_ROWB (2 * BULK_K + 64)\n"));
-        for (e, norm, add, pair) in [(Epilogue::Plain, false, false, false), (Epilogue::Plain, false, true, false), (Epilogue::Plain, true, false, false), (Epilogue::SiluMul, true, false, true)] {
-            let p = BulkLaunch::plan(e, norm, add, 4096, 4096, 132).unwrap();
-            let stages = p.smem / ((if pair { 32 } else { 16 }) * BULK_ROW_BYTES);
-            let line = format!("GEMV_BULK({}, {stages}, {pair}, {norm}, {add})", p.name);
-            assert!(src.contains(&line), "kernels/gemv.cu has no `{line}`");
-        }
-    }
-
     /// Every measured split is taken for its shape, has a kernel in the forms the streamed layer
     /// launches (q|k|v and gate|up with the norm, o and down adding), and fits a block.
     #[test]
     fn measured_splits_are_taken_and_have_kernels() {
-        for &((n, k, e), (ks, tb, u)) in &MEASURED {
+        for &Measured { n, k, epilogue: e, ks, tb, u } in &MEASURED {
             let s = split(n, k, e);
             assert_eq!((s.ks, s.tb, s.u, s.blocks), (ks, tb, u, n.div_ceil(16 * tb)), "{n} x {k} {e:?}");
             let (norm, add) = (true, false);

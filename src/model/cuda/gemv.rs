@@ -5,13 +5,13 @@
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
 use half::bf16;
 
-use crate::model::gemv::{kernel_name, split, BulkLaunch, Epilogue, GemvInto};
+use crate::model::gemv::{kernel_name, split, Epilogue, GemvInto};
 use super::launch::{aligned, Args};
 
 pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
@@ -55,9 +55,6 @@ fn launch_raw(
     res: Option<&CudaView<'_, bf16>>,
 ) -> Result<()> {
     let n_out = epilogue.out_rows(n);
-    if let Some(b) = bulk_plan(dev, epilogue, n_out, k, rms.is_some(), res.is_some())? {
-        return launch_bulk(dev, b, (t, n_out, k), x, w, y, rms, res);
-    }
     let s = split(n_out, k, epilogue);
     let Some(name) = kernel_name(epilogue, rms.is_some(), res.is_some(), s.u) else {
         candle_core::bail!("gemv: no kernel for {epilogue:?} with norm {} and residual {}", rms.is_some(), res.is_some());
@@ -79,54 +76,6 @@ fn launch_raw(
     // SAFETY: the parameters follow kernels/gemv.cu's GEMV signature; the callers checked the
     // shapes (x [t, k], w [n, k], y and res [t, n_out]) and 16-byte alignment.
     unsafe { b.launch(&f, cfg) }
-}
-
-/// The bulk-copy form for this product where `UNMASK_GEMV_BULK=1` asks for it, the GPU has the
-/// copy engine (sm_90) and the form takes the shape; `None` runs the register form.
-fn bulk_plan(dev: &CudaDevice, epilogue: Epilogue, n: usize, k: usize, norm: bool, add: bool) -> Result<Option<BulkLaunch>> {
-    static ON: OnceLock<bool> = OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("UNMASK_GEMV_BULK").as_deref() == Ok("1")) {
-        return Ok(None);
-    }
-    static SMS: OnceLock<usize> = OnceLock::new();
-    let stream = dev.cuda_stream();
-    let ctx = stream.context();
-    if ctx.compute_capability().w()?.0 < 9 {
-        return Ok(None);
-    }
-    // 0 if the driver will not say: no plan, the register form
-    let sms = *SMS.get_or_init(|| ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_or(0, |v| v.max(0) as usize));
-    Ok(BulkLaunch::plan(epilogue, norm, add, n, k, sms))
-}
-
-/// `y = …` by the bulk-copy form (kernels/gemv.cu's GEMV_BULK signature: k whole, not k / 8).
-#[allow(clippy::too_many_arguments)]
-fn launch_bulk(
-    dev: &CudaDevice,
-    b: BulkLaunch,
-    (t, n, k): (usize, usize, usize),
-    x: &CudaView<'_, bf16>,
-    w: &CudaView<'_, bf16>,
-    y: &mut CudaViewMut<'_, bf16>,
-    rms: Option<f32>,
-    res: Option<&CudaView<'_, bf16>>,
-) -> Result<()> {
-    let f = dev.get_or_load_custom_func(b.name, MODULE, ptx(dev)?)?;
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, b.smem as i32).w()?;
-    super::launch::carveout(&f)?;
-    let cfg = LaunchConfig { grid_dim: (b.blocks as u32, 1, 1), block_dim: (BulkLaunch::THREADS as u32, 1, 1), shared_mem_bytes: b.smem as u32 };
-    let stream = dev.cuda_stream();
-    let mut a = Args::new(&stream);
-    a.input(w).input(x).output(y);
-    match res {
-        Some(r) => a.input(r),
-        None => a.null(),
-    };
-    a.i32(t as i32).i32(n as i32).i32(k as i32).f32(rms.unwrap_or(0.0));
-    // SAFETY: the parameters follow GEMV_BULK's signature; the callers checked the shapes (x [t,
-    // k], w [n, k] or [2 n, k] paired, y and res [t, n]) and 16-byte alignment, and the plan
-    // that n and k are whole tiles and stages.
-    unsafe { a.launch(&f, cfg) }
 }
 
 /// A bf16 view of a tensor that is not one of the op's operands, under its read lock.
