@@ -439,8 +439,12 @@ mod tests {
         for &Measured { n, k, epilogue: e, ks, tb, u } in &MEASURED {
             let s = split(n, k, e);
             assert_eq!((s.ks, s.tb, s.u, s.blocks), (ks, tb, u, n.div_ceil(16 * tb)), "{n} x {k} {e:?}");
-            let (norm, add) = (true, false);
-            assert!(kernel_name(e, norm, add, u).is_some() || kernel_name(e, false, true, u).is_some(), "{n} x {k} {e:?} u{u}");
+            // a plain product may be q|k|v (the norm form) or o / down (the residual form)
+            let forms: &[(bool, bool)] = if e == Epilogue::SiluMul { &[(true, false)] } else { &[(true, false), (false, true)] };
+            for &(norm, add) in forms {
+                let name = kernel_name(e, norm, add, u).unwrap_or_else(|| panic!("{n} x {k} {e:?} u{u}: no kernel"));
+                assert!(include_str!("../../kernels/gemv.cu").contains(&format!("GEMV({name}, {u}, ")), "kernels/gemv.cu has no {name}");
+            }
             assert!(s.threads() <= 512 && ks <= k / K_STEP);
         }
         // SDAR-4B's gate|up: 8 warps a tile, one tile a block (the rule gave 4 and 2)
