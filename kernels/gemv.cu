@@ -94,7 +94,11 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 #define GRP_NONE 0
 #define GRP_UP 1
 #define GRP_DOWN 2
-template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE>
+// PACKED (a trial, scripts/packed_bench.cu; no launcher uses it): W re-laid out tile by tile in
+// the order the warps read it, [tile][step][A row g | row g + 8][lane] 16-byte fragments
+// (packed_w below), so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs
+// K apart, and a tile's weights one contiguous run. Same fragments, same sums: equal results.
+template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
                      const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
@@ -121,11 +125,14 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     }
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
     const int steps = k8 / 4;
-    const uint4* w0 = w + r0 * k8 + q;
-    const uint4* w8 = w + r8 * k8 + q;
-    // PAIR only: the up half
-    const uint4* u0 = w + (r0 + n) * k8 + q;
-    const uint4* u8 = w + (r8 + n) * k8 + q;
+    // uint4s from one step's fragment of a row to the next step's
+    constexpr int SS = PACKED ? 64 : 4;
+    const long pt = (long)min(tile, n / 16 - 1) * steps * 64 + lane;  // PACKED: n % 16 == 0
+    const uint4* w0 = PACKED ? w + pt : w + r0 * k8 + q;
+    const uint4* w8 = PACKED ? w + pt + 32 : w + r8 * k8 + q;
+    // PAIR only: the up half (PACKED: its tiles follow the gate half's)
+    const uint4* u0 = PACKED ? w0 + (long)(n / 16) * steps * 64 : w + (r0 + n) * k8 + q;
+    const uint4* u8 = PACKED ? w8 + (long)(n / 16) * steps * 64 : w + (r8 + n) * k8 + q;
     const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < cols;
@@ -140,11 +147,11 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             const int s = s0 + ks * u;
             a[u] = b[u] = au[u] = bu[u] = zero;
             if (s < steps) {
-                a[u] = ld_stream(w0 + 4 * s);
-                b[u] = ld_stream(w8 + 4 * s);
+                a[u] = ld_stream(w0 + SS * s);
+                b[u] = ld_stream(w8 + SS * s);
                 if (PAIR) {
-                    au[u] = ld_stream(u0 + 4 * s);
-                    bu[u] = ld_stream(u8 + 4 * s);
+                    au[u] = ld_stream(u0 + SS * s);
+                    bu[u] = ld_stream(u8 + SS * s);
                 }
             }
         }

@@ -4,11 +4,13 @@
 #   bash scripts/gpu_kernels.sh                      # every bench at every dense shape
 #   SHAPES="4b" BENCHES="gemv" bash scripts/gpu_kernels.sh
 #
-# BENCHES: gemv (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
+# BENCHES: packed (scripts/packed_bench.cu: the gemv reading W re-laid out in the order its warps
+# read it, against the checkpoint's rows, per projection, in the chain, and its splits swept),
+# gemv (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
 # moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape).
 # SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench, every shape's
 # output in it under a `=== shape S` line (5 files, within the 8 a device call brings back). Each bench run is limited to 240
-# s; if the whole would pass a call's 600 s, split it (BENCHES="moe", then "gemv").
+# s; if the whole would pass a call's 600 s, split it (BENCHES="packed moe", then "gemv").
 # Exit 1 if any bench fails to build, run or check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,7 @@ OUT=${OUT:-/tmp/unmask-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/kernels.log") 2>&1
 SHAPES=${SHAPES:-1.7b 4b 8b}
-BENCHES=${BENCHES:-gemv moe}
+BENCHES=${BENCHES:-packed gemv moe}
 W=$(mktemp -d)
 NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
 [[ -n $NVCC ]] || { echo "nvcc not found"; exit 1; }
@@ -35,7 +37,7 @@ for b in $BENCHES; do
     rc=$?
     { echo "=== shape $s (rc $rc)"; cat "$one"; } >> "$f"
     if ((rc == 0)); then
-      grep -E "chain|best|final|done|FAIL" "$one" | head -40
+      grep -E "chain|best|final|done|FAIL|TB/s \| packed" "$one" | head -40
     else
       FAILED+=("$b $s (rc $rc)"); tail -15 "$one"
     fi

@@ -1,0 +1,208 @@
+// Does the gemv stream faster from W re-laid out in the order its warps read it (kernels/gemv.cu's
+// PACKED form: a warp's load is 512 contiguous bytes and a tile one contiguous run) than from the
+// checkpoint's [out, in] rows (a warp's load: 8 rows' 64-byte runs, K x 2 bytes apart)?
+//
+//   nvcc -O3 -arch=sm_90 -o /tmp/packed_bench scripts/packed_bench.cu && /tmp/packed_bench
+//   GEMV_SHAPE=4b /tmp/packed_bench    # or 8b (default 1.7b)
+//
+// Why: on the H200 the projections stream at 2.5-3.1 TB/s against a copy bandwidth of 4.2
+// (docs/perf.md); the rows a warp reads at once are 8 DRAM pages apart. Packing would be done
+// once at load, on the device, for the streamed layer's weights.
+//
+// Prints, for T = 4, in one run: the copy bandwidth; per projection, in the form the streamed
+// layer runs it (q|k|v with the norm, o and down adding the residual, gate|up paired with the
+// norm) at the model's split, both layouts, L launches in a CUDA graph, without and with PDL;
+// the forward's chain (L x the four, PDL) alone and with an 11 us stand-in for attention after
+// q|k|v, both layouts; then, packed, each projection's split swept inside that chain (as
+// gemv_bench.cu does for the rows layout). Checks every packed result equals the rows one bit
+// for bit (same fragments, same sums); exit 1 if not.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "../kernels/gemv.cu"
+
+#include "bench_common.cuh"
+
+typedef void (*GemvFn)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float);
+template <int U, bool PAIR, bool NORM, bool ADD, bool PACKED>
+__global__ void gk(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n, int k8,
+                   int ks, float eps) {
+    gemv<U, PAIR, NORM, ADD, GRP_NONE, PACKED>(w, x, y, res, t_len, n, k8, ks, eps);
+}
+
+// p = W [rows, k] in kernels/gemv.cu's PACKED order: p[((t * steps + s) * 2 + h) * 32 + l] is the
+// 16 bytes lane l (g = l / 4, q = l % 4) reads at step s from row 16 t + g + 8 h.
+__global__ void pack_w(const uint4* w, uint4* p, int rows, int k8) {
+    const int steps = k8 / 4;
+    const long total = (long)rows / 16 * steps * 64;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int l = (int)(i % 32), h = (int)(i / 32 % 2), s = (int)(i / 64 % steps);
+        const long t = i / 64 / steps;
+        p[i] = w[(t * 16 + l / 4 + 8 * h) * k8 + 4 * s + l % 4];
+    }
+}
+
+static const int T = 4;
+enum Form { NORM, ADD, PAIR_NORM };
+struct Proj {
+    const char* name;
+    int n, k;  // output rows (gate|up: of a half), inputs
+    Form form;
+};
+struct Cfg {
+    int u, ks, tb;
+};
+static int w_rows(const Proj& p) { return p.form == PAIR_NORM ? 2 * p.n : p.n; }
+
+static GemvFn form_fn(Form f, int u, bool packed) {
+    if (packed) {
+        if (f == NORM) return u == 8 ? gk<8, false, true, false, true> : gk<4, false, true, false, true>;
+        if (f == ADD) return u == 8 ? gk<8, false, false, true, true> : gk<4, false, false, true, true>;
+        return u == 8 ? gk<8, true, true, false, true> : gk<4, true, true, false, true>;
+    }
+    if (f == NORM) return u == 8 ? gk<8, false, true, false, false> : gk<4, false, true, false, false>;
+    if (f == ADD) return u == 8 ? gk<8, false, false, true, false> : gk<4, false, false, true, false>;
+    return u == 8 ? gk<8, true, true, false, false> : gk<4, true, true, false, false>;
+}
+
+static cudaError_t launch(const Proj& p, Cfg c, bool packed, const bf* w, const bf* x, bf* y, const bf* res, bool pdl,
+                          cudaStream_t st) {
+    const bool pair = p.form == PAIR_NORM;
+    const int tiles = p.n / 16;
+    const int sums = (pair ? 8 : 4) + (p.form != ADD ? 1 : 0);
+    const size_t smem = std::max((size_t)T * (p.k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * 32 * 4 * sums : 0);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t lc = launch_config(dim3((tiles + c.tb - 1) / c.tb), dim3(32 * c.ks * c.tb), smem, pdl, st, &at);
+    return cudaLaunchKernelEx(&lc, form_fn(p.form, c.u, packed), (const uint4*)w, (const uint4*)x, (unsigned short*)y,
+                              (const unsigned short*)(p.form == ADD ? res : nullptr), T, p.n, p.k / 8, c.ks, 1e-6f);
+}
+
+static Cfg model_cfg(const Proj& p) {
+    const Split s = gemv_split(p.n, p.k, p.form == PAIR_NORM);
+    return {s.u, s.ks, s.tb};
+}
+
+static double copy_tbs(cudaStream_t st) {
+    const size_t bytes = 1ul << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    float us = capture_and_time(st, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); }, 10);
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * bytes / (us * 1e-6) / 1e12;
+}
+
+int main() {
+    const Shape S = bench_shape();
+    const int L = S.layers;
+    const Proj P[4] = {{"qkv", S.q + 2 * S.kv, S.hidden, NORM}, {"o", S.hidden, S.q, ADD},
+                       {"gate_up", S.inter, S.hidden, PAIR_NORM}, {"down", S.hidden, S.inter, ADD}};
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("shape SDAR-%s, device %s, %d SMs, T = %d\n", S.name, prop.name, prop.multiProcessorCount, T);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (Form f : {NORM, ADD, PAIR_NORM})
+        for (int u : {4, 8})
+            for (bool pk : {false, true}) {
+                CK(cudaFuncSetAttribute(form_fn(f, u, pk), cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+                CK(cudaFuncSetAttribute(form_fn(f, u, pk), cudaFuncAttributePreferredSharedMemoryCarveout, 58));
+            }
+    CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 58));
+    std::vector<bf*> W[4], PW[4];
+    double layer_bytes = 0;
+    long maxn = 0;
+    for (int p = 0; p < 4; ++p) {
+        const long elems = (long)w_rows(P[p]) * P[p].k;
+        layer_bytes += 2.0 * elems;
+        maxn = std::max(maxn, (long)std::max(w_rows(P[p]), P[p].k));
+        for (int l = 0; l < L; ++l) {
+            bf *w, *pw;
+            CK(cudaMalloc(&w, 2 * elems));
+            CK(cudaMalloc(&pw, 2 * elems));
+            fill<<<1024, 256>>>(w, elems, 1234u + 97u * p + 7919u * l, 0.25f);
+            pack_w<<<1024, 256>>>((const uint4*)w, (uint4*)pw, w_rows(P[p]), P[p].k / 8);
+            W[p].push_back(w);
+            PW[p].push_back(pw);
+        }
+    }
+    bf *x, *y, *ref, *res, *io[4];
+    for (bf** b : {&x, &y, &ref, &res}) CK(cudaMalloc(b, 2L * 8 * maxn));
+    for (auto& b : io) {
+        CK(cudaMalloc(&b, 2L * 8 * maxn));
+        fill<<<64, 256>>>(b, 8L * maxn, 7u, 2.0f);
+    }
+    fill<<<64, 256>>>(x, 8L * maxn, 42u, 2.0f);
+    fill<<<64, 256>>>(res, 8L * maxn, 43u, 2.0f);
+    CK(cudaDeviceSynchronize());
+    printf("copy bandwidth %.2f TB/s; forward's projections %.1f MB\n", copy_tbs(st), L * layer_bytes / 1e6);
+
+    bool ok = true;
+    for (int p = 0; p < 4; ++p) {
+        const Proj& pr = P[p];
+        const Cfg c = model_cfg(pr);
+        const double mb = L * 2.0 * w_rows(pr) * pr.k;
+        CK(launch(pr, c, false, W[p][0], x, ref, res, false, st));
+        CK(launch(pr, c, true, PW[p][0], x, y, res, false, st));
+        CK(cudaStreamSynchronize(st));
+        const double err = max_rel(y, ref, (long)T * pr.n);
+        if (err != 0.0) ok = false;
+        for (int pdl = 0; pdl < 2; ++pdl) {
+            float ur = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l) CK(launch(pr, c, false, W[p][l], x, y, res, pdl, st));
+            });
+            float up = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l) CK(launch(pr, c, true, PW[p][l], x, y, res, pdl, st));
+            });
+            printf("%-8s u%d ks%d tb%d pdl%d rows %7.2f us %.2f TB/s | packed %7.2f us %.2f TB/s  %s\n", pr.name, c.u, c.ks,
+                   c.tb, pdl, ur / L, mb / (ur * 1e-6) / 1e12, up / L, mb / (up * 1e-6) / 1e12,
+                   err == 0.0 ? "equal" : "FAIL: differs");
+        }
+    }
+    auto chain = [&](bool packed, const Cfg* c, bool spin) {
+        return capture_and_time(st, [&] {
+            for (int l = 0; l < L; ++l)
+                for (int p = 0; p < 4; ++p) {
+                    CK(launch(P[p], c[p], packed, (packed ? PW : W)[p][l], io[p], io[(p + 1) % 4], res, true, st));
+                    if (p == 0 && spin) launch_spin(st, 11000);
+                }
+        });
+    };
+    Cfg model[4];
+    for (int p = 0; p < 4; ++p) model[p] = model_cfg(P[p]);
+    for (int spin = 0; spin < 2; ++spin)
+        for (int packed = 0; packed < 2; ++packed) {
+            const float us = chain(packed, model, spin);
+            printf("chain%s %s pdl1: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "", packed ? "packed" : "rows", us,
+                   L * layer_bytes / (us * 1e-6) / 1e12);
+        }
+    // packed: each projection's split in the chain with the stand-in, the others at the best so far
+    Cfg cur[4] = {model[0], model[1], model[2], model[3]};
+    float base = chain(true, cur, true);
+    printf("sweep packed: chain+11us at the model's splits %.1f us per forward\n", base);
+    for (int p = 0; p < 4; ++p) {
+        const int steps = P[p].k / 32;
+        for (int u : {4, 8})
+            for (int ks : {1, 2, 4, 8, 16})
+                for (int tb : {1, 2, 4}) {
+                    if (ks > steps || 32 * ks * tb > 512 || (P[p].form == PAIR_NORM && u == 8 && ks * tb > 8)) continue;
+                    Cfg c[4] = {cur[0], cur[1], cur[2], cur[3]};
+                    c[p] = {u, ks, tb};
+                    const float us = chain(true, c, true);
+                    CK(cudaGetLastError());
+                    if (us < base) base = us, cur[p] = c[p];
+                }
+        printf("sweep packed best so far: %s u%d ks%d tb%d -> %.1f us per forward\n", P[p].name, cur[p].u, cur[p].ks,
+               cur[p].tb, base);
+    }
+    printf("sweep packed final chain+11us: %.1f us (again %.1f); rows at the model's splits: %.1f\n", base, chain(true, cur, true),
+           chain(false, model, true));
+    printf(ok ? "done: every packed result equals the rows layout's\n" : "FAIL: a packed result differs\n");
+    return ok ? 0 : 1;
+}
