@@ -14,8 +14,11 @@
 // norm) at the model's split, both layouts, L launches in a CUDA graph, without and with PDL;
 // the forward's chain (L x the four, PDL) alone and with an 11 us stand-in for attention after
 // q|k|v, both layouts; then, packed, each projection's split swept inside that chain (as
-// gemv_bench.cu does for the rows layout). Checks every packed result equals the rows one bit
-// for bit (same fragments, same sums); exit 1 if not.
+// gemv_bench.cu does for the rows layout). And each weight's plain product by the bulk-copy
+// engine on the packed layout (bulk_packed: one 8 KiB copy a stage) beside the register kernel
+// on both layouts. Checks every packed result of the register kernel equals the rows one bit
+// for bit (same fragments, same sums), the bulk one within 2e-2 (another order of sums); exit 1
+// if not.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,6 +47,92 @@ __global__ void pack_w(const uint4* w, uint4* p, int rows, int k8) {
         const int l = (int)(i % 32), h = (int)(i / 32 % 2), s = (int)(i / 64 % steps);
         const long t = i / 64 / steps;
         p[i] = w[(t * 16 + l / 4 + 8 * h) * k8 + 4 * s + l % 4];
+    }
+}
+
+
+// The bulk-copy engine on the packed layout: session 16's bulk form (docs/perf.md) copied 512-byte
+// row pieces, 16 a stage, and streamed at half the register kernel's speed. Packed, a stage of
+// one tile (8 steps of 32 k, 8 KiB) is one contiguous run, so one `cp.async.bulk` a stage; and
+// the stage sits in shared memory in fragment order, so a warp reads 512 contiguous bytes (no
+// bank conflicts). Plain product only; 128 threads, warp w takes steps 2w and 2w + 1 of a stage;
+// one block an SM, each a contiguous run of tiles; S stages asked for before the PDL wait.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+template <int S>
+__global__ void __launch_bounds__(128) bulk_packed(const uint4* __restrict__ pw, const uint4* __restrict__ x,
+                                                   unsigned short* __restrict__ y, int t_len, int n, int k8) {
+    constexpr int STAGE = 8 * 64;  // uint4s: 8 steps x 2 rows x 32 lanes
+    extern __shared__ __align__(128) uint4 sm[];
+    __shared__ __align__(8) unsigned long long bars[S];
+    __shared__ float red[2][4][4][32];
+    launch_dependents();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int steps = k8 / 4, chunks = steps / 8, tiles = n / 16;
+    const int t0 = (int)((long)tiles * blockIdx.x / gridDim.x), t1 = (int)((long)tiles * (blockIdx.x + 1) / gridDim.x);
+    const int items = (t1 - t0) * chunks;
+    const unsigned base = (unsigned)__cvta_generic_to_shared(sm), bar0 = (unsigned)__cvta_generic_to_shared(bars);
+    // item i: tile t0 + i / chunks, steps [8 (i % chunks), +8): contiguous in pw
+    auto issue = [&](int i, int s) {
+        mbar_expect(bar0 + 8 * s, STAGE * 16);
+        bulk_copy(base + s * STAGE * 16, pw + ((long)(t0 + i / chunks) * steps + 8 * (i % chunks)) * 64, STAGE * 16,
+                  bar0 + 8 * s);
+    };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) mbar_init(bar0 + 8 * s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int i = 0; i < S && i < items; ++i) issue(i, i);
+    }
+    __syncthreads();
+    dependency_wait();
+    const bool live = g < t_len;
+    const uint4* xg = x + (long)(live ? g : 0) * k8 + q;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i = 0; i < items; ++i) {
+        const int s = i % S, tl = i / chunks, ch = i % chunks;
+        mbar_wait(bar0 + 8 * s, (i / S) & 1);
+        const uint4* st = sm + s * STAGE;
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+            const int j = 2 * warp + jj;
+            const uint4 a = st[j * 64 + lane], b = st[j * 64 + 32 + lane];
+            const uint4 xv = live ? xg[(ch * 8 + j) * 4] : zero;
+            mma(c, a, b, xv.x, xv.y, false);
+            mma(c, a, b, xv.z, xv.w, true);
+        }
+        const bool last = ch == chunks - 1;
+        if (last)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) red[tl & 1][warp][e][lane] = c[e];
+        __syncthreads();
+        if (threadIdx.x == 0 && i + S < items) issue(i + S, s);
+        if (!last) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[e] = 0.f;
+        if (warp != 0) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float v = red[tl & 1][0][e][lane] + red[tl & 1][1][e][lane] + red[tl & 1][2][e][lane] + red[tl & 1][3][e][lane];
+            const int row = (t0 + tl) * 16 + g + (e >> 1) * 8, t = 2 * q + (e & 1);
+            if (t < t_len) y[(long)t * n + row] = to_bf16(v);
+        }
     }
 }
 
@@ -115,6 +204,11 @@ int main() {
                 CK(cudaFuncSetAttribute(form_fn(f, u, pk), cudaFuncAttributePreferredSharedMemoryCarveout, 58));
             }
     CK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 58));
+    for (auto f : {bulk_packed<4>, bulk_packed<8>, bulk_packed<12>})
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 12 * 8 * 64 * 16));
+    for (auto f : {gk<4, false, false, false, false>, gk<8, false, false, false, false>, gk<4, false, false, false, true>,
+                   gk<8, false, false, false, true>})
+        CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
     std::vector<bf*> W[4], PW[4];
     double layer_bytes = 0;
     long maxn = 0;
@@ -163,6 +257,51 @@ int main() {
             printf("%-8s u%d ks%d tb%d pdl%d rows %7.2f us %.2f TB/s | packed %7.2f us %.2f TB/s  %s\n", pr.name, c.u, c.ks,
                    c.tb, pdl, ur / L, mb / (ur * 1e-6) / 1e12, up / L, mb / (up * 1e-6) / 1e12,
                    err == 0.0 ? "equal" : "FAIL: differs");
+        }
+    }
+    // the plain product (no norm, no residual) of every projection's weight: register kernel
+    // on rows and packed, and the bulk-copy engine on packed (one copy a stage)
+    for (int p = 0; p < 4; ++p) {
+        const int n = w_rows(P[p]), k = P[p].k;
+        const Split sp = gemv_split(n, k, false);
+        const Cfg c = {sp.u, sp.ks, sp.tb};
+        const double mb = L * 2.0 * n * k;
+        auto reg = [&](bool packed, const bf* w, bool pdl) {
+            const int tiles = n / 16;
+            const size_t smem = std::max((size_t)T * (k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * 32 * 4 * 4 : 0);
+            cudaLaunchAttribute at;
+            const cudaLaunchConfig_t lc = launch_config(dim3((tiles + c.tb - 1) / c.tb), dim3(32 * c.ks * c.tb), smem, pdl, st, &at);
+            GemvFn f = packed ? (c.u == 8 ? gk<8, false, false, false, true> : gk<4, false, false, false, true>)
+                              : (c.u == 8 ? gk<8, false, false, false, false> : gk<4, false, false, false, false>);
+            return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)nullptr,
+                                      T, n, k / 8, c.ks, 0.f);
+        };
+        auto bulk = [&](int S, const bf* pw, bool pdl) {
+            cudaLaunchAttribute at;
+            const cudaLaunchConfig_t lc = launch_config(dim3(std::min(n / 16, prop.multiProcessorCount)), dim3(128),
+                                                        (size_t)S * 8 * 64 * 16, pdl, st, &at);
+            auto f = S == 4 ? bulk_packed<4> : S == 8 ? bulk_packed<8> : bulk_packed<12>;
+            return cudaLaunchKernelEx(&lc, f, (const uint4*)pw, (const uint4*)x, (unsigned short*)y, T, n, k / 8);
+        };
+        CK(reg(false, W[p][0], false));
+        CK(cudaMemcpyAsync(ref, y, 2L * T * n, cudaMemcpyDeviceToDevice, st));
+        for (int S : {4, 8, 12}) {
+            CK(bulk(S, PW[p][0], false));
+            CK(cudaStreamSynchronize(st));
+            const double err = max_rel(y, ref, (long)T * n);
+            if (!(err < 2e-2)) ok = false;
+            const float us = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l) CK(bulk(S, PW[p][l], true));
+            });
+            printf("%-8s plain, bulk packed S%-2d pdl1 %7.2f us %.2f TB/s err %.1e%s\n", P[p].name, S, us / L,
+                   mb / (us * 1e-6) / 1e12, err, err < 2e-2 ? "" : " FAIL");
+        }
+        for (int packed = 0; packed < 2; ++packed) {
+            const float us = capture_and_time(st, [&] {
+                for (int l = 0; l < L; ++l) CK(reg(packed, (packed ? PW : W)[p][l], true));
+            });
+            printf("%-8s plain, register %s pdl1 %7.2f us %.2f TB/s\n", P[p].name, packed ? "packed" : "rows  ", us / L,
+                   mb / (us * 1e-6) / 1e12);
         }
     }
     auto chain = [&](bool packed, const Cfg* c, bool spin) {
