@@ -47,7 +47,7 @@ pub fn is_stdout(path: &Path) -> bool {
 /// Fails if any output is one of `inputs` or the same file as another output.
 /// `outputs` and `inputs` are `(flag or role, path)` pairs, named in the error. An output `-`
 /// is stdout and an input `-` stdin: neither is a file, but two outputs cannot both be stdout.
-pub fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
+fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
     for (i, (role, out)) in outputs.iter().enumerate() {
         if is_stdout(out) {
             if let Some((other_role, _)) = outputs[..i].iter().find(|(_, o)| is_stdout(o)) {
@@ -72,11 +72,18 @@ pub fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Re
     Ok(())
 }
 
+/// Vets a command's outputs before its work: none is one of `inputs` or another output
+/// ([`refuse_clashes`]), and each can be written ([`check_writable`]), in that order.
+pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
+    refuse_clashes(outputs, inputs)?;
+    outputs.iter().try_for_each(|(flag, p)| check_writable(flag, p))
+}
+
 /// Checks, before the work that fills it, that [`write_atomically`] can write `path` (`flag`
 /// names it in the error): not a folder; if a file, one the user may write; its folder exists
 /// and takes a new file (a temporary file is created there and deleted). A device or a FIFO
 /// is written in place and not opened here (a FIFO would wait for its reader); `-` is stdout.
-pub fn check_writable(flag: &str, path: &Path) -> Result<()> {
+fn check_writable(flag: &str, path: &Path) -> Result<()> {
     if is_stdout(path) {
         return Ok(());
     }

@@ -194,7 +194,7 @@ pub fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
     Ok((Source::Dir(snapshot), name))
 }
 
-/// The files a decode reads, `(role, path)` for [`crate::output::refuse_clashes`]: the
+/// The files a decode reads, `(role, path)` for [`crate::output::check_outputs`]: the
 /// `--prompt-file` (not `-`, stdin) and every file of the checkpoint folder it loads (`--model
 /// DIR`, or the snapshot a hub id resolves to, whose files are symlinks into `blobs/`: they
 /// are compared by device and inode). The embedded model has no files. Resolving a hub id
@@ -217,11 +217,12 @@ pub fn decode_inputs(args: &DecodeArgs) -> Result<Vec<(&'static str, std::path::
 }
 
 /// Refuses `outputs` (`(flag, path)`) that are one of the decode's inputs ([`decode_inputs`])
-/// or one another: called before the checkpoint loads.
-pub fn refuse_overwriting_inputs(args: &DecodeArgs, outputs: &[(&str, &Path)]) -> Result<()> {
+/// or one another, or that cannot be written ([`crate::output::check_outputs`]): called before
+/// the checkpoint loads.
+pub fn check_decode_outputs(args: &DecodeArgs, outputs: &[(&str, &Path)]) -> Result<()> {
     let inputs = decode_inputs(args)?;
     let inputs: Vec<(&str, &Path)> = inputs.iter().map(|(r, p)| (*r, p.as_path())).collect();
-    crate::output::refuse_clashes(outputs, &inputs)
+    crate::output::check_outputs(outputs, &inputs)
 }
 
 /// `--model` as a hub id: it reads as ORG/NAME and no such folder exists.

@@ -478,8 +478,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         // Not a file of the checkpoint it benchmarks (there is no --random-init --model), and
         // one that can be written, checked before the benchmark.
         crate::output::check_report_path("bench", p)?;
-        crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
-        crate::output::check_writable("--json", p)?;
+        crate::session::check_decode_outputs(&args.decode, &[("--json", p)])?;
     }
     let device = args.decode.device.open()?;
     let compute = args.decode.dtype.compute(&device);

@@ -317,8 +317,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let dir = args.decode.model.clone().context("check-device needs --model DIR (the test checkpoint)")?;
     if let Some(p) = &args.json {
         crate::output::check_report_path("check-device", p)?;
-        crate::session::refuse_overwriting_inputs(&args.decode, &[("--json", p)])?;
-        crate::output::check_writable("--json", p)?;
+        crate::session::check_decode_outputs(&args.decode, &[("--json", p)])?;
     }
     let mut rep = Report { device: args.decode.device.to_string(), ..Default::default() };
     let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, DType::F32)?;

@@ -23,8 +23,7 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
     // `--out -` is stdout, as no --out is.
     let out = out.filter(|p| !crate::output::is_stdout(p));
     if let Some(p) = out {
-        crate::output::refuse_clashes(&[("--out", p)], &[("trace", trace)])?;
-        crate::output::check_writable("--out", p)?;
+        crate::output::check_outputs(&[("--out", p)], &[("trace", trace)])?;
     }
     let read = crate::trace::read_path(trace)?;
     if let Some(why) = &read.stopped {

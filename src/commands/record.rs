@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::cli::{CastArgs, DecodeArgs, LookArgs};
 use crate::events::{Event, FinishReason};
-use crate::output::{check_writable, create_streamed, is_stdout, refuse_clashes, write_atomically};
+use crate::output::{check_outputs, create_streamed, is_stdout, write_atomically};
 use crate::record::{default_title, record_until, Pacing};
 use crate::session::Session;
 use crate::trace::{self, TraceWriter};
@@ -25,11 +25,7 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: 
     pacing.validate()?;
     let mut outputs = vec![("--cast", cast)];
     outputs.extend(trace_out.map(|t| ("--trace", t)));
-    crate::session::refuse_overwriting_inputs(args, &outputs)?;
-    check_writable("--cast", cast)?;
-    if let Some(t) = trace_out {
-        check_writable("--trace", t)?;
-    }
+    crate::session::check_decode_outputs(args, &outputs)?;
     let session = Session::open(args)?;
     let mut writer = match trace_out {
         Some(p) if is_stdout(p) => Some(TraceWriter::new(BufWriter::new(Box::new(std::io::stdout()) as Box<dyn Write>), "stdout")),
@@ -56,8 +52,7 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: 
 pub fn from_trace(file: &Path, cast: &Path, cast_args: &CastArgs, look: &LookArgs) -> Result<()> {
     let pacing = cast_args.pacing(look.cast_theme());
     pacing.validate()?;
-    refuse_clashes(&[("--cast", cast)], &[("trace", file)])?;
-    check_writable("--cast", cast)?;
+    check_outputs(&[("--cast", cast)], &[("trace", file)])?;
     let t = trace::read_path(file)?;
     if let Some(s) = &t.stopped {
         eprintln!("unmask: warning: trace stopped early: {}", crate::ui::glyph::escape_line(s));

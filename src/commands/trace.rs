@@ -18,9 +18,8 @@ use crate::trace::TraceWriter;
 pub fn run(args: &DecodeArgs, out: Option<&Path>) -> Result<()> {
     let out = out.filter(|p| !crate::output::is_stdout(p));
     if let Some(p) = out {
-        crate::session::refuse_overwriting_inputs(args, &[("--out", p)])?;
         // before the checkpoint loads (minutes, for a large one), named by its flag
-        crate::output::check_writable("--out", p)?;
+        crate::session::check_decode_outputs(args, &[("--out", p)])?;
     }
     let session = Session::open(args)?;
     let writer: Box<dyn Write> = match out {
