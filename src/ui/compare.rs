@@ -31,6 +31,11 @@ use crate::store::{CellState, Run};
 
 pub const MIN_WIDTH: u16 = 80;
 pub const MIN_HEIGHT: u16 = 22;
+
+/// Below the smallest screen only "too small (q quits)" is drawn, and keys but q wait.
+fn too_small(area: Rect) -> bool {
+    area.width < MIN_WIDTH || area.height < MIN_HEIGHT
+}
 /// Playback speed of `space`, in steps per second (the TUI's default).
 const SPEED: f64 = 20.0;
 
@@ -275,7 +280,7 @@ impl CompareApp {
             return;
         }
         // Only "too small (q quits)" is drawn: any other key would act unseen.
-        if self.size.width < MIN_WIDTH || self.size.height < MIN_HEIGHT {
+        if too_small(self.size) {
             self.quit |= k.code == KeyCode::Char('q');
             return;
         }
@@ -390,7 +395,7 @@ fn step_in_block(run: &Run, block: usize, step: usize) -> usize {
 
 /// The compare screen as a pure function of the app.
 pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+    if too_small(area) {
         let msg = format!("terminal too small: {}×{}; compare needs at least {MIN_WIDTH}×{MIN_HEIGHT} (q quits)", area.width, area.height);
         super::centred(app.theme, area, buf, msg);
         return;
