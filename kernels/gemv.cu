@@ -96,7 +96,7 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 #define GRP_DOWN 2
 // PACKED (a trial, scripts/packed_bench.cu; no launcher uses it): W re-laid out tile by tile in
 // the order the warps read it, [tile][step][A row g | row g + 8][lane] 16-byte fragments
-// (packed_w below), so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs
+// (scripts/packed_bench.cu's pack_w), so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs
 // K apart, and a tile's weights one contiguous run. Same fragments, same sums: equal results.
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
@@ -276,4 +276,3 @@ extern "C" __global__ void unmask_gemv_moe_down_u8(const uint4* w, const uint4* 
                                                    const MoeTable* tab, int t_len, int n, int k8, int ks) {
     gemv<8, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
 }
-

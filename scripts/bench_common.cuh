@@ -1,7 +1,7 @@
-// What the GPU microbenchmarks (scripts/gemv_bench.cu, moe_bench.cu) share: a
+// What the GPU microbenchmarks (scripts/gemv_bench.cu, moe_bench.cu, packed_bench.cu) share: a
 // CUDA call checked, a fill of deterministic bf16 noise, the largest relative difference of two
-// bf16 buffers, SDAR's dense shapes and the model's gemv split for them, a stand-in for attention. Include after
-// kernels/gemv.cu (to_bf16).
+// bf16 buffers, SDAR's dense shapes and the model's gemv split for them, a launch of any gemv
+// form, a stand-in for attention. Include after kernels/gemv.cu (to_bf16, gemv).
 #pragma once
 #include <cmath>
 #include <cstdio>
@@ -99,6 +99,31 @@ static Split gemv_split(int n, int k, bool pair) {
     else if (w_rows >= 8192) ks = 4, tb = 2;
     else if (w_rows >= 4096) ks = 8, tb = 2;
     return {pair ? 4 : 8, std::max(1, std::min(ks, steps)), tb};
+}
+
+// Rows a launch multiplies (gemv_bench.cu varies it; 4 elsewhere).
+static int T = 4;
+
+// Any form of kernels/gemv.cu's gemv at any batch depth, either layout (the kernel file
+// compiles only the forms the model uses).
+template <int U, bool PAIR, bool NORM, bool ADD, bool PACKED = false>
+__global__ void gk(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n,
+                   int k8, int ks, float eps) {
+    gemv<U, PAIR, NORM, ADD, GRP_NONE, PACKED>(w, x, y, res, t_len, n, k8, ks, eps);
+}
+
+typedef void (*GemvFn)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float);
+
+// One launch of any form (norm: a norm form, its weight folded into W; res: the residual or null).
+static cudaError_t launch_form(GemvFn f, int ks, int tb, bool pair, const bf* w, const bf* x, bf* y, bool norm,
+                               const bf* res, int n, int k, bool pdl, cudaStream_t st) {
+    int tiles = (n + 15) / 16;
+    size_t staged = (size_t)T * (k / 8 + 1) * 16;
+    size_t smem = std::max(staged, ks > 1 ? (size_t)ks * tb * ((pair ? 8 : 4) + norm) * 32 * 4 : 0);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t lc = launch_config(dim3((tiles + tb - 1) / tb), dim3(32 * ks * tb), smem, pdl, st, &at);
+    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)res, T,
+                              n, k / 8, ks, 1e-6f);
 }
 
 // Microseconds a replay of graph `ge` takes: 3 replays to warm up, then the mean of `reps`.

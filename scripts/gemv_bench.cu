@@ -60,28 +60,6 @@ struct Cfg {
 };
 
 static cublasHandle_t H;
-static int T;  // rows
-
-// Any form at any batch depth (the kernel file compiles only the ones the model uses).
-template <int U, bool PAIR, bool NORM, bool ADD>
-__global__ void gk(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n,
-                   int k8, int ks, float eps) {
-    gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);
-}
-
-typedef void (*GemvFn)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float);
-
-// One launch of any form (norm: a norm form, its weight folded into W; res: the residual or null).
-static cudaError_t launch_form(GemvFn f, int ks, int tb, bool pair, const bf* w, const bf* x, bf* y, bool norm,
-                               const bf* res, int n, int k, bool pdl, cudaStream_t st) {
-    int tiles = (n + 15) / 16;
-    size_t staged = (size_t)T * (k / 8 + 1) * 16;
-    size_t smem = std::max(staged, ks > 1 ? (size_t)ks * tb * ((pair ? 8 : 4) + norm) * 32 * 4 : 0);
-    cudaLaunchAttribute at;
-    const cudaLaunchConfig_t lc = launch_config(dim3((tiles + tb - 1) / tb), dim3(32 * ks * tb), smem, pdl, st, &at);
-    return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)res, T,
-                              n, k / 8, ks, 1e-6f);
-}
 
 // The plain and paired forms (no norm, no residual) with split c.
 static cudaError_t launch_kernel(const Cfg& c, const bf* w, const bf* x, bf* y, int n, int k, bool pdl, cudaStream_t st) {

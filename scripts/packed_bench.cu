@@ -31,13 +31,6 @@
 
 #include "bench_common.cuh"
 
-typedef void (*GemvFn)(const uint4*, const uint4*, unsigned short*, const unsigned short*, int, int, int, int, float);
-template <int U, bool PAIR, bool NORM, bool ADD, bool PACKED>
-__global__ void gk(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n, int k8,
-                   int ks, float eps) {
-    gemv<U, PAIR, NORM, ADD, GRP_NONE, PACKED>(w, x, y, res, t_len, n, k8, ks, eps);
-}
-
 // p = W [rows, k] in kernels/gemv.cu's PACKED order: p[((t * steps + s) * 2 + h) * 32 + l] is the
 // 16 bytes lane l (g = l / 4, q = l % 4) reads at step s from row 16 t + g + 8 h.
 __global__ void pack_w(const uint4* w, uint4* p, int rows, int k8) {
@@ -136,7 +129,6 @@ __global__ void __launch_bounds__(128) bulk_packed(const uint4* __restrict__ pw,
     }
 }
 
-static const int T = 4;
 enum Form { NORM, ADD, PAIR_NORM };
 struct Proj {
     const char* name;
@@ -161,14 +153,8 @@ static GemvFn form_fn(Form f, int u, bool packed) {
 
 static cudaError_t launch(const Proj& p, Cfg c, bool packed, const bf* w, const bf* x, bf* y, const bf* res, bool pdl,
                           cudaStream_t st) {
-    const bool pair = p.form == PAIR_NORM;
-    const int tiles = p.n / 16;
-    const int sums = (pair ? 8 : 4) + (p.form != ADD ? 1 : 0);
-    const size_t smem = std::max((size_t)T * (p.k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * 32 * 4 * sums : 0);
-    cudaLaunchAttribute at;
-    const cudaLaunchConfig_t lc = launch_config(dim3((tiles + c.tb - 1) / c.tb), dim3(32 * c.ks * c.tb), smem, pdl, st, &at);
-    return cudaLaunchKernelEx(&lc, form_fn(p.form, c.u, packed), (const uint4*)w, (const uint4*)x, (unsigned short*)y,
-                              (const unsigned short*)(p.form == ADD ? res : nullptr), T, p.n, p.k / 8, c.ks, 1e-6f);
+    return launch_form(form_fn(p.form, c.u, packed), c.ks, c.tb, p.form == PAIR_NORM, w, x, y, p.form != ADD,
+                       p.form == ADD ? res : nullptr, p.n, p.k, pdl, st);
 }
 
 static Cfg model_cfg(const Proj& p) {
@@ -267,14 +253,9 @@ int main() {
         const Cfg c = {sp.u, sp.ks, sp.tb};
         const double mb = L * 2.0 * n * k;
         auto reg = [&](bool packed, const bf* w, bool pdl) {
-            const int tiles = n / 16;
-            const size_t smem = std::max((size_t)T * (k / 8 + 1) * 16, c.ks > 1 ? (size_t)c.ks * c.tb * 32 * 4 * 4 : 0);
-            cudaLaunchAttribute at;
-            const cudaLaunchConfig_t lc = launch_config(dim3((tiles + c.tb - 1) / c.tb), dim3(32 * c.ks * c.tb), smem, pdl, st, &at);
             GemvFn f = packed ? (c.u == 8 ? gk<8, false, false, false, true> : gk<4, false, false, false, true>)
                               : (c.u == 8 ? gk<8, false, false, false, false> : gk<4, false, false, false, false>);
-            return cudaLaunchKernelEx(&lc, f, (const uint4*)w, (const uint4*)x, (unsigned short*)y, (const unsigned short*)nullptr,
-                                      T, n, k / 8, c.ks, 0.f);
+            return launch_form(f, c.ks, c.tb, false, w, x, y, false, nullptr, n, k, pdl, st);
         };
         auto bulk = [&](int S, const bf* pw, bool pdl) {
             cudaLaunchAttribute at;

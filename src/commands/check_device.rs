@@ -260,8 +260,8 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 /// (`gemv::MEASURED`: SDAR-4B and 8B), some with kernels no other shape runs (the paired form
 /// with 8 steps a batch), at T = 4 and 8.
 fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
-    use crate::model::gemv::{Epilogue, MEASURED};
-    for &crate::model::gemv::Measured { n, k, epilogue, .. } in &MEASURED {
+    use crate::model::gemv::{Epilogue, Measured, MEASURED};
+    for &Measured { n, k, epilogue, .. } in &MEASURED {
         let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
         let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
         let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };

@@ -447,6 +447,12 @@ mod tests {
             }
             assert!(s.threads() <= 512 && ks <= k / K_STEP);
         }
+        // the benches' copy of the table (scripts/bench_common.cuh, gemv_split) says the same
+        let bench = include_str!("../../scripts/bench_common.cuh");
+        for &Measured { n, k, epilogue: e, ks, tb, u } in &MEASURED {
+            let row = format!("{{{n}, {k}, {}, {{{u}, {ks}, {tb}}}}}", e == Epilogue::SiluMul);
+            assert!(bench.contains(&row), "scripts/bench_common.cuh has no `{row}`");
+        }
         // SDAR-4B's gate|up: 8 warps a tile, one tile a block (the rule gave 4 and 2)
         assert_eq!(split(9728, 2560, Epilogue::SiluMul), Split { ks: 8, tb: 1, u: 4, blocks: 608 });
         // a shape not listed keeps the rule
