@@ -94,10 +94,11 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 #define GRP_NONE 0
 #define GRP_UP 1
 #define GRP_DOWN 2
-// PACKED (a trial, scripts/packed_bench.cu; no launcher uses it): W re-laid out tile by tile in
-// the order the warps read it, [tile][step][A row g | row g + 8][lane] 16-byte fragments
-// (scripts/packed_bench.cu's pack_w), so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs
-// K apart, and a tile's weights one contiguous run. Same fragments, same sums: equal results.
+// PACKED: W re-laid out tile by tile in the order the warps read it, [tile][step][A row g | row
+// g + 8][lane] 16-byte fragments (src/model/gemv.rs, `pack`: the tensor [N / 16, K / 32, 16, 32]),
+// so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
+// weights one contiguous run. Same fragments, same sums: equal results. On the H200 it made the
+// streamed layer's chain 1 % (1.7B), 9 % (4B) and 15 % (8B) faster (docs/perf.md, session 17).
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
@@ -250,10 +251,15 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     }
 }
 
-#define GEMV(NAME, U, PAIR, NORM, ADD)                                                                     \
-    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, \
-                                    int t_len, int n, int k8, int ks, float eps) {                         \
-        gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);                                     \
+// Each form twice: NAME reads W in the checkpoint's rows, NAME_p packed (PACKED above).
+#define GEMV(NAME, U, PAIR, NORM, ADD)                                                                        \
+    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res,    \
+                                    int t_len, int n, int k8, int ks, float eps) {                            \
+        gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);                                        \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_p(const uint4* w, const uint4* x, unsigned short* y,                    \
+                                        const unsigned short* res, int t_len, int n, int k8, int ks, float eps) { \
+        gemv<U, PAIR, NORM, ADD, GRP_NONE, true>(w, x, y, res, t_len, n, k8, ks, eps);                        \
     }
 
 // plain; the residual-adding form (o, down); the normed-input forms (qkv; gate|up paired)
@@ -263,6 +269,9 @@ GEMV(unmask_gemv_silu_u4, 4, true, false, false)
 GEMV(unmask_gemv_add_u8, 8, false, false, true)
 GEMV(unmask_gemv_norm_u8, 8, false, true, false)
 GEMV(unmask_gemv_norm_silu_u4, 4, true, true, false)
+// 4 steps a batch for the normed and adding forms (packed splits, src/model/gemv.rs MEASURED_PACKED)
+GEMV(unmask_gemv_norm_u4, 4, false, true, false)
+GEMV(unmask_gemv_add_u4, 4, false, false, true)
 // the paired forms with 8 steps a batch (SDAR-8B's gate|up, src/model/gemv.rs MEASURED)
 GEMV(unmask_gemv_silu_u8, 8, true, false, false)
 GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
@@ -275,4 +284,21 @@ extern "C" __global__ void unmask_gemv_moe_up_u4(const uint4* w, const uint4* x,
 extern "C" __global__ void unmask_gemv_moe_down_u8(const uint4* w, const uint4* x, float* yf,
                                                    const MoeTable* tab, int t_len, int n, int k8, int ks) {
     gemv<8, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
+}
+
+// A weight between the checkpoint's rows and the packed layout (PACKED above; src/model/gemv.rs
+// `pack` and `unpack`), one 16-byte fragment a thread: i counts fragments in packed order,
+// ((tile * steps + step) * 2 + half) * 32 + lane, which is row tile * 16 + lane / 4 + 8 half,
+// fragment 4 step + lane % 4 of it. Reads and writes whole 64-byte runs of a row.
+extern "C" __global__ void unmask_repack(const uint4* __restrict__ src, uint4* __restrict__ dst, int rows, int k8,
+                                         int to_packed) {
+    const int steps = k8 / 4;
+    const long total = (long)rows * k8;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int lane = (int)(i % 32), half = (int)(i / 32 % 2), step = (int)(i / 64 % steps);
+        const long tile = i / 64 / steps;
+        const long r = (tile * 16 + lane / 4 + 8 * half) * k8 + 4 * step + lane % 4;
+        if (to_packed) dst[i] = src[r];
+        else dst[r] = src[i];
+    }
 }

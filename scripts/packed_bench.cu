@@ -157,8 +157,8 @@ static cudaError_t launch(const Proj& p, Cfg c, bool packed, const bf* w, const 
                        p.form == ADD ? res : nullptr, p.n, p.k, pdl, st);
 }
 
-static Cfg model_cfg(const Proj& p) {
-    const Split s = gemv_split(p.n, p.k, p.form == PAIR_NORM);
+static Cfg model_cfg(const Proj& p, bool packed) {
+    const Split s = gemv_split(p.n, p.k, p.form == PAIR_NORM, packed);
     return {s.u, s.ks, s.tb};
 }
 
@@ -226,7 +226,7 @@ int main() {
     bool ok = true;
     for (int p = 0; p < 4; ++p) {
         const Proj& pr = P[p];
-        const Cfg c = model_cfg(pr);
+        const Cfg c = model_cfg(pr, false);
         const double mb = L * 2.0 * w_rows(pr) * pr.k;
         CK(launch(pr, c, false, W[p][0], x, ref, res, false, st));
         CK(launch(pr, c, true, PW[p][0], x, y, res, false, st));
@@ -294,16 +294,17 @@ int main() {
                 }
         });
     };
-    Cfg model[4];
-    for (int p = 0; p < 4; ++p) model[p] = model_cfg(P[p]);
+    // each layout at the model's splits for it (gemv_split: MEASURED_PACKED for packed weights)
+    Cfg model[4], model_packed[4];
+    for (int p = 0; p < 4; ++p) model[p] = model_cfg(P[p], false), model_packed[p] = model_cfg(P[p], true);
     for (int spin = 0; spin < 2; ++spin)
         for (int packed = 0; packed < 2; ++packed) {
-            const float us = chain(packed, model, spin);
+            const float us = chain(packed, packed ? model_packed : model, spin);
             printf("chain%s %s pdl1: %.1f us per forward = %.2f TB/s\n", spin ? "+11us" : "", packed ? "packed" : "rows", us,
                    L * layer_bytes / (us * 1e-6) / 1e12);
         }
     // packed: each projection's split in the chain with the stand-in, the others at the best so far
-    Cfg cur[4] = {model[0], model[1], model[2], model[3]};
+    Cfg cur[4] = {model_packed[0], model_packed[1], model_packed[2], model_packed[3]};
     float base = chain(true, cur, true);
     printf("sweep packed: chain+11us at the model's splits %.1f us per forward\n", base);
     for (int p = 0; p < 4; ++p) {

@@ -816,11 +816,12 @@ fn render(r: &Report) -> String {
     out!(s, "{}", heading(r));
     if let Some(o) = &r.run.options {
         out!(s, 
-            "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}{}",
+            "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}, packed weights {}{}",
             o.device_sampler,
             o.fixed_passes,
             r.run.graphs_live,
             r.run.streamed_layer,
+            r.run.packed_weights,
             r.run.capture_error.as_ref().map(|e| format!(" (capture failed: {e})")).unwrap_or_default()
         );
     }

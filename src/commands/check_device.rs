@@ -202,7 +202,7 @@ fn synthetic_rows(rng: &mut ChaCha8Rng, rows: usize, vocab: usize) -> Vec<f32> {
 /// through enough copies of the weight (>= 256 MB) that none is served from L2 (50 MB), as in
 /// a forward, where every weight is read once.
 fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
-    use crate::model::gemv::Gemv;
+    use crate::model::gemv::{pack, Epilogue, Gemv};
     let shapes = [("qkv", 4096, 2048), ("o", 2048, 2048), ("gate_up", 12288, 2048), ("down", 2048, 6144), ("lm_head", 151936, 2048)];
     for (name, n, k) in shapes {
         let bytes = n * k * 2;
@@ -228,8 +228,8 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
             if name != "lm_head" {
                 gemv_form_checks(rep, name, &x, &ws[0])?;
             }
-            let mut time = |label: &str, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| -> Result<()> {
-                for w in &ws {
+            let mut time_over = |ws: &[Tensor], label: &str, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| -> Result<()> {
+                for w in ws {
                     f(w)?;
                 }
                 dev.synchronize()?;
@@ -245,11 +245,22 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
                 rep.timings_us.push((format!("{label} {name} T={t}"), us));
                 Ok(())
             };
-            time("gemv", &|w| Gemv::PLAIN.forward(&x, w))?;
-            time("matmul", &|w| x.matmul(&w.t()?))?;
+            time_over(&ws, "gemv", &|w| Gemv::PLAIN.forward(&x, w))?;
+            time_over(&ws, "matmul", &|w| x.matmul(&w.t()?))?;
             if name == "gate_up" {
-                time("gemv+silu", &|w| Gemv::SILU_MUL.forward(&x, w))?;
-                time("matmul+silu", &paired)?;
+                time_over(&ws, "gemv+silu", &|w| Gemv::SILU_MUL.forward(&x, w))?;
+                time_over(&ws, "matmul+silu", &paired)?;
+            }
+            if name != "lm_head" {
+                // the same copies packed (gemv.rs, WeightLayout::Packed): the layout the
+                // streamed layer reads; the packed times beside the rows' above
+                let packed = ws.iter().map(pack).collect::<candle_core::Result<Vec<_>>>()?;
+                time_over(&packed, "gemv packed", &|w| Gemv::PLAIN.forward(&x, w))?;
+                if name == "gate_up" {
+                    time_over(&packed, "gemv+silu packed", &|w| Gemv::SILU_MUL.forward(&x, w))?;
+                }
+                let label = format!("gemv {name} [{t}x{k}]·[{n}x{k}]ᵀ");
+                packed_checks(rep, &label, Epilogue::Plain, (n, k), &Gemv::PLAIN.forward(&x, &packed[0])?, &got, &want)?;
             }
         }
     }
@@ -257,11 +268,13 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 }
 
 /// The streamed layer's forms at the shapes whose split was measured rather than ruled
-/// (`gemv::MEASURED`: SDAR-4B and 8B), some with kernels no other shape runs (the paired form
-/// with 8 steps a batch), at T = 4 and 8.
+/// (`gemv::MEASURED`: SDAR-4B and 8B; `gemv::MEASURED_PACKED`: their packed splits and
+/// 1.7B's), some with kernels no other shape runs (the paired form with 8 steps a batch, the
+/// normed and adding forms with 4), at T = 4 and 8, rows and packed.
 fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
-    use crate::model::gemv::{Epilogue, Measured, MEASURED};
-    for &Measured { n, k, epilogue, .. } in &MEASURED {
+    use crate::model::gemv::{Epilogue, Measured, MEASURED, MEASURED_PACKED};
+    // every form runs rows and packed: each table's shapes take their split in both layouts
+    for &Measured { n, k, epilogue, .. } in MEASURED.iter().chain(&MEASURED_PACKED) {
         let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
         let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
         let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };
@@ -280,7 +293,7 @@ fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 /// norm weight folded into W, where the projection reads the residual stream (qkv, gate|up),
 /// the residual form where it writes it (o, down).
 fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Result<()> {
-    use crate::model::gemv::{Epilogue, GemvInto};
+    use crate::model::gemv::{pack, Epilogue, GemvInto};
     let (t, k) = x.dims2()?;
     let n = w.dim(0)?;
     let dev = x.device();
@@ -301,13 +314,33 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
         let out = Tensor::zeros(want.shape(), DType::BF16, dev)?;
         op.run(&out, x, &folded)?;
         rep.check(format!("gemv {name} norm form [{t}x{k}]·[{n}x{k}]ᵀ vs rms_norm + matmul"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+        let packed = Tensor::zeros(want.shape(), DType::BF16, dev)?;
+        op.run(&packed, x, &pack(&folded)?)?;
+        let label = format!("gemv {name} norm form [{t}x{k}]·[{n}x{k}]ᵀ");
+        packed_checks(rep, &label, epilogue, (epilogue.out_rows(n), k), &packed, &out, &want)?;
     }
     if matches!(name, "o" | "down") {
         let res = Tensor::randn(0f32, 1.0, (t, n), dev)?.to_dtype(DType::BF16)?;
         let want = (x.matmul(&w.t()?)? + &res)?;
         let out = Tensor::zeros((t, n), DType::BF16, dev)?;
-        GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&res) }.run(&out, x, w)?;
+        let op = GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&res) };
+        op.run(&out, x, w)?;
         rep.check(format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + add"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+        let packed = Tensor::zeros((t, n), DType::BF16, dev)?;
+        op.run(&packed, x, &pack(w)?)?;
+        packed_checks(rep, &format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ"), Epilogue::Plain, (n, k), &packed, &out, &want)?;
+    }
+    Ok(())
+}
+
+/// A product from a packed weight against the reference (`want`) as the rows' is, and where
+/// both layouts take the same split (so the same sums in the same order), against the rows'
+/// result (`rows`) bit for bit.
+fn packed_checks(rep: &mut Report, label: &str, epilogue: crate::model::gemv::Epilogue, (n, k): (usize, usize), packed: &Tensor, rows: &Tensor, want: &Tensor) -> Result<()> {
+    use crate::model::gemv::{split_for, WeightLayout};
+    rep.check(format!("{label} packed vs reference"), rel_err(packed, want)?, 1e-2, "rel. L2 error, bf16");
+    if split_for(n, k, epilogue, WeightLayout::Rows) == split_for(n, k, epilogue, WeightLayout::Packed) {
+        rep.check(format!("{label} packed = rows"), rel_err(packed, rows)?, 0.0, "bit for bit (the same split)");
     }
     Ok(())
 }

@@ -72,6 +72,8 @@ pub struct RunStatus {
     pub host_rows: usize,
     /// Whether every fixed pass runs the streamed layer (six kernels a layer into a workspace).
     pub streamed_layer: bool,
+    /// Whether the streamed layer's projections are in the gemv kernel's packed order.
+    pub packed_weights: bool,
 }
 
 pub struct ModelDenoiser {
@@ -110,6 +112,7 @@ impl ModelDenoiser {
             graphs_live: !self.fixed.is_empty() && self.fixed.iter().all(|f| f.capturing()),
             host_rows: self.host_rows,
             streamed_layer: !self.fixed.is_empty() && self.fixed.iter().all(FixedPass::streams),
+            packed_weights: self.model.packed(),
         }
     }
 

@@ -130,6 +130,9 @@ impl Model {
         };
         if b.rows && m.streamable() {
             m.fold_norms()?;
+            if super::paths::packed_here() {
+                m.pack_for_gemv()?;
+            }
         }
         Ok(m)
     }
@@ -325,9 +328,9 @@ impl Model {
         let l0 = &self.layers[0];
         let [qkv_p, o_p, gate_up_p, down_p] = ws.products(&ws.mid, self.eps);
         let fits = |(op, input, _): &(GemvInto, &Tensor, &Tensor), w: Option<&Tensor>| w.is_some_and(|w| op.fits(input, w));
-        let mut ok = fits(&qkv_p, l0.attn.qkv_proj.rows()) && fits(&o_p, l0.attn.o_proj.rows());
+        let mut ok = fits(&qkv_p, l0.attn.qkv_proj.gemv_weight()) && fits(&o_p, l0.attn.o_proj.gemv_weight());
         if let Some((_, m)) = dense {
-            ok &= fits(&gate_up_p, m.gate_up_proj.rows()) && fits(&down_p, m.down_proj.rows());
+            ok &= fits(&gate_up_p, m.gate_up_proj.gemv_weight()) && fits(&down_p, m.down_proj.gemv_weight());
         }
         if let (Some(m), Some(mw)) = (sparse, &ws.moe) {
             ok &= moe_fits(m, &ws.mid, mw, self.eps);
@@ -372,7 +375,7 @@ impl Model {
         let attn = self.heads.attention_op(input.keys);
         for (l, layer) in self.layers.iter().enumerate() {
             let run = |(op, input, out): (GemvInto, &Tensor, &Tensor), p: &Linear| -> Result<()> {
-                let w = p.rows().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not [out, in]"))?;
+                let w = p.gemv_weight().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not the gemv kernel's"))?;
                 Ok(op.run(out, input, w)?)
             };
             let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
@@ -443,7 +446,7 @@ impl Model {
         let to_rows = |p: &mut Linear| -> Result<()> {
             *p = match std::mem::replace(p, Linear::Rows(norm.clone())) {
                 Linear::Dense(w) => Linear::Rows(w.t()?.contiguous()?),
-                Linear::Rows(w) => Linear::Rows(w),
+                p @ (Linear::Rows(_) | Linear::Packed(_)) => p,
                 Linear::Bf16(_) => bail!("bf16 panels are the f32 CPU path's"),
             };
             Ok(())
@@ -462,7 +465,42 @@ impl Model {
                 }
             }
         }
-        self.fold_norms()
+        self.fold_norms()?;
+        if super::paths::packed_here() {
+            self.pack_for_gemv()?;
+        }
+        Ok(())
+    }
+
+    /// Whether every attention projection is packed for the gemv kernel (and every dense
+    /// block's, [`Model::pack_for_gemv`]).
+    pub fn packed(&self) -> bool {
+        let packed = |p: &Linear| matches!(p, Linear::Packed(_));
+        !self.layers.is_empty()
+            && self.layers.iter().all(|l| {
+                packed(&l.attn.qkv_proj) && packed(&l.attn.o_proj) && l.mlp.dense().is_none_or(|m| packed(&m.gate_up_proj) && packed(&m.down_proj))
+            })
+    }
+
+    /// Re-lays the streamed layer's dense projections (q|k|v, o, and a dense block's gate|up
+    /// and down) out in the gemv kernel's packed order (gemv.rs, `WeightLayout::Packed`), each
+    /// where its shape allows. After [`Model::fold_norms`], which scales rows. MoE experts and
+    /// routers keep their rows: the grouped kernels and the host router read them.
+    fn pack_for_gemv(&mut self) -> Result<()> {
+        let pack = |p: &mut Linear, halves: usize| -> Result<()> {
+            let rows = std::mem::replace(p, Linear::Rows(self.norm.clone()));
+            *p = rows.pack(halves)?;
+            Ok(())
+        };
+        for l in &mut self.layers {
+            pack(&mut l.attn.qkv_proj, 1)?;
+            pack(&mut l.attn.o_proj, 1)?;
+            if let Mlp::Dense(mlp) = &mut l.mlp {
+                pack(&mut mlp.gate_up_proj, 2)?;
+                pack(&mut mlp.down_proj, 1)?;
+            }
+        }
+        Ok(())
     }
 
     /// Folds each layer's input and post-attention RMSNorm weights into the projections that

@@ -40,7 +40,7 @@ impl Mlp {
     /// sparse with its experts stacked for the grouped kernels.
     pub(super) fn streamable(&self) -> bool {
         match self {
-            Mlp::Dense(m) => m.gate_up_proj.rows().is_some() && m.down_proj.rows().is_some(),
+            Mlp::Dense(m) => m.gate_up_proj.gemv_weight().is_some() && m.down_proj.gemv_weight().is_some(),
             Mlp::Sparse(m) => m.grouped().is_some(),
         }
     }

@@ -9,7 +9,7 @@
 //! `UNMASK_GEMV=0` for cuBLAS: docs/perf.md, run 7). [`Gemv::fits`] says where the kernel
 //! applies; elsewhere callers use candle's matmul.
 
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
 /// Most rows one launch multiplies: the 8 columns of the m16n8k16 product's B operand.
 pub const MAX_ROWS: usize = 8;
@@ -23,6 +23,105 @@ pub const K_STEP: usize = 32;
 /// Most output rows the kernel takes. Past that (lm_head's 151936) cuBLAS streams the weight
 /// faster: on the H200, 166.8 against 146.9 us at T = 4 (check-device, run 6 in docs/perf.md).
 pub const MAX_N: usize = 32768;
+
+/// How a weight's values lie in memory; the tensor's shape says which, so that a packed weight
+/// can never be taken for rows by code that only knows rows (candle's matmul refuses its shape).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// The checkpoint's `[N, K]` (out, in).
+    Rows,
+    /// `[N / 16, K / 32, 16, 32]`: each 16-row tile's K steps in turn, each step the 16 rows'
+    /// 32 values, which is the order of the tensor-core fragments the kernel's warps load
+    /// (kernels/gemv.cu, `PACKED`): a warp reads 512 contiguous bytes a step where rows have it
+    /// read 8 runs of 64 bytes K apart. On the H200 the streamed layer's chain ran 1 %, 9 % and
+    /// 15 % faster at SDAR-1.7B, 4B and 8B (docs/perf.md, session 17).
+    Packed,
+}
+
+/// `(N, K, layout)` of a weight of this shape: `[N, K]` rows or `[N / 16, K / 32, 16, 32]` packed.
+pub fn weight_dims(dims: &[usize]) -> Option<(usize, usize, WeightLayout)> {
+    match *dims {
+        [n, k] => Some((n, k, WeightLayout::Rows)),
+        [tiles, steps, TILE_ROWS, K_STEP] => Some((tiles * TILE_ROWS, steps * K_STEP, WeightLayout::Packed)),
+        _ => None,
+    }
+}
+
+/// Whether `[n, k]` rows can be packed: whole tiles and whole steps. A gate|up weight also
+/// needs each half whole tiles (`halves` 2), so that no tile holds rows of both.
+pub fn packable(n: usize, k: usize, halves: usize) -> bool {
+    n.is_multiple_of(TILE_ROWS * halves) && k.is_multiple_of(K_STEP)
+}
+
+/// `[N, K]` bf16 rows -> the packed layout ([`WeightLayout::Packed`]), on the tensor's device.
+pub fn pack(rows: &Tensor) -> Result<Tensor> {
+    rows.apply_op1_no_bwd(&Repack { to: WeightLayout::Packed })
+}
+
+/// A packed bf16 weight back to `[N, K]` rows (a new tensor): for products of more rows than
+/// the kernel takes, which go through cuBLAS. On the GPU one kernel (kernels/gemv.cu,
+/// `unmask_repack`) moves 16-byte fragments: candle's strided copy of the same transpose moved
+/// 2-byte values and took 2.6x the prefill's time (docs/perf.md, session 17).
+pub fn unpack(packed: &Tensor) -> Result<Tensor> {
+    packed.apply_op1_no_bwd(&Repack { to: WeightLayout::Rows })
+}
+
+/// A weight's values moved into `to` from the other layout, each 32-value run of a row (one
+/// step of a tile's row) whole: packed run `i` is row `r` of step `s` of tile `t`,
+/// `i = (t steps + s) 16 + r`.
+fn repack_values(src: &[half::bf16], n: usize, k: usize, to: WeightLayout) -> Vec<half::bf16> {
+    let steps = k / K_STEP;
+    let mut dst = vec![half::bf16::ZERO; n * k];
+    for i in 0..n * steps {
+        let (r, s, t) = (i % TILE_ROWS, i / TILE_ROWS % steps, i / TILE_ROWS / steps);
+        let (packed, rows) = (i * K_STEP, (t * TILE_ROWS + r) * k + s * K_STEP);
+        let (from, into) = match to {
+            WeightLayout::Packed => (rows, packed),
+            WeightLayout::Rows => (packed, rows),
+        };
+        dst[into..into + K_STEP].copy_from_slice(&src[from..from + K_STEP]);
+    }
+    dst
+}
+
+/// The op behind [`pack`] and [`unpack`]: a contiguous bf16 weight into layout `to`.
+struct Repack {
+    to: WeightLayout,
+}
+
+impl Repack {
+    /// `(N, K)` and the output shape, after checking the input is in the other layout.
+    fn dims(&self, l: &Layout) -> Result<(usize, usize, Shape)> {
+        let Some((n, k, from)) = weight_dims(l.dims()) else { candle_core::bail!("repack: {:?} is not a weight", l.shape()) };
+        if from == self.to || !packable(n, k, 1) || !l.is_contiguous() {
+            candle_core::bail!("repack: {:?} ({from:?}, contiguous {}) cannot become {:?}", l.shape(), l.is_contiguous(), self.to);
+        }
+        let shape = match self.to {
+            WeightLayout::Packed => Shape::from((n / TILE_ROWS, k / K_STEP, TILE_ROWS, K_STEP)),
+            WeightLayout::Rows => Shape::from((n, k)),
+        };
+        Ok((n, k, shape))
+    }
+}
+
+impl CustomOp1 for Repack {
+    fn name(&self) -> &'static str {
+        "unmask-repack"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (n, k, shape) = self.dims(l)?;
+        let CpuStorage::BF16(v) = s else { candle_core::bail!("repack: the weight must be bf16") };
+        let o = l.start_offset();
+        Ok((CpuStorage::BF16(repack_values(&v[o..o + n * k], n, k, self.to)), shape))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (n, k, shape) = self.dims(l)?;
+        super::cuda::gemv::repack(self.to, n, k, (s, l)).map(|s| (s, shape))
+    }
+}
 
 /// What the kernel computes from the two halves of its product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -101,7 +200,28 @@ pub const MEASURED: [Measured; 5] = [
     Measured { n: 12288, k: 4096, epilogue: Epilogue::SiluMul, ks: 4, tb: 1, u: 8 },
 ];
 
-/// One row of [`MEASURED`]: the product (`n` output rows of `k` inputs, its form) and its split.
+/// Splits for packed weights ([`WeightLayout::Packed`]) where scripts/packed_bench.cu's sweep (the
+/// same chain, every projection packed) beat [`MEASURED`] and the rule, on the H200 and the
+/// H100 of session 17 (docs/gpu-runs/2026-12-05-session17-*). Where the two cards' best
+/// differed (4B's o, 8B's q|k|v, o and gate|up), the H200's, against which docs/perf.md states
+/// the goals. Chain with the stand-in, rows at their splits -> packed at these: H200 1.7B
+/// 1250 -> 1235 us, 4B 2920 -> 2645, 8B 4718 -> 3992; H100 1414 -> 1344, 3340 -> 3057,
+/// 5419 -> 5089. A packed shape not listed takes the rows' split.
+pub const MEASURED_PACKED: [Measured; 8] = [
+    // SDAR-1.7B: q|k|v, 4 steps a batch over 16 warps (both cards)
+    Measured { n: 4096, k: 2048, epilogue: Epilogue::Plain, ks: 16, tb: 1, u: 4 },
+    // SDAR-4B: q|k|v (both cards), o, gate|up and down (as their rows)
+    Measured { n: 6144, k: 2560, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 4 },
+    Measured { n: 2560, k: 4096, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 4 },
+    Measured { n: 9728, k: 2560, epilogue: Epilogue::SiluMul, ks: 8, tb: 1, u: 4 },
+    Measured { n: 2560, k: 9728, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 8 },
+    // SDAR-8B: o, gate|up, down (q|k|v as its rows)
+    Measured { n: 4096, k: 4096, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 8 },
+    Measured { n: 12288, k: 4096, epilogue: Epilogue::SiluMul, ks: 8, tb: 1, u: 4 },
+    Measured { n: 4096, k: 12288, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 8 },
+];
+
+/// One row of [`MEASURED`] or [`MEASURED_PACKED`]: the product (`n` output rows of `k` inputs, its form) and its split.
 #[derive(Clone, Copy, Debug)]
 pub struct Measured {
     pub n: usize,
@@ -123,8 +243,8 @@ pub struct Measured {
 ///
 /// SDAR-4B and 8B, which the rule was never tuned on, take the splits [`MEASURED`] lists.
 pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
-    if let Some(m) = MEASURED.iter().find(|m| (m.n, m.k, m.epilogue) == (n, k, epilogue)) {
-        return Split { ks: m.ks, tb: m.tb, u: m.u, blocks: n.div_ceil(TILE_ROWS * m.tb) };
+    if let Some(s) = measured(&MEASURED, n, k, epilogue) {
+        return s;
     }
     let steps = k / K_STEP;
     let w_rows = match epilogue {
@@ -147,6 +267,21 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
         Epilogue::SiluMul => 4,
     };
     Split { ks, tb, u, blocks: n.div_ceil(TILE_ROWS * tb) }
+}
+
+/// The split of a product whose weight lies in `layout`: [`MEASURED_PACKED`] first for packed
+/// weights, then [`split`].
+pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -> Split {
+    match layout {
+        WeightLayout::Packed => measured(&MEASURED_PACKED, n, k, epilogue).unwrap_or_else(|| split(n, k, epilogue)),
+        WeightLayout::Rows => split(n, k, epilogue),
+    }
+}
+
+/// The split a table lists for `(n, k, epilogue)`.
+fn measured(table: &[Measured], n: usize, k: usize, epilogue: Epilogue) -> Option<Split> {
+    let m = table.iter().find(|m| (m.n, m.k, m.epilogue) == (n, k, epilogue))?;
+    Some(Split { ks: m.ks, tb: m.tb, u: m.u, blocks: n.div_ceil(TILE_ROWS * m.tb) })
 }
 
 /// The split of a grouped expert product (kernels/gemv.cu's GRP forms, `n` rows of `k` inputs
@@ -187,7 +322,7 @@ impl Gemv {
     /// dims flattened), `K` a multiple of [`K_STEP`], at most [`MAX_N`] output rows, both
     /// contiguous from an offset that keeps 16-byte alignment.
     pub fn fits(x: &Tensor, w: &Tensor) -> bool {
-        let (Some(&k), Ok((n, wk))) = (x.dims().last(), w.dims2()) else { return false };
+        let (Some(&k), Some((n, wk, _))) = (x.dims().last(), weight_dims(w.dims())) else { return false };
         let rows = x.elem_count() / k.max(1);
         let aligned = |t: &Tensor| t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
         x.dtype() == DType::BF16
@@ -205,9 +340,11 @@ impl Gemv {
         x.apply_op2_no_bwd(w, &self)
     }
 
-    /// Shape checks shared by both backends: `(T, N, K)` of the product and the output shape.
-    fn dims(self, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, Shape)> {
-        let (n, k) = lw.shape().dims2()?;
+    /// Shape checks shared by both backends: the product's sizes and the output shape.
+    fn dims(self, lx: &Layout, lw: &Layout) -> Result<(Dims, Shape)> {
+        let Some((n, k, layout)) = weight_dims(lw.dims()) else {
+            candle_core::bail!("gemv: a weight of shape {:?} is neither [N, K] rows nor packed", lw.shape());
+        };
         let dims = lx.dims();
         let Some((&xk, lead)) = dims.split_last() else { candle_core::bail!("gemv: x has no dimensions") };
         if xk != k {
@@ -217,12 +354,38 @@ impl Gemv {
         if !(1..=MAX_ROWS).contains(&t) || k % K_STEP != 0 {
             candle_core::bail!("gemv: {t} rows of {k} (takes 1..={MAX_ROWS} rows, K a multiple of {K_STEP})");
         }
-        if self.epilogue == Epilogue::SiluMul && n % 2 != 0 {
-            candle_core::bail!("gemv: a gate|up weight of {n} rows is not two halves");
+        if self.epilogue == Epilogue::SiluMul && !self.halves_fit(n, layout) {
+            candle_core::bail!("gemv: a gate|up weight of {n} rows ({layout:?}) is not two halves");
         }
         let mut out = lead.to_vec();
         out.push(self.epilogue.out_rows(n));
-        Ok((t, n, k, Shape::from(out)))
+        Ok((Dims { t, n, k, layout }, Shape::from(out)))
+    }
+
+    /// Whether a paired weight of `n` rows splits into its gate and up halves: two equal halves,
+    /// and packed, each whole tiles.
+    fn halves_fit(self, n: usize, layout: WeightLayout) -> bool {
+        n.is_multiple_of(2) && (layout == WeightLayout::Rows || n.is_multiple_of(2 * TILE_ROWS))
+    }
+}
+
+/// One product's sizes: `t` rows of `k` inputs times a weight of `n` rows (both halves of a
+/// paired weight), and how that weight lies in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    pub t: usize,
+    pub n: usize,
+    pub k: usize,
+    pub layout: WeightLayout,
+}
+
+impl Dims {
+    /// The weight's values as `[N, K]` rows: borrowed, or unpacked into a new vector.
+    fn rows<'a>(&self, w: &'a [half::bf16]) -> std::borrow::Cow<'a, [half::bf16]> {
+        match self.layout {
+            WeightLayout::Rows => std::borrow::Cow::Borrowed(w),
+            WeightLayout::Packed => std::borrow::Cow::Owned(repack_values(w, self.n, self.k, WeightLayout::Rows)),
+        }
     }
 }
 
@@ -290,7 +453,9 @@ pub fn kernel_name(epilogue: Epilogue, norm: bool, add: bool, u: usize) -> Optio
         (Epilogue::Plain, false, false, 8) => "unmask_gemv_u8",
         (Epilogue::Plain, false, false, 4) => "unmask_gemv_u4",
         (Epilogue::Plain, false, true, 8) => "unmask_gemv_add_u8",
+        (Epilogue::Plain, false, true, 4) => "unmask_gemv_add_u4",
         (Epilogue::Plain, true, false, 8) => "unmask_gemv_norm_u8",
+        (Epilogue::Plain, true, false, 4) => "unmask_gemv_norm_u4",
         (Epilogue::SiluMul, false, false, 4) => "unmask_gemv_silu_u4",
         (Epilogue::SiluMul, true, false, 4) => "unmask_gemv_norm_silu_u4",
         (Epilogue::SiluMul, false, false, 8) => "unmask_gemv_silu_u8",
@@ -299,26 +464,36 @@ pub fn kernel_name(epilogue: Epilogue, norm: bool, add: bool, u: usize) -> Optio
     })
 }
 
+/// The entry point of a form for a weight's layout: `kernel_name`'s, or its `_p` twin that
+/// reads the packed layout (kernels/gemv.cu's GEMV macro defines both).
+pub fn entry_name(name: &str, layout: WeightLayout) -> std::borrow::Cow<'_, str> {
+    match layout {
+        WeightLayout::Rows => name.into(),
+        WeightLayout::Packed => format!("{name}_p").into(),
+    }
+}
+
 impl GemvInto<'_> {
-    /// `out = …` for `x [.., K]`, `w [N, K]`.
+    /// `out = …` for `x [.., K]`, `w [N, K]` rows or packed.
     pub fn run(&self, out: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
         out.inplace_op3(x, w, self)
     }
 
     /// Whether the GPU has this form and it takes these operands (see [`Gemv::fits`]).
     pub fn fits(&self, x: &Tensor, w: &Tensor) -> bool {
-        let Ok((n, k)) = w.dims2() else { return false };
-        let s = split(self.epilogue.out_rows(n), k, self.epilogue);
+        let Some((n, k, layout)) = weight_dims(w.dims()) else { return false };
+        let s = split_for(self.epilogue.out_rows(n), k, self.epilogue, layout);
         let plain = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
         Gemv::fits(x, w)
+            && (self.epilogue == Epilogue::Plain || Gemv { epilogue: self.epilogue }.halves_fit(n, layout))
             && kernel_name(self.epilogue, self.rms.is_some(), self.residual.is_some(), s.u).is_some()
             && self.residual.is_none_or(plain)
     }
 
-    /// `(T, N, K)` after checking `out` and the residual against the product.
-    fn dims(&self, lo: &Layout, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize)> {
+    /// The product's sizes after checking `out` and the residual against it.
+    fn dims(&self, lo: &Layout, lx: &Layout, lw: &Layout) -> Result<Dims> {
         let g = Gemv { epilogue: self.epilogue };
-        let (t, n, k, shape) = g.dims(lx, lw)?;
+        let (d, shape) = g.dims(lx, lw)?;
         if lo.shape() != &shape || !lo.is_contiguous() {
             candle_core::bail!("gemv: output {:?} for a product of shape {shape:?}", lo.shape());
         }
@@ -327,7 +502,7 @@ impl GemvInto<'_> {
                 candle_core::bail!("gemv: residual {:?} for an output of {shape:?}", r.shape());
             }
         }
-        Ok((t, n, k))
+        Ok(d)
     }
 }
 
@@ -342,7 +517,7 @@ impl candle_core::InplaceOp3 for GemvInto<'_> {
     }
 
     fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
-        let (t, n, k) = self.dims(lo, lx, lw)?;
+        let d @ Dims { t, n, k, .. } = self.dims(lo, lx, lw)?;
         let (CpuStorage::BF16(out), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (so, sx, sw) else {
             candle_core::bail!("gemv: out, x and w must be bf16");
         };
@@ -354,7 +529,7 @@ impl candle_core::InplaceOp3 for GemvInto<'_> {
             Some(eps) => rms_inv_rows(x, t, k, eps),
             None => vec![1.0; t],
         };
-        let y = gemv_scaled(x, &w[wa..wb], (t, n, k), &scale);
+        let y = gemv_scaled(x, &d.rows(&w[wa..wb]), (t, n, k), &scale);
         let mut y = match self.epilogue {
             Epilogue::Plain => y,
             Epilogue::SiluMul => silu_mul_rows(&y, t, n / 2),
@@ -379,8 +554,8 @@ impl candle_core::InplaceOp3 for GemvInto<'_> {
         sw: &candle_core::CudaStorage,
         lw: &Layout,
     ) -> Result<()> {
-        let (t, n, k) = self.dims(lo, lx, lw)?;
-        super::cuda::gemv::launch_into(self, (t, n, k), (so, lo), (sx, lx), (sw, lw))
+        let d = self.dims(lo, lx, lw)?;
+        super::cuda::gemv::launch_into(self, d, (so, lo), (sx, lx), (sw, lw))
     }
 }
 
@@ -390,14 +565,14 @@ impl CustomOp2 for Gemv {
     }
 
     fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (t, n, k, shape) = self.dims(lx, lw)?;
+        let (d @ Dims { t, n, k, .. }, shape) = self.dims(lx, lw)?;
         let (CpuStorage::BF16(x), CpuStorage::BF16(w)) = (sx, sw) else {
             candle_core::bail!("gemv: x and w must be bf16");
         };
         let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
             candle_core::bail!("gemv: x and w must be contiguous");
         };
-        let y = gemv_bf16(&x[xa..xb], &w[wa..wb], t, n, k);
+        let y = gemv_bf16(&x[xa..xb], &d.rows(&w[wa..wb]), t, n, k);
         let y = match self.epilogue {
             Epilogue::Plain => y,
             Epilogue::SiluMul => silu_mul_rows(&y, t, n / 2),
@@ -413,8 +588,8 @@ impl CustomOp2 for Gemv {
         sw: &candle_core::CudaStorage,
         lw: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (t, n, k, shape) = self.dims(lx, lw)?;
-        super::cuda::gemv::launch(self.epilogue, t, n, k, (sx, lx), (sw, lw)).map(|s| (s, shape))
+        let (d, shape) = self.dims(lx, lw)?;
+        super::cuda::gemv::launch(self.epilogue, d, (sx, lx), (sw, lw)).map(|s| (s, shape))
     }
 }
 
@@ -436,8 +611,9 @@ mod tests {
     /// launches (q|k|v and gate|up with the norm, o and down adding), and fits a block.
     #[test]
     fn measured_splits_are_taken_and_have_kernels() {
-        for &Measured { n, k, epilogue: e, ks, tb, u } in &MEASURED {
-            let s = split(n, k, e);
+        let tables = [(&MEASURED[..], WeightLayout::Rows), (&MEASURED_PACKED[..], WeightLayout::Packed)];
+        for (&Measured { n, k, epilogue: e, ks, tb, u }, layout) in tables.iter().flat_map(|&(t, l)| t.iter().map(move |m| (m, l))) {
+            let s = split_for(n, k, e, layout);
             assert_eq!((s.ks, s.tb, s.u, s.blocks), (ks, tb, u, n.div_ceil(16 * tb)), "{n} x {k} {e:?}");
             // a plain product may be q|k|v (the norm form) or o / down (the residual form)
             let forms: &[(bool, bool)] = if e == Epilogue::SiluMul { &[(true, false)] } else { &[(true, false), (false, true)] };
@@ -447,11 +623,18 @@ mod tests {
             }
             assert!(s.threads() <= 512 && ks <= k / K_STEP);
         }
+        // and each has its packed twin
+        assert!(include_str!("../../kernels/gemv.cu").contains("void NAME##_p("));
         // the benches' copy of the table (scripts/bench_common.cuh, gemv_split) says the same
         let bench = include_str!("../../scripts/bench_common.cuh");
-        for &Measured { n, k, epilogue: e, ks, tb, u } in &MEASURED {
-            let row = format!("{{{n}, {k}, {}, {{{u}, {ks}, {tb}}}}}", e == Epilogue::SiluMul);
-            assert!(bench.contains(&row), "scripts/bench_common.cuh has no `{row}`");
+        for (table, name) in [(&MEASURED[..], "measured[]"), (&MEASURED_PACKED[..], "measured_packed[]")] {
+            let start = bench.find(&format!("const M {name} = {{")).unwrap_or_else(|| panic!("scripts/bench_common.cuh has no {name}"));
+            let listed = &bench[start..start + bench[start..].find("};").unwrap()];
+            for &Measured { n, k, epilogue: e, ks, tb, u } in table {
+                let row = format!("{{{n}, {k}, {}, {{{u}, {ks}, {tb}}}}}", e == Epilogue::SiluMul);
+                assert!(listed.contains(&row), "scripts/bench_common.cuh's {name} has no `{row}`");
+            }
+            assert_eq!(listed.matches("}}").count(), table.len(), "{name} lists other shapes");
         }
         // SDAR-4B's gate|up: 8 warps a tile, one tile a block (the rule gave 4 and 2)
         assert_eq!(split(9728, 2560, Epilogue::SiluMul), Split { ks: 8, tb: 1, u: 4, blocks: 608 });
@@ -620,6 +803,73 @@ mod tests {
         assert!(GemvInto { residual: Some(&wrong), ..op }.run(&out, &x, &w).is_err(), "a residual of another shape");
         let bad_out = Tensor::zeros((t, n - 1), DType::BF16, &Device::Cpu).unwrap();
         assert!(op.run(&bad_out, &x, &w).is_err(), "an output of another shape");
+    }
+
+    /// Each value lands where kernels/gemv.cu's PACKED form reads it: lane `4 g + q` of the
+    /// warp on tile `t` loads, at step `s`, the uint4 `(t steps + s) 64 + 32 h + 4 g + q`
+    /// (`w0`, then `w8` 32 further), values `32 s + 8 q ..+ 8` of row `16 t + g + 8 h`.
+    #[test]
+    fn packing_puts_each_value_where_the_kernel_reads_it() {
+        let (n, k) = (48, 96);
+        let steps = k / K_STEP;
+        // each value's bits are its index (some are NaNs: compared as bits)
+        let rows: Vec<half::bf16> = (0..n * k).map(|i| half::bf16::from_bits(i as u16)).collect();
+        let w = Tensor::from_vec(rows, (n, k), &Device::Cpu).unwrap();
+        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap().iter().map(|v| v.to_bits() as usize).collect::<Vec<_>>();
+        let p = pack(&w).unwrap();
+        assert_eq!(p.dims(), &[n / 16, steps, 16, 32]);
+        assert_eq!(weight_dims(p.dims()), Some((n, k, WeightLayout::Packed)));
+        assert_eq!(weight_dims(w.dims()), Some((n, k, WeightLayout::Rows)));
+        for (at, v) in bits(&p).into_iter().enumerate() {
+            // value e of uint4 (t steps + s) 64 + 32 h + lane, lane = 4 g + q
+            let (e, lane, h, s, t) = (at % 8, at / 8 % 32, at / 256 % 2, at / 512 % steps, at / 512 / steps);
+            let (g, q) = (lane / 4, lane % 4);
+            let (row, col) = (16 * t + g + 8 * h, 32 * s + 8 * q + e);
+            assert_eq!(v, row * k + col, "tile {t} step {s} half {h} lane {lane}");
+        }
+        // candle's transpose of the tiles says the same, and unpacking undoes it
+        let moved = w.reshape((n / 16, 16, steps, 32)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap();
+        assert_eq!(bits(&moved), bits(&p));
+        assert_eq!(bits(&unpack(&p).unwrap()), bits(&w));
+        assert_eq!(unpack(&p).unwrap().dims(), &[n, k]);
+        assert!(unpack(&w).is_err() && pack(&p).is_err(), "each way only from the other layout");
+        assert!(pack(&w.narrow(0, 0, 40).unwrap()).is_err(), "rows of no whole tiles");
+        assert!(packable(48, 96, 1) && !packable(48, 96, 2) && !packable(40, 96, 1) && !packable(48, 80, 1));
+    }
+
+    /// Every form gives the same bits from a packed weight as from its rows.
+    #[test]
+    fn every_form_reads_a_packed_weight_as_its_rows() {
+        let (k, n) = (128, 64);
+        let (w, r) = (bf((n, k), 0.9), bf((8, n), 3.0));
+        let p = pack(&w).unwrap();
+        for t in [1, 4, 8] {
+            let x = bf((t, k), 0.2);
+            for g in [Gemv::PLAIN, Gemv::SILU_MUL] {
+                assert_eq!(vals(&g.forward(&x, &p).unwrap()), vals(&g.forward(&x, &w).unwrap()), "{g:?} t={t}");
+            }
+            let res = r.narrow(0, 0, t).unwrap();
+            let forms = [
+                GemvInto { epilogue: Epilogue::Plain, rms: Some(1e-6), residual: None },
+                GemvInto { epilogue: Epilogue::SiluMul, rms: Some(1e-6), residual: None },
+                GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&res) },
+            ];
+            for op in forms {
+                assert!(op.fits(&x, &p), "{op:?}");
+                let out = |w: &Tensor| {
+                    let o = Tensor::zeros((t, op.epilogue.out_rows(n)), DType::BF16, &Device::Cpu).unwrap();
+                    op.run(&o, &x, w).unwrap();
+                    vals(&o)
+                };
+                assert_eq!(out(&p), out(&w), "{op:?} t={t}");
+            }
+        }
+        // a gate|up weight whose halves would share a tile cannot pair packed
+        let odd = pack(&bf((48, k), 0.5)).unwrap();
+        let x = bf((2, k), 0.1);
+        assert!(Gemv::SILU_MUL.forward(&x, &odd).is_err());
+        assert!(!GemvInto { epilogue: Epilogue::SiluMul, rms: Some(1e-6), residual: None }.fits(&x, &odd));
+        assert_eq!(entry_name("unmask_gemv_u8", WeightLayout::Packed), "unmask_gemv_u8_p");
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! - [`Linear::Rows`]: the checkpoint's own `[out, in]` tensor in bf16, the GPU's default in
 //!   bf16: a block pass's few rows go through the kernel of gemv.rs, a prefill's many rows
 //!   through cuBLAS with the weight read transposed (no second copy).
+//! - [`Linear::Packed`]: a [`Linear::Rows`] weight re-laid out in the order the gemv kernel's
+//!   warps read it (gemv.rs, `WeightLayout::Packed`): the streamed layer's projections on
+//!   the GPU. Passes of more rows than the kernel takes run it once per 8 rows up to
+//!   [`PACKED_CHUNKS_UP_TO`], past that unpack the weight for cuBLAS.
 //! - [`Linear::Bf16`]: on the CPU with f32 compute and a bf16 checkpoint, the stored bf16 values
 //!   kept as they are and widened to f32 inside a hand-written kernel. A block pass multiplies
 //!   only a few rows, so it is bound by reading the weights; bf16 halves those bytes and the
@@ -25,7 +29,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::bf16_products;
-use super::gemv::Gemv;
+use super::gemv::{Gemv, MAX_ROWS};
 
 /// Output columns per panel: two 8-lane f32 registers per row on AVX2.
 pub const PANEL: usize = 16;
@@ -36,9 +40,15 @@ pub const ROWS: usize = 4;
 /// handing work to the pool costs more than it saves (the embedded model's projections).
 pub const PARALLEL_FROM: usize = 1 << 20;
 
+/// Rows up to which a packed weight's product runs the gemv kernel 8 rows at a time (each
+/// launch reads the weight once); past it, unpacking the weight (a read and a write) for one
+/// cuBLAS product reads fewer bytes. A 16-row pass is a storing pass of 8-token blocks.
+pub const PACKED_CHUNKS_UP_TO: usize = 2 * MAX_ROWS;
+
 pub enum Linear {
     Dense(Tensor),
     Rows(Tensor),
+    Packed(Tensor),
     Bf16(Bf16Panels),
 }
 
@@ -48,8 +58,21 @@ impl Linear {
             Linear::Dense(w) => x.matmul(w),
             Linear::Rows(w) if Gemv::fits(x, w) => Gemv::PLAIN.forward(x, w),
             Linear::Rows(w) => x.matmul(&w.t()?),
+            Linear::Packed(w) => match packed_kernel(Gemv::PLAIN, x, w)? {
+                Some(y) => Ok(y),
+                None => x.matmul(&super::gemv::unpack(w)?.t()?),
+            },
             Linear::Bf16(p) => x.apply_op1_no_bwd(p),
         }
+    }
+
+    /// Packs a [`Linear::Rows`] projection for the gemv kernel ([`Linear::Packed`]) where its
+    /// shape allows (`halves`: 2 for a stacked gate|up weight); anything else stays as it is.
+    pub fn pack(self, halves: usize) -> Result<Self> {
+        Ok(match self {
+            Linear::Rows(w) if w.dims2().is_ok_and(|(n, k)| super::gemv::packable(n, k, halves)) => Linear::Packed(super::gemv::pack(&w)?),
+            other => other,
+        })
     }
 
     /// `silu(x Wg) * (x Wu)` for a stacked gate|up weight in one kernel, where the gemv kernel
@@ -58,6 +81,7 @@ impl Linear {
     pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Option<Tensor>> {
         match self {
             Linear::Rows(w) if Gemv::fits(x, w) => Gemv::SILU_MUL.forward(x, w).map(Some),
+            Linear::Packed(w) => packed_kernel(Gemv::SILU_MUL, x, w),
             _ => Ok(None),
         }
     }
@@ -70,13 +94,40 @@ impl Linear {
         }
     }
 
+    /// The weight the gemv kernel reads, rows or packed (see gemv.rs, [`WeightLayout`]).
+    pub fn gemv_weight(&self) -> Option<&Tensor> {
+        match self {
+            Linear::Rows(w) | Linear::Packed(w) => Some(w),
+            _ => None,
+        }
+    }
+
     /// Bytes the weights occupy.
     pub fn bytes(&self) -> usize {
         match self {
-            Linear::Dense(w) | Linear::Rows(w) => w.elem_count() * w.dtype().size_in_bytes(),
+            Linear::Dense(w) | Linear::Rows(w) | Linear::Packed(w) => w.elem_count() * w.dtype().size_in_bytes(),
             Linear::Bf16(p) => p.bytes(),
         }
     }
+}
+
+/// `op` of `x [.., K]` and a packed weight through the kernel: once for at most [`MAX_ROWS`]
+/// rows, once per 8 rows up to [`PACKED_CHUNKS_UP_TO`]; `None` past that (see [`Linear::Packed`]).
+fn packed_kernel(op: Gemv, x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
+    if Gemv::fits(x, w) {
+        return op.forward(x, w).map(Some);
+    }
+    let Some((&k, lead)) = x.dims().split_last() else { candle_core::bail!("a projection's input has no dimensions") };
+    let t: usize = lead.iter().product();
+    if t <= MAX_ROWS || t > PACKED_CHUNKS_UP_TO {
+        return Ok(None);
+    }
+    let flat = x.reshape((t, k))?;
+    let parts = (0..t).step_by(MAX_ROWS).map(|r| op.forward(&flat.narrow(0, r, MAX_ROWS.min(t - r))?.contiguous()?, w)).collect::<Result<Vec<_>>>()?;
+    let y = Tensor::cat(&parts, 0)?;
+    let mut out = lead.to_vec();
+    out.push(y.dim(1)?);
+    y.reshape(out).map(Some)
 }
 
 /// How a bf16 projection meets its input.
@@ -733,6 +784,38 @@ mod tests {
             assert!(max <= 2.0 / 256.0, "t={t}: relative difference {max}");
         }
         assert_eq!(rows.bytes(), 48 * 256 * 2);
+    }
+
+    /// A packed projection gives its rows' results at every row count: the kernel for a block
+    /// pass, the kernel 8 rows at a time for up to 16, cuBLAS (here candle's CPU matmul) on the
+    /// unpacked weight past that.
+    #[test]
+    fn a_packed_projection_equals_its_rows_at_every_row_count() {
+        let dev = candle_core::Device::Cpu;
+        let w = Tensor::randn(0f32, 0.3, (64, 96), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let (rows, packed) = (Linear::Rows(w.clone()), Linear::Rows(w.clone()).pack(2).unwrap());
+        assert!(matches!(packed, Linear::Packed(_)) && packed.bytes() == rows.bytes());
+        assert!(matches!(Linear::Rows(w.narrow(0, 0, 48).unwrap()).pack(2).unwrap(), Linear::Rows(_)), "halves of 24 rows");
+        let v = |t: Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for t in [1, 4, 8, 9, 12, 16, 17, 40] {
+            let x = Tensor::randn(0f32, 1.0, (t, 96), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+            let got = packed.forward(&x).unwrap();
+            assert_eq!(got.dims(), &[t, 64]);
+            let want = match t {
+                // the kernel on the rows, 8 rows at a time
+                9..=PACKED_CHUNKS_UP_TO => {
+                    let parts: Vec<Tensor> = (0..t).step_by(8).map(|r| rows.forward(&x.narrow(0, r, 8.min(t - r)).unwrap()).unwrap()).collect();
+                    Tensor::cat(&parts, 0).unwrap()
+                }
+                _ => rows.forward(&x).unwrap(),
+            };
+            assert_eq!(v(got), v(want), "t={t}");
+            let paired = packed.forward_silu_mul(&x).unwrap();
+            assert_eq!(paired.is_some(), t <= PACKED_CHUNKS_UP_TO, "t={t}: past 16 rows the caller runs the activation");
+            if t <= 8 {
+                assert_eq!(v(paired.unwrap()), v(rows.forward_silu_mul(&x).unwrap().unwrap()), "t={t}");
+            }
+        }
     }
 
     #[test]

@@ -50,6 +50,14 @@ pub fn gemv_here(device: &Device, dtype: DType) -> bool {
     true
 }
 
+/// Whether the streamed layer's `[out, in]` projections are packed in the order the gemv
+/// kernel reads them (gemv.rs, `WeightLayout::Packed`), unless `UNMASK_PACKED=0` (the rows, for
+/// comparisons). Wherever [`gemv_here`] holds: on the H200 the streamed layer's chain ran 1 %
+/// (SDAR-1.7B), 9 % (4B) and 15 % (8B) faster packed (docs/perf.md, session 17).
+pub fn packed_here() -> bool {
+    std::env::var("UNMASK_PACKED").as_deref() != Ok("0")
+}
+
 /// Whether projections stored in bf16 stay bf16 ([`Linear::Bf16`]): on the CPU computing in f32,
 /// unless `UNMASK_BF16_WEIGHTS=0` (for comparisons: the widened f32 weights through gemm).
 pub fn bf16_weights_here(device: &Device, dtype: DType) -> bool {

@@ -513,6 +513,7 @@ mod tests {
             let load = || super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 5), DType::BF16, &dev).unwrap();
             let (standard, mut streamed) = (load(), load());
             streamed.use_row_weights().unwrap();
+            assert!(streamed.packed() && !standard.packed(), "the streamed layer reads packed weights, as on the GPU");
             assert!(!standard.streams(4, 24));
             assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
             assert!(!streamed.streams(10, 24), "a prefill of more than 8 rows takes the standard layer");

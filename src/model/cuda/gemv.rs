@@ -11,7 +11,7 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
 use half::bf16;
 
-use crate::model::gemv::{kernel_name, split, Epilogue, GemvInto};
+use crate::model::gemv::{entry_name, kernel_name, split_for, Dims, Epilogue, GemvInto, WeightLayout};
 use super::launch::{aligned, Args};
 
 pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
@@ -40,14 +40,14 @@ pub fn probe(dev: &CudaDevice) -> Result<()> {
     ptx(dev).map(drop)
 }
 
-/// `y = …` of one form (`kernel_name`) into `y`, through [`Args`] (so under programmatic dependent
+/// `y = …` of one form (`kernel_name`, its packed twin for a packed weight) into `y`, through [`Args`] (so under programmatic dependent
 /// launch unless `UNMASK_PDL=0`: the kernel asks for its first weights before it waits).
 /// `rms`: the norm forms' epsilon; `res`: the residual of the add forms.
 #[allow(clippy::too_many_arguments)]
 fn launch_raw(
     dev: &CudaDevice,
     epilogue: Epilogue,
-    (t, n, k): (usize, usize, usize),
+    Dims { t, n, k, layout }: Dims,
     x: &CudaView<'_, bf16>,
     w: &CudaView<'_, bf16>,
     y: &mut CudaViewMut<'_, bf16>,
@@ -55,11 +55,11 @@ fn launch_raw(
     res: Option<&CudaView<'_, bf16>>,
 ) -> Result<()> {
     let n_out = epilogue.out_rows(n);
-    let s = split(n_out, k, epilogue);
+    let s = split_for(n_out, k, epilogue, layout);
     let Some(name) = kernel_name(epilogue, rms.is_some(), res.is_some(), s.u) else {
         candle_core::bail!("gemv: no kernel for {epilogue:?} with norm {} and residual {}", rms.is_some(), res.is_some());
     };
-    let f = dev.get_or_load_custom_func(name, MODULE, ptx(dev)?)?;
+    let f = dev.get_or_load_custom_func(&entry_name(name, layout), MODULE, ptx(dev)?)?;
     let smem = s.smem_bytes(t, k, epilogue, rms.is_some());
     // x staged whole: past the default 48 KiB for K = 6144 and 8 rows
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
@@ -74,7 +74,8 @@ fn launch_raw(
     };
     b.i32(t as i32).i32(n_out as i32).i32((k / 8) as i32).i32(s.ks as i32).f32(rms.unwrap_or(0.0));
     // SAFETY: the parameters follow kernels/gemv.cu's GEMV signature; the callers checked the
-    // shapes (x [t, k], w [n, k], y and res [t, n_out]) and 16-byte alignment.
+    // shapes (x [t, k], w n x k values in `layout`'s order, y and res [t, n_out]) and 16-byte
+    // alignment.
     unsafe { b.launch(&f, cfg) }
 }
 
@@ -89,22 +90,20 @@ fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, bf16>) -> R
 
 pub fn launch(
     epilogue: Epilogue,
-    t: usize,
-    n: usize,
-    k: usize,
+    d: Dims,
     (sx, lx): (&CudaStorage, &Layout),
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<CudaStorage> {
     let dev = sx.device().clone();
     let (x, w) = (aligned(sx, lx, "gemv: x")?, aligned(sw, lw, "gemv: w")?);
-    let mut y = unsafe { dev.alloc::<bf16>(t * epilogue.out_rows(n))? };
-    launch_raw(&dev, epilogue, (t, n, k), &x, &w, &mut y.as_view_mut(), None, None)?;
+    let mut y = unsafe { dev.alloc::<bf16>(d.t * epilogue.out_rows(d.n))? };
+    launch_raw(&dev, epilogue, d, &x, &w, &mut y.as_view_mut(), None, None)?;
     Ok(bf16::wrap_cuda_slice(y, dev))
 }
 
 pub fn launch_into(
     op: &GemvInto<'_>,
-    dims: (usize, usize, usize),
+    dims: Dims,
     (so, lo): (&mut CudaStorage, &Layout),
     (sx, lx): (&CudaStorage, &Layout),
     (sw, lw): (&CudaStorage, &Layout),
@@ -117,4 +116,22 @@ pub fn launch_into(
         Some(r) => with_view(r, "gemv: residual", |rv| launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, Some(rv))),
         None => launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, None),
     }
+}
+
+/// `n x k` bf16 values into layout `to` from the other (kernels/gemv.cu, `unmask_repack`; see
+/// gemv.rs, `pack` and `unpack`), into a new buffer.
+pub fn repack(to: WeightLayout, n: usize, k: usize, (s, l): (&CudaStorage, &Layout)) -> Result<CudaStorage> {
+    let dev = s.device().clone();
+    let src = aligned::<bf16>(s, l, "repack: weight")?;
+    let mut dst = unsafe { dev.alloc::<bf16>(n * k)? };
+    let f = dev.get_or_load_custom_func("unmask_repack", MODULE, ptx(&dev)?)?;
+    let fragments = n * k / 8;
+    let cfg = LaunchConfig { grid_dim: (fragments.div_ceil(256).min(65535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let stream = dev.cuda_stream();
+    let mut b = Args::new(&stream);
+    b.input(&src).output(&mut dst).i32(n as i32).i32((k / 8) as i32).i32(i32::from(to == WeightLayout::Packed));
+    // SAFETY: unmask_repack(src, dst, rows, k8, to_packed) over n x k bf16 values in both,
+    // 16-byte aligned (checked); n is whole tiles and k whole steps (the op checked).
+    unsafe { b.launch(&f, cfg) }?;
+    Ok(bf16::wrap_cuda_slice(dst, dev))
 }
