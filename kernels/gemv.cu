@@ -285,6 +285,15 @@ extern "C" __global__ void unmask_gemv_moe_down_u8(const uint4* w, const uint4* 
                                                    const MoeTable* tab, int t_len, int n, int k8, int ks) {
     gemv<8, false, false, false, GRP_DOWN>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
 }
+// ... and from each expert packed (PACKED: `[E][tile][step][16][32]`, an expert at the same offset)
+extern "C" __global__ void unmask_gemv_moe_up_u4_p(const uint4* w, const uint4* x, unsigned short* y,
+                                                   const MoeTable* tab, int t_len, int n, int k8, int ks, float eps) {
+    gemv<4, true, true, false, GRP_UP, true>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
+}
+extern "C" __global__ void unmask_gemv_moe_down_u8_p(const uint4* w, const uint4* x, float* yf,
+                                                     const MoeTable* tab, int t_len, int n, int k8, int ks) {
+    gemv<8, false, false, false, GRP_DOWN, true>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
+}
 
 // A weight between the checkpoint's rows and the packed layout (PACKED above; src/model/gemv.rs
 // `pack` and `unpack`), one 16-byte fragment a thread: i counts fragments in packed order,

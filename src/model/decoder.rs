@@ -472,20 +472,24 @@ impl Model {
         Ok(())
     }
 
-    /// Whether every attention projection is packed for the gemv kernel (and every dense
-    /// block's, [`Model::pack_for_gemv`]).
+    /// Whether every projection the streamed layer reads through the gemv is packed
+    /// ([`Model::pack_for_gemv`]).
     pub fn packed(&self) -> bool {
         let packed = |p: &Linear| matches!(p, Linear::Packed(_));
         !self.layers.is_empty()
             && self.layers.iter().all(|l| {
-                packed(&l.attn.qkv_proj) && packed(&l.attn.o_proj) && l.mlp.dense().is_none_or(|m| packed(&m.gate_up_proj) && packed(&m.down_proj))
+                let mlp = match &l.mlp {
+                    Mlp::Dense(m) => packed(&m.gate_up_proj) && packed(&m.down_proj),
+                    Mlp::Sparse(moe) => moe.packed(),
+                };
+                packed(&l.attn.qkv_proj) && packed(&l.attn.o_proj) && mlp
             })
     }
 
-    /// Re-lays the streamed layer's dense projections (q|k|v, o, and a dense block's gate|up
-    /// and down) out in the gemv kernel's packed order (gemv.rs, `WeightLayout::Packed`), each
-    /// where its shape allows. After [`Model::fold_norms`], which scales rows. MoE experts and
-    /// routers keep their rows: the grouped kernels and the host router read them.
+    /// Re-lays the streamed layer's projections (q|k|v, o, a dense block's gate|up and down, a
+    /// sparse block's grouped experts) out in the gemv kernel's packed order (gemv.rs,
+    /// `WeightLayout::Packed`), each where its shape allows. After [`Model::fold_norms`], which
+    /// scales rows. MoE routers keep their rows (the host router reads them).
     fn pack_for_gemv(&mut self) -> Result<()> {
         let pack = |p: &mut Linear, halves: usize| -> Result<()> {
             let rows = std::mem::replace(p, Linear::Rows(self.norm.clone()));
@@ -495,9 +499,12 @@ impl Model {
         for l in &mut self.layers {
             pack(&mut l.attn.qkv_proj, 1)?;
             pack(&mut l.attn.o_proj, 1)?;
-            if let Mlp::Dense(mlp) = &mut l.mlp {
-                pack(&mut mlp.gate_up_proj, 2)?;
-                pack(&mut mlp.down_proj, 1)?;
+            match &mut l.mlp {
+                Mlp::Dense(mlp) => {
+                    pack(&mut mlp.gate_up_proj, 2)?;
+                    pack(&mut mlp.down_proj, 1)?;
+                }
+                Mlp::Sparse(moe) => moe.pack()?,
             }
         }
         Ok(())
@@ -596,7 +603,7 @@ fn moe_fits(m: &MoeBlock, mid: &Tensor, mw: &MoeWorkspace, eps: f32) -> bool {
     use super::gemv::K_STEP;
     use super::moe_grouped::{MAX_CHOICES, MAX_EXPERTS, MAX_SLOTS};
     let Some((g, router)) = m.grouped() else { return false };
-    let (Ok(t), Ok((e, i2, h))) = (mid.dim(0), g.gate_up.dims3()) else { return false };
+    let (Ok(t), Some((e, i2, h, _))) = (mid.dim(0), super::gemv::experts_dims(g.gate_up.dims())) else { return false };
     let router_op = GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None };
     router_op.fits(mid, router)
         && mw.act.dim(1).is_ok_and(|i| 2 * i == i2)

@@ -47,6 +47,31 @@ pub fn weight_dims(dims: &[usize]) -> Option<(usize, usize, WeightLayout)> {
     }
 }
 
+/// `(experts, N, K, layout)` of one layer's stacked expert weights: `[E, N, K]` rows, or each
+/// expert packed, `[E, N / 16, K / 32, 16, 32]` (the grouped kernels find expert `e` at the
+/// same offset, `e N K`, in both).
+pub fn experts_dims(dims: &[usize]) -> Option<(usize, usize, usize, WeightLayout)> {
+    let (&e, one) = dims.split_first()?;
+    let (n, k, layout) = weight_dims(one)?;
+    Some((e, n, k, layout))
+}
+
+/// Stacked `[E, N, K]` expert rows -> each expert packed ([`experts_dims`]): the experts' rows
+/// one after another are whole tiles of one `[E N, K]` weight.
+pub fn pack_experts(rows: &Tensor) -> Result<Tensor> {
+    let (e, n, k) = rows.dims3()?;
+    pack(&rows.reshape((e * n, k))?)?.reshape((e, n / TILE_ROWS, k / K_STEP, TILE_ROWS, K_STEP))
+}
+
+/// A weight's `n x k` values as `[N, K]` rows: borrowed, or unpacked into a new vector (the CPU
+/// bodies' view of a packed weight).
+pub fn rows_of(w: &[half::bf16], n: usize, k: usize, layout: WeightLayout) -> std::borrow::Cow<'_, [half::bf16]> {
+    match layout {
+        WeightLayout::Rows => std::borrow::Cow::Borrowed(w),
+        WeightLayout::Packed => std::borrow::Cow::Owned(repack_values(w, n, k, WeightLayout::Rows)),
+    }
+}
+
 /// Whether `[n, k]` rows can be packed: whole tiles and whole steps. A gate|up weight also
 /// needs each half whole tiles (`halves` 2), so that no tile holds rows of both.
 pub fn packable(n: usize, k: usize, halves: usize) -> bool {
@@ -380,12 +405,9 @@ pub struct Dims {
 }
 
 impl Dims {
-    /// The weight's values as `[N, K]` rows: borrowed, or unpacked into a new vector.
+    /// The weight's values as `[N, K]` rows ([`rows_of`]).
     fn rows<'a>(&self, w: &'a [half::bf16]) -> std::borrow::Cow<'a, [half::bf16]> {
-        match self.layout {
-            WeightLayout::Rows => std::borrow::Cow::Borrowed(w),
-            WeightLayout::Packed => std::borrow::Cow::Owned(repack_values(w, self.n, self.k, WeightLayout::Rows)),
-        }
+        rows_of(w, self.n, self.k, self.layout)
     }
 }
 

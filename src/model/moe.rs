@@ -10,6 +10,7 @@
 use anyhow::Result;
 use candle_core::Tensor;
 
+use super::gemv::{experts_dims, pack_experts, packable, WeightLayout};
 use super::loader::Loader;
 use super::linear::Linear;
 use super::mlp::SwiGlu;
@@ -26,7 +27,8 @@ pub struct MoeBlock {
     grouped: Option<Grouped>,
 }
 
-/// Every expert of a layer in one tensor per product, as the grouped kernels index them.
+/// Every expert of a layer in one tensor per product, as the grouped kernels index them: rows,
+/// or each expert packed for the gemv (gemv.rs, `experts_dims`; [`MoeBlock::pack`]).
 pub struct Grouped {
     /// `[experts, 2 I, hidden]`: each expert's gate rows then its up rows.
     pub gate_up: Tensor,
@@ -68,12 +70,40 @@ impl MoeBlock {
         Ok(())
     }
 
+    /// Each expert's projections as views into the stacks, in the stacks' layout.
     fn set_views(&mut self, gate_up: &Tensor, down: &Tensor) -> Result<()> {
+        let view = |w: &Tensor, e: usize| -> Result<Linear> {
+            let v = w.get(e)?;
+            Ok(match experts_dims(w.dims()) {
+                Some((.., WeightLayout::Packed)) => Linear::Packed(v),
+                _ => Linear::Rows(v),
+            })
+        };
         for (e, x) in self.experts.iter_mut().enumerate() {
-            x.gate_up_proj = Linear::Rows(gate_up.get(e)?);
-            x.down_proj = Linear::Rows(down.get(e)?);
+            x.gate_up_proj = view(gate_up, e)?;
+            x.down_proj = view(down, e)?;
         }
         Ok(())
+    }
+
+    /// Packs the grouped experts for the gemv (gemv.rs, `pack_experts`), where they are grouped,
+    /// still rows, and of whole tiles (each of gate and up too). After [`MoeBlock::fold_norm`].
+    /// The router keeps its rows (the host router and the grouped route read them).
+    pub fn pack(&mut self) -> Result<()> {
+        let Some(g) = &self.grouped else { return Ok(()) };
+        let fits = |w: &Tensor, halves| matches!(experts_dims(w.dims()), Some((_, n, k, WeightLayout::Rows)) if packable(n, k, halves));
+        if !fits(&g.gate_up, 2) || !fits(&g.down, 1) {
+            return Ok(());
+        }
+        let (gate_up, down) = (pack_experts(&g.gate_up)?, pack_experts(&g.down)?);
+        self.set_views(&gate_up, &down)?;
+        self.grouped = Some(Grouped { gate_up, down });
+        Ok(())
+    }
+
+    /// Whether the grouped experts are packed ([`MoeBlock::pack`]).
+    pub fn packed(&self) -> bool {
+        self.grouped.as_ref().is_some_and(|g| matches!(experts_dims(g.gate_up.dims()), Some((.., WeightLayout::Packed))))
     }
 
     /// Multiplies the post-attention norm's weight `w` into the router's and every expert's

@@ -18,7 +18,7 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::gemv::{gemv_scaled, rms_inv_rows, silu_mul_rows};
+use super::gemv::{experts_dims, gemv_scaled, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -257,7 +257,7 @@ impl ExpertsUpInto<'_> {
     /// `(t, experts, i, h)` after checking every operand.
     pub fn dims(&self, la: &Layout, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
         let (t, h) = lx.shape().dims2()?;
-        let (e, i2, wh) = lw.shape().dims3()?;
+        let (e, i2, wh) = expert_weights(lw, "moe up")?;
         check_rows(t, self.k)?;
         if wh != h || i2 % 2 != 0 || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
             candle_core::bail!("moe up: x {:?}, w {:?}, act {:?} do not fit", lx.shape(), lw.shape(), la.shape());
@@ -273,6 +273,7 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
 
     fn cpu_fwd(&self, sa: &mut CpuStorage, la: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
         let (t, _, i, h) = self.dims(la, lx, lw)?;
+        let layout = expert_layout(lw);
         let (CpuStorage::BF16(act), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (sa, sx, sw) else {
             candle_core::bail!("moe up: act, x and w must be bf16");
         };
@@ -283,8 +284,8 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
             let rows: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).collect();
             let xs: Vec<bf16> = rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
             let scale = rms_inv_rows(&xs, rows.len(), h, self.eps);
-            let we = &w[e as usize * 2 * i * h..(e as usize + 1) * 2 * i * h];
-            let gu = gemv_scaled(&xs, we, (rows.len(), 2 * i, h), &scale);
+            let we = rows_of(&w[e as usize * 2 * i * h..(e as usize + 1) * 2 * i * h], 2 * i, h, layout);
+            let gu = gemv_scaled(&xs, &we, (rows.len(), 2 * i, h), &scale);
             let y = silu_mul_rows(&gu, rows.len(), i);
             for (c, &r) in rows.iter().enumerate() {
                 let sl = table.slot[u][r] as usize;
@@ -309,6 +310,19 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
     }
 }
 
+/// `(experts, N, K)` of stacked expert weights, rows or packed (gemv.rs, `experts_dims`).
+fn expert_weights(lw: &Layout, what: &str) -> Result<(usize, usize, usize)> {
+    match experts_dims(lw.dims()) {
+        Some((e, n, k, _)) if lw.is_contiguous() => Ok((e, n, k)),
+        _ => candle_core::bail!("{what}: expert weights {:?} are neither [E, N, K] rows nor packed, contiguous", lw.shape()),
+    }
+}
+
+/// How stacked expert weights lie (checked by [`expert_weights`] first).
+pub fn expert_layout(lw: &Layout) -> WeightLayout {
+    experts_dims(lw.dims()).map_or(WeightLayout::Rows, |d| d.3)
+}
+
 /// `part[t * k + j] = bf16(down_e · act[t * k + j]) * weight[t * k + j]`, f32, for every slot:
 /// the grouped `unmask_gemv_moe_down_u8`. `w`: `[experts, H, I]`.
 pub struct ExpertsDownInto<'a> {
@@ -325,7 +339,7 @@ impl ExpertsDownInto<'_> {
     /// `(t, experts, i, h)` after checking every operand.
     pub fn dims(&self, lp: &Layout, la: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
         let (slots, i) = la.shape().dims2()?;
-        let (e, h, wi) = lw.shape().dims3()?;
+        let (e, h, wi) = expert_weights(lw, "moe down")?;
         let t = slots / self.k.max(1);
         check_rows(t, self.k)?;
         if wi != i || slots != t * self.k || lp.shape().dims2()? != (slots, h) || !lp.is_contiguous() {
@@ -342,6 +356,7 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
 
     fn cpu_fwd(&self, sp: &mut CpuStorage, lp: &Layout, sa: &CpuStorage, la: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
         let (t, _, i, h) = self.dims(lp, la, lw)?;
+        let layout = expert_layout(lw);
         let (CpuStorage::F32(part), CpuStorage::BF16(act), CpuStorage::BF16(w)) = (sp, sa, sw) else {
             candle_core::bail!("moe down: part must be f32, act and w bf16");
         };
@@ -351,8 +366,8 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
         for (u, &e) in table.experts.iter().enumerate() {
             let slots: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).map(|r| table.slot[u][r] as usize).collect();
             let xs: Vec<bf16> = slots.iter().flat_map(|&s| act[s * i..(s + 1) * i].iter().copied()).collect();
-            let we = &w[e as usize * h * i..(e as usize + 1) * h * i];
-            let y = gemv_scaled(&xs, we, (slots.len(), h, i), &vec![1.0; slots.len()]);
+            let we = rows_of(&w[e as usize * h * i..(e as usize + 1) * h * i], h, i, layout);
+            let y = gemv_scaled(&xs, &we, (slots.len(), h, i), &vec![1.0; slots.len()]);
             for (c, &s) in slots.iter().enumerate() {
                 for n in 0..h {
                     part[s * h + n] = y[c * h + n].to_f32() * table.weight[s];
@@ -545,6 +560,17 @@ mod tests {
         // every slot's activation was written (none left at zero)
         let a: Vec<f32> = f(&act)?;
         assert!((0..t * k).all(|s| a[s * i..(s + 1) * i].iter().any(|v| *v != 0.0)));
+        // each expert packed: the same activations and slots, bit for bit
+        let (gate_up_p, down_p) = (crate::model::gemv::pack_experts(&gate_up)?, crate::model::gemv::pack_experts(&down)?);
+        assert_eq!(gate_up_p.dims(), &[e, 2 * i / 16, h / 32, 16, 32]);
+        let (act_p, part_p) = (act.zeros_like()?, part.zeros_like()?);
+        ExpertsUpInto { tables: &tables, layer: 0, k, eps }.run(&act_p, &x, &gate_up_p)?;
+        ExpertsDownInto { tables: &tables, layer: 0, k }.run(&part_p, &act, &down_p)?;
+        assert_eq!(f(&act_p)?, a);
+        assert_eq!(f(&part_p)?, f(&part)?);
+        // an expert's packed slice is where the kernels look for it: expert e's rows, packed
+        let one = crate::model::gemv::pack(&gate_up.get(4)?)?;
+        assert_eq!(f(&gate_up_p.get(4)?)?, f(&one)?);
         Ok(())
     }
 
@@ -566,6 +592,7 @@ mod tests {
         };
         let (standard, mut streamed) = (load(), load());
         streamed.use_row_weights().unwrap();
+        assert!(streamed.packed(), "the grouped experts and attention are packed, as on the GPU");
         assert!(!standard.streams(4, 24));
         assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
         // the standard layer routes on the host: no CUDA graph; the streamed one is capturable

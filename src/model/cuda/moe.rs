@@ -12,8 +12,8 @@ use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 use half::bf16;
 
 use super::launch::{aligned, Args};
-use crate::model::gemv::{grouped_split, Epilogue};
-use crate::model::moe_grouped::{CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
+use crate::model::gemv::{entry_name, grouped_split, Epilogue};
+use crate::model::moe_grouped::{expert_layout, CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
 pub const SOURCE: &str = include_str!("../../../kernels/moe.cu");
 const MODULE: &str = "unmask_moe";
@@ -97,8 +97,8 @@ fn grouped(
     if let Some(eps) = eps {
         b.f32(eps);
     }
-    // SAFETY: kernels/gemv.cu's unmask_gemv_moe_{up_u4,down_u8}(w, x, y, table, t_len, n, k8,
-    // ks[, eps]); the ops' dims checked w [E, rows, K], x, y and the table; blocks past the
+    // SAFETY: kernels/gemv.cu's unmask_gemv_moe_{up_u4,down_u8}[_p](w, x, y, table, t_len, n,
+    // k8, ks[, eps]); the ops' dims checked w (E x rows x K values, rows or packed), x, y and the table; blocks past the
     // table's count return, every expert id in it is < E (the route kernel wrote it).
     unsafe { b.launch(&f, cfg) }
 }
@@ -115,7 +115,8 @@ pub fn experts_up(
     let Some((a, b)) = la.contiguous_offsets() else { candle_core::bail!("moe up: act must be contiguous") };
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     with_table(op.tables, op.layer, |table| {
-        grouped(&dev, "unmask_gemv_moe_up_u4", Epilogue::SiluMul, (t, op.k, i, h), &w, &x, Out::Bf16(&mut act), table, Some(op.eps))
+        let name = entry_name("unmask_gemv_moe_up_u4", expert_layout(lw));
+        grouped(&dev, &name, Epilogue::SiluMul, (t, op.k, i, h), &w, &x, Out::Bf16(&mut act), table, Some(op.eps))
     })
 }
 
@@ -131,7 +132,8 @@ pub fn experts_down(
     let Some((a, b)) = lp.contiguous_offsets() else { candle_core::bail!("moe down: part must be contiguous") };
     let mut part = sp.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
     with_table(op.tables, op.layer, |table| {
-        grouped(&dev, "unmask_gemv_moe_down_u8", Epilogue::Plain, (t, op.k, h, i), &w, &act, Out::F32(&mut part), table, None)
+        let name = entry_name("unmask_gemv_moe_down_u8", expert_layout(lw));
+        grouped(&dev, &name, Epilogue::Plain, (t, op.k, h, i), &w, &act, Out::F32(&mut part), table, None)
     })
 }
 
