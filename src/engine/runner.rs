@@ -168,16 +168,16 @@ fn to_pos(k: &KernelSample) -> PosSample {
 /// pass as before.
 pub const PREFILL_CHUNK: usize = 512;
 
-/// Stores the leading whole chunks of `store` (a multiple of `block` rows) into the cache, one
-/// committed forward each, leaving at most [`PREFILL_CHUNK`] rows for the pass that follows;
-/// returns the rows stored. Chunks start on block boundaries, so the block-causal mask of each
-/// is the one the whole prompt would have had.
+/// Stores the leading whole chunks of `store` (a multiple of `block` rows) into the cache, as
+/// one committed forward each would (`Model::store_chunks`: layer by layer, so packed weights
+/// are unpacked once for all of them), leaving at most [`PREFILL_CHUNK`] rows for the pass
+/// that follows; returns the rows stored. Chunks start on block boundaries, so the
+/// block-causal mask of each is the one the whole prompt would have had.
 pub fn prefill_chunks(model: &Model, store: &[u32], cache: &mut KvCache, block: usize) -> Result<usize> {
     let chunk = (PREFILL_CHUNK / block).max(1) * block;
-    let mut done = 0;
-    while store.len() - done > chunk {
-        model.forward(&store[done..done + chunk], cache, block, chunk)?;
-        done += chunk;
+    let done = store.len().saturating_sub(1) / chunk * chunk;
+    if done > 0 {
+        model.store_chunks(&store[..done], chunk, cache, block)?;
     }
     Ok(done)
 }
@@ -381,5 +381,44 @@ mod prefill_tests {
         // a short prompt is not chunked
         let mut c2 = m.new_cache(608).unwrap();
         assert_eq!(prefill_chunks(&m, &ids[..512], &mut c2, block).unwrap(), 0);
+    }
+
+    /// Chunks stored layer by layer (`Model::store_chunks`, what `prefill_chunks` runs) leave
+    /// the cache one committed forward a chunk leaves, value for value: the pass after them
+    /// gives the same logits bit for bit, in f32 and with packed bf16 weights (unpacked once a
+    /// layer there, once a chunk in a forward).
+    #[test]
+    fn chunks_stored_layer_by_layer_equal_a_forward_a_chunk() {
+        let cfg = shape_config("tiny").unwrap();
+        let ids: Vec<u32> = (0..1040u32).map(|i| (i * 53 + 11) % 350).collect();
+        let (block, chunk) = (4, 512);
+        for packed in [false, true] {
+            let dtype = if packed { DType::BF16 } else { DType::F32 };
+            let load = || {
+                let mut m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), dtype, &Device::Cpu).unwrap();
+                if packed {
+                    m.use_row_weights().unwrap();
+                    assert!(m.packed());
+                }
+                m
+            };
+            let after = |m: &Model, cache: &mut KvCache| -> Vec<f32> {
+                let h = m.forward(&ids[1024..], cache, block, 0).unwrap();
+                m.logits(&h).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            };
+            let (a, b) = (load(), load());
+            let mut by_chunk = a.new_cache(1040).unwrap();
+            for c in ids[..1024].chunks(chunk) {
+                a.forward(c, &mut by_chunk, block, chunk).unwrap();
+            }
+            let mut by_layer = b.new_cache(1040).unwrap();
+            assert_eq!(prefill_chunks(&b, &ids[..1030], &mut by_layer, block).unwrap(), 1024);
+            // prefill_chunks stored 1024 of the 1030 (two chunks); the pass after reads them
+            assert_eq!((by_chunk.len(), by_layer.len()), (1024, 1024));
+            assert_eq!(after(&a, &mut by_chunk), after(&b, &mut by_layer), "packed {packed}");
+        }
+        let m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
+        let mut small = m.new_cache(600).unwrap();
+        assert!(m.store_chunks(&ids[..1024], chunk, &mut small, block).is_err(), "past the capacity");
     }
 }

@@ -161,6 +161,20 @@ impl SelfAttention {
         Ok(self.o_proj.forward(&out)?)
     }
 
+    /// This attention with packed projections unpacked into rows (see [`Linear::unpacked`]);
+    /// `None` where neither is packed.
+    pub fn unpacked(&self) -> Result<Option<SelfAttention>> {
+        let (qkv, o) = (self.qkv_proj.unpacked()?, self.o_proj.unpacked()?);
+        if qkv.is_none() && o.is_none() {
+            return Ok(None);
+        }
+        let keep = |p: &Linear| p.gemv_weight().map(|w| Linear::Rows(w.clone()));
+        let (Some(qkv_proj), Some(o_proj)) = (qkv.or_else(|| keep(&self.qkv_proj)), o.or_else(|| keep(&self.o_proj))) else {
+            return Ok(None);
+        };
+        Ok(Some(SelfAttention { qkv_proj, o_proj, q_norm: self.q_norm.clone(), k_norm: self.k_norm.clone() }))
+    }
+
     /// [`ops::qkv_prep`] as generic candle ops.
     fn qkv_prep_generic(&self, qkv: &Tensor, cos: &Tensor, sin: &Tensor, s: &Heads) -> Result<Tensor> {
         let (t, d, kvh, heads) = (qkv.dim(0)?, s.head_dim, s.kv_heads, s.heads);

@@ -274,15 +274,76 @@ impl Model {
         // and the norm after it are one op when fused.
         let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
         let mut routing = Vec::new();
-        for (l, layer) in self.layers.iter().enumerate() {
-            let attn = layer.attn.forward(&h, (&cos, &sin), &cache.kv[l], input, &self.heads, self.fused)?;
-            (x, h) = self.add_norm(&x, &attn, &layer.post_norm)?;
-            let (mlp, routes) = layer.mlp.forward(&h, self.fused)?;
+        for l in 0..self.layers.len() {
+            let routes;
+            (x, h, routes) = self.standard_layer(l, (&self.layers[l].attn, &self.layers[l].mlp), (&x, &h), (&cos, &sin), &cache.kv[l], input)?;
             routing.extend(routes.map(|rows| LayerRoutes { layer: l, rows }));
-            let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
-            (x, h) = self.add_norm(&x, &mlp, next)?;
         }
         Ok((h, routing))
+    }
+
+    /// Layer `l` of the standard layer over the residual stream `x` and its normed `h`, with the
+    /// layer's attention and feed-forward block given (the layer's own, or unpacked copies):
+    /// the next `(x, h)` (`h` normed by the next layer's input norm, or the final norm) and the
+    /// routes of a sparse block.
+    #[allow(clippy::type_complexity)]
+    fn standard_layer(
+        &self,
+        l: usize,
+        (attn, mlp): (&SelfAttention, &Mlp),
+        (x, h): (&Tensor, &Tensor),
+        rope: (&Tensor, &Tensor),
+        kv: &Tensor,
+        input: &PassInput,
+    ) -> Result<(Tensor, Tensor, Option<Vec<Route>>)> {
+        let a = attn.forward(h, rope, kv, input, &self.heads, self.fused)?;
+        let (x, h) = self.add_norm(x, &a, &self.layers[l].post_norm)?;
+        let (m, routes) = mlp.forward(&h, self.fused)?;
+        let next = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
+        let (x, h) = self.add_norm(&x, &m, next)?;
+        Ok((x, h, routes))
+    }
+
+    /// Commits `ids` (after the cache's committed positions) in passes of `chunk` rows (a
+    /// multiple of `block`), as one committed [`Model::forward`] a chunk would, value for value,
+    /// but layer by layer: every chunk through layer 0, then every chunk through layer 1, ...
+    /// (a chunk's attention at layer `l` sees the K/V the chunks before it wrote there). So a
+    /// packed layer is unpacked into rows once for the whole prompt (its products take many
+    /// rows: cuBLAS), not once a chunk. Holds every chunk's residual stream meanwhile.
+    pub fn store_chunks(&self, ids: &[u32], chunk: usize, cache: &mut KvCache, block: usize) -> Result<()> {
+        let start = cache.len;
+        if chunk == 0 || start + ids.len() > cache.capacity {
+            bail!("storing {} positions after {start} in chunks of {chunk}: capacity {}", ids.len(), cache.capacity);
+        }
+        let mut parts = Vec::new();
+        for (c, piece) in ids.chunks(chunk).enumerate() {
+            let (from, t) = (start + c * chunk, piece.len());
+            let keys = from + t;
+            let mask = match block_causal_mask(from, t, block, keys) {
+                None => None,
+                Some(m) => Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?),
+            };
+            let positions = Tensor::from_vec((from..keys).map(|p| p as u32).collect::<Vec<_>>(), t, &self.device)?;
+            let input = PassInput { ids: Tensor::from_slice(piece, t, &self.device)?, positions, keys, mask };
+            let rope = (cache.cos.index_select(&input.positions, 0)?, cache.sin.index_select(&input.positions, 0)?);
+            let x = self.embed.index_select(&input.ids, 0)?.to_dtype(self.dtype)?;
+            let h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
+            parts.push((input, rope, x, h));
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            let attn = layer.attn.unpacked()?;
+            let dense = match &layer.mlp {
+                Mlp::Dense(m) => m.unpacked()?.map(Mlp::Dense),
+                Mlp::Sparse(_) => None,
+            };
+            let blocks = (attn.as_ref().unwrap_or(&layer.attn), dense.as_ref().unwrap_or(&layer.mlp));
+            for (input, (cos, sin), x, h) in &mut parts {
+                let (nx, nh, _) = self.standard_layer(l, blocks, (x, h), (cos, sin), &cache.kv[l], input)?;
+                (*x, *h) = (nx, nh);
+            }
+        }
+        cache.len += ids.len();
+        Ok(())
     }
 
     /// The scratch of a streamed pass of `t` rows over `keys` keys, or `None` where the pass

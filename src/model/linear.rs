@@ -9,7 +9,8 @@
 //! - [`Linear::Packed`]: a [`Linear::Rows`] weight re-laid out in the order the gemv kernel's
 //!   warps read it (gemv.rs, `WeightLayout::Packed`): the streamed layer's projections on
 //!   the GPU. Passes of more rows than the kernel takes run it once per 8 rows up to
-//!   [`PACKED_CHUNKS_UP_TO`], past that unpack the weight for cuBLAS.
+//!   [`PACKED_CHUNKS_UP_TO`], past that unpack the weight for cuBLAS (a long prompt's chunks
+//!   share one unpacked copy a layer: `Model::store_chunks`).
 //! - [`Linear::Bf16`]: on the CPU with f32 compute and a bf16 checkpoint, the stored bf16 values
 //!   kept as they are and widened to f32 inside a hand-written kernel. A block pass multiplies
 //!   only a few rows, so it is bound by reading the weights; bf16 halves those bytes and the
@@ -82,6 +83,15 @@ impl Linear {
         match self {
             Linear::Rows(w) if Gemv::fits(x, w) => Gemv::SILU_MUL.forward(x, w).map(Some),
             Linear::Packed(w) => packed_kernel(Gemv::SILU_MUL, x, w),
+            _ => Ok(None),
+        }
+    }
+
+    /// A packed projection as rows (its weight unpacked into a new tensor), for a run of
+    /// products over many rows that would each unpack it; `None` for any other form.
+    pub fn unpacked(&self) -> Result<Option<Linear>> {
+        match self {
+            Linear::Packed(w) => Ok(Some(Linear::Rows(super::gemv::unpack(w)?))),
             _ => Ok(None),
         }
     }

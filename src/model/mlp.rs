@@ -42,6 +42,20 @@ impl SwiGlu {
         self.down_proj.forward(&h)
     }
 
+    /// This block with packed projections unpacked into rows (see [`Linear::unpacked`]);
+    /// `None` where neither is packed.
+    pub fn unpacked(&self) -> Result<Option<SwiGlu>> {
+        let (gate_up, down) = (self.gate_up_proj.unpacked()?, self.down_proj.unpacked()?);
+        if gate_up.is_none() && down.is_none() {
+            return Ok(None);
+        }
+        let keep = |p: &Linear| p.gemv_weight().map(|w| Linear::Rows(w.clone()));
+        let (Some(gate_up_proj), Some(down_proj)) = (gate_up.or_else(|| keep(&self.gate_up_proj)), down.or_else(|| keep(&self.down_proj))) else {
+            return Ok(None);
+        };
+        Ok(Some(SwiGlu { gate_up_proj, down_proj, intermediate: self.intermediate }))
+    }
+
     pub fn bytes(&self) -> usize {
         self.gate_up_proj.bytes() + self.down_proj.bytes()
     }
