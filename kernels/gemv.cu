@@ -301,6 +301,9 @@ extern "C" __global__ void unmask_gemv_moe_down_u8_p(const uint4* w, const uint4
 // fragment 4 step + lane % 4 of it. Reads and writes whole 64-byte runs of a row.
 extern "C" __global__ void unmask_repack(const uint4* __restrict__ src, uint4* __restrict__ dst, int rows, int k8,
                                          int to_packed) {
+    // launched under PDL like every kernel here: the kernel after it (cuBLAS, not under PDL)
+    // waits only for this one, so this one waits for the one before it
+    dependency_wait();
     const int steps = k8 / 4;
     const long total = (long)rows * k8;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {

@@ -197,7 +197,7 @@ fn synthetic_rows(rng: &mut ChaCha8Rng, rows: usize, vocab: usize) -> Vec<f32> {
     v
 }
 
-/// The gemv kernel (`Linear::Rows`' few-row path) against candle's matmul (cuBLAS on a GPU)
+/// The gemv kernel (the few-row path of `Linear::Rows` and `Linear::Packed`) against candle's matmul (cuBLAS on a GPU)
 /// on random bf16 data of the SDAR-1.7B projection shapes, and both timed. Each timing cycles
 /// through enough copies of the weight (>= 256 MB) that none is served from L2 (50 MB), as in
 /// a forward, where every weight is read once.
@@ -330,6 +330,23 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
         op.run(&packed, x, &pack(w)?)?;
         packed_checks(rep, &format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ"), Epilogue::Plain, (n, k), &packed, &out, &want)?;
     }
+    Ok(())
+}
+
+/// The repack kernel (`unmask_repack`) both ways, bit for bit: a projection packed on the
+/// device equals it packed on the host, unpacked it is the weight again; the same for a layer's
+/// stacked experts, each expert's packed slice where the grouped kernels look for it.
+fn repack_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+    use crate::model::gemv::{pack, pack_experts, unpack, unpack_experts};
+    let w = Tensor::randn(0f32, 0.02, (4096, 2048), dev)?.to_dtype(DType::BF16)?;
+    let packed = pack(&w)?;
+    let on_host = pack(&w.to_device(&Device::Cpu)?)?;
+    rep.check("repack: [4096x2048] packed here = packed on the host", rel_err(&packed, &on_host)?, 0.0, "bit for bit");
+    rep.check("repack: [4096x2048] packed then unpacked = the rows", rel_err(&unpack(&packed)?, &w)?, 0.0, "bit for bit");
+    let experts = Tensor::randn(0f32, 0.02, (8, 1536, 2048), dev)?.to_dtype(DType::BF16)?;
+    let stacked = pack_experts(&experts)?;
+    rep.check("repack: experts [8x1536x2048] packed then unpacked = the rows", rel_err(&unpack_experts(&stacked)?, &experts)?, 0.0, "bit for bit");
+    rep.check("repack: expert 5 of the packed stack = expert 5 packed alone", rel_err(&stacked.get(5)?, &pack(&experts.get(5)?)?)?, 0.0, "bit for bit");
     Ok(())
 }
 
@@ -476,6 +493,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     // 4: the gemv kernel against cuBLAS on the SDAR-1.7B projections
     gemv_checks(&mut rep, &dev)?;
     measured_split_checks(&mut rep, &dev)?;
+    repack_checks(&mut rep, &dev)?;
 
     let failed = rep.checks.iter().filter(|c| !c.pass).count();
     println!("{} checks, {failed} failed", rep.checks.len());
@@ -486,4 +504,21 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
         bail!("{failed} device checks failed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The repack checks hold on the host too (where pack and unpack are the CPU bodies), and
+    /// fail on a weight that is not what was packed.
+    #[test]
+    fn repack_checks_pass_on_the_cpu() {
+        let mut rep = Report::default();
+        repack_checks(&mut rep, &Device::Cpu).unwrap();
+        assert_eq!(rep.checks.len(), 4);
+        assert!(rep.checks.iter().all(|c| c.pass), "{:?}", rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>());
+        let w = Tensor::randn(0f32, 0.02, (64, 64), &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        assert!(rel_err(&crate::model::gemv::pack(&w).unwrap().flatten_all().unwrap(), &w.flatten_all().unwrap()).unwrap() > 0.1, "packing moves values");
+    }
 }

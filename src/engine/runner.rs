@@ -202,11 +202,13 @@ impl Denoiser for ModelDenoiser {
     /// step (on a GPU, much slower than the default; its tokens are the reference sampler's).
     /// `--routing` alone keeps the pass the decode would run anyway.
     fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+        self.fit_layout(pass.block.len())?;
         let cpu = self.model.device().is_cpu();
         on_the_pool(cpu, || self.denoise_here(pass, sampling, uniforms, ask))
     }
 
     fn denoise(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+        self.fit_layout(pass.block.len())?;
         let cpu = self.model.device().is_cpu();
         on_the_pool(cpu, || Ok(self.sampled(pass, sampling, uniforms, false)?.0))
     }
@@ -225,6 +227,18 @@ fn on_the_pool<R: Send>(cpu: bool, f: impl FnOnce() -> R + Send) -> R {
 }
 
 impl ModelDenoiser {
+    /// Packed weights for a decode whose every pass the gemv takes in one launch: blocks of up
+    /// to 4 (a block's first pass also stores the block before it, 2B rows). Longer blocks read
+    /// rows: packed, their 16-row passes would read each weight twice and wider ones unpack it
+    /// every pass. The layout changes only where the block length does; graphs captured
+    /// before point at the old weights, so they go.
+    fn fit_layout(&mut self, block: usize) -> Result<()> {
+        if self.model.set_packed(2 * block <= crate::model::gemv::MAX_ROWS)? {
+            self.fixed.clear();
+        }
+        Ok(())
+    }
+
     fn denoise_here(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
         if ask.candidates <= 1 {
             let (samples, routing) = self.sampled(pass, sampling, uniforms, ask.routing)?;
@@ -420,5 +434,36 @@ mod prefill_tests {
         let m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
         let mut small = m.new_cache(600).unwrap();
         assert!(m.store_chunks(&ids[..1024], chunk, &mut small, block).is_err(), "past the capacity");
+        assert!(m.store_chunks(&ids[..8], 0, &mut small, block).is_err(), "chunks of no rows");
+    }
+
+    /// A decode's blocks choose the layout: packed where every pass fits one launch of the
+    /// gemv (blocks of up to 4), rows past that; and a block of 8 decodes alike either way.
+    #[test]
+    fn the_block_length_chooses_packed_weights_or_rows() {
+        let cfg = shape_config("tiny").unwrap();
+        let load = || {
+            let mut m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 3), DType::BF16, &Device::Cpu).unwrap();
+            m.use_row_weights().unwrap();
+            m
+        };
+        let greedy = SamplerSpec::default();
+        let prompt: Vec<u32> = (0..16u32).map(|i| (i * 29 + 3) % 350).collect();
+        let mut d = ModelDenoiser::new(load(), cfg.vocab_size as u32 - 1);
+        assert!(d.model().packed());
+        d.reset(64).unwrap();
+        let block8 = [5u32; 8];
+        let first = d.denoise(Pass { store: &prompt, block: &block8 }, &greedy, &[0.0; 8]).unwrap();
+        assert!(!d.model().packed(), "16-row passes read rows");
+        let mut rows = load();
+        assert!(rows.set_packed(false).unwrap() && !rows.set_packed(false).unwrap(), "a change, then none");
+        let mut r = ModelDenoiser::new(rows, cfg.vocab_size as u32 - 1);
+        r.reset(64).unwrap();
+        let want = r.denoise(Pass { store: &prompt, block: &block8 }, &greedy, &[0.0; 8]).unwrap();
+        let tokens = |s: &[PosSample]| s.iter().map(|p| (p.token, p.conf.to_bits())).collect::<Vec<_>>();
+        assert_eq!(tokens(&first), tokens(&want));
+        d.reset(64).unwrap();
+        d.denoise(Pass { store: &prompt, block: &[5u32; 4] }, &greedy, &[0.0; 4]).unwrap();
+        assert!(d.model().packed(), "blocks of 4: packed again");
     }
 }

@@ -161,17 +161,13 @@ impl SelfAttention {
         Ok(self.o_proj.forward(&out)?)
     }
 
-    /// This attention with packed projections unpacked into rows (see [`Linear::unpacked`]);
-    /// `None` where neither is packed.
+    /// This attention with packed projections unpacked into rows ([`Linear::as_rows`]); `None`
+    /// where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SelfAttention>> {
-        let (qkv, o) = (self.qkv_proj.unpacked()?, self.o_proj.unpacked()?);
-        if qkv.is_none() && o.is_none() {
+        if !self.qkv_proj.is_packed() && !self.o_proj.is_packed() {
             return Ok(None);
         }
-        let keep = |p: &Linear| p.gemv_weight().map(|w| Linear::Rows(w.clone()));
-        let (Some(qkv_proj), Some(o_proj)) = (qkv.or_else(|| keep(&self.qkv_proj)), o.or_else(|| keep(&self.o_proj))) else {
-            return Ok(None);
-        };
+        let (Some(qkv_proj), Some(o_proj)) = (self.qkv_proj.as_rows()?, self.o_proj.as_rows()?) else { return Ok(None) };
         Ok(Some(SelfAttention { qkv_proj, o_proj, q_norm: self.q_norm.clone(), k_norm: self.k_norm.clone() }))
     }
 
@@ -231,6 +227,23 @@ pub fn block_causal_mask(start: usize, t: usize, block: usize, keys: usize) -> O
     Some(m)
 }
 
+/// The columns `start..start+T` of [`block_causal_mask`] over `keys = start + T` (`[T, T]`, the
+/// pass's own slots; every earlier column is visible), or `None` where that mask is.
+pub fn block_causal_inner(start: usize, t: usize, block: usize) -> Option<Vec<f32>> {
+    if t == 0 || start / block == (start + t - 1) / block {
+        return None;
+    }
+    let mut m = vec![0f32; t * t];
+    for i in 0..t {
+        for j in 0..t {
+            if (start + j) / block > (start + i) / block {
+                m[i * t + j] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    Some(m)
+}
+
 /// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way
 /// transformers does so that parity holds at long positions too.
 pub(super) fn rope_tables(theta: f64, d: usize, positions: usize, dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
@@ -252,3 +265,25 @@ pub(super) fn rope_tables(theta: f64, d: usize, positions: usize, dtype: DType, 
 }
 
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-pass part of the block-causal mask is the whole mask's last `T` columns, and
+    /// `None` exactly where the whole mask is.
+    #[test]
+    fn the_inner_mask_is_the_whole_masks_own_columns() {
+        for (start, t, block) in [(0, 12, 4), (512, 512, 4), (8, 5, 4), (6, 5, 4), (4, 4, 4), (0, 16, 16), (1024, 1024, 1024), (3, 9, 2)] {
+            let keys = start + t;
+            let (whole, inner) = (block_causal_mask(start, t, block, keys), block_causal_inner(start, t, block));
+            assert_eq!(whole.is_none(), inner.is_none(), "start {start} t {t} block {block}");
+            if let (Some(w), Some(i)) = (whole, inner) {
+                for r in 0..t {
+                    assert!(w[r * keys..r * keys + start].iter().all(|v| *v == 0.0), "the committed columns are visible");
+                    assert_eq!(&w[r * keys + start..(r + 1) * keys], &i[r * t..(r + 1) * t], "start {start} t {t} block {block} row {r}");
+                }
+            }
+        }
+    }
+}

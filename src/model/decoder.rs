@@ -8,10 +8,10 @@ use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::ops::rms_norm;
 
-use super::attention::{block_causal_mask, rope_tables, Heads, KvCache, PassInput, SelfAttention};
+use super::attention::{block_causal_inner, block_causal_mask, rope_tables, Heads, KvCache, PassInput, SelfAttention};
 use super::config::ModelConfig;
 use super::ffn::Mlp;
-use super::gemv::{Epilogue, GemvInto};
+use super::gemv::{Epilogue, GemvInto, WeightLayout};
 use super::linear::Linear;
 use super::loader::Loader;
 use super::moe::{MoeBlock, Route};
@@ -67,6 +67,8 @@ pub struct Model {
     /// The routing tables of the grouped MoE kernels, one per layer, and their counters
     /// (moe_grouped.rs): made when the norms are folded into a model with sparse layers.
     moe_tables: Option<Tensor>,
+    /// How the streamed layer's projections lie: rows, until [`Model::pack_for_gemv`].
+    layout: WeightLayout,
 }
 
 impl Model {
@@ -127,6 +129,7 @@ impl Model {
             dtype,
             device: device.clone(),
             moe_tables: None,
+            layout: WeightLayout::Rows,
         };
         if b.rows && m.streamable() {
             m.fold_norms()?;
@@ -309,36 +312,49 @@ impl Model {
     /// but layer by layer: every chunk through layer 0, then every chunk through layer 1, ...
     /// (a chunk's attention at layer `l` sees the K/V the chunks before it wrote there). So a
     /// packed layer is unpacked into rows once for the whole prompt (its products take many
-    /// rows: cuBLAS), not once a chunk. Holds every chunk's residual stream meanwhile.
+    /// rows: cuBLAS), not once a chunk. Meanwhile it holds every chunk's residual stream and
+    /// normed input (`2 x ids x hidden` values: 0.5 GB for 32k positions of SDAR-8B in bf16)
+    /// and the in-chunk part of each chunk's mask; a chunk's whole `[chunk, keys]` mask is
+    /// made when it is used.
     pub fn store_chunks(&self, ids: &[u32], chunk: usize, cache: &mut KvCache, block: usize) -> Result<()> {
         let start = cache.len;
-        if chunk == 0 || start + ids.len() > cache.capacity {
-            bail!("storing {} positions after {start} in chunks of {chunk}: capacity {}", ids.len(), cache.capacity);
+        if chunk == 0 || block == 0 {
+            bail!("storing in chunks of {chunk} rows, blocks of {block}: both must be at least 1");
+        }
+        if start + ids.len() > cache.capacity {
+            bail!("KV cache overflow: {start} + {} positions > capacity {}", ids.len(), cache.capacity);
         }
         let mut parts = Vec::new();
         for (c, piece) in ids.chunks(chunk).enumerate() {
             let (from, t) = (start + c * chunk, piece.len());
-            let keys = from + t;
-            let mask = match block_causal_mask(from, t, block, keys) {
-                None => None,
-                Some(m) => Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?),
-            };
-            let positions = Tensor::from_vec((from..keys).map(|p| p as u32).collect::<Vec<_>>(), t, &self.device)?;
-            let input = PassInput { ids: Tensor::from_slice(piece, t, &self.device)?, positions, keys, mask };
+            let positions = Tensor::from_vec((from..from + t).map(|p| p as u32).collect::<Vec<_>>(), t, &self.device)?;
+            let input = PassInput { ids: Tensor::from_slice(piece, t, &self.device)?, positions, keys: from + t, mask: None };
             let rope = (cache.cos.index_select(&input.positions, 0)?, cache.sin.index_select(&input.positions, 0)?);
             let x = self.embed.index_select(&input.ids, 0)?.to_dtype(self.dtype)?;
             let h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
-            parts.push((input, rope, x, h));
+            let inner = match block_causal_inner(from, t, block) {
+                None => None,
+                Some(m) => Some(Tensor::from_vec(m, (t, t), &self.device)?.to_dtype(self.dtype)?),
+            };
+            parts.push((input, inner, rope, x, h));
         }
+        // the committed columns of every mask: all visible
+        let visible = Tensor::zeros((chunk, start + ids.len()), self.dtype, &self.device)?;
         for (l, layer) in self.layers.iter().enumerate() {
             let attn = layer.attn.unpacked()?;
-            let dense = match &layer.mlp {
+            let mlp = match &layer.mlp {
                 Mlp::Dense(m) => m.unpacked()?.map(Mlp::Dense),
-                Mlp::Sparse(_) => None,
+                Mlp::Sparse(m) => m.unpacked()?.map(Mlp::Sparse),
             };
-            let blocks = (attn.as_ref().unwrap_or(&layer.attn), dense.as_ref().unwrap_or(&layer.mlp));
-            for (input, (cos, sin), x, h) in &mut parts {
-                let (nx, nh, _) = self.standard_layer(l, blocks, (x, h), (cos, sin), &cache.kv[l], input)?;
+            let blocks = (attn.as_ref().unwrap_or(&layer.attn), mlp.as_ref().unwrap_or(&layer.mlp));
+            for (input, inner, (cos, sin), x, h) in parts.iter_mut() {
+                let (t, from) = (input.ids.dim(0)?, input.keys - input.ids.dim(0)?);
+                let mask = match inner {
+                    Some(m) if from > 0 => Some(Tensor::cat(&[&visible.narrow(0, 0, t)?.narrow(1, 0, from)?, &*m], 1)?),
+                    other => other.clone(),
+                };
+                let input = PassInput { ids: input.ids.clone(), positions: input.positions.clone(), keys: input.keys, mask };
+                let (nx, nh, _) = self.standard_layer(l, blocks, (x, h), (cos, sin), &cache.kv[l], &input)?;
                 (*x, *h) = (nx, nh);
             }
         }
@@ -347,8 +363,9 @@ impl Model {
     }
 
     /// The scratch of a streamed pass of `t` rows over `keys` keys, or `None` where the pass
-    /// runs the standard layer: the streamed one needs every projection kept `[out, in]` for the
-    /// gemv kernel ([`Linear::Rows`]), the fused ops, and the kernels to take these shapes.
+    /// runs the standard layer: the streamed one needs every projection kept for the gemv
+    /// kernel ([`Linear::Rows`] or [`Linear::Packed`]), the fused ops, and the kernels to take
+    /// these shapes.
     fn workspace(&self, t: usize, keys: usize) -> Result<Option<Workspace>> {
         if !self.norms_folded || !self.fused || self.dtype != DType::BF16 || t > super::gemv::MAX_ROWS {
             return Ok(None);
@@ -496,9 +513,10 @@ impl Model {
     }
 
     /// Keeps every layer's projections `[out, in]` ([`Linear::Rows`]) with the norms folded in
-    /// ([`Model::fold_norms`]), as the GPU loads them by default in bf16, so that block passes
-    /// run the streamed layer (and on the CPU its reference bodies, which is how tests compare
-    /// it with the standard layer). bf16 only.
+    /// ([`Model::fold_norms`]), then packed for the gemv ([`Model::pack_for_gemv`], unless
+    /// `UNMASK_PACKED=0`), as the GPU loads them by default in bf16, so that block passes run
+    /// the streamed layer (and on the CPU its reference bodies, which is how tests compare it
+    /// with the standard layer). bf16 only.
     pub fn use_row_weights(&mut self) -> Result<()> {
         if self.dtype != DType::BF16 {
             bail!("row weights are for the bf16 gemv kernel; this model computes in {:?}", self.dtype);
@@ -568,7 +586,48 @@ impl Model {
                 Mlp::Sparse(moe) => moe.pack()?,
             }
         }
+        self.layout = WeightLayout::Packed;
         Ok(())
+    }
+
+    /// The inverse of [`Model::pack_for_gemv`]: every packed projection back in rows.
+    fn unpack_to_rows(&mut self) -> Result<()> {
+        let rows = |p: &mut Linear| -> Result<()> {
+            if let Some(r) = p.unpacked()? {
+                *p = r;
+            }
+            Ok(())
+        };
+        for l in &mut self.layers {
+            rows(&mut l.attn.qkv_proj)?;
+            rows(&mut l.attn.o_proj)?;
+            match &mut l.mlp {
+                Mlp::Dense(mlp) => {
+                    rows(&mut mlp.gate_up_proj)?;
+                    rows(&mut mlp.down_proj)?;
+                }
+                Mlp::Sparse(moe) => moe.unpack()?,
+            }
+        }
+        self.layout = WeightLayout::Rows;
+        Ok(())
+    }
+
+    /// Packs the streamed layer's weights (`on`) or lays them back in rows, where that changes
+    /// anything: a model without the streamed layer's rows, or run with `UNMASK_PACKED=0`, stays
+    /// as it is. Returns whether the weights moved (graphs captured before point at freed
+    /// memory). Packed weights serve the passes the gemv takes in one launch; the decode
+    /// chooses (`ModelDenoiser`).
+    pub fn set_packed(&mut self, on: bool) -> Result<bool> {
+        let want = if on && super::paths::packed_here() { WeightLayout::Packed } else { WeightLayout::Rows };
+        if !self.norms_folded || want == self.layout {
+            return Ok(false);
+        }
+        match want {
+            WeightLayout::Packed => self.pack_for_gemv()?,
+            WeightLayout::Rows => self.unpack_to_rows()?,
+        }
+        Ok(true)
     }
 
     /// Folds each layer's input and post-attention RMSNorm weights into the projections that

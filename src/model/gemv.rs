@@ -63,6 +63,14 @@ pub fn pack_experts(rows: &Tensor) -> Result<Tensor> {
     pack(&rows.reshape((e * n, k))?)?.reshape((e, n / TILE_ROWS, k / K_STEP, TILE_ROWS, K_STEP))
 }
 
+/// Each expert packed -> stacked `[E, N, K]` rows (the inverse of [`pack_experts`]).
+pub fn unpack_experts(packed: &Tensor) -> Result<Tensor> {
+    let Some((e, n, k, WeightLayout::Packed)) = experts_dims(packed.dims()) else {
+        candle_core::bail!("gemv: {:?} are not packed experts", packed.shape());
+    };
+    unpack(&packed.reshape((e * n / TILE_ROWS, k / K_STEP, TILE_ROWS, K_STEP))?)?.reshape((e, n, k))
+}
+
 /// A weight's `n x k` values as `[N, K]` rows: borrowed, or unpacked into a new vector (the CPU
 /// bodies' view of a packed weight).
 pub fn rows_of(w: &[half::bf16], n: usize, k: usize, layout: WeightLayout) -> std::borrow::Cow<'_, [half::bf16]> {
@@ -360,7 +368,8 @@ impl Gemv {
             && aligned(w)
     }
 
-    /// `x [.., K]`, `w [N, K]` -> `[.., N]` (`[.., N / 2]` for [`Epilogue::SiluMul`]).
+    /// `x [.., K]`, `w [N, K]` rows or packed -> `[.., N]` (`[.., N / 2]` for
+    /// [`Epilogue::SiluMul`]).
     pub fn forward(self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         x.apply_op2_no_bwd(w, &self)
     }

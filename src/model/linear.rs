@@ -77,8 +77,9 @@ impl Linear {
     }
 
     /// `silu(x Wg) * (x Wu)` for a stacked gate|up weight in one kernel, where the gemv kernel
-    /// takes `x` ([`Linear::Rows`] and a block pass's few rows); `None` elsewhere (the caller
-    /// runs the product and the activation apart).
+    /// takes `x` ([`Linear::Rows`] and a block pass's few rows; [`Linear::Packed`] and up to
+    /// [`PACKED_CHUNKS_UP_TO`] rows); `None` elsewhere (the caller runs the product and the
+    /// activation apart).
     pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Option<Tensor>> {
         match self {
             Linear::Rows(w) if Gemv::fits(x, w) => Gemv::SILU_MUL.forward(x, w).map(Some),
@@ -94,6 +95,20 @@ impl Linear {
             Linear::Packed(w) => Ok(Some(Linear::Rows(super::gemv::unpack(w)?))),
             _ => Ok(None),
         }
+    }
+
+    /// The projection as rows: a packed one unpacked, a rows one shared (its tensor, not a
+    /// copy); `None` for the dense and CPU forms.
+    pub fn as_rows(&self) -> Result<Option<Linear>> {
+        match self {
+            Linear::Rows(w) => Ok(Some(Linear::Rows(w.clone()))),
+            packed => packed.unpacked(),
+        }
+    }
+
+    /// Whether this is a packed projection.
+    pub fn is_packed(&self) -> bool {
+        matches!(self, Linear::Packed(_))
     }
 
     /// The `[out, in]` weight of a [`Linear::Rows`] projection.

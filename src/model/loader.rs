@@ -18,7 +18,7 @@ pub struct Loader<'a> {
     products: Products,
     device: &'a Device,
     /// bf16 panels for projections stored in bf16 ([`Linear::Bf16`]).
-    packed: bool,
+    bf16_panels: bool,
     /// Projections kept `[out, in]` for the gemv kernel ([`Linear::Rows`]).
     pub(super) rows: bool,
 }
@@ -27,7 +27,7 @@ impl<'a> Loader<'a> {
     /// A loader for `device` and compute `dtype`, which picks the projections' layout (paths.rs).
     pub fn new(w: &'a dyn WeightSource, compute: impl Into<Compute>, device: &'a Device) -> Self {
         let Compute { dtype, products } = compute.into();
-        Loader { w, dtype, products, device, packed: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
+        Loader { w, dtype, products, device, bf16_panels: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
     }
 
     /// A tensor that is not a projection (a norm weight, the embedding), in the compute dtype.
@@ -42,7 +42,7 @@ impl<'a> Loader<'a> {
     /// Whether the projection or embedding `name` is kept in bf16: stored so, or rounded to it
     /// for bf16 products.
     pub(super) fn bf16(&self, name: &str) -> bool {
-        self.packed && (self.products == Products::Bf16 || self.w.stored(name) == Some(DType::BF16))
+        self.bf16_panels && (self.products == Products::Bf16 || self.w.stored(name) == Some(DType::BF16))
     }
 
     /// bf16 panels packed straight from a mapped checkpoint's bytes, where every part is there

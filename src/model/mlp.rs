@@ -42,17 +42,13 @@ impl SwiGlu {
         self.down_proj.forward(&h)
     }
 
-    /// This block with packed projections unpacked into rows (see [`Linear::unpacked`]);
-    /// `None` where neither is packed.
+    /// This block with packed projections unpacked into rows ([`Linear::as_rows`]); `None`
+    /// where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SwiGlu>> {
-        let (gate_up, down) = (self.gate_up_proj.unpacked()?, self.down_proj.unpacked()?);
-        if gate_up.is_none() && down.is_none() {
+        if !self.gate_up_proj.is_packed() && !self.down_proj.is_packed() {
             return Ok(None);
         }
-        let keep = |p: &Linear| p.gemv_weight().map(|w| Linear::Rows(w.clone()));
-        let (Some(gate_up_proj), Some(down_proj)) = (gate_up.or_else(|| keep(&self.gate_up_proj)), down.or_else(|| keep(&self.down_proj))) else {
-            return Ok(None);
-        };
+        let (Some(gate_up_proj), Some(down_proj)) = (self.gate_up_proj.as_rows()?, self.down_proj.as_rows()?) else { return Ok(None) };
         Ok(Some(SwiGlu { gate_up_proj, down_proj, intermediate: self.intermediate }))
     }
 

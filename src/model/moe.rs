@@ -10,7 +10,7 @@
 use anyhow::Result;
 use candle_core::Tensor;
 
-use super::gemv::{experts_dims, pack_experts, packable, WeightLayout};
+use super::gemv::{experts_dims, pack_experts, packable, unpack_experts, WeightLayout};
 use super::loader::Loader;
 use super::linear::Linear;
 use super::mlp::SwiGlu;
@@ -99,6 +99,35 @@ impl MoeBlock {
         self.set_views(&gate_up, &down)?;
         self.grouped = Some(Grouped { gate_up, down });
         Ok(())
+    }
+
+    /// The grouped experts back in rows (the inverse of [`MoeBlock::pack`]), if packed.
+    pub fn unpack(&mut self) -> Result<()> {
+        if let Some(g) = self.rows_form()? {
+            self.set_views(&g.gate_up, &g.down)?;
+            self.grouped = Some(g);
+        }
+        Ok(())
+    }
+
+    /// A copy of this block whose experts are rows, where they are packed (the stacks unpacked
+    /// into new tensors; the router shared): for products over many rows, which would unpack
+    /// each expert they route to. `None` where nothing is packed.
+    pub fn unpacked(&self) -> Result<Option<MoeBlock>> {
+        let (Some(g), Some(router)) = (self.rows_form()?, self.router.as_rows()?) else { return Ok(None) };
+        let experts = (self.experts.iter().enumerate())
+            .map(|(e, x)| Ok(SwiGlu { gate_up_proj: Linear::Rows(g.gate_up.get(e)?), down_proj: Linear::Rows(g.down.get(e)?), intermediate: x.intermediate }))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(MoeBlock { router, experts, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob, grouped: Some(g) }))
+    }
+
+    /// The grouped stacks as rows, if they are packed.
+    fn rows_form(&self) -> Result<Option<Grouped>> {
+        if !self.packed() {
+            return Ok(None);
+        }
+        let Some(g) = &self.grouped else { return Ok(None) };
+        Ok(Some(Grouped { gate_up: unpack_experts(&g.gate_up)?, down: unpack_experts(&g.down)? }))
     }
 
     /// Whether the grouped experts are packed ([`MoeBlock::pack`]).

@@ -240,7 +240,7 @@ impl candle_core::InplaceOp2 for RouteInto {
 
 /// `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)` for every slot, `e` its expert and
 /// `x̂_t` row t normalised (the post-attention norm's weight is folded into every expert's
-/// columns): the grouped `unmask_gemv_moe_up_u4`. `w`: `[experts, 2 I, H]`, gate rows then up
+/// columns): the grouped `unmask_gemv_moe_up_u4`. `w`: `[experts, 2 I, H]` (or each expert packed), gate rows then up
 /// rows per expert.
 pub struct ExpertsUpInto<'a> {
     pub tables: &'a Tensor,
@@ -259,7 +259,9 @@ impl ExpertsUpInto<'_> {
         let (t, h) = lx.shape().dims2()?;
         let (e, i2, wh) = expert_weights(lw, "moe up")?;
         check_rows(t, self.k)?;
-        if wh != h || i2 % 2 != 0 || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
+        // packed, each half (gate, up) must be whole tiles: the kernel finds up a half apart
+        let halves = i2 % 2 == 0 && (expert_layout(lw) == WeightLayout::Rows || (i2 / 2) % crate::model::gemv::TILE_ROWS == 0);
+        if wh != h || !halves || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
             candle_core::bail!("moe up: x {:?}, w {:?}, act {:?} do not fit", lx.shape(), lw.shape(), la.shape());
         }
         Ok((t, e, i2 / 2, h))
@@ -324,7 +326,7 @@ pub fn expert_layout(lw: &Layout) -> WeightLayout {
 }
 
 /// `part[t * k + j] = bf16(down_e · act[t * k + j]) * weight[t * k + j]`, f32, for every slot:
-/// the grouped `unmask_gemv_moe_down_u8`. `w`: `[experts, H, I]`.
+/// the grouped `unmask_gemv_moe_down_u8`. `w`: `[experts, H, I]` (or each expert packed).
 pub struct ExpertsDownInto<'a> {
     pub tables: &'a Tensor,
     pub layer: usize,

@@ -52,7 +52,8 @@ pub fn gemv_here(device: &Device, dtype: DType) -> bool {
 
 /// Whether the streamed layer's `[out, in]` projections and MoE experts are packed in the order
 /// the gemv kernel reads them (gemv.rs, `WeightLayout::Packed`), unless `UNMASK_PACKED=0` (the
-/// rows, for comparisons). Wherever [`gemv_here`] holds: on an H100 a forward took 4-9 % less
+/// rows, for comparisons). Asked where [`gemv_here`] holds, and for decodes whose blocks fit one
+/// launch (`Model::set_packed`): on an H100 a forward took 4-9 % less
 /// at SDAR-1.7B, 4B and 8B, 6.7 % less at 30B-A3B (docs/perf.md, session 17).
 pub fn packed_here() -> bool {
     std::env::var("UNMASK_PACKED").as_deref() != Ok("0")
