@@ -79,6 +79,13 @@ run_trace gpu-f32-eager UNMASK_FIXED_PASSES=0 -- --device $DEV --dtype f32
 run_trace gpu-f32-hostsampler UNMASK_DEVICE_SAMPLER=0 -- --device $DEV --dtype f32
 run_trace gpu-f32-generic UNMASK_FUSED=0 -- --device $DEV --dtype f32
 run_trace cpu-default X=1 -- --device cpu
+# packed weights against rows in bf16, required identical: tiny-random's shapes take the same
+# splits either way (the same sums) and a 7-token prompt keeps every pass of 4-token blocks
+# within the gemv's 8 rows; blocks of 8 lay the weights back in rows (Model::set_packed)
+run_trace gpu-bf16-packed X=1 -- --device $DEV
+run_trace gpu-bf16-rows UNMASK_PACKED=0 -- --device $DEV
+run_trace gpu-bf16-b8 X=1 -- --device $DEV --block-length 8
+run_trace gpu-bf16-b8-rows UNMASK_PACKED=0 -- --device $DEV --block-length 8
 timeout 60 python3 - "$TR" "$OUT/traces.json" <<'EOF' && record traces PASS || record traces FAIL
 import json, os, sys
 tr, out = sys.argv[1], sys.argv[2]
@@ -106,6 +113,7 @@ for s in ["low_confidence_dynamic", "entropy_bounded", "low_confidence_static"]:
     pairs += [(f"cpu-{s}", f"gpu-f32-{s}", True), (f"cpu-{s}", f"gpu-bf16-{s}", False), (f"cpu-bf16-{s}", f"gpu-bf16-{s}", False)]
 pairs += [("cpu-sampled", "gpu-f32-sampled", True)]
 pairs += [("cpu-default", n, True) for n in ["gpu-f32-nograph", "gpu-f32-eager", "gpu-f32-hostsampler", "gpu-f32-generic"]]
+pairs += [("gpu-bf16-packed", "gpu-bf16-rows", True), ("gpu-bf16-b8", "gpu-bf16-b8-rows", True)]
 res, ok = [], True
 for a, b, must in pairs:
     r = compare(a, b); r["required"] = must; res.append(r)
