@@ -7,7 +7,8 @@
 # BENCHES: packed (scripts/packed_bench.cu: the gemv reading W re-laid out in the order its warps
 # read it, against the checkpoint's rows, per projection, in the chain, and its splits swept),
 # gemv (scripts/gemv_bench.cu: the kernel against cuBLAS, the streamed layer's chain, a split sweep),
-# moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape).
+# moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape;
+# MOE_ARGS="9 dense" adds the router, q|k|v and o splits swept in rows and packed).
 # SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench, every shape's
 # output in it under a `=== shape S` line (5 files, within the 8 a device call brings back). Each bench run is limited to 240
 # s; if the whole would pass a call's 600 s, split it (BENCHES="packed moe", then "gemv").
@@ -33,7 +34,8 @@ for b in $BENCHES; do
   for s in $shapes; do
     echo; echo "=== [$(( $(date +%s) - T0 )) s] ${b}_bench, shape $s"
     f="$OUT/${b}_bench.txt" one="$W/${b}_$s.txt"
-    GEMV_SHAPE=$s timeout 240 "$W/$b" > "$one" 2>&1
+    args=(); [[ $b == moe ]] && args=(${MOE_ARGS:-})
+    GEMV_SHAPE=$s timeout 240 "$W/$b" "${args[@]}" > "$one" 2>&1
     rc=$?
     { echo "=== shape $s (rc $rc)"; cat "$one"; } >> "$f"
     if ((rc == 0)); then

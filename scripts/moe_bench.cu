@@ -46,10 +46,10 @@ __global__ void down_k(const uint4* w, const uint4* x, float* yf, const MoeTable
 
 // The dense forms the sparse layer also runs (router, q|k|v with the norm folded in; o with the
 // residual add), one launch a layer, each layer its own weights.
-template <int U, bool NORM, bool ADD>
+template <int U, bool NORM, bool ADD, bool PACKED>
 __global__ void dense_k(const uint4* w, const uint4* x, unsigned short* y, const unsigned short* res, int t_len, int n,
                         int k8, int ks, float eps) {
-    gemv<U, false, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);
+    gemv<U, false, NORM, ADD, GRP_NONE, PACKED>(w, x, y, res, t_len, n, k8, ks, eps);
 }
 
 // What src/model/gemv.rs's Split::smem_bytes gives.
@@ -136,32 +136,47 @@ static double per_layer(cudaStream_t st, F body) {
     return ms[ms.size() / 2] * 1e3 / L;
 }
 
-// Sweeps the split of a dense product [n, k] (NORM or ADD form) over L layers; prints each.
+// Sweeps the split of a dense product [n, k] (NORM or ADD form) over L layers, the weights in
+// rows and packed (kernels/gemv.cu's unmask_repack, as the model loads them); prints each and
+// the best of each layout. (SDAR-30B-A3B's q|k|v and o take the rule's split in the model:
+// src/model/gemv.rs MEASURED_PACKED has no row for them yet.)
 template <bool NORM, bool ADD>
 static void dense_sweep(const char* name, int n, int k, cudaStream_t st, const bf* x, bf* y, const bf* res) {
-    std::vector<bf*> w(L);
+    std::vector<bf*> w(L), pw(L);
     for (int l = 0; l < L; ++l) {
         CK(cudaMalloc(&w[l], (long)n * k * 2));
+        CK(cudaMalloc(&pw[l], (long)n * k * 2));
         fill<<<1024, 256>>>(w[l], (long)n * k, 31 + l, 0.05f);
+        unmask_repack<<<1024, 256>>>((const uint4*)w[l], (uint4*)pw[l], n, k / 8, 1);
     }
     CK(cudaDeviceSynchronize());
     const double mb = (double)n * k * 2 / 1e6;
-    printf("\n%s [%d, %d] (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", name, n, k, mb);
-    for (int ks : {1, 2, 4, 8, 16})
-        for (int tb : {1, 2, 4, 8}) {
-            if (ks * tb > 16 || ks > k / 32) continue;
-            int t = T, nn = n, k8 = k / 8, kss = ks;
-            float eps = 1e-6f;
-            const int sm = smem(k, ks, tb, 4, NORM);
-            auto f = (const void*)dense_k<8, NORM, ADD>;
-            CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
-            const double us = per_layer(st, [&](int l) {
-                void* args[] = {&w[l], (void*)&x, &y, (void*)&res, &t, &nn, &k8, &kss, &eps};
-                launch(f, dim3((n + 16 * tb - 1) / (16 * tb)), dim3(32 * ks * tb), sm, false, st, args);
-            });
-            printf("  8/%d/%d: %.2f us, %.2f TB/s\n", ks, tb, us, mb / us);
-        }
+    printf("\n%s [%d, %d] (%.1f MB a layer), layout u/ks/tb: us a layer, TB/s\n", name, n, k, mb);
+    for (int packed = 0; packed < 2; ++packed) {
+        double best = 1e30;
+        int bu = 0, bks = 0, btb = 0;
+        for (int u : {4, 8})
+            for (int ks : {1, 2, 4, 8, 16})
+                for (int tb : {1, 2, 4, 8}) {
+                    if (ks * tb > 16 || ks > k / 32) continue;
+                    int t = T, nn = n, k8 = k / 8, kss = ks;
+                    float eps = 1e-6f;
+                    const int sm = smem(k, ks, tb, 4, NORM);
+                    auto f = packed ? (u == 8 ? (const void*)dense_k<8, NORM, ADD, true> : (const void*)dense_k<4, NORM, ADD, true>)
+                                    : (u == 8 ? (const void*)dense_k<8, NORM, ADD, false> : (const void*)dense_k<4, NORM, ADD, false>);
+                    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+                    std::vector<bf*>& ws = packed ? pw : w;
+                    const double us = per_layer(st, [&](int l) {
+                        void* args[] = {&ws[l], (void*)&x, &y, (void*)&res, &t, &nn, &k8, &kss, &eps};
+                        launch(f, dim3((n + 16 * tb - 1) / (16 * tb)), dim3(32 * ks * tb), sm, false, st, args);
+                    });
+                    printf("  %s %d/%d/%d: %.2f us, %.2f TB/s\n", packed ? "packed" : "rows", u, ks, tb, us, mb / us);
+                    if (us < best) best = us, bu = u, bks = ks, btb = tb;
+                }
+        printf("  best %s %s: %d/%d/%d %.2f us\n", name, packed ? "packed" : "rows", bu, bks, btb, best);
+    }
     for (bf* p : w) CK(cudaFree(p));
+    for (bf* p : pw) CK(cudaFree(p));
 }
 
 int main(int argc, char** argv) {
