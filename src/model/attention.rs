@@ -39,6 +39,14 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// Whether `t` more positions fit after the committed ones: an error saying how many do not.
+    pub(super) fn room_for(&self, t: usize) -> anyhow::Result<()> {
+        if self.len + t > self.capacity {
+            bail!("KV cache overflow: {} + {t} positions > capacity {}", self.len, self.capacity);
+        }
+        Ok(())
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -67,7 +67,7 @@ pub struct Model {
     /// The routing tables of the grouped MoE kernels, one per layer, and their counters
     /// (moe_grouped.rs): made when the norms are folded into a model with sparse layers.
     moe_tables: Option<Tensor>,
-    /// How the streamed layer's projections lie: rows, until [`Model::pack_for_gemv`].
+    /// How the streamed layer's projections lie: rows, until [`Model::relayout`].
     layout: WeightLayout,
 }
 
@@ -134,7 +134,7 @@ impl Model {
         if b.rows && m.streamable() {
             m.fold_norms()?;
             if super::paths::packed_here() {
-                m.pack_for_gemv()?;
+                m.relayout(WeightLayout::Packed)?;
             }
         }
         Ok(m)
@@ -226,21 +226,8 @@ impl Model {
         if keep > t {
             bail!("a pass over {t} positions cannot store {keep}");
         }
-        if start + t > cache.capacity {
-            bail!("KV cache overflow: {} + {t} positions > capacity {}", start, cache.capacity);
-        }
-        let positions: Vec<u32> = (start..start + t).map(|p| p as u32).collect();
-        let keys = start + t;
-        let mask = match block_causal_mask(start, t, block, keys) {
-            None => None,
-            Some(m) => Some(Tensor::from_vec(m, (t, keys), &self.device)?.to_dtype(self.dtype)?),
-        };
-        let input = PassInput {
-            ids: Tensor::from_slice(ids, t, &self.device)?,
-            positions: Tensor::from_vec(positions, t, &self.device)?,
-            keys,
-            mask,
-        };
+        cache.room_for(t)?;
+        let input = self.pass_input(ids, start, block_causal_mask(start, t, block, start + t))?;
         let routed = self.forward_input_routed(&input, cache)?;
         cache.len += keep;
         Ok(routed)
@@ -260,14 +247,38 @@ impl Model {
         self.pass(input, cache, true)
     }
 
+    /// The device-side input of a pass over `ids` placed from position `from`, attending over
+    /// every slot up to its last, with the additive `mask` (`[ids, from + ids]`) or none.
+    fn pass_input(&self, ids: &[u32], from: usize, mask: Option<Vec<f32>>) -> Result<PassInput> {
+        let (t, keys) = (ids.len(), from + ids.len());
+        Ok(PassInput {
+            ids: Tensor::from_slice(ids, t, &self.device)?,
+            positions: Tensor::from_vec((from..keys).map(|p| p as u32).collect(), t, &self.device)?,
+            keys,
+            mask: self.mask_tensor(mask, (t, keys))?,
+        })
+    }
+
+    /// An additive mask of `shape` on the device, in the compute dtype.
+    fn mask_tensor(&self, mask: Option<Vec<f32>>, shape: (usize, usize)) -> Result<Option<Tensor>> {
+        Ok(match mask {
+            None => None,
+            Some(m) => Some(Tensor::from_vec(m, shape, &self.device)?.to_dtype(self.dtype)?),
+        })
+    }
+
+    /// A pass's rows embedded in the compute dtype, and their RoPE rows `(cos, sin)`.
+    fn embedded(&self, input: &PassInput, cache: &KvCache) -> Result<(Tensor, (Tensor, Tensor))> {
+        let x = self.embed.index_select(&input.ids, 0)?.to_dtype(self.dtype)?;
+        Ok((x, (cache.cos.index_select(&input.positions, 0)?, cache.sin.index_select(&input.positions, 0)?)))
+    }
+
     /// The forward pass, and (`routes`) the routing of its sparse layers.
     fn pass(&self, input: &PassInput, cache: &KvCache, routes: bool) -> Result<(Tensor, Vec<LayerRoutes>)> {
         if input.keys > cache.capacity {
             bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
         }
-        let mut x = self.embed.index_select(&input.ids, 0)?.to_dtype(self.dtype)?;
-        let cos = cache.cos.index_select(&input.positions, 0)?;
-        let sin = cache.sin.index_select(&input.positions, 0)?;
+        let (mut x, (cos, sin)) = self.embedded(input, cache)?;
         if let Some(ws) = self.workspace(x.dim(0)?, input.keys)? {
             let t = x.dim(0)?;
             let h = self.forward_streamed(input, cache, &ws, x, (&cos, &sin))?;
@@ -321,21 +332,14 @@ impl Model {
         if chunk == 0 || block == 0 {
             bail!("storing in chunks of {chunk} rows, blocks of {block}: both must be at least 1");
         }
-        if start + ids.len() > cache.capacity {
-            bail!("KV cache overflow: {start} + {} positions > capacity {}", ids.len(), cache.capacity);
-        }
+        cache.room_for(ids.len())?;
         let mut parts = Vec::new();
         for (c, piece) in ids.chunks(chunk).enumerate() {
             let (from, t) = (start + c * chunk, piece.len());
-            let positions = Tensor::from_vec((from..from + t).map(|p| p as u32).collect::<Vec<_>>(), t, &self.device)?;
-            let input = PassInput { ids: Tensor::from_slice(piece, t, &self.device)?, positions, keys: from + t, mask: None };
-            let rope = (cache.cos.index_select(&input.positions, 0)?, cache.sin.index_select(&input.positions, 0)?);
-            let x = self.embed.index_select(&input.ids, 0)?.to_dtype(self.dtype)?;
+            let input = self.pass_input(piece, from, None)?;
+            let (x, rope) = self.embedded(&input, cache)?;
             let h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
-            let inner = match block_causal_inner(from, t, block) {
-                None => None,
-                Some(m) => Some(Tensor::from_vec(m, (t, t), &self.device)?.to_dtype(self.dtype)?),
-            };
+            let inner = self.mask_tensor(block_causal_inner(from, t, block), (t, t))?;
             parts.push((input, inner, rope, x, h));
         }
         // the committed columns of every mask: all visible
@@ -513,7 +517,7 @@ impl Model {
     }
 
     /// Keeps every layer's projections `[out, in]` ([`Linear::Rows`]) with the norms folded in
-    /// ([`Model::fold_norms`]), then packed for the gemv ([`Model::pack_for_gemv`], unless
+    /// ([`Model::fold_norms`]), then packed for the gemv ([`Model::relayout`], unless
     /// `UNMASK_PACKED=0`), as the GPU loads them by default in bf16, so that block passes run
     /// the streamed layer (and on the CPU its reference bodies, which is how tests compare it
     /// with the standard layer). bf16 only.
@@ -546,15 +550,15 @@ impl Model {
         }
         self.fold_norms()?;
         if super::paths::packed_here() {
-            self.pack_for_gemv()?;
+            self.relayout(WeightLayout::Packed)?;
         }
         Ok(())
     }
 
     /// Whether every projection the streamed layer reads through the gemv is packed
-    /// ([`Model::pack_for_gemv`]).
+    /// ([`Model::relayout`]).
     pub fn packed(&self) -> bool {
-        let packed = |p: &Linear| matches!(p, Linear::Packed(_));
+        let packed = Linear::is_packed;
         !self.layers.is_empty()
             && self.layers.iter().all(|l| {
                 let mlp = match &l.mlp {
@@ -566,50 +570,33 @@ impl Model {
     }
 
     /// Re-lays the streamed layer's projections (q|k|v, o, a dense block's gate|up and down, a
-    /// sparse block's grouped experts) out in the gemv kernel's packed order (gemv.rs,
-    /// `WeightLayout::Packed`), each where its shape allows. After [`Model::fold_norms`], which
-    /// scales rows. MoE routers keep their rows (the host router reads them).
-    fn pack_for_gemv(&mut self) -> Result<()> {
-        let pack = |p: &mut Linear, halves: usize| -> Result<()> {
-            let rows = std::mem::replace(p, Linear::Rows(self.norm.clone()));
-            *p = rows.pack(halves)?;
+    /// sparse block's grouped experts) out in layout `to`: the gemv kernel's packed order
+    /// (gemv.rs, `WeightLayout::Packed`; each projection where its shape allows) or back in
+    /// rows. Packing comes after [`Model::fold_norms`], which scales rows. MoE routers keep
+    /// their rows (the host router reads them).
+    fn relayout(&mut self, to: WeightLayout) -> Result<()> {
+        let norm = self.norm.clone();
+        let each = |p: &mut Linear, halves: usize| -> Result<()> {
+            let old = std::mem::replace(p, Linear::Rows(norm.clone()));
+            *p = match to {
+                WeightLayout::Packed => old.pack(halves)?,
+                WeightLayout::Rows => old.unpacked()?.unwrap_or(old),
+            };
             Ok(())
         };
         for l in &mut self.layers {
-            pack(&mut l.attn.qkv_proj, 1)?;
-            pack(&mut l.attn.o_proj, 1)?;
-            match &mut l.mlp {
-                Mlp::Dense(mlp) => {
-                    pack(&mut mlp.gate_up_proj, 2)?;
-                    pack(&mut mlp.down_proj, 1)?;
+            each(&mut l.attn.qkv_proj, 1)?;
+            each(&mut l.attn.o_proj, 1)?;
+            match (&mut l.mlp, to) {
+                (Mlp::Dense(mlp), _) => {
+                    each(&mut mlp.gate_up_proj, 2)?;
+                    each(&mut mlp.down_proj, 1)?;
                 }
-                Mlp::Sparse(moe) => moe.pack()?,
+                (Mlp::Sparse(moe), WeightLayout::Packed) => moe.pack()?,
+                (Mlp::Sparse(moe), WeightLayout::Rows) => moe.unpack()?,
             }
         }
-        self.layout = WeightLayout::Packed;
-        Ok(())
-    }
-
-    /// The inverse of [`Model::pack_for_gemv`]: every packed projection back in rows.
-    fn unpack_to_rows(&mut self) -> Result<()> {
-        let rows = |p: &mut Linear| -> Result<()> {
-            if let Some(r) = p.unpacked()? {
-                *p = r;
-            }
-            Ok(())
-        };
-        for l in &mut self.layers {
-            rows(&mut l.attn.qkv_proj)?;
-            rows(&mut l.attn.o_proj)?;
-            match &mut l.mlp {
-                Mlp::Dense(mlp) => {
-                    rows(&mut mlp.gate_up_proj)?;
-                    rows(&mut mlp.down_proj)?;
-                }
-                Mlp::Sparse(moe) => moe.unpack()?,
-            }
-        }
-        self.layout = WeightLayout::Rows;
+        self.layout = to;
         Ok(())
     }
 
@@ -623,10 +610,7 @@ impl Model {
         if !self.norms_folded || want == self.layout {
             return Ok(false);
         }
-        match want {
-            WeightLayout::Packed => self.pack_for_gemv()?,
-            WeightLayout::Rows => self.unpack_to_rows()?,
-        }
+        self.relayout(want)?;
         Ok(true)
     }
 
