@@ -38,7 +38,6 @@
 // src/model/gemv.rs's CPU body, so results agree before the final rounding to bf16.
 
 #include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, MoeTable
-#include "route.cuh"   // route_any, store_table: the router form
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
@@ -211,9 +210,8 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         }
         if (NORM) mine[(np - 1) * 32 + lane] = ss;
         __syncthreads();
-        // only the tile's first warp goes on to write (no early return: the router form has
-        // block-wide steps after the product)
-        for (int o = 1; kw == 0 && o < ks; ++o) {
+        if (kw != 0) return;
+        for (int o = 1; o < ks; ++o) {
             const float* other = mine + o * np * 32;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -235,7 +233,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
-        if (kw != 0 || t >= cols || row >= n) continue;
+        if (t >= cols || row >= n) continue;
         float v = NORM ? c[i] * rs[i & 1] : c[i];
         if (GRP == GRP_DOWN) {
             const int sl = slot_of[t];
@@ -296,44 +294,6 @@ extern "C" __global__ void unmask_gemv_moe_down_u8_p(const uint4* w, const uint4
                                                      const MoeTable* tab, int t_len, int n, int k8, int ks) {
     gemv<8, false, false, false, GRP_DOWN, true>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
 }
-
-// A sparse layer's router with its routing (kernels/route.cuh) in the product's last block: the
-// norm form's product [T, E] into `logits`, then the block that finishes last (a counter, reset
-// by that block for the next launch) routes the rows into `tab` and advances `stats`. The
-// experts' gate|up product waits on this one kernel, not on a route kernel after it: a kernel
-// boundary less a sparse layer. (The other blocks' logits reach the last one through
-// __threadfence before the counter; route_block reads them past L1.)
-template <int U, bool PACKED>
-__device__ void router(const uint4* w, const uint4* x, unsigned short* logits, MoeTable* tab,
-                       unsigned long long* stats, unsigned* counter, int t_len, int e, int k8, int ks, float eps,
-                       int k, int norm) {
-    __shared__ MoeTable s;
-    __shared__ bool last;
-    gemv<U, false, true, false, GRP_NONE, PACKED>(w, x, logits, nullptr, t_len, e, k8, ks, eps);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    route_any(logits, t_len, e, k, norm, &s);
-    store_table(&s, tab, stats, t_len);
-    if (threadIdx.x == 0) *counter = 0u;
-}
-
-#define ROUTER(NAME, U)                                                                                        \
-    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* logits, MoeTable* tab,       \
-                                    unsigned long long* stats, unsigned* counter, int t_len, int e, int k8, int ks, \
-                                    float eps, int k, int norm) {                                                  \
-        router<U, false>(w, x, logits, tab, stats, counter, t_len, e, k8, ks, eps, k, norm);                       \
-    }                                                                                                          \
-    extern "C" __global__ void NAME##_p(const uint4* w, const uint4* x, unsigned short* logits, MoeTable* tab,   \
-                                        unsigned long long* stats, unsigned* counter, int t_len, int e, int k8,     \
-                                        int ks, float eps, int k, int norm) {                                      \
-        router<U, true>(w, x, logits, tab, stats, counter, t_len, e, k8, ks, eps, k, norm);                        \
-    }
-ROUTER(unmask_gemv_router_u8, 8)
-ROUTER(unmask_gemv_router_u4, 4)
 
 // A weight between the checkpoint's rows and the packed layout (PACKED above; src/model/gemv.rs
 // `pack` and `unpack`), one 16-byte fragment a thread: i counts fragments in packed order,

@@ -2,11 +2,11 @@
 // grouped expert products of kernels/gemv.cu:
 //   1. router logits [T, E] bf16: gemv.cu's norm form (the post-attention norm folded into the
 //      router's columns, as into every expert's gate|up);
-//   2. unmask_moe_route (here; or in the router's own last block, gemv.cu's router form):
-//      route.cuh's softmax over all experts in f32, the top k (exact ties: the lower expert id;
-//      PyTorch's order on ties is its sort's, src/model/topk.rs), renormalised when the config
-//      says so, and the routing table the grouped products read: the distinct experts the pass
-//      touched, the rows of each, each row's slots and weights;
+//   2. unmask_moe_route (here): softmax over all experts in f32, the top k (exact ties: the
+//      lower expert id; a NaN logit ranks below every number; PyTorch's order on ties is its
+//      sort's, src/model/topk.rs), renormalised when the config says so, and the routing table
+//      the grouped products read: the distinct experts the pass touched, the rows of each, each
+//      row's slots and weights;
 //   3. unmask_gemv_moe_up_u4: silu(gate) * up of every (row, choice) slot, one launch over the
 //      distinct experts (grid.y = T * k slots, blocks past the count return);
 //   4. unmask_gemv_moe_down_u8: each slot's down product times its weight, f32;
@@ -16,12 +16,159 @@
 // one CUDA graph. `stats` counts distinct experts and passes, for the floor's byte count.
 
 #include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, MoeTable
-#include "route.cuh"   // route_any, store_table
 
 __device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
 
-// One block of 32 * t_len threads routes the pass's rows (route.cuh's route_block) into a table
-// in shared memory, then writes it out.
+#define ROUTE_MAX_EXPERTS 1024
+
+// A logit's rank as one u32, larger = ranked first: the bf16 bits mapped to an order-preserving
+// u16 (negative values' bits flipped, positive values' sign bit set: the order of Rust's
+// f32::total_cmp, which the CPU route sorts by), above 0xffff - i, so equal logits rank the
+// lower id first. NaN maps to 0 (below -inf: never chosen while a number is left). Every key of
+// an expert is > 0: 0 marks "no candidate".
+__device__ __forceinline__ unsigned rank_key(unsigned short v, int i) {
+    unsigned o;
+    if ((v & 0x7fffu) > 0x7f80u) o = 0u;
+    else o = (v & 0x8000u) ? (~(unsigned)v & 0xffffu) : ((unsigned)v | 0x8000u);
+    return (o << 16) | (0xffffu - (unsigned)i);
+}
+
+// The logit (f32) and the expert of a key from rank_key.
+__device__ __forceinline__ float key_value(unsigned key) {
+    const unsigned o = key >> 16;
+    return bf16_to_f32((unsigned short)((o & 0x8000u) ? (o & 0x7fffu) : (~o & 0xffffu)));
+}
+__device__ __forceinline__ int key_expert(unsigned key) { return (int)(0xffffu - (key & 0xffffu)); }
+
+__device__ __forceinline__ unsigned warp_max(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);  // one instruction
+#else
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+#endif
+}
+
+// Routes `t_len` rows of router logits [t_len, e] (bf16) into the table `s` (shared memory).
+// Every thread of the block calls it (it has barriers); any block of at least one warp.
+// Each warp routes rows warp, warp + warps, ...: the row's values in its lanes' registers
+// (expert i at lane i % 32, register i / 32; EPL registers a lane, 4 for 128 experts), so the
+// softmax and the k rounds of the top-k (a lane's best untaken key, then one warp-wide max)
+// never go back to memory. Then one warp builds the table: each expert's first slot by an
+// atomic min in shared memory, the distinct experts numbered by a ballot.
+// (The first version re-read the logits every round and built the table on one thread in
+// global memory: 15 us a layer on the H200 under ncu. The second, float shuffles for each
+// round's best and a scan over the slots for the first of each expert: 6.57 us a layer in
+// scripts/moe_bench.cu on the H100, against 4.01 for this one, which writes the same tables;
+// docs/perf.md, session 18.)
+template <int EPL>
+__device__ void route_block(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s) {
+    __shared__ int pick[MOE_SLOTS];
+    __shared__ float prob[MOE_SLOTS];
+    __shared__ int first_of[ROUTE_MAX_EXPERTS];  // [expert] its lowest slot
+    __shared__ int u_of[MOE_SLOTS];              // [first slot] its distinct expert number
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int t = threadIdx.x >> 5; t < t_len; t += warps) {
+        const unsigned short* z = logits + (long)t * e;
+        unsigned key[EPL];
+        float v[EPL];
+        unsigned top = 0u;
+#pragma unroll
+        for (int r = 0; r < EPL; ++r) {
+            const int i = r * 32 + lane;
+            const unsigned short b = i < e ? z[i] : (unsigned short)0;
+            v[r] = bf16_to_f32(b);
+            key[r] = i < e ? rank_key(b, i) : 0u;
+            top = max(top, key[r]);
+        }
+        // the largest logit (NaN aside, as fmaxf would find it): the first pick's
+        const float mx = key_value(warp_max(top));
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < EPL; ++r)
+            if (r * 32 + lane < e) sum += expf(v[r] - mx);
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        float ps = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            unsigned m = 0u;
+#pragma unroll
+            for (int r = 0; r < EPL; ++r) m = max(m, key[r]);
+            m = warp_max(m);
+            const int i = key_expert(m);
+#pragma unroll
+            for (int r = 0; r < EPL; ++r)
+                if (key[r] == m) key[r] = 0u;  // taken (keys are distinct: one lane, one register)
+            const float p = expf(key_value(m) - mx) / sum;
+            ps += p;
+            if (lane == 0) pick[t * k + j] = i, prob[t * k + j] = p;
+        }
+        __syncwarp();
+        if (norm && lane < k) prob[t * k + lane] /= ps;
+    }
+    __syncthreads();
+    const int slots = t_len * k;
+    if (threadIdx.x < 32) {
+        for (int sl = lane; sl < slots; sl += 32) first_of[pick[sl]] = MOE_SLOTS;
+        __syncwarp();
+        for (int sl = lane; sl < slots; sl += 32) atomicMin(&first_of[pick[sl]], sl);
+        __syncwarp();
+        int count = 0;
+        for (int c = 0; c < slots; c += 32) {
+            const int sl = c + lane;
+            const bool first = sl < slots && first_of[pick[sl]] == sl;
+            const unsigned b = __ballot_sync(0xffffffffu, first);
+            if (first) {
+                const int u = count + __popc(b & ((1u << lane) - 1u));
+                u_of[sl] = u;
+                s->expert[u] = pick[sl];
+                s->rows[u] = 0u;
+            }
+            count += __popc(b);
+        }
+        __syncwarp();
+        for (int sl = lane; sl < slots; sl += 32) {
+            const int u = u_of[first_of[pick[sl]]], t = sl / k;
+            atomicOr(&s->rows[u], 1u << t);
+            s->slot[u][t] = sl;
+            s->topk[sl] = pick[sl];
+            s->weight[sl] = prob[sl];
+        }
+        if (lane == 0) s->count = count, s->k = k;
+    }
+    __syncthreads();
+}
+
+// route_block with the registers a lane needs for `e` experts (at most ROUTE_MAX_EXPERTS).
+__device__ __forceinline__ void route_any(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s) {
+    if (e <= 128)
+        route_block<4>(logits, t_len, e, k, norm, s);
+    else if (e <= 256)
+        route_block<8>(logits, t_len, e, k, norm, s);
+    else
+        route_block<32>(logits, t_len, e, k, norm, s);
+}
+
+// The table `s` built by route_block out to `g` (the words the grouped products and the host
+// read), and the counters advanced: distinct experts, passes. Every thread of the block calls it.
+__device__ __forceinline__ void store_table(const MoeTable* s, MoeTable* g, unsigned long long* stats, int t_len) {
+    const int count = s->count, slots = t_len * s->k;
+    // a row's slot only where the row chose the expert (the others are left as they were)
+    for (int i = threadIdx.x; i < count * 8; i += blockDim.x)
+        if ((s->rows[i / 8] >> (i % 8)) & 1u) g->slot[i / 8][i % 8] = s->slot[i / 8][i % 8];
+    for (int i = threadIdx.x; i < count; i += blockDim.x) g->expert[i] = s->expert[i], g->rows[i] = s->rows[i];
+    for (int i = threadIdx.x; i < slots; i += blockDim.x) g->topk[i] = s->topk[i], g->weight[i] = s->weight[i];
+    if (threadIdx.x == 0) {
+        g->count = count;
+        g->k = s->k;
+        if (stats) {
+            atomicAdd(&stats[0], (unsigned long long)count);
+            atomicAdd(&stats[1], 1ull);
+        }
+    }
+}
+
+// One block of 32 * t_len threads routes the pass's rows (route_block) into a table in shared
+// memory, then writes it out.
 extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* __restrict__ logits,
                                                                    MoeTable* __restrict__ tab,
                                                                    unsigned long long* __restrict__ stats, int t_len,

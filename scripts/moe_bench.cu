@@ -10,7 +10,8 @@
 // read a known number of experts. Prints per-layer microseconds of the route kernel, the grouped
 // gate|up and down products for each split (warps on K x tiles a block x batch), the combine,
 // and the whole chain under programmatic dependent launch, with the bytes each product reads over
-// its time.
+// its time: with the experts in rows, then again with each expert packed in place (as the model
+// loads them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,122 +24,6 @@
 #include "../kernels/moe.cu"
 
 #include "bench_common.cuh"
-
-#define NEG_INF (__int_as_float(0xff800000))
-// Session 17's route kernel (commit 4ef161a), for the side-by-side timing below
-// Which of two candidates ranks first: the larger value, the lower index on a tie.
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
-
-// One block of 32 * t_len threads: warp t routes row t, every value of the row held in its
-// lanes' registers (expert i at lane i % 32, register i / 32; EPL registers a lane, the fewest
-// that hold the row, so 128 experts loop over 4), so the softmax and the k rounds of the top-k
-// (a lane's best untaken value, then a warp reduction) never go back to memory; then the
-// t_len * k slots are indexed in parallel, one thread a slot, in shared memory, and written
-// out. (The first version re-read the logits every round and built the table on one thread in
-// global memory: 15 us a layer on the H200 under ncu, the pass's third-largest kernel;
-// docs/perf.md.) Experts at most 32 * 32 = 1024, k at most 8, t_len at most 8.
-template <int EPL>
-__device__ void old_route(const unsigned short* __restrict__ logits, MoeTable* __restrict__ tab,
-                      unsigned long long* __restrict__ stats, int t_len, int e, int k, int norm) {
-    __shared__ int pick[MOE_SLOTS];
-    __shared__ float prob[MOE_SLOTS];
-    __shared__ int first[MOE_SLOTS];  // the lowest slot holding the same expert
-    launch_dependents();
-    dependency_wait();
-    const int lane = threadIdx.x & 31, t = threadIdx.x >> 5;
-    if (t < t_len) {
-        const unsigned short* z = logits + (long)t * e;
-        float v[EPL];
-        float mx = NEG_INF;
-#pragma unroll
-        for (int r = 0; r < EPL; ++r) {
-            const int i = r * 32 + lane;
-            v[r] = i < e ? bf16_to_f32(z[i]) : NEG_INF;
-            mx = fmaxf(mx, v[r]);
-        }
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.0f;
-#pragma unroll
-        for (int r = 0; r < EPL; ++r)
-            if (r * 32 + lane < e) sum += expf(v[r] - mx);
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        unsigned taken = 0u;  // bit r: this lane's expert r * 32 + lane is chosen
-        float s = 0.0f;
-        for (int j = 0; j < k; ++j) {
-            float bv = NEG_INF;
-            int bi = 0x7fffffff;
-#pragma unroll
-            for (int r = 0; r < EPL; ++r) {
-                const int i = r * 32 + lane;
-                if (i < e && !((taken >> r) & 1u) && better(v[r], i, bv, bi)) bv = v[r], bi = i;
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
-            }
-            // NaN logits rank nowhere: a valid expert still (its outputs turn NaN, and the pass
-            // is refused downstream), never an index past the weights
-            if (bi >= e) bi = j % e;
-            if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-            const float p = expf(bv - mx) / sum;
-            s += p;
-            if (lane == 0) pick[t * k + j] = bi, prob[t * k + j] = p;
-        }
-        __syncwarp();
-        if (norm && lane < k) prob[t * k + lane] /= s;
-    }
-    __syncthreads();
-    const int slots = t_len * k, sl = threadIdx.x;
-    if (sl < slots) {
-        int f = sl;
-        for (int o = 0; o < sl; ++o)
-            if (pick[o] == pick[sl]) {
-                f = o;
-                break;
-            }
-        first[sl] = f;
-    }
-    __syncthreads();
-    // A first slot's number: the first slots before it (in slot order: first-seen order)
-    if (sl < slots && first[sl] == sl) {
-        int u = 0;
-        for (int o = 0; o < sl; ++o) u += first[o] == o;
-        tab->expert[u] = pick[sl];
-        unsigned rows = 0u;
-        for (int o = sl; o < slots; ++o)
-            if (first[o] == sl) rows |= 1u << (o / k), tab->slot[u][o / k] = o;
-        tab->rows[u] = rows;
-    }
-    __syncthreads();
-    if (sl < slots) {
-        tab->topk[sl] = pick[sl];
-        tab->weight[sl] = prob[sl];
-    }
-    if (sl == 0) {
-        int count = 0;
-        for (int o = 0; o < slots; ++o) count += first[o] == o;
-        tab->count = count;
-        tab->k = k;
-        if (stats) {
-            atomicAdd(&stats[0], (unsigned long long)count);
-            atomicAdd(&stats[1], 1ull);
-        }
-    }
-}
-
-__global__ void __launch_bounds__(256) old_moe_route(const unsigned short* __restrict__ logits,
-                                                                   MoeTable* __restrict__ tab,
-                                                                   unsigned long long* __restrict__ stats, int t_len,
-                                                                   int e, int k, int norm) {
-    if (e <= 128)
-        old_route<4>(logits, tab, stats, t_len, e, k, norm);
-    else if (e <= 256)
-        old_route<8>(logits, tab, stats, t_len, e, k, norm);
-    else
-        old_route<32>(logits, tab, stats, t_len, e, k, norm);
-}
-
 
 const int L = 48, E = 128, KC = 8, H = 2048, I = 768;  // T: bench_common.cuh (4 rows)
 
@@ -341,98 +226,6 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
     printf("BEST_CHAIN %s %d/%d,%d/%d %.2f\n", P ? "packed" : "rows", bu.ks, bu.tb, bd.ks, bd.tb, best);
 }
 
-// A sparse layer's router product (norm form, [E, H]) then the route kernel, against the router
-// form that routes in its last block (kernels/gemv.cu, router), under PDL, rows and packed, at
-// the split the model takes (the rule's: src/model/gemv.rs split_for). Random router weights:
-// the rows route where they will; only the two kernels' time is asked here.
-template <int U, bool PACKED>
-__global__ void router_k(const uint4* w, const uint4* x, unsigned short* logits, MoeTable* tab, unsigned long long* stats,
-                         unsigned* counter, int t_len, int e, int k8, int ks, float eps, int k, int norm) {
-    router<U, PACKED>(w, x, logits, tab, stats, counter, t_len, e, k8, ks, eps, k, norm);
-}
-static void router_chains(cudaStream_t st) {
-    std::vector<bf*> w(L), pw(L);
-    for (int l = 0; l < L; ++l) {
-        CK(cudaMalloc(&w[l], (long)E * H * 2));
-        CK(cudaMalloc(&pw[l], (long)E * H * 2));
-        fill<<<256, 256>>>(w[l], (long)E * H, 71 + l, 0.1f);
-        unmask_repack<<<256, 256>>>((const uint4*)w[l], (uint4*)pw[l], E, H / 8, 1);
-    }
-    bf *x, *logits;
-    MoeTable* tabs;
-    unsigned long long* stats;
-    unsigned* counter;
-    CK(cudaMalloc(&x, T * H * 2));
-    CK(cudaMalloc(&logits, T * E * 2));
-    CK(cudaMalloc(&tabs, sizeof(MoeTable) * L));
-    CK(cudaMalloc(&stats, 16));
-    CK(cudaMalloc(&counter, 8));
-    CK(cudaMemset(counter, 0, 8));
-    fill<<<64, 256>>>(x, T * H, 9, 2.0f);
-    CK(cudaDeviceSynchronize());
-    const Split s = gemv_split(E, H, false);
-    const int sm = smem(H, s.ks, s.tb, 4, true);
-    printf("\nrouter [%d, %d] then route, against the router form (split %d/%d/%d), under PDL, us a layer:\n", E, H, s.u, s.ks, s.tb);
-    for (int packed = 0; packed < 2; ++packed) {
-        std::vector<bf*>& ws = packed ? pw : w;
-        int t = T, e = E, k8 = H / 8, ks = s.ks, k = KC, norm = 1;
-        float eps = 1e-6f;
-        const void* dense = packed ? (const void*)dense_k<8, true, false, true> : (const void*)dense_k<8, true, false, false>;
-        const void* fused = packed ? (const void*)router_k<8, true> : (const void*)router_k<8, false>;
-        CK(cudaFuncSetAttribute(dense, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
-        CK(cudaFuncSetAttribute(fused, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
-        const double two = per_layer(st, [&](int l) {
-            void* a[] = {&ws[l], &x, &logits, nullptr, &t, &e, &k8, &ks, &eps};
-            bf* none = nullptr;
-            a[3] = &none;
-            launch(dense, dim3((E + 16 * s.tb - 1) / (16 * s.tb)), dim3(32 * s.ks * s.tb), sm, true, st, a);
-            MoeTable* tab = tabs + l;
-            void* r[] = {&logits, &tab, &stats, &t, &e, &k, &norm};
-            launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), 0, true, st, r);
-        });
-        const double one = per_layer(st, [&](int l) {
-            MoeTable* tab = tabs + l;
-            void* a[] = {&ws[l], &x, &logits, &tab, &stats, &counter, &t, &e, &k8, &ks, &eps, &k, &norm};
-            launch(fused, dim3((E + 16 * s.tb - 1) / (16 * s.tb)), dim3(32 * s.ks * s.tb), sm, true, st, a);
-        });
-        printf("  %s: product then route %.2f, router form %.2f\n", packed ? "packed" : "rows", two, one);
-        // the same table either way (the last replay of each wrote every layer's)
-        std::vector<MoeTable> a(L), b(L);
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(b.data(), tabs, sizeof(MoeTable) * L, cudaMemcpyDeviceToHost));
-        per_layer(st, [&](int l) {
-            void* a[] = {&ws[l], &x, &logits, nullptr, &t, &e, &k8, &ks, &eps};
-            bf* none = nullptr;
-            a[3] = &none;
-            launch(dense, dim3((E + 16 * s.tb - 1) / (16 * s.tb)), dim3(32 * s.ks * s.tb), sm, true, st, a);
-            MoeTable* tab = tabs + l;
-            void* r[] = {&logits, &tab, &stats, &t, &e, &k, &norm};
-            launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), 0, true, st, r);
-        });
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(a.data(), tabs, sizeof(MoeTable) * L, cudaMemcpyDeviceToHost));
-        for (int l = 0; l < L; ++l) {
-            const MoeTable &p = a[l], &q = b[l];
-            bool same = p.count == q.count && p.k == q.k && !memcmp(p.expert, q.expert, 4 * p.count) &&
-                        !memcmp(p.rows, q.rows, 4 * p.count) && !memcmp(p.topk, q.topk, 4 * T * KC) &&
-                        !memcmp(p.weight, q.weight, 4 * T * KC);
-            if (!same) {
-                printf("FAIL: layer %d's table differs between the router form and product then route\n", l);
-                exit(1);
-            }
-        }
-        printf("  %s: the same %d tables either way (layer 0: %d distinct experts)\n", packed ? "packed" : "rows", L, a[0].count);
-    }
-    unsigned c;
-    CK(cudaMemcpy(&c, counter, 4, cudaMemcpyDeviceToHost));
-    if (c != 0) {
-        printf("FAIL: the router form's counter is %u after the launches, not 0\n", c);
-        exit(1);
-    }
-    for (bf* p : w) CK(cudaFree(p));
-    for (bf* p : pw) CK(cudaFree(p));
-}
-
 int main(int argc, char** argv) {
     const int distinct = argc > 1 ? atoi(argv[1]) : 9;
     cudaStream_t st;
@@ -478,33 +271,6 @@ int main(int argc, char** argv) {
     printf("\n");
     const double up_mb = distinct * 2.0 * I * H * 2 / 1e6, down_mb = distinct * 1.0 * H * I * 2 / 1e6;
     printf("route: %.2f us a layer\n", per_layer(st, [&](int l) { route(b, l, false, st); }));
-    printf("route (session 17's kernel): %.2f us a layer\n", per_layer(st, [&](int l) {
-               int t = T, e = E, k = KC, norm = 1;
-               MoeTable* tab = b.tabs + l;
-               void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
-               launch((const void*)old_moe_route, dim3(1), dim3(32 * T), 0, false, st, args);
-           }));
-    {  // both kernels write the same table for every layer
-        std::vector<MoeTable> a(L), c(L);
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(c.data(), b.tabs, sizeof(MoeTable) * L, cudaMemcpyDeviceToHost));
-        for (int l = 0; l < L; ++l) route(b, l, false, st);
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(a.data(), b.tabs, sizeof(MoeTable) * L, cudaMemcpyDeviceToHost));
-        for (int l = 0; l < L; ++l) {
-            const MoeTable &p = a[l], &q = c[l];
-            bool same = p.count == q.count && !memcmp(p.expert, q.expert, 4 * p.count) && !memcmp(p.rows, q.rows, 4 * p.count) &&
-                        !memcmp(p.topk, q.topk, 4 * T * KC) && !memcmp(p.weight, q.weight, 4 * T * KC);
-            for (int u = 0; same && u < p.count; ++u)
-                for (int t = 0; t < T; ++t)
-                    if ((p.rows[u] >> t) & 1u) same = same && p.slot[u][t] == q.slot[u][t];
-            if (!same) {
-                printf("FAIL: layer %d: the route kernel's table differs from session 17's\n", l);
-                exit(1);
-            }
-        }
-        printf("route tables: the same as session 17's kernel's, %d layers\n", L);
-    }
     printf("combine: %.2f us a layer\n", per_layer(st, [&](int) { combine(b, false, st); }));
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)
@@ -522,7 +288,6 @@ int main(int argc, char** argv) {
     CK(cudaDeviceSynchronize());
     CK(cudaFree(tmp));
     expert_sweeps<true>(b, distinct, st);
-    router_chains(st);
     if (argc > 2) {  // the layer's dense products too (free the experts first: 58 GB)
         for (int l = 0; l < L; ++l) {
             CK(cudaFree(b.gate_up[l]));

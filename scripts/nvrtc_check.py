@@ -31,7 +31,7 @@ JOBS = [
 
 # The named headers src/model/cuda/nvrtc.rs hands to NVRTC with the model's kernels (the
 # sampler's program, compiled by src/sampler/cuda.rs, gets none)
-HEADERS = ["common.cuh", "route.cuh"]
+HEADERS = ["common.cuh"]
 
 failed = 0
 for name, opts in JOBS:

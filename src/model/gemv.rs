@@ -240,9 +240,13 @@ pub const MEASURED: [Measured; 5] = [
 /// the goals. Chain with the stand-in, rows at their splits -> packed at these: H200 1.7B
 /// 1250 -> 1235 us, 4B 2920 -> 2645, 8B 4718 -> 3992; H100 1414 -> 1344, 3340 -> 3057,
 /// 5419 -> 5089. A packed shape not listed takes the rows' split.
-pub const MEASURED_PACKED: [Measured; 8] = [
+pub const MEASURED_PACKED: [Measured; 9] = [
     // SDAR-1.7B: q|k|v, 4 steps a batch over 16 warps (both cards)
     Measured { n: 4096, k: 2048, epilogue: Epilogue::Plain, ks: 16, tb: 1, u: 4 },
+    // SDAR-30B-A3B: q|k|v, 11.17 us a layer against the rule's 14.08 (scripts/moe_bench.cu's
+    // dense sweep, H100, docs/gpu-runs/2026-12-05-session18-h100-route; its o is within 1 % of
+    // the rule's)
+    Measured { n: 5120, k: 2048, epilogue: Epilogue::Plain, ks: 4, tb: 2, u: 4 },
     // SDAR-4B: q|k|v (both cards), o, gate|up and down (as their rows)
     Measured { n: 6144, k: 2560, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 4 },
     Measured { n: 2560, k: 4096, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 4 },

@@ -18,7 +18,7 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::gemv::{experts_dims, gemv_scaled, rms_inv_rows, rows_of, silu_mul_rows, weight_dims, WeightLayout};
+use super::gemv::{experts_dims, gemv_scaled, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -30,12 +30,7 @@ pub const MAX_SLOTS: usize = MAX_ROWS * MAX_CHOICES;
 pub const MAX_EXPERTS: usize = 1024;
 /// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
 pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
-/// The router form's logits after the tables (`[MAX_ROWS, MAX_EXPERTS]` bf16, scratch: the
-/// kernel's product, which its last block routes), then its block counter (two words, so the
-/// counters after it stay 8-byte aligned).
-pub const LOGITS_WORDS: usize = MAX_ROWS * MAX_EXPERTS / 2;
-pub const COUNTER_WORDS: usize = 2;
-/// The two u64 counters at the end: distinct experts summed over passes, passes.
+/// The two u64 counters after the tables: distinct experts summed over passes, passes.
 pub const STATS_WORDS: usize = 4;
 
 /// One layer's routing of one pass (kernels/gemv.cu's `MoeTable`).
@@ -154,41 +149,10 @@ fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
     }
 }
 
-/// The routing tables of every sparse layer, the router form's scratch and the counters:
-/// `[layers * TABLE_WORDS + LOGITS_WORDS + COUNTER_WORDS + STATS_WORDS]` u32, allocated once
-/// with the model (zeroed: the block counter starts at 0) and rewritten by each pass.
+/// The routing tables of every sparse layer plus the counters: `[layers * TABLE_WORDS +
+/// STATS_WORDS]` u32, allocated once with the model and rewritten by each pass.
 pub fn new_tables(layers: usize, device: &candle_core::Device) -> Result<Tensor> {
-    Tensor::zeros(layers * TABLE_WORDS + LOGITS_WORDS + COUNTER_WORDS + STATS_WORDS, DType::U32, device)
-}
-
-/// `(layers, logits, counter, stats)`: where each region of a tables buffer of `n` words starts.
-pub fn regions(n: usize) -> (usize, usize, usize) {
-    let stats = n - STATS_WORDS;
-    (stats - COUNTER_WORDS - LOGITS_WORDS, stats - COUNTER_WORDS, stats)
-}
-
-/// Writes `table` as layer `layer`'s and advances the counters (distinct experts, passes) of a
-/// tables buffer's words.
-fn write_table(words: &mut [u32], layer: usize, table: &Table) {
-    let at = layer * TABLE_WORDS;
-    words[at..at + TABLE_WORDS].copy_from_slice(&table.to_words());
-    let (_, _, stats) = regions(words.len());
-    let add = |lo: &mut [u32], v: u64| {
-        let next = (lo[0] as u64 | (lo[1] as u64) << 32) + v;
-        lo[0] = next as u32;
-        lo[1] = (next >> 32) as u32;
-    };
-    add(&mut words[stats..stats + 2], table.experts.len() as u64);
-    add(&mut words[stats + 2..stats + 4], 1);
-}
-
-/// Whether a tables buffer (`lt`) holds layer `layer`'s table and the regions after the tables.
-fn check_tables(lt: &Layout, layer: usize, what: &str) -> Result<()> {
-    let n = lt.shape().elem_count();
-    if n < STATS_WORDS + COUNTER_WORDS + LOGITS_WORDS || regions(n).0 < (layer + 1) * TABLE_WORDS || !lt.is_contiguous() {
-        candle_core::bail!("{what}: the tables buffer does not hold layer {layer}");
-    }
-    Ok(())
+    Tensor::zeros(layers * TABLE_WORDS + STATS_WORDS, DType::U32, device)
 }
 
 /// Table `layer` of a tables buffer, read back to the host (for `--routing` and tests).
@@ -230,7 +194,9 @@ impl RouteInto {
         if e > MAX_EXPERTS || self.k > e {
             candle_core::bail!("moe route: {e} experts, top {}; at most {MAX_EXPERTS} experts", self.k);
         }
-        check_tables(lt, self.layer, "moe route")?;
+        if lt.shape().elem_count() < (self.layer + 1) * TABLE_WORDS + STATS_WORDS || !lt.is_contiguous() {
+            candle_core::bail!("moe route: the tables buffer does not hold layer {}", self.layer);
+        }
         Ok((t, e))
     }
 }
@@ -248,9 +214,20 @@ impl candle_core::InplaceOp2 for RouteInto {
             _ => candle_core::bail!("moe route: logits must be bf16 or f32"),
         };
         let CpuStorage::U32(words) = st else { candle_core::bail!("moe route: tables must be u32") };
+        let words = &mut words[lt.start_offset()..];
+        let table = route(&logits, t, e, self.k, self.norm);
+        let at = self.layer * TABLE_WORDS;
+        words[at..at + TABLE_WORDS].copy_from_slice(&table.to_words());
         let n = lt.shape().elem_count();
-        let words = &mut words[lt.start_offset()..lt.start_offset() + n];
-        write_table(words, self.layer, &route(&logits, t, e, self.k, self.norm));
+        let stats = &mut words[n - STATS_WORDS..n];
+        let add = |lo: &mut [u32], v: u64| {
+            let cur = lo[0] as u64 | (lo[1] as u64) << 32;
+            let next = cur + v;
+            lo[0] = next as u32;
+            lo[1] = (next >> 32) as u32;
+        };
+        add(&mut stats[0..2], table.experts.len() as u64);
+        add(&mut stats[2..4], 1);
         Ok(())
     }
 
@@ -258,82 +235,6 @@ impl candle_core::InplaceOp2 for RouteInto {
     fn cuda_fwd(&self, st: &mut candle_core::CudaStorage, lt: &Layout, sl: &candle_core::CudaStorage, ll: &Layout) -> Result<()> {
         let (t, e) = self.dims(lt, ll)?;
         super::cuda::moe::route(self, (t, e), (st, lt), (sl, ll))
-    }
-}
-
-/// `tables[layer] = route(x̂ · Gᵀ)`: the router product (the post-attention norm folded into
-/// its columns, `x̂` each row of `x` normalised, as [`GemvInto`]'s norm form computes it) and
-/// the routing in one launch, kernels/gemv.cu's router form: its last block routes, so the
-/// experts' products wait on one kernel, not two. The logits (bf16, as the router product
-/// rounds them) go to the tables buffer's scratch. `router`: `[experts, hidden]` rows or packed.
-///
-/// [`GemvInto`]: super::gemv::GemvInto
-pub struct RouterRouteInto {
-    pub layer: usize,
-    pub k: usize,
-    pub norm: bool,
-    pub eps: f32,
-}
-
-impl RouterRouteInto {
-    pub fn run(&self, tables: &Tensor, x: &Tensor, router: &Tensor) -> Result<()> {
-        tables.inplace_op3(x, router, self)
-    }
-
-    /// `(t, experts, hidden, layout)` after checking every operand.
-    pub fn dims(&self, lt: &Layout, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, WeightLayout)> {
-        let (t, h) = lx.shape().dims2()?;
-        check_rows(t, self.k)?;
-        let Some((e, wh, layout)) = weight_dims(lw.dims()) else {
-            candle_core::bail!("moe router: weight {:?} is neither [E, H] rows nor packed", lw.shape());
-        };
-        if wh != h || h % crate::model::gemv::K_STEP != 0 || !lx.is_contiguous() || !lw.is_contiguous() {
-            candle_core::bail!("moe router: x {:?} and router {:?} do not fit", lx.shape(), lw.shape());
-        }
-        if e > MAX_EXPERTS || self.k > e {
-            candle_core::bail!("moe router: {e} experts, top {}; at most {MAX_EXPERTS} experts", self.k);
-        }
-        check_tables(lt, self.layer, "moe router")?;
-        Ok((t, e, h, layout))
-    }
-}
-
-impl candle_core::InplaceOp3 for RouterRouteInto {
-    fn name(&self) -> &'static str {
-        "unmask-moe-router-route"
-    }
-
-    fn cpu_fwd(&self, st: &mut CpuStorage, lt: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
-        let (t, e, h, layout) = self.dims(lt, lx, lw)?;
-        let (CpuStorage::U32(words), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (st, sx, sw) else {
-            candle_core::bail!("moe router: tables must be u32, x and router bf16");
-        };
-        let (x, w) = (contiguous(x, lx, "x")?, contiguous(w, lw, "router")?);
-        let logits = gemv_scaled(x, &rows_of(w, e, h, layout), (t, e, h), &rms_inv_rows(x, t, h, self.eps));
-        let n = lt.shape().elem_count();
-        let words = &mut words[lt.start_offset()..lt.start_offset() + n];
-        let (scratch, _, _) = regions(n);
-        for (i, pair) in logits.chunks(2).enumerate() {
-            let hi = pair.get(1).map_or(0, |v| v.to_bits() as u32);
-            words[scratch + i] = pair[0].to_bits() as u32 | hi << 16;
-        }
-        let logits: Vec<f32> = logits.iter().map(|v| v.to_f32()).collect();
-        write_table(words, self.layer, &route(&logits, t, e, self.k, self.norm));
-        Ok(())
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        st: &mut candle_core::CudaStorage,
-        lt: &Layout,
-        sx: &candle_core::CudaStorage,
-        lx: &Layout,
-        sw: &candle_core::CudaStorage,
-        lw: &Layout,
-    ) -> Result<()> {
-        let dims = self.dims(lt, lx, lw)?;
-        super::cuda::moe::router_route(self, dims, (st, lt), (sx, lx), (sw, lw))
     }
 }
 
@@ -722,40 +623,6 @@ mod tests {
         assert_eq!(passes, 6);
         assert!((3..=6 * 8).contains(&touched), "{touched}");
         assert_eq!(standard.moe_stats().unwrap(), None);
-    }
-
-    /// The router form (product and routing in one op) writes what the norm-form product then
-    /// the route op write: the same table words, the same counters, the logits in the scratch;
-    /// from the router's rows and packed alike. And it refuses a layer past the buffer.
-    #[test]
-    fn the_router_form_routes_as_the_product_then_the_route() -> Result<()> {
-        use crate::model::gemv::GemvInto;
-        let dev = Device::Cpu;
-        let (t, e, h, k) = (4usize, 32usize, 64usize, 3usize);
-        let vals = |n: usize, m: usize| (0..n).map(|i| ((i * m % 97) as f32 / 97.0 - 0.5) * 0.4).collect::<Vec<f32>>();
-        let x = Tensor::from_vec(vals(t * h, 31), (t, h), &dev)?.to_dtype(DType::BF16)?;
-        let router = Tensor::from_vec(vals(e * h, 17), (e, h), &dev)?.to_dtype(DType::BF16)?;
-        let eps = 1e-6;
-        let (two_ops, fused) = (new_tables(2, &dev)?, new_tables(2, &dev)?);
-        let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
-        GemvInto { epilogue: crate::model::gemv::Epilogue::Plain, rms: Some(eps), residual: None }.run(&logits, &x, &router)?;
-        RouteInto { layer: 1, k, norm: true }.run(&two_ops, &logits)?;
-        RouterRouteInto { layer: 1, k, norm: true, eps }.run(&fused, &x, &router)?;
-        let words = |b: &Tensor| b.to_vec1::<u32>();
-        let (a, b) = (words(&two_ops)?, words(&fused)?);
-        let (scratch, counter, _) = regions(a.len());
-        assert_eq!(a[..scratch], b[..scratch], "tables");
-        assert_eq!(a[counter..], b[counter..], "counter and stats");
-        assert_eq!(read_stats(&fused)?, (read_table(&fused, 1, t)?.experts.len() as u64, 1));
-        let want: Vec<u16> = logits.flatten_all()?.to_vec1::<bf16>()?.iter().map(|v| v.to_bits()).collect();
-        let got: Vec<u16> = b[scratch..scratch + t * e / 2].iter().flat_map(|w| [*w as u16, (*w >> 16) as u16]).collect();
-        assert_eq!(got, want, "logits scratch");
-        let packed = new_tables(2, &dev)?;
-        RouterRouteInto { layer: 1, k, norm: true, eps }.run(&packed, &x, &crate::model::gemv::pack(&router)?)?;
-        assert_eq!(words(&packed)?, b);
-        let err = RouterRouteInto { layer: 2, k, norm: true, eps }.run(&fused, &x, &router).unwrap_err().to_string();
-        assert!(err.contains("layer 2"), "{err}");
-        Ok(())
     }
 
     #[test]

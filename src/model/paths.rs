@@ -59,13 +59,6 @@ pub fn packed_here() -> bool {
     std::env::var("UNMASK_PACKED").as_deref() != Ok("0")
 }
 
-/// Whether a sparse layer's router product routes in its own last block
-/// (moe_grouped.rs, `RouterRouteInto`), unless `UNMASK_ROUTER_ROUTES=0` (the product, then the
-/// route kernel: for comparisons). docs/perf.md, session 18.
-pub fn router_routes_here() -> bool {
-    std::env::var("UNMASK_ROUTER_ROUTES").as_deref() != Ok("0")
-}
-
 /// Whether projections stored in bf16 stay bf16 ([`Linear::Bf16`]): on the CPU computing in f32,
 /// unless `UNMASK_BF16_WEIGHTS=0` (for comparisons: the widened f32 weights through gemm).
 pub fn bf16_weights_here(device: &Device, dtype: DType) -> bool {

@@ -12,8 +12,8 @@ use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 use half::bf16;
 
 use super::launch::{aligned, Args};
-use crate::model::gemv::{entry_name, grouped_split, split_for, Epilogue, WeightLayout};
-use crate::model::moe_grouped::{expert_layout, regions, CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, RouterRouteInto, LOGITS_WORDS, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
+use crate::model::gemv::{entry_name, grouped_split, Epilogue};
+use crate::model::moe_grouped::{expert_layout, CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
 pub const SOURCE: &str = include_str!("../../../kernels/moe.cu");
 const MODULE: &str = "unmask_moe";
@@ -57,47 +57,6 @@ pub fn route(op: &RouteInto, (t, e): (usize, usize), (st, lt): (&mut CudaStorage
     b.i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
     // SAFETY: kernels/moe.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2], t, e, k,
     // norm); RouteInto::dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold layer.
-    unsafe { b.launch(&f, cfg) }
-}
-
-/// The router product and the routing in one launch (kernels/gemv.cu's router form): the split
-/// of a norm-form product of the router's shape, the logits into the tables buffer's scratch,
-/// the table into layer `op.layer`'s words.
-pub fn router_route(
-    op: &RouterRouteInto,
-    (t, e, h, layout): (usize, usize, usize, WeightLayout),
-    (st, lt): (&mut CudaStorage, &Layout),
-    (sx, lx): (&CudaStorage, &Layout),
-    (sw, lw): (&CudaStorage, &Layout),
-) -> Result<()> {
-    let dev = sx.device().clone();
-    let (x, w) = (aligned::<bf16>(sx, lx, "moe router: x")?, aligned::<bf16>(sw, lw, "moe router: weight")?);
-    let s = split_for(e, h, Epilogue::Plain, layout);
-    let name = entry_name(if s.u == 4 { "unmask_gemv_router_u4" } else { "unmask_gemv_router_u8" }, layout);
-    let f = dev.get_or_load_custom_func(&name, super::gemv::MODULE, super::gemv::ptx(&dev)?)?;
-    let smem = s.smem_bytes(t, h, Epilogue::Plain, true);
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
-    super::launch::carveout(&f)?;
-    // the buffer's regions: this layer's table, the logits scratch, the block counter, the stats
-    let (n, base) = (lt.shape().elem_count(), lt.start_offset());
-    let (scratch, counter, stats) = regions(n);
-    let words = st.as_cuda_slice_mut::<u32>()?;
-    let (mut head, mut tail) = words.split_at_mut(base + scratch);
-    let at = base + op.layer * TABLE_WORDS;
-    let mut table = head.slice_mut(at..at + TABLE_WORDS);
-    let (mut logits, mut rest) = tail.split_at_mut(LOGITS_WORDS);
-    let (mut count, mut tail) = rest.split_at_mut(stats - counter);
-    let mut stats = tail.slice_mut(0..STATS_WORDS);
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
-    let stream = dev.cuda_stream();
-    let mut b = Args::new(&stream);
-    b.input(&w).input(&x).output(&mut logits).output(&mut table).output(&mut stats).output(&mut count);
-    b.i32(t as i32).i32(e as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps).i32(op.k as i32).i32(i32::from(op.norm));
-    // SAFETY: kernels/gemv.cu's unmask_gemv_router_u{4,8}[_p](w, x, logits, tab, stats, counter,
-    // t_len, e, k8, ks, eps, k, norm); RouterRouteInto::dims checked x [t, h], w e x h values in
-    // `layout`'s order, t <= 8, k <= 8, e <= 1024 (the scratch holds t x e bf16) and that the
-    // tables hold the layer. The counter is 0 between launches: zeroed at allocation, reset by
-    // each launch's last block.
     unsafe { b.launch(&f, cfg) }
 }
 

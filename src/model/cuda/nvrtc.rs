@@ -1,6 +1,6 @@
 //! Compiling the model's kernel sources (kernels/fused.cu, gemv.cu, moe.cu) with NVRTC, with
-//! kernels/common.cuh and route.cuh handed over as named headers. gemv.cu and moe.cu include
-//! them, and on the GPU host there is no kernels/ folder to find it in (the sources are built into
+//! kernels/common.cuh handed over as the named header "common.cuh". gemv.cu and moe.cu include
+//! it, and on the GPU host there is no kernels/ folder to find it in (the sources are built into
 //! the binary); `nvrtcCreateProgram` takes header sources by include name, which cudarc's
 //! `compile_ptx_with_opts` leaves empty, hence this. scripts/nvrtc_check.py does the same.
 
@@ -9,9 +9,7 @@ use std::mem::MaybeUninit;
 
 use candle_core::cuda_backend::cudarc::nvrtc::{result, sys};
 
-/// The headers the model's kernels include, by include name.
-const HEADERS: [(&std::ffi::CStr, &str); 2] =
-    [(c"common.cuh", include_str!("../../../kernels/common.cuh")), (c"route.cuh", include_str!("../../../kernels/route.cuh"))];
+const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
 /// An NVRTC program, destroyed when dropped.
 struct Program(sys::nvrtcProgram);
@@ -33,14 +31,12 @@ fn text(buf: &[c_char]) -> String {
 /// NVRTC's default target without one; on failure NVRTC's error, the options and the log.
 pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, String> {
     let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
-    let (src, file) = (c(src)?, c(name)?);
-    let bodies = HEADERS.iter().map(|(_, h)| c(h)).collect::<Result<Vec<_>, _>>()?;
-    let headers: Vec<*const c_char> = bodies.iter().map(|b| b.as_ptr()).collect();
-    let includes: Vec<*const c_char> = HEADERS.iter().map(|(n, _)| n.as_ptr()).collect();
+    let (src, file, common) = (c(src)?, c(name)?, c(COMMON)?);
+    let (headers, includes) = ([common.as_ptr()], [c"common.cuh".as_ptr()]);
     let mut prog = MaybeUninit::uninit();
     // SAFETY: every pointer is a NUL-terminated string, alive until this function returns,
-    // after the program is destroyed; as many headers as include names.
-    unsafe { sys::nvrtcCreateProgram(prog.as_mut_ptr(), src.as_ptr(), file.as_ptr(), headers.len() as i32, headers.as_ptr(), includes.as_ptr()) }
+    // after the program is destroyed; one header, one include name.
+    unsafe { sys::nvrtcCreateProgram(prog.as_mut_ptr(), src.as_ptr(), file.as_ptr(), 1, headers.as_ptr(), includes.as_ptr()) }
         .result()
         .map_err(|e| format!("{e:?}"))?;
     // SAFETY: nvrtcCreateProgram succeeded, so it wrote the program.
