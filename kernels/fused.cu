@@ -554,118 +554,176 @@ SILU(unmask_silu_mul_bf16, unsigned short)
 // combines the chunks of a row: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
 // Rows: r = gi * T + t is head (kv head * group + gi), query t. Same arithmetic per key as the
 // kernels above (dot in f32 along d, scaled, plus the mask); sums in another order.
-// grid (KV, chunks, ceil(rows / SPLIT_ROWS)), block 256, static smem 33 KiB.
-// part: [KV][chunks][rows][SPLIT_STRIDE] f32: the V sum, max, sum of exponentials, two pad
-// floats (rows 16-byte aligned for the merge's float4 loads).
+// grid (KV, chunks, ceil(rows / SPLIT_ROWS)), block 256 (8 warps), dynamic smem SPLIT_SMEM(R)
+// bytes. part: [KV][chunks][rows][SPLIT_STRIDE] f32: the V sum, max, sum of exponentials, two
+// pad floats (rows 16-byte aligned for the merge's float4 loads).
+// Both products run on the tensor cores (mma.sync m16n8k16, bf16 in, f32 sums), as the gemv
+// does (kernels/gemv.cu): the scores S = K q^T with the chunk's K rows as the A operand (warp w:
+// keys 16w .. 16w + 15, each lane's K fragments one 16-byte load a row a 32-wide step, all 8 in
+// flight at once) and the q rows as B; then the V sum P V with the exponentials P (bf16, rows
+// padded to 16) as A and V as B, V's fragments transposed out of shared memory by ldmatrix (warp
+// w: d columns 16w .. 16w + 15). The chunk's V rows are copied into shared memory with cp.async
+// first and land while the scores are computed. The first version of this kernel did both
+// products on the CUDA cores, a thread a key, and read V from the L2 four keys at a time: at 32k
+// keys 111 us a layer (1.7B shape, ncu), compute- and latency-bound (docs/perf.md, session 18).
+// Exponentials are rounded to bf16 for the tensor cores and their sum taken from the rounded
+// values, so numerator and denominator agree.
 #define SPLIT_KEYS 128
 #define SPLIT_ROWS 32
 #define SPLIT_PITCH (SPLIT_KEYS + 1)
 #define SPLIT_STRIDE 132
+// V and P rows in shared memory, in bf16: 16 bytes of padding a row, so the 8 rows an ldmatrix
+// (or 8 lanes) read at one column fall in distinct banks
+#define SPLIT_VP 136
+#define SPLIT_SMEM(R) (SPLIT_KEYS * SPLIT_VP * 2 + (R) * 128 * 2 + (R) * SPLIT_PITCH * 4 + ((R) + 15) / 16 * 16 * SPLIT_VP * 2 + (R) * 2 * 4)
+
+__device__ __forceinline__ void mma16816(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                         unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Four 8x8 bf16 matrices from shared memory, transposed (lanes 8i .. 8i + 7 give matrix i's rows).
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ unsigned short bf16_bits(float v) {
+    unsigned u = __float_as_uint(v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
 
 template <int R>
 __device__ void attention_split(const unsigned short* __restrict__ q, const uint4* __restrict__ k_cache,
                                 const unsigned short* __restrict__ v_cache, const unsigned short* __restrict__ mask,
                                 float* __restrict__ part, int t_len, int heads, int kvh, int cap, int keys, float scale) {
-    __shared__ float qs[R][128];
-    __shared__ float sc[R][SPLIT_PITCH];
-    __shared__ float stat[R][2];
+#if __CUDA_ARCH__ >= 800  // mma.sync on bf16, ldmatrix; the streamed layer needs sm_80 anyway (gemv.cu)
+    constexpr int NT = R / 8, MT = (R + 15) / 16;
+    extern __shared__ uint4 split_smem[];
+    unsigned short* vs = (unsigned short*)split_smem;                  // [SPLIT_KEYS][SPLIT_VP]
+    uint4* qs = (uint4*)(vs + SPLIT_KEYS * SPLIT_VP);                  // [R][16]: q rows, bf16
+    float(*sc)[SPLIT_PITCH] = (float(*)[SPLIT_PITCH])(qs + R * 16);    // [R][SPLIT_PITCH]
+    unsigned short* pb = (unsigned short*)(sc + R);                    // [16 MT][SPLIT_VP]: P, bf16
+    float(*stat)[2] = (float(*)[2])(pb + 16 * MT * SPLIT_VP);           // [R][2]
     const int g = blockIdx.x, c = blockIdx.y, chunks = gridDim.y, tid = threadIdx.x;
-    const int lane = tid & 31, warp = tid >> 5;
+    const int lane = tid & 31, warp = tid >> 5, fg = lane >> 2, fq = lane & 3;
     const int group = heads / kvh, rows = group * t_len, r0 = blockIdx.z * R;
     const int k0 = c * SPLIT_KEYS, nk = min(SPLIT_KEYS, keys - k0);
     pdl_enter();
-    // q rows r0 .. r0 + R of this KV head, widened to f32
+    // the chunk's V rows into shared memory, in flight during the scores
+    const uint4* vg = (const uint4*)(v_cache + ((long)g * cap + k0) * 128);
+    for (int i = tid; i < nk * 16; i += 256) cp_async16(vs + (i >> 4) * SPLIT_VP + (i & 15) * 8, vg + i);
+    // this warp's K fragments: keys 16 warp + fg and + 8 (clamped in bounds), d 32 s + 8 fq ..
+    uint4 ka[4], kb[4];
+    {
+        const int ja = min(16 * warp + fg, nk - 1), jb = min(16 * warp + fg + 8, nk - 1);
+        const uint4* kr = k_cache + ((long)g * cap + k0) * 16 + fq;
+#pragma unroll
+        for (int st = 0; st < 4; ++st) ka[st] = __ldg(kr + ja * 16 + 4 * st), kb[st] = __ldg(kr + jb * 16 + 4 * st);
+    }
+    // q rows r0 .. r0 + R of this KV head (rows past the last: zeros)
     for (int i = tid; i < R * 16; i += 256) {
         const int rr = i >> 4, ch = i & 15, r = r0 + rr;
-        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (r < rows) {
-            const int h = g * group + r / t_len, t = r % t_len;
-            unpack8(((const uint4*)(q + ((long)h * t_len + t) * 128))[ch], f);
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) qs[rr][8 * ch + e] = f[e];
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (r < rows) v = ((const uint4*)(q + ((long)(g * group + r / t_len) * t_len + r % t_len) * 128))[ch];
+        qs[rr * 16 + ch] = v;
     }
+    // P's padding rows (R < 16 a tile) stay zero
+    for (int i = R * SPLIT_VP + tid; i < 16 * MT * SPLIT_VP; i += 256) pb[i] = 0;
     __syncthreads();
-    // scores: thread (key j, half of the rows): its K row from memory (the other half's thread
-    // reads the same row, from L1), dot products against R / 2 rows of q (broadcast reads)
+    // scores: S[key][row] for the warp's 16 keys and every row, 8 rows an mma column block
     {
-        constexpr int H = R / 2;
-        const int j = tid % SPLIT_KEYS, half = tid / SPLIT_KEYS;
-        float acc[H];
+        float acc[NT][4];
 #pragma unroll
-        for (int i = 0; i < H; ++i) acc[i] = 0.0f;
-        if (j < nk) {
-            const uint4* kr = k_cache + ((long)g * cap + k0 + j) * 16;
-#pragma unroll 4
-            for (int ch = 0; ch < 16; ++ch) {
-                float kf[8];
-                unpack8(__ldg(kr + ch), kf);
+        for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 #pragma unroll
-                for (int i = 0; i < H; ++i) {
-                    const float* qr = qs[half * H + i] + 8 * ch;
+        for (int st = 0; st < 4; ++st)
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) acc[i] = fmaf(qr[e], kf[e], acc[i]);
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint4 xv = qs[(8 * nt + fg) * 16 + 4 * st + fq];
+                mma16816(acc[nt], ka[st].x, kb[st].x, ka[st].y, kb[st].y, xv.x, xv.y);
+                mma16816(acc[nt], ka[st].z, kb[st].z, ka[st].w, kb[st].w, xv.z, xv.w);
+            }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int j = 16 * warp + fg + 8 * (i >> 1), rr = 8 * nt + 2 * fq + (i & 1), r = r0 + rr;
+                float s = NEG_INF;
+                if (j < nk && r < rows) {
+                    const float mj = mask ? __uint_as_float(((unsigned)mask[(long)(r % t_len) * keys + k0 + j]) << 16) : 0.0f;
+                    s = mj == NEG_INF ? NEG_INF : acc[nt][i] * scale + mj;
                 }
+                sc[rr][j] = s;
             }
-        }
-#pragma unroll
-        for (int i = 0; i < H; ++i) {
-            const int rr = half * H + i, r = r0 + rr;
-            float s = NEG_INF;
-            if (j < nk && r < rows) {
-                const int t = r % t_len;
-                const float mj = mask ? __uint_as_float(((unsigned)mask[(long)t * keys + k0 + j]) << 16) : 0.0f;
-                s = mj == NEG_INF ? NEG_INF : acc[i] * scale + mj;
-            }
-            sc[rr][j] = s;
-        }
     }
     __syncthreads();
-    // per row: the chunk's max and sum of exponentials; sc becomes the exponentials
+    // per row: the chunk's max and sum of exponentials; P = the exponentials, bf16
     for (int rr = warp; rr < R; rr += 8) {
         float m = NEG_INF;
         for (int j = lane; j < SPLIT_KEYS; j += 32) m = fmaxf(m, sc[rr][j]);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         float l = 0.0f;
         for (int j = lane; j < SPLIT_KEYS; j += 32) {
-            const float e = sc[rr][j] == NEG_INF ? 0.0f : expf(sc[rr][j] - m);
-            sc[rr][j] = e;
-            l += e;
+            const unsigned short e = sc[rr][j] == NEG_INF ? (unsigned short)0 : bf16_bits(expf(sc[rr][j] - m));
+            pb[rr * SPLIT_VP + j] = e;
+            l += __uint_as_float(((unsigned)e) << 16);
         }
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
         if (lane == 0) stat[rr][0] = m, stat[rr][1] = l;
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    // V rows past the chunk's keys: zeros (their P is 0, but 0 x NaN of a stale row is NaN)
+    for (int i = nk * 16 + tid; i < SPLIT_KEYS * 16; i += 256) *(uint4*)(vs + (i >> 4) * SPLIT_VP + (i & 15) * 8) = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
-    // V: thread (dims 2p, 2p + 1; rows rg, rg + 4, ...): a warp reads half a V row per key,
-    // its 32 lanes the same row and key, so the exponential is a broadcast read
+    // V sum: rows (16 a tile) x the warp's d columns 16 warp .. + 16 (two n tiles), over 8 k steps
+    // of 16 keys; B from V [key][d] by ldmatrix.trans: matrices (keys +0, d +0), (keys +8, d +0),
+    // (keys +0, d +8), (keys +8, d +8)
     {
-        constexpr int RPT = R / 4;
-        const int p = tid & 63, rg = tid >> 6;
-        float acc[RPT][2];
+        float acc[MT][2][4];
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) acc[i][0] = acc[i][1] = 0.0f;
-        const unsigned* vb = (const unsigned*)(v_cache + ((long)g * cap + k0) * 128) + p;
-#pragma unroll 4
-        for (int j = 0; j < nk; ++j) {
-            const unsigned v2 = __ldg(vb + (long)j * 64);
-            const float v0 = __uint_as_float(v2 << 16), v1 = __uint_as_float(v2 & 0xffff0000u);
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int i = 0; i < RPT; ++i) {
-                const float e = sc[rg + 4 * i][j];
-                acc[i][0] = fmaf(e, v0, acc[i][0]);
-                acc[i][1] = fmaf(e, v1, acc[i][1]);
+            for (int n = 0; n < 2; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        const int lrow = (lane & 7) + ((lane >> 3) & 1) * 8, lcol = 16 * warp + (lane >> 4) * 8;
+#pragma unroll
+        for (int ks = 0; ks < SPLIT_KEYS / 16; ++ks) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, vs + (16 * ks + lrow) * SPLIT_VP + lcol);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const unsigned short* pr = pb + (16 * mt + fg) * SPLIT_VP + 16 * ks + 2 * fq;
+                const unsigned a0 = *(const unsigned*)pr, a1 = *(const unsigned*)(pr + 8 * SPLIT_VP);
+                const unsigned a2 = *(const unsigned*)(pr + 8), a3 = *(const unsigned*)(pr + 8 * SPLIT_VP + 8);
+                mma16816(acc[mt][0], a0, a1, a2, a3, b[0], b[1]);
+                mma16816(acc[mt][1], a0, a1, a2, a3, b[2], b[3]);
             }
         }
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) {
-            const int rr = rg + 4 * i, r = r0 + rr;
-            if (r >= rows) continue;
-            float* o = part + (((long)g * chunks + c) * rows + r) * SPLIT_STRIDE;
-            o[2 * p] = acc[i][0];
-            o[2 * p + 1] = acc[i][1];
-            if (p == 0) o[128] = stat[rr][0], o[129] = stat[rr][1];
-        }
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; ++h2) {
+                const int rr = 16 * mt + fg + 8 * h2, r = r0 + rr;
+                if (rr >= R || r >= rows) continue;
+                float* o = part + (((long)g * chunks + c) * rows + r) * SPLIT_STRIDE;
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+                    *(float2*)(o + 16 * warp + 8 * n + 2 * fq) = make_float2(acc[mt][n][2 * h2], acc[mt][n][2 * h2 + 1]);
+                if (warp == 0 && fq == 0) o[128] = stat[rr][0], o[129] = stat[rr][1];
+            }
     }
+#endif
 }
 
 #define ATT_SPLIT(R)                                                                                        \
@@ -678,20 +736,23 @@ ATT_SPLIT(8)
 ATT_SPLIT(16)
 ATT_SPLIT(32)
 
-// grid (H, T), block 256: row (h, t)'s chunks merged into out [T, H * 128] (bf16). Each of the
-// 8 warps folds every 8th chunk into a running (max, sum, V sum) with its lanes across d (4
-// values a lane), so a long cache's hundreds of chunks are read 8 at a time, not in one
-// serial loop; the warps' partials are then folded the same way through shared memory.
-extern "C" __global__ void __launch_bounds__(256) unmask_attention_merge_bf16_d128(
+// grid (H, T), block 1024: row (h, t)'s chunks merged into out [T, H * 128] (bf16). Each of the
+// 32 warps folds every 32nd chunk into a running (max, sum, V sum) with its lanes across d (4
+// values a lane), so a long cache's hundreds of chunks are read 32 at a time, not in one
+// serial loop; the warps' partials are then folded the same way through shared memory. (With
+// 8 warps the merge took 23 us a layer at 32k keys, 1.7B shape, under ncu: a warp's 31 chunks
+// one after another, each a round trip to the L2; docs/perf.md, session 18.)
+#define MERGE_WARPS 32
+extern "C" __global__ void __launch_bounds__(1024) unmask_attention_merge_bf16_d128(
     const float* __restrict__ part, unsigned short* __restrict__ out, int t_len, int heads, int kvh, int chunks) {
-    __shared__ float wm[8], wl[8], wacc[8][128];
+    __shared__ float wm[MERGE_WARPS], wl[MERGE_WARPS], wacc[MERGE_WARPS][128];
     pdl_enter();
     const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int group = heads / kvh, g = h / group, rows = group * t_len, r = (h % group) * t_len + t;
     const float* base = part + ((long)g * chunks * rows + r) * SPLIT_STRIDE;
     float m = NEG_INF, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-    for (int c = warp; c < chunks; c += 8) {
+    for (int c = warp; c < chunks; c += MERGE_WARPS) {
         const float* p = base + (long)c * rows * SPLIT_STRIDE;
         const float mc = p[128];
         if (mc == NEG_INF) continue;
@@ -713,9 +774,9 @@ extern "C" __global__ void __launch_bounds__(256) unmask_attention_merge_bf16_d1
     if (threadIdx.x >= 128) return;
     const int i = threadIdx.x;
     float mt = NEG_INF;
-    for (int w = 0; w < 8; ++w) mt = fmaxf(mt, wm[w]);
+    for (int w = 0; w < MERGE_WARPS; ++w) mt = fmaxf(mt, wm[w]);
     float num = 0.0f, den = 0.0f;
-    for (int w = 0; w < 8; ++w) {
+    for (int w = 0; w < MERGE_WARPS; ++w) {
         if (wm[w] == NEG_INF) continue;
         const float s = expf(wm[w] - mt);
         num = fmaf(s, wacc[w][i], num);

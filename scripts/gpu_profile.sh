@@ -4,7 +4,7 @@
 #   bash scripts/gpu_profile.sh [ENV=VALUE ...]     # e.g. UNMASK_FUSED=0
 #
 # Profiles LAUNCHES (default 900, about three forwards) consecutive kernels of a SHAPE (default sdar-1.7b)
-# bench decode after skipping SKIP (default 4000: weight initialisation and prefill), graph
+# bench decode (a prompt of PROMPT tokens, default 64) after skipping SKIP (default 4000: weight initialisation and prefill), graph
 # nodes one by one, with the clocks left alone (--clock-control none), and prints the time per
 # kernel name, summed, with its share. FILTER (a regex, e.g. `unmask_`) profiles only kernels whose
 # names match, and SKIP then counts only those. Needs .gpu/unmask.gz (scripts/build-cuda.sh) and ncu.
@@ -23,7 +23,7 @@ tag=${*:-default}; tag=${tag//[^A-Za-z0-9]/_}
 csv=$OUT/ncu-$tag.csv
 env "$@" timeout 300 "$NCU" --clock-control none --metrics gpu__time_duration.sum ${FILTER:+--kernel-name regex:$FILTER} \
   --launch-skip "${SKIP:-4000}" --launch-count "${LAUNCHES:-900}" --csv --print-units base \
-  "$BIN" bench --random-init "${SHAPE:-sdar-1.7b}" --device cuda --prompt-len 64 --max-new-tokens 64 \
+  "$BIN" bench --random-init "${SHAPE:-sdar-1.7b}" --device cuda --prompt-len "${PROMPT:-64}" --max-new-tokens 64 \
   --strategy low_confidence_static --events off --warmup 0 --repeat 1 > "$csv" 2> "$OUT/ncu-$tag.err"
 echo "ncu rc=$? ($csv)"
 python3 - "$csv" <<'EOF'

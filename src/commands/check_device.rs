@@ -117,19 +117,25 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
 }
 
 /// A cache of 2048 slots, 1900 of them committed: the streamed layer's attention over more
-/// than 512 keys (the split-K kernels on the GPU), in bf16 against the CPU in f32.
+/// than 512 keys (the split-K kernels on the GPU), in bf16 against the CPU in f32. Each block of
+/// the split kernel takes the query rows of one KV head: 8 (1.7B's heads, 4 rows), 16 (4B's, 4
+/// rows) and 32 (4B's, a storing pass of 8 rows; 30B-A3B's group of 8 at 4 rows), its three forms.
 fn long_cache_checks(rep: &mut Report, dev: &Device) -> Result<()> {
-    let cfg = check_config(1024, 2, 32, 8, 128, 3072, 32000)?;
     let prompt: Vec<u32> = (0..1900u32).map(|i| (i * 7919 + 13) % 31990).collect();
-    let block = [5u32, 31999, 31999, 7];
+    let blocks = [5u32, 31999, 31999, 7, 9, 31999, 31999, 11];
     let cap = 2048;
-    let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
-    let want = three_passes(&cpu_m, &prompt, &block, cap)?;
-    let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::BF16, dev)?;
-    let path = if g.streams(block.len(), cap) { "streamed" } else { "standard" };
-    let got = three_passes(&g, &prompt, &block, cap)?;
-    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
-        rep.check(format!("logits 4B heads cache {cap}, 1900 committed, BF16 {path} {name}"), rel_err(a, b)?, 4e-2, "rel. L2 error vs CPU f32");
+    for (heads, kv, rows) in [(32, 8, 4), (32, 8, 8), (16, 8, 4)] {
+        let cfg = check_config(1024, 2, heads, kv, 128, 3072, 32000)?;
+        let block = &blocks[..rows];
+        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let want = three_passes(&cpu_m, &prompt, block, cap)?;
+        let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::BF16, dev)?;
+        let path = if g.streams(block.len(), cap) { "streamed" } else { "standard" };
+        let got = three_passes(&g, &prompt, block, cap)?;
+        for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+            let label = format!("logits {heads}/{kv} heads, {rows} rows, cache {cap}, 1900 committed, BF16 {path} {name}");
+            rep.check(label, rel_err(a, b)?, 4e-2, "rel. L2 error vs CPU f32");
+        }
     }
     Ok(())
 }

@@ -38,6 +38,17 @@ pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Op
     Ok(if has_pdl(&dev.cuda_stream())? { Some("compute_90") } else { fallback })
 }
 
+/// The NVRTC target for kernels that use the tensor cores where the GPU has them: compute_90 on
+/// Hopper and later, compute_80 on Ampere (mma.sync on bf16, ldmatrix), else NVRTC's default.
+pub fn nvrtc_arch_tensor(dev: &CudaDevice) -> Result<Option<&'static str>> {
+    let (major, _) = dev.cuda_stream().context().compute_capability().w()?;
+    Ok(match major {
+        9.. => Some("compute_90"),
+        8 => Some("compute_80"),
+        _ => None,
+    })
+}
+
 /// Whether kernels launch with programmatic dependent launch on `stream`: on a GPU that has
 /// it, unless `UNMASK_PDL=0`. The GPU is only asked when the switch is on (this runs at every
 /// launch).

@@ -19,8 +19,9 @@ const MODULE: &str = "unmask_fused";
 fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
     let r = PTX.get_or_init(|| {
-        // compute_90 where the kernels can let the next one launch early (see fused.cu)
-        let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
+        // compute_90 where the kernels can let the next one launch early (see fused.cu), compute_80
+        // where the split attention's tensor-core products exist
+        let arch = super::launch::nvrtc_arch_tensor(dev).map_err(|e| e.to_string())?;
         super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch)
     });
     match r {
@@ -464,6 +465,14 @@ const SPLIT_KEYS: usize = 128;
 /// Floats a (row, chunk) takes in the split kernel's output (kernels/fused.cu's SPLIT_STRIDE).
 const SPLIT_STRIDE: usize = 132;
 
+/// Dynamic shared memory of the split kernel for `r` rows a block (kernels/fused.cu's
+/// SPLIT_SMEM): the chunk's V rows (bf16, rows of SPLIT_VP), q (bf16), the scores (f32), the
+/// exponentials (bf16, rows padded to 16), each row's (max, sum).
+const fn split_smem(r: usize) -> usize {
+    const VP: usize = 136;
+    SPLIT_KEYS * VP * 2 + r * 128 * 2 + r * (SPLIT_KEYS + 1) * 4 + r.div_ceil(16) * 16 * VP * 2 + r * 2 * 4
+}
+
 impl AttentionInto<'_> {
     /// kernels/fused.cu's unmask_attention_split_r{8,16,32}_bf16_d128 over (KV heads, chunks of
     /// 128 keys, groups of query rows), then unmask_attention_merge_bf16_d128 over (H, T).
@@ -490,7 +499,11 @@ impl AttentionInto<'_> {
         // (max, sum, V sum) of every row for every chunk; freed in stream order after the merge
         let mut part = unsafe { dev.alloc::<f32>(kv * chunks * rows * SPLIT_STRIDE)? };
         let f = dev.get_or_load_custom_func(&format!("unmask_attention_split_r{r}_bf16_d128"), MODULE, ptx(dev)?)?;
-        let cfg = LaunchConfig { grid_dim: (kv as u32, chunks as u32, rows.div_ceil(r) as u32), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // past the default 48 KiB from 16 rows a block
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, split_smem(r) as i32).w()?;
+        super::launch::carveout(&f)?;
+        let smem = split_smem(r) as u32;
+        let cfg = LaunchConfig { grid_dim: (kv as u32, chunks as u32, rows.div_ceil(r) as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         let mut b = Args::new(&stream);
         views.push(&mut b);
         b.output(&mut part).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
@@ -501,7 +514,7 @@ impl AttentionInto<'_> {
         let Some((a, e)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..e);
         let f = dev.get_or_load_custom_func("unmask_attention_merge_bf16_d128", MODULE, ptx(dev)?)?;
-        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
         let mut b = Args::new(&stream);
         b.input(&part).output(&mut out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(chunks as i32);
         // SAFETY: unmask_attention_merge_bf16_d128(part, out [T, H * 128], T, H, KV, chunks):
