@@ -740,8 +740,9 @@ ATT_SPLIT(32)
 // 32 warps folds every 32nd chunk into a running (max, sum, V sum) with its lanes across d (4
 // values a lane), so a long cache's hundreds of chunks are read 32 at a time, not in one
 // serial loop; the warps' partials are then folded the same way through shared memory. (With
-// 8 warps the merge took 23 us a layer at 32k keys, 1.7B shape, under ncu: a warp's 31 chunks
-// one after another, each a round trip to the L2; docs/perf.md, session 18.)
+// 8 warps, and a chunk's loads waiting on a branch on its max, the merge took 23 us a layer at
+// 32k keys, 1.7B shape, under ncu: each chunk two round trips to the L2, one after another;
+// 32 warps, 12 us; docs/perf.md, session 18.)
 #define MERGE_WARPS 32
 extern "C" __global__ void __launch_bounds__(1024) unmask_attention_merge_bf16_d128(
     const float* __restrict__ part, unsigned short* __restrict__ out, int t_len, int heads, int kvh, int chunks) {
@@ -751,15 +752,15 @@ extern "C" __global__ void __launch_bounds__(1024) unmask_attention_merge_bf16_d
     const int group = heads / kvh, g = h / group, rows = group * t_len, r = (h % group) * t_len + t;
     const float* base = part + ((long)g * chunks * rows + r) * SPLIT_STRIDE;
     float m = NEG_INF, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // no branch on a chunk's max before its other loads: the loads of 4 chunks go out together
 #pragma unroll 4
     for (int c = warp; c < chunks; c += MERGE_WARPS) {
         const float* p = base + (long)c * rows * SPLIT_STRIDE;
-        const float mc = p[128];
-        if (mc == NEG_INF) continue;
+        const float mc = p[128], lc = p[129];
         const float4 v = *(const float4*)(p + 4 * lane);
-        const float lc = p[129];
         const float mn = fmaxf(m, mc);
-        const float a = m == NEG_INF ? 0.0f : expf(m - mn), b = expf(mc - mn);
+        // a chunk every key of which the mask hides has max -inf, sum 0 and V sum 0: weight 0
+        const float a = m == NEG_INF ? 0.0f : expf(m - mn), b = mc == NEG_INF ? 0.0f : expf(mc - mn);
         l = l * a + lc * b;
         acc[0] = acc[0] * a + v.x * b;
         acc[1] = acc[1] * a + v.y * b;
