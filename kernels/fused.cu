@@ -259,15 +259,58 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d128(
-    const unsigned short* __restrict__ q, const uint4* __restrict__ k_cache, const uint4* __restrict__ v_cache,
-    const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
-    int t_len, int heads, int kvh, int cap, int keys, float scale) {
+// One q or k head of 128 (a warp, lane l its values 4l .. 4l + 3 in `raw`) through its RMSNorm
+// (weight values `wr`) and RoPE (the row's cos/sin values `cr`, `sr`, lane l % 16's, the half
+// split at 64: lane l and lane l ^ 16 hold partners), rounded to bf16: lane l's 4 values.
+__device__ __forceinline__ uint2 prep_head_d128(uint2 raw, uint2 wr, uint2 cr, uint2 sr, float eps) {
+    const int lane = threadIdx.x & 31;
+    float x[4], w[4], c[4], sn[4];
+    unpack4(raw, x);
+    unpack4(wr, w);
+    unpack4(cr, c);
+    unpack4(sr, sn);
+    float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = 1.0f / sqrtf(ss / 128.0f + eps);
+    float o4[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float v = x[i] * r * w[i];
+        const float p = __shfl_xor_sync(0xffffffffu, v, 16);  // the partner half
+        // first half (lanes 0-15): a*c - b*s; second half: b*s... as the generic kernel: out[i+64] = a*s + b*c
+        o4[i] = lane < 16 ? v * c[i] - p * sn[i] : p * sn[i] + v * c[i];
+    }
+    unsigned short b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st(b, i, o4[i]);
+    return make_uint2(b[0] | ((unsigned)b[1] << 16), b[2] | ((unsigned)b[3] << 16));
+}
+
+// PREP (unmask_attention_prep_bf16_d128): the same attention, with q/k prep folded in: q is the
+// q|k|v product's output [T, (H + 2 KV) * 128], not yet normed or rotated. After the wait, warp 0
+// preps this block's q head (RMSNorm, RoPE, rounded to bf16 as q/k prep rounds it) and warps
+// 1 .. T each the k head of KV group g at one pass row, which goes straight into the staged K
+// rows (at its slot); the row's v head is kept in shared memory and read in place of the
+// cache's row at that slot. The cache's rows of the pass are written by the blocks of the
+// group's first q head, each its own row t. So no kernel runs between the q|k|v product and
+// attention (q/k prep, its launch and its wait are gone), and the pass's K/V rows reach the
+// cache for the passes after this one. T <= 15 (a warp a row, beside warp 0).
+template <bool PREP>
+__device__ void attention_staged(const unsigned short* __restrict__ q, const uint2* __restrict__ qkv,
+                                 const uint2* __restrict__ q_norm, const uint2* __restrict__ k_norm,
+                                 const uint2* __restrict__ cos, const uint2* __restrict__ sin,
+                                 const uint4* k_cache, const uint4* v_cache, uint2* k_write, uint2* v_write,
+                                 const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions,
+                                 unsigned short* __restrict__ out, int t_len, int heads, int kvh, int cap, int keys,
+                                 float scale, float eps) {
     extern __shared__ uint4 stage[];
-    uint4* ks = stage;                                 // [keys][ATT_PITCH / 8]
+    // PREP: the pass rows' v heads first, [15][32] uint2 (16-byte aligned for their uint4 reads)
+    uint2* vfr = (uint2*)stage;
+    uint4* ks = stage + (PREP ? 15 * 32 / 2 : 0);     // [keys][ATT_PITCH / 8]
     float* qf = (float*)(ks + keys * (ATT_PITCH / 8));  // [128]
     float* sc = qf + 128;                              // [keys]
     float* part = sc + keys;                           // [16][128]
+    short* fidx = (short*)(part + 16 * 128);           // PREP: [keys], the pass row at a slot, or -1
     __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -279,21 +322,53 @@ extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d
     for (int i = tid; i < keys * 16; i += 512) cp_async16(ks + (i >> 4) * (ATT_PITCH / 8) + (i & 15), kb + i);
     for (int i = tid; i < keys * 2; i += 512) asm volatile("prefetch.global.L2 [%0];" ::"l"(vb + 8 * i) : "memory");
     const float mj = (mask && tid < keys) ? __uint_as_float(((unsigned)mask[(long)t * keys + tid]) << 16) : 0.0f;
-    // the K row of slot positions[w] is re-read by the first half of warp w
-    const int slot = (tid < 32 * t_len && lane < 16) ? (int)positions[warp] : keys;
+    // the K row of slot positions[w] is re-read by the first half of warp w (PREP: computed)
+    const int slot = (!PREP && tid < 32 * t_len && lane < 16) ? (int)positions[warp] : keys;
     pdl_enter();
-    if (tid < 16) {
-        float f[8];
-        unpack8(((const uint4*)(q + ((long)h * t_len + t) * 128))[tid], f);
+    if (PREP) {
+        if (tid < keys) fidx[tid] = -1;
+        const int nh = heads + 2 * kvh, my = warp - 1;
+        uint2 kf = make_uint2(0u, 0u), vf = kf;
+        if (warp == 0) {
+            const uint2 o = prep_head_d128(qkv[((long)t * nh + h) * 32 + lane], q_norm[lane],
+                                           cos[(long)t * 16 + (lane & 15)], sin[(long)t * 16 + (lane & 15)], eps);
+            float f[4];
+            unpack4(o, f);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qf[8 * tid + e] = f[e];
+            for (int e = 0; e < 4; ++e) qf[4 * lane + e] = f[e];
+        } else if (my < t_len) {
+            kf = prep_head_d128(qkv[((long)my * nh + heads + g) * 32 + lane], k_norm[lane],
+                                cos[(long)my * 16 + (lane & 15)], sin[(long)my * 16 + (lane & 15)], eps);
+            vf = qkv[((long)my * nh + heads + kvh + g) * 32 + lane];
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();  // every copy landed (and fidx is -1) before the pass's rows overwrite theirs
+        if (warp > 0 && my < t_len) {
+            const int pos = (int)positions[my];
+            if (pos < keys) {
+                ((uint2*)(ks + pos * (ATT_PITCH / 8)))[lane] = kf;
+                if (lane == 0) fidx[pos] = (short)my;
+            }
+            vfr[my * 32 + lane] = vf;
+            if (h == g * (heads / kvh) && t == my) {
+                k_write[((long)g * cap + pos) * 32 + lane] = kf;
+                v_write[((long)g * cap + pos) * 32 + lane] = vf;
+            }
+        }
+    } else {
+        if (tid < 16) {
+            float f[8];
+            unpack8(((const uint4*)(q + ((long)h * t_len + t) * 128))[tid], f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) qf[8 * tid + e] = f[e];
+        }
+        const bool refresh = slot < keys;
+        uint4 fresh = make_uint4(0u, 0u, 0u, 0u);
+        if (refresh) fresh = kb[(long)slot * 16 + lane];
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();  // every copy landed before the fresh rows overwrite theirs
+        if (refresh) ks[slot * (ATT_PITCH / 8) + lane] = fresh;
     }
-    const bool refresh = slot < keys;
-    uint4 fresh = make_uint4(0u, 0u, 0u, 0u);
-    if (refresh) fresh = kb[(long)slot * 16 + lane];
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();  // every copy landed before the fresh rows overwrite theirs
-    if (refresh) ks[slot * (ATT_PITCH / 8) + lane] = fresh;
     __syncthreads();
     float s = NEG_INF;
     if (tid < keys && mj != NEG_INF) {
@@ -323,7 +398,8 @@ extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d
     for (int j = 2 * warp + half; j < live; j += 32) {
         const float p = sc[j];
         float vf[8];
-        unpack8(__ldg(vb + (long)j * 16 + hl), vf);
+        const int fi = PREP ? fidx[j] : -1;  // PREP: a pass row's v head, from shared memory
+        unpack8(fi < 0 ? __ldg(vb + (long)j * 16 + hl) : ((const uint4*)(vfr + fi * 32))[hl], vf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, vf[i], acc[i]);
     }
@@ -339,6 +415,26 @@ extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d
         for (int w = 0; w < 16; ++w) v += part[w * 128 + tid];
         st(out + (long)t * heads * 128 + (long)h * 128, tid, v * inv);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d128(
+    const unsigned short* __restrict__ q, const uint4* __restrict__ k_cache, const uint4* __restrict__ v_cache,
+    const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
+    int t_len, int heads, int kvh, int cap, int keys, float scale) {
+    attention_staged<false>(q, nullptr, nullptr, nullptr, nullptr, nullptr, k_cache, v_cache, nullptr, nullptr, mask,
+                            positions, out, t_len, heads, kvh, cap, keys, scale, 0.0f);
+}
+
+// grid (H, T), block 512, dynamic smem ATT_PREP_SMEM(keys) bytes; T <= 15. k_cache and v_cache:
+// the halves of the cache [2, KV, cap, 128], written at the pass's slots.
+#define ATT_PREP_SMEM(keys) (ATT_STAGED_SMEM(keys) + 15 * 32 * 8 + (keys) * 2)
+extern "C" __global__ void __launch_bounds__(512) unmask_attention_prep_bf16_d128(
+    const uint2* __restrict__ qkv, const uint2* __restrict__ q_norm, const uint2* __restrict__ k_norm,
+    const uint2* __restrict__ cos, const uint2* __restrict__ sin, uint4* k_cache, uint4* v_cache,
+    const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
+    int t_len, int heads, int kvh, int cap, int keys, float scale, float eps) {
+    attention_staged<true>(nullptr, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, (uint2*)k_cache, (uint2*)v_cache,
+                           mask, positions, out, t_len, heads, kvh, cap, keys, scale, eps);
 }
 
 // grid ceil(T * I / 256), block 256
@@ -470,28 +566,8 @@ __device__ void qkv_prep_d128(const uint2* qkv, const uint2* q_norm, const uint2
         dst[lane] = raw;
         return;
     }
-    const uint2 wr = (hh < heads ? q_norm : k_norm)[lane];
-    const uint2 cr = cos[(long)t * 16 + (lane & 15)], sr = sin[(long)t * 16 + (lane & 15)];
-    float x[4], w[4], c[4], sn[4];
-    unpack4(raw, x);
-    unpack4(wr, w);
-    unpack4(cr, c);
-    unpack4(sr, sn);
-    float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float r = 1.0f / sqrtf(ss / 128.0f + eps);
-    float o4[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float v = x[i] * r * w[i];
-        const float p = __shfl_xor_sync(0xffffffffu, v, 16);  // the partner half
-        // first half (lanes 0-15): a*c - b*s; second half: b*s... as the generic kernel: out[i+64] = a*s + b*c
-        o4[i] = lane < 16 ? v * c[i] - p * sn[i] : p * sn[i] + v * c[i];
-    }
-    unsigned short b[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) st(b, i, o4[i]);
-    dst[lane] = make_uint2(b[0] | ((unsigned)b[1] << 16), b[2] | ((unsigned)b[3] << 16));
+    dst[lane] = prep_head_d128(raw, (hh < heads ? q_norm : k_norm)[lane], cos[(long)t * 16 + (lane & 15)],
+                               sin[(long)t * 16 + (lane & 15)], eps);
 }
 
 extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,

@@ -442,10 +442,11 @@ impl Model {
         matches!(self.workspace(t, keys), Ok(Some(_)))
     }
 
-    /// The layers as six kernels each, every one writing into `ws` (or the cache), so that a
-    /// captured graph holds no allocation between them and, under programmatic dependent
-    /// launch (sm_90's default, `UNMASK_PDL=0` off), each launch overlaps the tail of the one
-    /// before: the q/k/v product with the input RMSNorm folded
+    /// The layers as six kernels each (five where q/k prep folds into attention, on the GPU up
+    /// to 512 keys: ops.rs, `prep_attention_into`), every one writing into `ws` (or the cache),
+    /// so that a captured graph holds no allocation between them and, under programmatic
+    /// dependent launch (sm_90's default, `UNMASK_PDL=0` off), each launch overlaps the tail of
+    /// the one before: the q/k/v product with the input RMSNorm folded
     /// in; q/k norm, RoPE and the K/V to their cache slots; attention; the o product plus the
     /// residual; the gate|up product with the post-attention norm folded in and silu(gate) *
     /// up; the down product plus the residual. The norms' weights are in the projections
@@ -462,8 +463,8 @@ impl Model {
             };
             let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
             run(qkv, &layer.attn.qkv_proj)?;
-            ops::qkv_prep_into_cache(&ws.q, &cache.kv[l], (&ws.qkv, cos, sin), &input.positions, &layer.attn.qkv_op(&self.heads))?;
-            ops::attention_into(&ws.attn, &ws.q, &cache.kv[l], input.mask.as_ref(), &input.positions, &attn)?;
+            let prep = layer.attn.qkv_op(&self.heads);
+            ops::prep_attention_into(&ws.attn, &ws.q, &cache.kv[l], (&ws.qkv, cos, sin), input.mask.as_ref(), &input.positions, &prep, &attn)?;
             run(o, &layer.attn.o_proj)?;
             match &layer.mlp {
                 Mlp::Dense(mlp) => {

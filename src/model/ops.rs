@@ -194,6 +194,31 @@ pub fn qkv_prep_into_cache(
     kv_write(cache, &all.narrow(0, h, 2 * kv)?.reshape((2, kv, t, d))?, positions)
 }
 
+/// q/k prep then attention of a streamed pass: the q heads' and the pass's K/V rows' RMSNorm and
+/// RoPE (the K/V rows into the cache at `positions`), then [`attention_into`] `out`. On the GPU
+/// (bf16, heads of 128, at most 512 keys and 15 rows) one kernel does both, reading the q|k|v
+/// product itself (cuda/ops.rs, `PrepAttentionInto`); elsewhere [`qkv_prep_into_cache`] into
+/// `q_buf` then [`attention_into`], which is what that kernel is checked against.
+#[allow(clippy::too_many_arguments)]
+pub fn prep_attention_into(
+    out: &Tensor,
+    q_buf: &Tensor,
+    cache: &Tensor,
+    (qkv, cos, sin): (&Tensor, &Tensor, &Tensor),
+    mask: Option<&Tensor>,
+    positions: &Tensor,
+    prep: &QkvPrep,
+    op: &Attention,
+) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if super::cuda::ops::PrepAttentionInto::fits(prep, op, qkv, out) {
+        let fused = super::cuda::ops::PrepAttentionInto { prep, op, mask, out, cos, sin };
+        return cache.inplace_op3(qkv, positions, &fused);
+    }
+    qkv_prep_into_cache(q_buf, cache, (qkv, cos, sin), positions, prep)?;
+    attention_into(out, q_buf, cache, mask, positions, op)
+}
+
 /// [`attention`] written into `out [T, H * d]`: on the GPU the kernel stores there directly
 /// (no tensor allocated between the pass's kernels); elsewhere a copy of [`attention`]'s result.
 /// `positions`: the cache slots `[T]` this pass has just written; the GPU kernel copies the

@@ -11,6 +11,7 @@ use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage
 
 use super::launch::Args;
 use crate::model::ops::{AddRmsNorm, Attention, QkvPrep, SiluMul};
+use candle_core::Device;
 use half::bf16;
 
 pub const SOURCE: &str = include_str!("../../../kernels/fused.cu");
@@ -348,6 +349,110 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
         b.input(&pos).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).f32(op.eps);
         // SAFETY: kernels/fused.cu's unmask_qkv_prep_kv_bf16_d128 signature; shapes
         // checked above, slots checked by the caller (positions < capacity).
+        unsafe { b.launch(&f, cfg) }
+    }
+}
+
+/// q/k prep folded into the staged attention ([`crate::model::ops::prep_attention_into`]'s
+/// kernel, kernels/fused.cu's unmask_attention_prep_bf16_d128): in place on the cache `[2, KV,
+/// cap, 128]` (the pass's K/V rows, at `positions`), with the q|k|v product `[T, (H + 2 KV) *
+/// 128]` and the positions as operands; attention's output goes to `out [T, H * 128]`, which
+/// the kernel writes through a held view (as [`QkvPrepCache`] writes its q buffer: an in-place
+/// op has one target).
+pub struct PrepAttentionInto<'a> {
+    pub prep: &'a QkvPrep,
+    pub op: &'a Attention,
+    pub mask: Option<&'a Tensor>,
+    pub out: &'a Tensor,
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+}
+
+/// kernels/fused.cu's ATT_PREP_SMEM: the staged kernel's, the pass rows' v heads (15 of 256
+/// bytes) and a pass row index a key (2 bytes).
+fn prep_smem(keys: usize) -> usize {
+    staged_smem(keys) + 15 * 32 * 8 + keys * 2
+}
+
+impl PrepAttentionInto<'_> {
+    /// Whether the fused kernel runs this pass: bf16 heads of 128 on the GPU, at most 512 keys
+    /// and 15 rows, its shared memory within the GPU's, unless `UNMASK_ATTENTION_PREP=0` or
+    /// `UNMASK_ATTENTION_STAGED=0` (q/k prep, then the attention kernel: for comparisons).
+    pub fn fits(prep: &QkvPrep, op: &Attention, qkv: &Tensor, out: &Tensor) -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        let on = *ON.get_or_init(|| {
+            std::env::var("UNMASK_ATTENTION_PREP").as_deref() != Ok("0") && std::env::var("UNMASK_ATTENTION_STAGED").as_deref() != Ok("0")
+        });
+        let (Device::Cuda(dev), Ok(t)) = (qkv.device(), qkv.dim(0)) else { return false };
+        let ok = |x: &Tensor| x.dtype() == DType::BF16 && x.is_contiguous() && x.layout().start_offset().is_multiple_of(8);
+        let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+        on && prep.head_dim == 128
+            && op.head_dim == 128
+            && op.keys <= 512
+            && t <= 15
+            && ok(qkv)
+            && ok(out)
+            && max.is_ok_and(|m| prep_smem(op.keys) <= m as usize)
+    }
+}
+
+impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
+    fn name(&self) -> &'static str {
+        "unmask-prep-attention-into"
+    }
+
+    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout) -> Result<()> {
+        candle_core::bail!("prep-attention-into is the GPU kernel; the CPU composes q/k prep and attention")
+    }
+
+    fn cuda_fwd(&self, sc: &mut CudaStorage, lc: &Layout, sq: &CudaStorage, lq: &Layout, sp: &CudaStorage, lp: &Layout) -> Result<()> {
+        let (prep, op) = (self.prep, self.op);
+        let (h, kv, keys) = (op.heads, op.kv_heads, op.keys);
+        let (t_len, width) = lq.shape().dims2()?;
+        let (two, ckv, cap, cd) = lc.shape().dims4()?;
+        let fits = width == (h + 2 * kv) * 128
+            && (two, ckv, cd) == (2, kv, 128)
+            && (prep.heads, prep.kv_heads) == (h, kv)
+            && keys <= cap
+            && h % kv == 0
+            && lp.shape().dims1()? == t_len
+            && self.out.dims() == [t_len, h * 128]
+            && self.cos.dims() == [t_len, 64]
+            && self.sin.dims() == [t_len, 64]
+            && self.mask.is_none_or(|m| m.dims() == [t_len, keys]);
+        if !fits {
+            candle_core::bail!("prep-attention-into: qkv {:?}, cache {:?}, positions {:?}, out {:?} for {op:?}", lq.shape(), lc.shape(), lp.shape(), self.out.shape());
+        }
+        let dev = sq.device().clone();
+        let smem = prep_smem(keys);
+        let f = dev.get_or_load_custom_func("unmask_attention_prep_bf16_d128", MODULE, ptx(&dev)?)?;
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+        super::launch::carveout(&f)?;
+        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 };
+        let stream = dev.cuda_stream();
+        let qkv = view::<bf16>(sq, lq, "prep-attention qkv")?;
+        let pos = view::<u32>(sp, lp, "prep-attention positions")?;
+        let Some((a, b)) = lc.contiguous_offsets() else { candle_core::bail!("prep-attention-into: the cache must be contiguous") };
+        let mut cache = sc.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
+        let (mut k_half, mut v_half) = cache.split_at_mut(kv * cap * 128);
+        let held = [self.out, self.cos, self.sin, &prep.q_norm, &prep.k_norm].map(Tensor::storage_and_layout);
+        let [out, cos, sin, qn, kn] = &held;
+        let (out, cos, sin) = (held_view::<bf16>(out, "attention output")?, held_view::<bf16>(cos, "cos")?, held_view::<bf16>(sin, "sin")?);
+        let (qn, kn) = (held_view::<bf16>(qn, "q_norm")?, held_view::<bf16>(kn, "k_norm")?);
+        let mask_held = self.mask.map(Tensor::storage_and_layout);
+        let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
+        let mut b = Args::new(&stream);
+        b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut k_half).output(&mut v_half);
+        match &mask {
+            Some(m) => b.input(m),
+            None => b.null(),
+        };
+        b.input(&pos).input(&out);
+        b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale).f32(prep.eps);
+        // SAFETY: kernels/fused.cu's unmask_attention_prep_bf16_d128 signature; shapes checked
+        // above and by `fits` (T <= 15, keys <= 512 within the cache, heads of 128, 8-byte
+        // aligned rows); the slots are below the capacity (the caller's positions). The kernel
+        // writes `out` (held, never read) and the cache's rows at the slots.
         unsafe { b.launch(&f, cfg) }
     }
 }
