@@ -23,8 +23,10 @@ __device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_a
 
 // A logit's rank as one u32, larger = ranked first: the bf16 bits mapped to an order-preserving
 // u16 (negative values' bits flipped, positive values' sign bit set: the order of Rust's
-// f32::total_cmp, which the CPU route sorts by), above 0xffff - i, so equal logits rank the
-// lower id first. NaN maps to 0 (below -inf: never chosen while a number is left). Every key of
+// f32::total_cmp, which the CPU route sorts by, -0 below +0 included), above 0xffff - i, so
+// equal logits rank the lower id first. NaN maps to 0 (below -inf: never chosen while a number
+// is left), where total_cmp ranks a positive NaN first: the two routes differ only for a NaN
+// logit, whose row's output is NaN either way (and the pass refused downstream). Every key of
 // an expert is > 0: 0 marks "no candidate".
 __device__ __forceinline__ unsigned rank_key(unsigned short v, int i) {
     unsigned o;

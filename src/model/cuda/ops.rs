@@ -410,7 +410,10 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
         let (h, kv, keys) = (op.heads, op.kv_heads, op.keys);
         let (t_len, width) = lq.shape().dims2()?;
         let (two, ckv, cap, cd) = lc.shape().dims4()?;
-        let fits = width == (h + 2 * kv) * 128
+        // the kernel's own limits too (a warp a pass row beside warp 0, a thread a key), not only `fits`'s
+        let fits = t_len <= 15
+            && keys <= 512
+            && width == (h + 2 * kv) * 128
             && (two, ckv, cd) == (2, kv, 128)
             && (prep.heads, prep.kv_heads) == (h, kv)
             && keys <= cap
@@ -450,8 +453,9 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
         b.input(&pos).input(&out);
         b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale).f32(prep.eps);
         // SAFETY: kernels/fused.cu's unmask_attention_prep_bf16_d128 signature; shapes checked
-        // above and by `fits` (T <= 15, keys <= 512 within the cache, heads of 128, 8-byte
-        // aligned rows); the slots are below the capacity (the caller's positions). The kernel
+        // above (T <= 15, keys <= 512 within the cache, heads of 128) and by `fits` (8-byte
+        // aligned rows, the shared memory within the GPU's); the slots are below the capacity
+        // (the caller's positions). The kernel
         // writes `out` (held, never read) and the cache's rows at the slots.
         unsafe { b.launch(&f, cfg) }
     }
