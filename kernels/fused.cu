@@ -11,7 +11,10 @@
 //              in f32, written as [T, H * d]. Replaces 2 batched matmuls, a scale, a mask add, a
 //              softmax and a transposing copy.
 //   attention_staged: the same for the streamed layer (bf16, d = 128, up to 512 keys), with
-//              the cache's K rows copied into shared memory before its PDL wait.
+//              the cache's K rows copied into shared memory before its PDL wait; its PREP form
+//              (attention_prep) does q/k prep itself, from the q|k|v product.
+//   attention_split + attention_merge: the streamed layer's attention past 512 keys
+//              (flash-decoding: 128-key chunks of a KV head on the tensor cores, then a merge).
 //   silu_mul:  [T, 2 I] (gate | up) -> [T, I] silu(gate) * up.
 //   add_rms_norm: x [T, h] + delta [T, h] -> [2, T, h]: the sum (the new residual stream, rounded
 //              to the storage dtype) and its RMSNorm with weight w. Replaces an add and an RMSNorm.
