@@ -22,6 +22,8 @@
 // RoPE rows and the mask are device tensors), so a captured CUDA graph replays them for any block. Math in f32; bf16 is read and written as raw bits (no headers, for
 // NVRTC).
 
+#include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, cp_async16, smem_addr, mma_bf16_16816
+
 #define NEG_INF (__int_as_float(0xff800000))
 
 // Programmatic dependent launch (src/model/cuda/launch.rs, opt-in): every kernel here first
@@ -31,10 +33,8 @@
 // Neither order of the two, nor launching this way at all, changed the time of a forward on
 // the H200 (docs/perf.md). Both compile away before sm_90.
 __device__ __forceinline__ void pdl_enter() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    dependency_wait();
+    launch_dependents();
 }
 
 __device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
@@ -255,12 +255,6 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
 // per half-warp then across warps.
 #define ATT_PITCH 136
 #define ATT_STAGED_SMEM(keys) ((keys) * ATT_PITCH * 2 + (128 + (keys) + 16 * 128) * 4)
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    unsigned a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-}
 
 // One q or k head of 128 (a warp, lane l its values 4l .. 4l + 3 in `raw`) through its RMSNorm
 // (weight values `wr`) and RoPE (the row's cos/sin values `cr`, `sr`, lane l % 16's, the half
@@ -656,31 +650,11 @@ SILU(unmask_silu_mul_bf16, unsigned short)
 #define SPLIT_VP 136
 #define SPLIT_SMEM(R) (SPLIT_KEYS * SPLIT_VP * 2 + (R) * 128 * 2 + (R) * SPLIT_PITCH * 4 + ((R) + 15) / 16 * 16 * SPLIT_VP * 2 + (R) * 2 * 4)
 
-__device__ __forceinline__ void mma16816(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                         unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
 // Four 8x8 bf16 matrices from shared memory, transposed (lanes 8i .. 8i + 7 give matrix i's rows).
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ unsigned short bf16_bits(float v) {
-    unsigned u = __float_as_uint(v);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
 }
 
 template <int R>
@@ -731,8 +705,8 @@ __device__ void attention_split(const unsigned short* __restrict__ q, const uint
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const uint4 xv = qs[(8 * nt + fg) * 16 + 4 * st + fq];
-                mma16816(acc[nt], ka[st].x, kb[st].x, ka[st].y, kb[st].y, xv.x, xv.y);
-                mma16816(acc[nt], ka[st].z, kb[st].z, ka[st].w, kb[st].w, xv.z, xv.w);
+                mma_bf16_16816(acc[nt], ka[st].x, kb[st].x, ka[st].y, kb[st].y, xv.x, xv.y);
+                mma_bf16_16816(acc[nt], ka[st].z, kb[st].z, ka[st].w, kb[st].w, xv.z, xv.w);
             }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -755,7 +729,7 @@ __device__ void attention_split(const unsigned short* __restrict__ q, const uint
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         float l = 0.0f;
         for (int j = lane; j < SPLIT_KEYS; j += 32) {
-            const unsigned short e = sc[rr][j] == NEG_INF ? (unsigned short)0 : bf16_bits(expf(sc[rr][j] - m));
+            const unsigned short e = sc[rr][j] == NEG_INF ? (unsigned short)0 : to_bf16(expf(sc[rr][j] - m));
             pb[rr * SPLIT_VP + j] = e;
             l += __uint_as_float(((unsigned)e) << 16);
         }
@@ -785,8 +759,8 @@ __device__ void attention_split(const unsigned short* __restrict__ q, const uint
                 const unsigned short* pr = pb + (16 * mt + fg) * SPLIT_VP + 16 * ks + 2 * fq;
                 const unsigned a0 = *(const unsigned*)pr, a1 = *(const unsigned*)(pr + 8 * SPLIT_VP);
                 const unsigned a2 = *(const unsigned*)(pr + 8), a3 = *(const unsigned*)(pr + 8 * SPLIT_VP + 8);
-                mma16816(acc[mt][0], a0, a1, a2, a3, b[0], b[1]);
-                mma16816(acc[mt][1], a0, a1, a2, a3, b[2], b[3]);
+                mma_bf16_16816(acc[mt][0], a0, a1, a2, a3, b[0], b[1]);
+                mma_bf16_16816(acc[mt][1], a0, a1, a2, a3, b[2], b[3]);
             }
         }
 #pragma unroll

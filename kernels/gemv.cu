@@ -37,7 +37,7 @@
 // Math: products of bf16 values are exact in f32; sums in f32 in another order than
 // src/model/gemv.rs's CPU body, so results agree before the final rounding to bf16.
 
-#include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, MoeTable
+#include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, cp_async16, mma_bf16_16816, MoeTable
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
@@ -47,22 +47,11 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// x, staged into shared memory with cp.async: a thread's copies are all in flight at once (a
-// load into registers and a store would wait on each load in turn).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    unsigned a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
-}
-
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// One 32-wide step's half (hi: k 4..7 of each lane's 8) of rows g (a) and g + 8 (b) times x.
 __device__ __forceinline__ void mma(float* c, uint4 a, uint4 b, unsigned x0, unsigned x1, bool hi) {
-    const unsigned a0 = hi ? a.z : a.x, a2 = hi ? a.w : a.y, a1 = hi ? b.z : b.x, a3 = hi ? b.w : b.y;
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(x0), "r"(x1));
+    mma_bf16_16816(c, hi ? a.z : a.x, hi ? b.z : b.x, hi ? a.w : a.y, hi ? b.w : b.y, x0, x1);
 }
 
 __device__ __forceinline__ float bf16_round(float v) { return __uint_as_float(((unsigned)to_bf16(v)) << 16); }

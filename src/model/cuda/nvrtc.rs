@@ -1,5 +1,5 @@
 //! Compiling the model's kernel sources (kernels/fused.cu, gemv.cu, moe.cu) with NVRTC, with
-//! kernels/common.cuh handed over as the named header "common.cuh". gemv.cu and moe.cu include
+//! kernels/common.cuh handed over as the named header "common.cuh". gemv.cu, moe.cu and fused.cu include
 //! it, and on the GPU host there is no kernels/ folder to find it in (the sources are built into
 //! the binary); `nvrtcCreateProgram` takes header sources by include name, which cudarc's
 //! `compile_ptx_with_opts` leaves empty, hence this. scripts/nvrtc_check.py does the same.
