@@ -42,11 +42,7 @@ pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Op
 /// Hopper and later, compute_80 on Ampere (mma.sync on bf16, ldmatrix), else NVRTC's default.
 pub fn nvrtc_arch_tensor(dev: &CudaDevice) -> Result<Option<&'static str>> {
     let (major, _) = dev.cuda_stream().context().compute_capability().w()?;
-    Ok(match major {
-        9.. => Some("compute_90"),
-        8 => Some("compute_80"),
-        _ => None,
-    })
+    nvrtc_arch(dev, (major >= 8).then_some("compute_80"))
 }
 
 /// Whether kernels launch with programmatic dependent launch on `stream`: on a GPU that has

@@ -368,6 +368,18 @@ pub struct PrepAttentionInto<'a> {
     pub sin: &'a Tensor,
 }
 
+/// The staged attention kernels' switch: on unless `UNMASK_ATTENTION_STAGED=0` (read once).
+fn staged_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_STAGED").as_deref() != Ok("0"))
+}
+
+/// Whether a block of `dev` may take `bytes` of dynamic shared memory (opted in past 48 KiB).
+fn smem_fits(dev: &CudaDevice, bytes: usize) -> Result<bool> {
+    let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).w()?;
+    Ok(bytes <= max as usize)
+}
+
 /// kernels/fused.cu's ATT_PREP_SMEM: the staged kernel's, the pass rows' v heads (15 of 256
 /// bytes) and a pass row index a key (2 bytes).
 fn prep_smem(keys: usize) -> usize {
@@ -380,19 +392,17 @@ impl PrepAttentionInto<'_> {
     /// `UNMASK_ATTENTION_STAGED=0` (q/k prep, then the attention kernel: for comparisons).
     pub fn fits(prep: &QkvPrep, op: &Attention, qkv: &Tensor, out: &Tensor) -> bool {
         static ON: OnceLock<bool> = OnceLock::new();
-        let on = *ON.get_or_init(|| {
-            std::env::var("UNMASK_ATTENTION_PREP").as_deref() != Ok("0") && std::env::var("UNMASK_ATTENTION_STAGED").as_deref() != Ok("0")
-        });
+        let on = *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_PREP").as_deref() != Ok("0"));
         let (Device::Cuda(dev), Ok(t)) = (qkv.device(), qkv.dim(0)) else { return false };
         let ok = |x: &Tensor| x.dtype() == DType::BF16 && x.is_contiguous() && x.layout().start_offset().is_multiple_of(8);
-        let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-        on && prep.head_dim == 128
+        on && staged_on()
+            && prep.head_dim == 128
             && op.head_dim == 128
             && op.keys <= 512
             && t <= 15
             && ok(qkv)
             && ok(out)
-            && max.is_ok_and(|m| prep_smem(op.keys) <= m as usize)
+            && smem_fits(dev, prep_smem(op.keys)).unwrap_or(false)
     }
 }
 
@@ -515,14 +525,11 @@ impl AttentionInto<'_> {
     /// thread a key) and 16 rows (a warp a row re-reads its slot), unless
     /// `UNMASK_ATTENTION_STAGED=0`.
     fn staged(&self, dev: &CudaDevice, t_len: usize) -> Result<bool> {
-        static ON: OnceLock<bool> = OnceLock::new();
-        let on = *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_STAGED").as_deref() != Ok("0"));
         let op = self.op;
-        if !on || op.head_dim != 128 || op.keys > 512 || t_len > 16 || self.positions.dims() != [t_len] {
+        if !staged_on() || op.head_dim != 128 || op.keys > 512 || t_len > 16 || self.positions.dims() != [t_len] {
             return Ok(false);
         }
-        let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).w()? as usize;
-        Ok(staged_smem(op.keys) <= max)
+        smem_fits(dev, staged_smem(op.keys))
     }
 
     /// kernels/fused.cu's unmask_attention_staged_bf16_d128: grid (H, T), 512 threads.
