@@ -169,13 +169,10 @@ impl SelfAttention {
         Ok(self.o_proj.forward(&out)?)
     }
 
-    /// This attention with packed projections unpacked into rows ([`Linear::as_rows`]); `None`
-    /// where neither is packed.
+    /// This attention with packed projections unpacked into rows ([`Linear::unpacked_pair`]);
+    /// `None` where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SelfAttention>> {
-        if !self.qkv_proj.is_packed() && !self.o_proj.is_packed() {
-            return Ok(None);
-        }
-        let (Some(qkv_proj), Some(o_proj)) = (self.qkv_proj.as_rows()?, self.o_proj.as_rows()?) else { return Ok(None) };
+        let Some((qkv_proj, o_proj)) = Linear::unpacked_pair(&self.qkv_proj, &self.o_proj)? else { return Ok(None) };
         Ok(Some(SelfAttention { qkv_proj, o_proj, q_norm: self.q_norm.clone(), k_norm: self.k_norm.clone() }))
     }
 

@@ -80,6 +80,12 @@ pub fn rows_of(w: &[half::bf16], n: usize, k: usize, layout: WeightLayout) -> st
     }
 }
 
+/// Whether a paired (gate|up) weight of `n` rows splits into its gate and up halves: two equal
+/// halves, and packed, each whole tiles (so that no tile holds rows of both).
+pub fn halves_fit(n: usize, layout: WeightLayout) -> bool {
+    n.is_multiple_of(2) && (layout == WeightLayout::Rows || n.is_multiple_of(2 * TILE_ROWS))
+}
+
 /// Whether `[n, k]` rows can be packed: whole tiles and whole steps. A gate|up weight also
 /// needs each half whole tiles (`halves` 2), so that no tile holds rows of both.
 pub fn packable(n: usize, k: usize, halves: usize) -> bool {
@@ -392,18 +398,12 @@ impl Gemv {
         if !(1..=MAX_ROWS).contains(&t) || k % K_STEP != 0 {
             candle_core::bail!("gemv: {t} rows of {k} (takes 1..={MAX_ROWS} rows, K a multiple of {K_STEP})");
         }
-        if self.epilogue == Epilogue::SiluMul && !self.halves_fit(n, layout) {
+        if self.epilogue == Epilogue::SiluMul && !halves_fit(n, layout) {
             candle_core::bail!("gemv: a gate|up weight of {n} rows ({layout:?}) is not two halves");
         }
         let mut out = lead.to_vec();
         out.push(self.epilogue.out_rows(n));
         Ok((Dims { t, n, k, layout }, Shape::from(out)))
-    }
-
-    /// Whether a paired weight of `n` rows splits into its gate and up halves: two equal halves,
-    /// and packed, each whole tiles.
-    fn halves_fit(self, n: usize, layout: WeightLayout) -> bool {
-        n.is_multiple_of(2) && (layout == WeightLayout::Rows || n.is_multiple_of(2 * TILE_ROWS))
     }
 }
 
@@ -520,7 +520,7 @@ impl GemvInto<'_> {
         let s = split_for(self.epilogue.out_rows(n), k, self.epilogue, layout);
         let plain = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
         Gemv::fits(x, w)
-            && (self.epilogue == Epilogue::Plain || Gemv { epilogue: self.epilogue }.halves_fit(n, layout))
+            && (self.epilogue == Epilogue::Plain || halves_fit(n, layout))
             && kernel_name(self.epilogue, self.rms.is_some(), self.residual.is_some(), s.u).is_some()
             && self.residual.is_none_or(plain)
     }

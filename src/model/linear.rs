@@ -106,6 +106,16 @@ impl Linear {
         }
     }
 
+    /// Both projections as rows ([`Linear::as_rows`]) where either is packed; `None` where
+    /// neither is (nothing to unpack) or one has no rows form. A block's pair (q|k|v and o;
+    /// gate|up and down), unpacked together for products over many rows.
+    pub fn unpacked_pair(a: &Linear, b: &Linear) -> Result<Option<(Linear, Linear)>> {
+        if !a.is_packed() && !b.is_packed() {
+            return Ok(None);
+        }
+        Ok(a.as_rows()?.zip(b.as_rows()?))
+    }
+
     /// Whether this is a packed projection.
     pub fn is_packed(&self) -> bool {
         matches!(self, Linear::Packed(_))

@@ -42,13 +42,10 @@ impl SwiGlu {
         self.down_proj.forward(&h)
     }
 
-    /// This block with packed projections unpacked into rows ([`Linear::as_rows`]); `None`
-    /// where neither is packed.
+    /// This block with packed projections unpacked into rows ([`Linear::unpacked_pair`]);
+    /// `None` where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SwiGlu>> {
-        if !self.gate_up_proj.is_packed() && !self.down_proj.is_packed() {
-            return Ok(None);
-        }
-        let (Some(gate_up_proj), Some(down_proj)) = (self.gate_up_proj.as_rows()?, self.down_proj.as_rows()?) else { return Ok(None) };
+        let Some((gate_up_proj, down_proj)) = Linear::unpacked_pair(&self.gate_up_proj, &self.down_proj)? else { return Ok(None) };
         Ok(Some(SwiGlu { gate_up_proj, down_proj, intermediate: self.intermediate }))
     }
 

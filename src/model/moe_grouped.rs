@@ -18,7 +18,7 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::gemv::{experts_dims, gemv_scaled, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
+use super::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -260,8 +260,7 @@ impl ExpertsUpInto<'_> {
         let (e, i2, wh) = expert_weights(lw, "moe up")?;
         check_rows(t, self.k)?;
         // packed, each half (gate, up) must be whole tiles: the kernel finds up a half apart
-        let halves = i2 % 2 == 0 && (expert_layout(lw) == WeightLayout::Rows || (i2 / 2) % crate::model::gemv::TILE_ROWS == 0);
-        if wh != h || !halves || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
+        if wh != h || !halves_fit(i2, expert_layout(lw)) || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
             candle_core::bail!("moe up: x {:?}, w {:?}, act {:?} do not fit", lx.shape(), lw.shape(), la.shape());
         }
         Ok((t, e, i2 / 2, h))
