@@ -139,8 +139,9 @@ static double per_layer(cudaStream_t st, F body) {
 
 // Sweeps the split of a dense product [n, k] (NORM or ADD form) over L layers, the weights in
 // rows and packed (kernels/gemv.cu's unmask_repack, as the model loads them); prints each and
-// the best of each layout. (SDAR-30B-A3B's q|k|v and o take the rule's split in the model:
-// src/model/gemv.rs MEASURED_PACKED has no row for them yet.)
+// the best of each layout. (src/model/gemv.rs MEASURED_PACKED takes SDAR-30B-A3B's q|k|v split
+// from this sweep; its o keeps the rule's (within 1 % of the best) and its router, kept in
+// rows, the rule's too, the rows' best.)
 template <bool NORM, bool ADD>
 static void dense_sweep(const char* name, int n, int k, cudaStream_t st, const bf* x, bf* y, const bf* res) {
     std::vector<bf*> w(L), pw(L);

@@ -269,8 +269,6 @@ pub(super) fn rope_tables(theta: f64, d: usize, positions: usize, dtype: DType, 
     Ok((cos, sin))
 }
 
-
-
 #[cfg(test)]
 mod tests {
     use super::*;

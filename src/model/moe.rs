@@ -257,7 +257,6 @@ pub fn distinct_experts(routes: &[Route]) -> usize {
     seen.len()
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
