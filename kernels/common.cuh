@@ -1,5 +1,5 @@
-// What kernels/gemv.cu, moe.cu and fused.cu share. Each `#include "common.cuh"`; NVRTC compiles
-// each file alone and, on the GPU host, has no kernels/ folder to look in (the sources are
+// What kernels/gemv.cu, moe.cuh and fused.cu share. Each `#include "common.cuh"`; NVRTC compiles
+// each .cu file alone and, on the GPU host, has no kernels/ folder to look in (the sources are
 // built into the binary), so src/model/cuda/nvrtc.rs hands this file to it as the named header
 // "common.cuh" (scripts/nvrtc_check.py does the same). nvcc would find it next to them.
 #ifndef UNMASK_COMMON_CUH
@@ -54,7 +54,7 @@ __device__ __forceinline__ void mma_bf16_16816(float* c, unsigned a0, unsigned a
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The routing table of one MoE layer's block pass, written by moe.cu's unmask_moe_route and
+// The routing table of one MoE layer's block pass, built by moe.cuh's route_block and
 // read by gemv.cu's grouped forms (src/model/moe_grouped.rs reads it word by word). Slots are
 // the pass's (row t, choice j) pairs, flat t * k + j: at most 8 rows x 8 choices.
 #define MOE_SLOTS 64

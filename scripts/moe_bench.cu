@@ -1,5 +1,5 @@
-// Microbenchmark of an SDAR-30B-A3B sparse layer's MoE kernels on the H200 (kernels/moe.cu and
-// the grouped forms of kernels/gemv.cu), in CUDA graphs over 48 layers of their own weights, so
+// Microbenchmark of an SDAR-30B-A3B sparse layer's MoE kernels on the H200 (the grouped forms of
+// kernels/gemv.cu with kernels/moe.cuh), in CUDA graphs over 48 layers of their own weights, so
 // every replay streams the experts from HBM as a forward does. Needs only nvcc (the GPU host has
 // it; no cargo there):
 //
@@ -7,9 +7,9 @@
 //
 // The router logits are made so that the 4 rows of a block pass choose their 8 experts among
 // `distinct` (default 9: what bench --random-init sdar-30b-a3b counts), so the grouped products
-// read a known number of experts. Prints per-layer microseconds of the route kernel, the grouped
-// gate|up and down products for each split (warps on K x tiles a block x batch), the combine,
-// and the whole chain under programmatic dependent launch, with the bytes each product reads over
+// read a known number of experts. Prints per-layer microseconds of the grouped routing + gate|up
+// and down + combine kernels for each split (warps on K x tiles a block x batch), and the pair
+// under programmatic dependent launch, with the bytes each product reads over
 // its time: with the experts in rows, then again with each expert packed in place (as the model
 // loads them).
 #include <cuda_runtime.h>
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "../kernels/gemv.cu"
-#include "../kernels/moe.cu"
 
 #include "bench_common.cuh"
 
@@ -36,13 +35,14 @@ static bf host_bf16(float v) {
 }
 
 template <int U, bool PACKED>
-__global__ void up_k(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
-                     int ks, float eps) {
-    gemv<U, true, true, false, GRP_UP, PACKED>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
+__global__ void up_k(const unsigned short* logits, MoeTable* tab, unsigned long long* stats, int e, int k, int norm,
+                     const uint4* w, const uint4* x, unsigned short* y, int t_len, int n, int k8, int ks, float eps) {
+    moe_route_up<U, PACKED>(logits, tab, stats, e, k, norm, w, x, y, t_len, n, k8, ks, eps);
 }
 template <int U, bool PACKED>
-__global__ void down_k(const uint4* w, const uint4* x, float* yf, const MoeTable* tab, int t_len, int n, int k8, int ks) {
-    gemv<U, false, false, false, GRP_DOWN, PACKED>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, yf);
+__global__ void down_k(const uint4* w, const uint4* x, float* part, const MoeTable* tab, unsigned* done,
+                       const unsigned short* res, unsigned short* y, int t_len, int n, int k8, int ks) {
+    moe_down_sum<U, PACKED>(w, x, part, tab, done, res, y, t_len, n, k8, ks);
 }
 
 // The dense forms the sparse layer also runs (router, q|k|v with the norm folded in; o with the
@@ -71,24 +71,18 @@ struct Bufs {
     std::vector<bf*> logits;
     MoeTable* tabs;
     unsigned long long* stats;
+    unsigned* done;
     bf *x, *act, *out;
     float* part;
 };
 
-static void route(Bufs& b, int l, bool pdl, cudaStream_t st) {
-    int t = T, e = E, k = KC, norm = 1;
-    MoeTable* tab = b.tabs + l;
-    void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
-    launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), 0, pdl, st, args);
-}
-
 template <int U, bool PACKED = false>
 static void up(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
-    int t = T, n = I, k8 = H / 8, ks = s.ks;
+    int t = T, n = I, k8 = H / 8, ks = s.ks, e = E, k = KC, norm = 1;
     float eps = 1e-6f;
     MoeTable* tab = b.tabs + l;
-    void* args[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n, &k8, &ks, &eps};
-    const int sm = smem(H, s.ks, s.tb, 8, true);
+    void* args[] = {&b.logits[l], &tab, &b.stats, &e, &k, &norm, &b.gate_up[l], &b.x, &b.act, &t, &n, &k8, &ks, &eps};
+    const int sm = std::max(smem(H, s.ks, s.tb, 8, true), (int)(ROUTE_SCRATCH_WORDS(E) * 4));
     CK(cudaFuncSetAttribute((const void*)up_k<U, PACKED>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
     launch((const void*)up_k<U, PACKED>, dim3((I + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
 }
@@ -97,16 +91,33 @@ template <int U, bool PACKED = false>
 static void down(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
     int t = T, n = H, k8 = I / 8, ks = s.ks;
     MoeTable* tab = b.tabs + l;
-    void* args[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n, &k8, &ks};
+    void* args[] = {&b.down[l], &b.act, &b.part, &tab, &b.done, &b.x, &b.out, &t, &n, &k8, &ks};
     const int sm = smem(I, s.ks, s.tb, 4, false);
     CK(cudaFuncSetAttribute((const void*)down_k<U, PACKED>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
     launch((const void*)down_k<U, PACKED>, dim3((H + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
 }
 
-static void combine(Bufs& b, bool pdl, cudaStream_t st) {
-    int t = T, h = H, k = KC;
-    void* args[] = {&b.part, &b.x, &b.out, &t, &h, &k};
-    launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, args);
+// The four-kernel form (src/model/cuda/moe.rs without UNMASK_MOE_FUSED=1): route, gate|up and
+// down from its table, combine; at the model's splits.
+template <bool P>
+static void four_kernels(Bufs& b, int l, cudaStream_t st) {
+    int t = T, e = E, k = KC, norm = 1, h = H, n_up = I, k8_up = H / 8, ks_up = 4, n_dn = H, k8_dn = I / 8, ks_dn = 2;
+    float eps = 1e-6f;
+    MoeTable* tab = b.tabs + l;
+    void* ra[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
+    launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), ROUTE_SCRATCH_WORDS(E) * 4, true, st, ra);
+    const void* fu = P ? (const void*)unmask_gemv_moe_up_u4_p : (const void*)unmask_gemv_moe_up_u4;
+    const int smu = smem(H, 4, 2, 8, true);
+    CK(cudaFuncSetAttribute(fu, cudaFuncAttributeMaxDynamicSharedMemorySize, smu));
+    void* ua[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n_up, &k8_up, &ks_up, &eps};
+    launch(fu, dim3(I / 32, T * KC), dim3(256), smu, true, st, ua);
+    const void* fd = P ? (const void*)unmask_gemv_moe_down_u8_p : (const void*)unmask_gemv_moe_down_u8;
+    const int smd = smem(I, 2, 4, 4, false);
+    CK(cudaFuncSetAttribute(fd, cudaFuncAttributeMaxDynamicSharedMemorySize, smd));
+    void* da[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n_dn, &k8_dn, &ks_dn};
+    launch(fd, dim3(H / 64, T * KC), dim3(256), smd, true, st, da);
+    void* ca[] = {&b.part, &b.x, &b.out, &t, &h, &k};
+    launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, true, st, ca);
 }
 
 // Median microseconds a layer of `body` (called for l = 0..L-1 inside one captured graph).
@@ -181,12 +192,12 @@ static void dense_sweep(const char* name, int n, int k, cudaStream_t st, const b
     for (bf* p : pw) CK(cudaFree(p));
 }
 
-// The grouped products' splits swept alone and in the chain route -> up -> down -> combine
-// under PDL, the experts in rows or (P) packed.
+// The grouped kernels' splits swept alone and in the chain route + up -> down + combine under
+// PDL, the experts in rows or (P) packed.
 template <bool P>
 static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
     const double up_mb = distinct * 2.0 * I * H * 2 / 1e6, down_mb = distinct * 1.0 * H * I * 2 / 1e6;
-    printf("\n%s: gate|up (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", P ? "packed" : "rows", up_mb);
+    printf("\n%s: route + gate|up (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", P ? "packed" : "rows", up_mb);
     const Split ups[] = {{4, 8, 1}, {4, 4, 1}, {4, 4, 2}, {4, 2, 2}, {4, 2, 4}, {4, 16, 1}, {8, 4, 1}, {8, 2, 2}, {8, 8, 1}, {2, 8, 1}, {2, 16, 1}};
     for (Split s : ups) {
         double us = s.u == 8 ? per_layer(st, [&](int l) { up<8, P>(b, l, s, false, st); })
@@ -194,20 +205,19 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
                              : per_layer(st, [&](int l) { up<2, P>(b, l, s, false, st); });
         printf("  %d/%d/%d: %.2f us, %.2f TB/s\n", s.u, s.ks, s.tb, us, up_mb / us);
     }
-    printf("\ndown (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", down_mb);
+    printf("\ndown + combine (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", down_mb);
     const Split downs[] = {{8, 8, 1}, {8, 3, 1}, {8, 3, 2}, {8, 3, 4}, {8, 2, 2}, {8, 2, 4}, {4, 6, 1}, {4, 6, 2}, {4, 4, 2}, {4, 2, 4}, {8, 1, 8}, {4, 12, 1}};
     for (Split s : downs) {
         double us = s.u == 8 ? per_layer(st, [&](int l) { down<8, P>(b, l, s, false, st); })
                              : per_layer(st, [&](int l) { down<4, P>(b, l, s, false, st); });
         printf("  %d/%d/%d: %.2f us, %.2f TB/s\n", s.u, s.ks, s.tb, us, down_mb / us);
     }
-    printf("\nchain route -> up -> down -> combine under PDL, us a layer:\n");
+    printf("\nchain under PDL, us a layer:\n");
+    printf("  four kernels (route, up 4/4/2, down 8/2/4, combine): %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st); }));
     const Split cur_up = {4, 4, 2}, cur_down = {8, 2, 4};  // src/model/gemv.rs grouped_split
-    printf("  model splits (up 4/4/2, down 8/2/4): %.2f\n", per_layer(st, [&](int l) {
-               route(b, l, true, st);
+    printf("  two kernels (route + up 4/4/2, down 8/2/4 + combine): %.2f\n", per_layer(st, [&](int l) {
                up<4, P>(b, l, cur_up, true, st);
                down<8, P>(b, l, cur_down, true, st);
-               combine(b, true, st);
            }));
     double best = 1e30;
     Split bu = cur_up, bd = cur_down;
@@ -215,10 +225,8 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
         for (Split sd : downs) {
             if (su.u != 4 || sd.u != 8) continue;  // the kernels the model instantiates
             const double us = per_layer(st, [&](int l) {
-                route(b, l, true, st);
                 up<4, P>(b, l, su, true, st);
                 down<8, P>(b, l, sd, true, st);
-                combine(b, true, st);
             });
             printf("  up %d/%d/%d down %d/%d/%d: %.2f\n", su.u, su.ks, su.tb, sd.u, sd.ks, sd.tb, us);
             if (us < best) best = us, bu = su, bd = sd;
@@ -257,13 +265,15 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&b.tabs, sizeof(MoeTable) * L));
     CK(cudaMalloc(&b.stats, 16));
     CK(cudaMemset(b.stats, 0, 16));
+    CK(cudaMalloc(&b.done, 4096));
+    CK(cudaMemset(b.done, 0, 4096));
     CK(cudaMalloc(&b.x, T * H * 2));
     CK(cudaMalloc(&b.act, T * KC * I * 2));
     CK(cudaMalloc(&b.out, T * H * 2));
     CK(cudaMalloc(&b.part, T * KC * H * 4));
     fill<<<64, 256>>>(b.x, T * H, 5, 2.0f);
     CK(cudaDeviceSynchronize());
-    for (int l = 0; l < L; ++l) route(b, l, false, st);
+    for (int l = 0; l < L; ++l) up<4>(b, l, {4, 4, 2}, false, st);
     CK(cudaStreamSynchronize(st));
     MoeTable t0;
     CK(cudaMemcpy(&t0, b.tabs, sizeof t0, cudaMemcpyDeviceToHost));
@@ -271,8 +281,6 @@ int main(int argc, char** argv) {
     for (int j = 0; j < KC; ++j) printf(" %d(%.3f)", t0.topk[j], t0.weight[j]);
     printf("\n");
     const double up_mb = distinct * 2.0 * I * H * 2 / 1e6, down_mb = distinct * 1.0 * H * I * 2 / 1e6;
-    printf("route: %.2f us a layer\n", per_layer(st, [&](int l) { route(b, l, false, st); }));
-    printf("combine: %.2f us a layer\n", per_layer(st, [&](int) { combine(b, false, st); }));
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)
     bf* tmp;

@@ -99,9 +99,19 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
     let block = [5u32, 31999, 31999, 7];
     let cpu_m = Model::load(&cfg, &weights(), DType::F32, &Device::Cpu)?;
     let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
-    for (dt, limit) in [(DType::BF16, 5e-2), (DType::F32, 1e-4)] {
+    // the streamed layer's two forms on the GPU (src/model/cuda/moe.rs): four kernels after the
+    // router, then two (routing in gate|up, the combine in down)
+    let forms: &[(DType, f64, Option<bool>)] =
+        if dev.is_cuda() { &[(DType::BF16, 5e-2, Some(false)), (DType::BF16, 5e-2, Some(true)), (DType::F32, 1e-4, None)] } else { &[(DType::BF16, 5e-2, None), (DType::F32, 1e-4, None)] };
+    for &(dt, limit, fused) in forms {
+        set_moe_fused(fused);
         let g = Model::load(&cfg, &weights(), dt, dev)?;
-        let path = if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
+        let path = match (g.streams(block.len(), capacity), fused) {
+            (true, Some(true)) => "streamed (grouped experts, 2 kernels)",
+            (true, Some(false)) => "streamed (grouped experts, 4 kernels)",
+            (true, None) => "streamed (grouped experts)",
+            (false, _) => "standard",
+        };
         if dt == DType::BF16 && dev.is_cuda() && path == "standard" {
             bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
         }
@@ -113,7 +123,17 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
             println!("MoE {dt:?}: {:.1} distinct experts per sparse layer per pass ({passes} layer passes)", touched as f64 / passes.max(1) as f64);
         }
     }
+    set_moe_fused(None);
     Ok(())
+}
+
+/// Picks the GPU's MoE form for the passes that follow (`None`: the environment's); nothing
+/// to pick without CUDA.
+fn set_moe_fused(on: Option<bool>) {
+    #[cfg(feature = "cuda")]
+    crate::model::set_moe_fused(on);
+    #[cfg(not(feature = "cuda"))]
+    let _ = on;
 }
 
 /// A cache of 2048 slots, 1900 of them committed: the streamed layer's attention over more

@@ -28,6 +28,11 @@ pub mod registry;
 pub mod topk;
 pub mod weights;
 
+/// Picks the GPU's form of a sparse layer (cuda/moe.rs: four kernels after the router, or two);
+/// check-device runs both.
+#[cfg(feature = "cuda")]
+pub use cuda::moe::set_fused as set_moe_fused;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};

@@ -1,8 +1,9 @@
-//! The MoE block of a streamed block pass, as the GPU runs it (kernels/moe.cu and the grouped
-//! forms of kernels/gemv.cu, launched from `cuda/moe.rs`): routing on the device into a table,
-//! one grouped launch for every touched expert's gate|up, one for their down products, and a
-//! combine with the residual. Nothing comes back to the host and every shape depends only on
-//! (T, experts, k), so a captured CUDA graph replays the whole pass.
+//! The MoE block of a streamed block pass, as the GPU runs it (the grouped forms of
+//! kernels/gemv.cu around kernels/moe.cuh, launched from `cuda/moe.rs`): after the router's
+//! product, one launch routes on the device into a table and multiplies every touched expert's
+//! gate|up ([`ExpertsUpInto`]), one multiplies their down products and adds them up with the
+//! residual ([`ExpertsDownInto`]). Nothing comes back to the host and every shape depends only
+//! on (T, experts, k), so a captured CUDA graph replays the whole pass.
 //!
 //! The CPU bodies here are the same algorithm in Rust, written to be read against the kernels;
 //! they are what CI runs (the GPU has no CI), and `check-device` compares the kernels with them.
@@ -30,8 +31,18 @@ pub const MAX_SLOTS: usize = MAX_ROWS * MAX_CHOICES;
 pub const MAX_EXPERTS: usize = 1024;
 /// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
 pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
-/// The two u64 counters after the tables: distinct experts summed over passes, passes.
+/// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
+/// passes.
 pub const STATS_WORDS: usize = 4;
+/// Before the counters, the down kernel's count of finished blocks per column range (its
+/// combine: kernels/moe.cuh, combine_last), at 0 between launches: at most this many ranges.
+pub const DONE_WORDS: usize = 1024;
+
+/// Shared memory the routing borrows in the up kernel for `e` experts: kernels/moe.cuh's
+/// ROUTE_SCRATCH_WORDS(e) u32 words.
+pub fn route_scratch_bytes(e: usize) -> usize {
+    (3 * MAX_SLOTS + e) * 4
+}
 
 /// One layer's routing of one pass (kernels/gemv.cu's `MoeTable`).
 #[derive(Clone, Debug, PartialEq)]
@@ -149,10 +160,19 @@ fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
     }
 }
 
-/// The routing tables of every sparse layer plus the counters: `[layers * TABLE_WORDS +
-/// STATS_WORDS]` u32, allocated once with the model and rewritten by each pass.
+/// The routing tables of every sparse layer, the down kernel's block counts and the counters:
+/// `[layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS]` u32, allocated once with the model and
+/// rewritten by each pass.
 pub fn new_tables(layers: usize, device: &candle_core::Device) -> Result<Tensor> {
-    Tensor::zeros(layers * TABLE_WORDS + STATS_WORDS, DType::U32, device)
+    Tensor::zeros(layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS, DType::U32, device)
+}
+
+/// Checks that a tables buffer holds table `layer` (and the words after the tables).
+fn check_tables(tables: &Tensor, layer: usize, what: &str) -> Result<()> {
+    if tables.elem_count() < (layer + 1) * TABLE_WORDS + DONE_WORDS + STATS_WORDS || !tables.is_contiguous() || tables.dtype() != DType::U32 {
+        candle_core::bail!("{what}: the tables buffer does not hold layer {layer}");
+    }
+    Ok(())
 }
 
 /// Table `layer` of a tables buffer, read back to the host (for `--routing` and tests).
@@ -175,7 +195,8 @@ pub fn read_stats(tables: &Tensor) -> Result<(u64, u64)> {
     Ok((w[0] as u64 | (w[1] as u64) << 32, w[2] as u64 | (w[3] as u64) << 32))
 }
 
-/// `tables[layer] = route(logits)` and the counters advanced: kernels/moe.cu's unmask_moe_route.
+/// `tables[layer] = route(logits)` and the counters advanced. The CPU's step; on the GPU every
+/// block of [`ExpertsUpInto`]'s kernel routes (kernels/moe.cuh) and one writes the same table.
 pub struct RouteInto {
     pub layer: usize,
     pub k: usize,
@@ -194,7 +215,7 @@ impl RouteInto {
         if e > MAX_EXPERTS || self.k > e {
             candle_core::bail!("moe route: {e} experts, top {}; at most {MAX_EXPERTS} experts", self.k);
         }
-        if lt.shape().elem_count() < (self.layer + 1) * TABLE_WORDS + STATS_WORDS || !lt.is_contiguous() {
+        if lt.shape().elem_count() < (self.layer + 1) * TABLE_WORDS + DONE_WORDS + STATS_WORDS || !lt.is_contiguous() {
             candle_core::bail!("moe route: the tables buffer does not hold layer {}", self.layer);
         }
         Ok((t, e))
@@ -230,27 +251,28 @@ impl candle_core::InplaceOp2 for RouteInto {
         add(&mut stats[2..4], 1);
         Ok(())
     }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, st: &mut candle_core::CudaStorage, lt: &Layout, sl: &candle_core::CudaStorage, ll: &Layout) -> Result<()> {
-        let (t, e) = self.dims(lt, ll)?;
-        super::cuda::moe::route(self, (t, e), (st, lt), (sl, ll))
-    }
 }
 
-/// `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)` for every slot, `e` its expert and
-/// `x̂_t` row t normalised (the post-attention norm's weight is folded into every expert's
-/// columns): the grouped `unmask_gemv_moe_up_u4`. `w`: `[experts, 2 I, H]` (or each expert packed), gate rows then up
-/// rows per expert.
+/// `tables[layer] = route(logits)`, then `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)`
+/// for every slot, `e` its expert and `x̂_t` row t normalised (the post-attention norm's weight
+/// is folded into every expert's columns). On the GPU one kernel, `unmask_moe_route_up_u4`,
+/// whose blocks each route (kernels/moe.cuh); on the CPU [`RouteInto`] and then the products,
+/// since the op writes the tables, which it only holds. `w`: `[experts, 2 I, H]` (or each
+/// expert packed), gate rows then up rows per expert; `logits`: `[T, experts]`.
 pub struct ExpertsUpInto<'a> {
     pub tables: &'a Tensor,
+    pub logits: &'a Tensor,
     pub layer: usize,
     pub k: usize,
+    pub norm: bool,
     pub eps: f32,
 }
 
 impl ExpertsUpInto<'_> {
     pub fn run(&self, act: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
+        if !act.device().is_cuda() {
+            RouteInto { layer: self.layer, k: self.k, norm: self.norm }.run(self.tables, self.logits)?;
+        }
         act.inplace_op3(x, w, self)
     }
 
@@ -259,6 +281,10 @@ impl ExpertsUpInto<'_> {
         let (t, h) = lx.shape().dims2()?;
         let (e, i2, wh) = expert_weights(lw, "moe up")?;
         check_rows(t, self.k)?;
+        check_tables(self.tables, self.layer, "moe up")?;
+        if self.logits.dims() != [t, e] || !self.logits.is_contiguous() || e > MAX_EXPERTS || self.k > e {
+            candle_core::bail!("moe up: router logits {:?} for {t} rows of {e} experts (at most {MAX_EXPERTS}), top {}", self.logits.shape(), self.k);
+        }
         // packed, each half (gate, up) must be whole tiles: the kernel finds up a half apart
         if wh != h || !halves_fit(i2, expert_layout(lw)) || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
             candle_core::bail!("moe up: x {:?}, w {:?}, act {:?} do not fit", lx.shape(), lw.shape(), la.shape());
@@ -324,27 +350,37 @@ pub fn expert_layout(lw: &Layout) -> WeightLayout {
     experts_dims(lw.dims()).map_or(WeightLayout::Rows, |d| d.3)
 }
 
-/// `part[t * k + j] = bf16(down_e · act[t * k + j]) * weight[t * k + j]`, f32, for every slot:
-/// the grouped `unmask_gemv_moe_down_u8`. `w`: `[experts, H, I]` (or each expert packed).
+/// `out[t] = bf16(bf16(Σ_j part[t * k + j]) + res[t])`, `part[t * k + j] = bf16(down_e ·
+/// act[t * k + j]) * weight[t * k + j]` (f32) for every slot `t * k + j`, `e` its expert:
+/// the down products times their routing weights, summed in order, plus the residual. On the
+/// GPU one kernel, `unmask_moe_down_sum_u8`, whose last block of each column range to finish
+/// does the sums (kernels/moe.cuh, combine_last); `part` is its scratch, which the CPU keeps
+/// in its own memory. `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out`
+/// (the op holds it while it writes `out`).
 pub struct ExpertsDownInto<'a> {
     pub tables: &'a Tensor,
+    pub part: &'a Tensor,
+    pub res: &'a Tensor,
     pub layer: usize,
     pub k: usize,
 }
 
 impl ExpertsDownInto<'_> {
-    pub fn run(&self, part: &Tensor, act: &Tensor, w: &Tensor) -> Result<()> {
-        part.inplace_op3(act, w, self)
+    pub fn run(&self, out: &Tensor, act: &Tensor, w: &Tensor) -> Result<()> {
+        out.inplace_op3(act, w, self)
     }
 
     /// `(t, experts, i, h)` after checking every operand.
-    pub fn dims(&self, lp: &Layout, la: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
+    pub fn dims(&self, lo: &Layout, la: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
         let (slots, i) = la.shape().dims2()?;
         let (e, h, wi) = expert_weights(lw, "moe down")?;
         let t = slots / self.k.max(1);
         check_rows(t, self.k)?;
-        if wi != i || slots != t * self.k || lp.shape().dims2()? != (slots, h) || !lp.is_contiguous() {
-            candle_core::bail!("moe down: act {:?}, w {:?}, part {:?} do not fit", la.shape(), lw.shape(), lp.shape());
+        check_tables(self.tables, self.layer, "moe down")?;
+        let fits = wi == i && slots == t * self.k && lo.shape().dims2()? == (t, h) && lo.is_contiguous();
+        if !fits || self.part.dims() != [slots, h] || self.part.dtype() != DType::F32 || self.res.dims() != [t, h] {
+            let shapes = (la.shape(), lw.shape(), lo.shape(), self.part.shape(), self.res.shape());
+            candle_core::bail!("moe down: act {:?}, w {:?}, out {:?}, part {:?}, res {:?} do not fit", shapes.0, shapes.1, shapes.2, shapes.3, shapes.4);
         }
         Ok((t, e, i, h))
     }
@@ -355,15 +391,15 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
         "unmask-moe-down"
     }
 
-    fn cpu_fwd(&self, sp: &mut CpuStorage, lp: &Layout, sa: &CpuStorage, la: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
-        let (t, _, i, h) = self.dims(lp, la, lw)?;
+    fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sa: &CpuStorage, la: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+        let (t, _, i, h) = self.dims(lo, la, lw)?;
         let layout = expert_layout(lw);
-        let (CpuStorage::F32(part), CpuStorage::BF16(act), CpuStorage::BF16(w)) = (sp, sa, sw) else {
-            candle_core::bail!("moe down: part must be f32, act and w bf16");
+        let (CpuStorage::BF16(out), CpuStorage::BF16(act), CpuStorage::BF16(w)) = (so, sa, sw) else {
+            candle_core::bail!("moe down: out, act and w must be bf16");
         };
         let (act, w) = (contiguous(act, la, "act")?, contiguous(w, lw, "w")?);
         let table = read_table(self.tables, self.layer, t)?;
-        let part = &mut part[lp.start_offset()..];
+        let mut part = vec![0f32; t * self.k * h];
         for (u, &e) in table.experts.iter().enumerate() {
             let slots: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).map(|r| table.slot[u][r] as usize).collect();
             let xs: Vec<bf16> = slots.iter().flat_map(|&s| act[s * i..(s + 1) * i].iter().copied()).collect();
@@ -375,56 +411,9 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
                 }
             }
         }
-        Ok(())
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        sp: &mut candle_core::CudaStorage,
-        lp: &Layout,
-        sa: &candle_core::CudaStorage,
-        la: &Layout,
-        sw: &candle_core::CudaStorage,
-        lw: &Layout,
-    ) -> Result<()> {
-        let dims = self.dims(lp, la, lw)?;
-        super::cuda::moe::experts_down(self, dims, (sp, lp), (sa, la), (sw, lw))
-    }
-}
-
-/// `out[t] = bf16(bf16(Σ_j part[t * k + j]) + res[t])`: kernels/moe.cu's unmask_moe_combine.
-pub struct CombineInto {
-    pub k: usize,
-}
-
-impl CombineInto {
-    pub fn run(&self, out: &Tensor, part: &Tensor, res: &Tensor) -> Result<()> {
-        out.inplace_op3(part, res, self)
-    }
-
-    /// `(t, h)` after checking every operand.
-    pub fn dims(&self, lo: &Layout, lp: &Layout, lr: &Layout) -> Result<(usize, usize)> {
-        let (t, h) = lr.shape().dims2()?;
-        check_rows(t, self.k)?;
-        if lp.shape().dims2()? != (t * self.k, h) || lo.shape().dims2()? != (t, h) || !lo.is_contiguous() {
-            candle_core::bail!("moe combine: part {:?}, res {:?}, out {:?} do not fit", lp.shape(), lr.shape(), lo.shape());
-        }
-        Ok((t, h))
-    }
-}
-
-impl candle_core::InplaceOp3 for CombineInto {
-    fn name(&self) -> &'static str {
-        "unmask-moe-combine"
-    }
-
-    fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sp: &CpuStorage, lp: &Layout, sr: &CpuStorage, lr: &Layout) -> Result<()> {
-        let (t, h) = self.dims(lo, lp, lr)?;
-        let (CpuStorage::BF16(out), CpuStorage::F32(part), CpuStorage::BF16(res)) = (so, sp, sr) else {
-            candle_core::bail!("moe combine: out and res must be bf16, part f32");
-        };
-        let (part, res) = (contiguous(part, lp, "part")?, contiguous(res, lr, "res")?);
+        let (sr, lr) = self.res.storage_and_layout();
+        let candle_core::Storage::Cpu(CpuStorage::BF16(res)) = &*sr else { candle_core::bail!("moe down: res must be bf16 on the CPU") };
+        let res = contiguous(res, lr, "res")?;
         let out = &mut out[lo.start_offset()..];
         for r in 0..t {
             for c in 0..h {
@@ -440,13 +429,13 @@ impl candle_core::InplaceOp3 for CombineInto {
         &self,
         so: &mut candle_core::CudaStorage,
         lo: &Layout,
-        sp: &candle_core::CudaStorage,
-        lp: &Layout,
-        sr: &candle_core::CudaStorage,
-        lr: &Layout,
+        sa: &candle_core::CudaStorage,
+        la: &Layout,
+        sw: &candle_core::CudaStorage,
+        lw: &Layout,
     ) -> Result<()> {
-        let dims = self.dims(lo, lp, lr)?;
-        super::cuda::moe::combine(self, dims, (so, lo), (sp, lp), (sr, lr))
+        let dims = self.dims(lo, la, lw)?;
+        super::cuda::moe::experts_down(self, dims, (so, lo), (sa, la), (sw, lw))
     }
 }
 
@@ -527,13 +516,14 @@ mod tests {
         let logits = gemv_scaled(&xv, &router.flatten_all()?.to_vec1::<bf16>()?, (t, e, h), &rms_inv_rows(&xv, t, h, eps));
         let logits = Tensor::from_vec(logits, (t, e), &dev)?;
         let tables = new_tables(1, &dev)?;
-        RouteInto { layer: 0, k, norm: true }.run(&tables, &logits)?;
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
-        ExpertsUpInto { tables: &tables, layer: 0, k, eps }.run(&act, &x, &gate_up)?;
+        let up = ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, norm: true, eps };
+        up.run(&act, &x, &gate_up)?;
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
-        ExpertsDownInto { tables: &tables, layer: 0, k }.run(&part, &act, &down)?;
         let out = Tensor::zeros((t, h), DType::BF16, &dev)?;
-        CombineInto { k }.run(&out, &part, &x)?;
+        let down_op = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k };
+        down_op.run(&out, &act, &down)?;
+        assert_eq!(read_stats(&tables)?.1, 1, "the up op routed once");
         let got: Vec<f32> = out.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
 
         // reference in f32 from the same bf16 values, one row and one expert at a time
@@ -564,11 +554,11 @@ mod tests {
         // each expert packed: the same activations and slots, bit for bit
         let (gate_up_p, down_p) = (crate::model::gemv::pack_experts(&gate_up)?, crate::model::gemv::pack_experts(&down)?);
         assert_eq!(gate_up_p.dims(), &[e, 2 * i / 16, h / 32, 16, 32]);
-        let (act_p, part_p) = (act.zeros_like()?, part.zeros_like()?);
-        ExpertsUpInto { tables: &tables, layer: 0, k, eps }.run(&act_p, &x, &gate_up_p)?;
-        ExpertsDownInto { tables: &tables, layer: 0, k }.run(&part_p, &act, &down_p)?;
+        let (act_p, out_p) = (act.zeros_like()?, out.zeros_like()?);
+        up.run(&act_p, &x, &gate_up_p)?;
+        down_op.run(&out_p, &act, &down_p)?;
         assert_eq!(f(&act_p)?, a);
-        assert_eq!(f(&part_p)?, f(&part)?);
+        assert_eq!(f(&out_p)?, f(&out)?);
         // an expert's packed slice is where the kernels look for it: expert e's rows, packed
         let one = crate::model::gemv::pack(&gate_up.get(4)?)?;
         assert_eq!(f(&gate_up_p.get(4)?)?, f(&one)?);

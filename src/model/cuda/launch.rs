@@ -82,7 +82,7 @@ pub fn carveout(f: &CudaFunction) -> Result<()> {
 /// (`ld.global.nc.v4.u32`, and x's 16-byte `cp.async`), which need 16-byte aligned addresses
 /// whatever the element type. Buffers are allocated at least 256-byte aligned, so the start
 /// offset decides. Operands the kernels read element by element (the residual, the router
-/// logits, moe.cu's f32 slots) are held to the same rule, so one check serves every operand.
+/// logits, the MoE kernels' f32 slots) are held to the same rule, so one check serves every operand.
 pub fn aligned<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what} must be contiguous") };
     if !(a * std::mem::size_of::<T>()).is_multiple_of(16) {

@@ -1,111 +1,82 @@
-//! CUDA side of `moe_grouped.rs`: kernels/moe.cu (route, combine) and the grouped forms of
-//! kernels/gemv.cu (expert gate|up and down), launched through [`Args`] like every kernel of
-//! the streamed layer (so under programmatic dependent launch unless `UNMASK_PDL=0`).
+//! CUDA side of `moe_grouped.rs`: the grouped expert kernels of kernels/gemv.cu (kernels/moe.cuh
+//! has the routing and the combine), launched through [`Args`] like every kernel of the
+//! streamed layer (so under programmatic dependent launch unless `UNMASK_PDL=0`).
+//!
+//! A sparse layer after its router product runs in one of two forms ([`fused`]): four kernels
+//! (the routing, gate|up and down from its table, the combine: session 18's, measured on the
+//! H100 at 1.71x the 30B-A3B's floor) or two (the routing inside every gate|up block, the
+//! combine inside the down kernel's last block of each column range), which removes two
+//! launches and their drains from every sparse layer's chain. The two-kernel form is written
+//! and compiled but not yet run on a GPU (no device in session 19): `UNMASK_MOE_FUSED=1` picks
+//! it, and check-device checks both, so the next GPU session measures it and keeps one.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CudaDevice, CudaStorage, Layout, Result};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
 use half::bf16;
 
 use super::launch::{aligned, Args};
-use crate::model::gemv::{entry_name, grouped_split, Epilogue};
-use crate::model::moe_grouped::{expert_layout, CombineInto, ExpertsDownInto, ExpertsUpInto, RouteInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
+use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
+use crate::model::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, DONE_WORDS, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
-pub const SOURCE: &str = include_str!("../../../kernels/moe.cu");
-const MODULE: &str = "unmask_moe";
+/// [`set_fused`]'s choice: 0 none (the environment's), 1 the four kernels, 2 the two.
+static CHOICE: AtomicU8 = AtomicU8::new(0);
 
-fn ptx(dev: &CudaDevice) -> Result<&'static str> {
-    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    let r = PTX.get_or_init(|| {
-        let arch = super::launch::nvrtc_arch(dev, None).map_err(|e| e.to_string())?;
-        super::nvrtc::compile_ptx(SOURCE, "moe.cu", arch)
-    });
-    match r {
-        Ok(s) => Ok(s.as_str()),
-        Err(e) => candle_core::bail!("NVRTC could not compile kernels/moe.cu: {e}"),
+/// Whether sparse layers run as two kernels after the router (see the module's note): what
+/// [`set_fused`] chose, else `UNMASK_MOE_FUSED=1` (read once).
+pub fn fused() -> bool {
+    static ENV: OnceLock<bool> = OnceLock::new();
+    match CHOICE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => *ENV.get_or_init(|| std::env::var("UNMASK_MOE_FUSED").as_deref() == Ok("1")),
     }
 }
 
-/// The table words of `layer` (and the counters at the end) of the tables buffer `tables`.
-fn with_table<R>(tables: &candle_core::Tensor, layer: usize, f: impl FnOnce(&CudaView<'_, u32>) -> Result<R>) -> Result<R> {
+/// Picks the form for the passes that follow (check-device runs the MoE model in both);
+/// `None` goes back to the environment's. A captured CUDA graph keeps the form it was
+/// captured with.
+pub fn set_fused(on: Option<bool>) {
+    CHOICE.store(on.map_or(0, |f| 1 + u8::from(f)), Ordering::Relaxed);
+}
+
+/// Views of the words `[at, at + len)` of the tables buffer (a tensor the ops hold, not an
+/// operand), one a range: a layer's table, the down kernel's block counts, the counters. The
+/// kernels write through them. One read of the buffer's storage for all of them.
+fn tables_views<const N: usize>(tables: &Tensor, ranges: [(usize, usize); N], f: impl FnOnce(&[CudaView<'_, u32>; N]) -> Result<()>) -> Result<()> {
     let (st, l) = tables.storage_and_layout();
-    let candle_core::Storage::Cuda(s) = &*st else { candle_core::bail!("moe: the tables are not on the GPU") };
-    let at = l.start_offset() + layer * TABLE_WORDS;
-    f(&s.as_cuda_slice::<u32>()?.slice(at..at + TABLE_WORDS))
+    let Storage::Cuda(s) = &*st else { candle_core::bail!("moe: the tables are not on the GPU") };
+    let all = s.as_cuda_slice::<u32>()?;
+    let base = l.start_offset();
+    f(&ranges.map(|(at, len)| all.slice(base + at..base + at + len)))
 }
 
-pub fn route(op: &RouteInto, (t, e): (usize, usize), (st, lt): (&mut CudaStorage, &Layout), (sl, ll): (&CudaStorage, &Layout)) -> Result<()> {
-    let dev = sl.device().clone();
-    let logits = aligned::<bf16>(sl, ll, "moe: router logits")?;
-    let n = lt.shape().elem_count();
-    let base = lt.start_offset();
-    let words = st.as_cuda_slice_mut::<u32>()?;
-    // the table of this layer, and the u64 counters (8-byte aligned: TABLE_WORDS is even)
-    let (mut head, mut tail) = words.split_at_mut(base + n - STATS_WORDS);
-    let at = base + op.layer * TABLE_WORDS;
-    let mut table = head.slice_mut(at..at + TABLE_WORDS);
-    let mut stats = tail.slice_mut(0..STATS_WORDS);
-    let f = dev.get_or_load_custom_func("unmask_moe_route", MODULE, ptx(&dev)?)?;
-    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32 * t as u32, 1, 1), shared_mem_bytes: 0 };
-    let stream = dev.cuda_stream();
-    let mut b = Args::new(&stream);
-    b.input(&logits).output(&mut table).output(&mut stats);
-    b.i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
-    // SAFETY: kernels/moe.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2], t, e, k,
-    // norm); RouteInto::dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold layer.
-    unsafe { b.launch(&f, cfg) }
+/// A held tensor's contiguous view (the router's logits, the residual, the f32 slots).
+fn held<T: candle_core::cuda_backend::CudaDType>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, T>) -> Result<()>) -> Result<()> {
+    let (st, l) = t.storage_and_layout();
+    let Storage::Cuda(s) = &*st else { candle_core::bail!("{what}: not on the GPU") };
+    f(&aligned::<T>(s, l, what)?)
 }
 
-/// Where a grouped product writes: the up form's bf16 activations, the down form's f32 slots.
-enum Out<'a, 'b> {
-    Bf16(&'a mut CudaViewMut<'b, bf16>),
-    F32(&'a mut CudaViewMut<'b, f32>),
-}
-
-/// The grouped gemv launch shared by the up and down forms: grid (tiles, T * k slots).
-#[allow(clippy::too_many_arguments)]
-fn grouped(
-    dev: &CudaDevice,
-    name: &str,
-    epilogue: Epilogue,
-    (t, k, n, kdim): (usize, usize, usize, usize),
-    w: &CudaView<'_, bf16>,
-    x: &CudaView<'_, bf16>,
-    out: Out<'_, '_>,
-    table: &CudaView<'_, u32>,
-    eps: Option<f32>,
-) -> Result<()> {
-    let s = grouped_split(n, kdim, epilogue);
+/// A grouped kernel of the gemv module with its dynamic shared memory allowed; grid (tiles, T
+/// * k slots: blocks past the pass's distinct experts return).
+fn grouped_fn(dev: &CudaDevice, name: &str, s: &Split, smem: usize, t: usize, k: usize) -> Result<(impl std::ops::Deref<Target = CudaFunction>, LaunchConfig)> {
     let f = dev.get_or_load_custom_func(name, super::gemv::MODULE, super::gemv::ptx(dev)?)?;
-    let smem = s.smem_bytes(t, kdim, epilogue, eps.is_some());
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
     super::launch::carveout(&f)?;
     let slots = (t * k).min(MAX_SLOTS) as u32;
     let cfg = LaunchConfig { grid_dim: (s.blocks as u32, slots, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
-    let stream = dev.cuda_stream();
-    let mut b = Args::new(&stream);
-    b.input(w).input(x);
-    match out {
-        Out::Bf16(v) => b.output(v),
-        Out::F32(v) => b.output(v),
-    };
-    b.input(table).i32(t as i32).i32(n as i32).i32((kdim / 8) as i32).i32(s.ks as i32);
-    if let Some(eps) = eps {
-        b.f32(eps);
-    }
-    // SAFETY: kernels/gemv.cu's unmask_gemv_moe_{up_u4,down_u8}[_p](w, x, y, table, t_len, n,
-    // k8, ks[, eps]); the ops' dims checked w (E x rows x K values, rows or packed), x, y and the table; blocks past the
-    // table's count return, every expert id in it is < E (the route kernel wrote it).
-    unsafe { b.launch(&f, cfg) }
+    Ok((f, cfg))
 }
 
 pub fn experts_up(
     op: &ExpertsUpInto<'_>,
-    (t, _e, i, h): (usize, usize, usize, usize),
+    (t, e, i, h): (usize, usize, usize, usize),
     (sa, la): (&mut CudaStorage, &Layout),
     (sx, lx): (&CudaStorage, &Layout),
     (sw, lw): (&CudaStorage, &Layout),
@@ -114,46 +85,123 @@ pub fn experts_up(
     let (x, w) = (aligned::<bf16>(sx, lx, "moe: x")?, aligned::<bf16>(sw, lw, "moe: expert gate|up")?);
     let Some((a, b)) = la.contiguous_offsets() else { candle_core::bail!("moe up: act must be contiguous") };
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-    with_table(op.tables, op.layer, |table| {
-        let name = entry_name("unmask_gemv_moe_up_u4", expert_layout(lw));
-        grouped(&dev, &name, Epilogue::SiluMul, (t, op.k, i, h), &w, &x, Out::Bf16(&mut act), table, Some(op.eps))
+    let s = grouped_split(i, h, Epilogue::SiluMul);
+    let n = op.tables.elem_count();
+    if !fused() {
+        route(op, (t, e), &dev)?;
+        let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true);
+        let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
+        return tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS)], |[table]| {
+            let stream = dev.cuda_stream();
+            let mut b = Args::new(&stream);
+            b.input(&w).input(&x).output(&mut act).input(table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
+            // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len,
+            // n, k8, ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route
+            // kernel before it wrote the table (expert ids < E).
+            unsafe { b.launch(&f, cfg) }
+        });
+    }
+    // the staged x, the K split's sums, and first the routing's scratch
+    let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true).max(route_scratch_bytes(e));
+    let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_moe_route_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
+    held::<bf16>(op.logits, "moe: router logits", |logits| {
+        tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS), (n - STATS_WORDS, STATS_WORDS)], |[table, stats]| {
+            let stream = dev.cuda_stream();
+            let mut b = Args::new(&stream);
+            b.input(logits).input(table).input(stats).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
+            b.input(&w).input(&x).output(&mut act).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
+            // SAFETY: kernels/gemv.cu's unmask_moe_route_up_u4[_p](logits [t, e] bf16, MoeTable*,
+            // u64[2], e, k, norm, w, x, act, t_len, n, k8, ks, eps); the op's dims checked the
+            // logits, w (E x 2 I x H, rows or packed), x, act and that the tables hold the layer;
+            // the table and the counters are words of the tables buffer, which nothing else
+            // touches while the pass runs; the shared memory covers the routing's scratch.
+            unsafe { b.launch(&f, cfg) }
+        })
+    })
+}
+
+/// The four-kernel form's routing: one block of 32 T threads writes the layer's table.
+fn route(op: &ExpertsUpInto<'_>, (t, e): (usize, usize), dev: &CudaDevice) -> Result<()> {
+    let f = dev.get_or_load_custom_func("unmask_moe_route", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
+    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32 * t as u32, 1, 1), shared_mem_bytes: route_scratch_bytes(e) as u32 };
+    let n = op.tables.elem_count();
+    held::<bf16>(op.logits, "moe: router logits", |logits| {
+        tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS), (n - STATS_WORDS, STATS_WORDS)], |[table, stats]| {
+            let stream = dev.cuda_stream();
+            let mut b = Args::new(&stream);
+            b.input(logits).input(table).input(stats).i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
+            // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2],
+            // t, e, k, norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the
+            // tables hold the layer; the scratch fits e experts (at most 4.8 KB).
+            unsafe { b.launch(&f, cfg) }
+        })
     })
 }
 
 pub fn experts_down(
     op: &ExpertsDownInto<'_>,
     (t, _e, i, h): (usize, usize, usize, usize),
-    (sp, lp): (&mut CudaStorage, &Layout),
+    (so, lo): (&mut CudaStorage, &Layout),
     (sa, la): (&CudaStorage, &Layout),
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sa.device().clone();
     let (act, w) = (aligned::<bf16>(sa, la, "moe: act")?, aligned::<bf16>(sw, lw, "moe: expert down")?);
-    let Some((a, b)) = lp.contiguous_offsets() else { candle_core::bail!("moe down: part must be contiguous") };
-    let mut part = sp.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
-    with_table(op.tables, op.layer, |table| {
-        let name = entry_name("unmask_gemv_moe_down_u8", expert_layout(lw));
-        grouped(&dev, &name, Epilogue::Plain, (t, op.k, h, i), &w, &act, Out::F32(&mut part), table, None)
+    let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("moe down: out must be contiguous") };
+    let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
+    let s = grouped_split(h, i, Epilogue::Plain);
+    let smem = s.smem_bytes(t, i, Epilogue::Plain, false);
+    let n = op.tables.elem_count();
+    if !fused() {
+        let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_down_u8", expert_layout(lw)), &s, smem, t, op.k)?;
+        tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS)], |[table]| {
+            held::<f32>(op.part, "moe: part", |part| {
+                let stream = dev.cuda_stream();
+                let mut b = Args::new(&stream);
+                b.input(&w).input(&act).input(part).input(table).i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+                // SAFETY: kernels/gemv.cu's unmask_gemv_moe_down_u8[_p](w, x, part [t k, h] f32,
+                // MoeTable*, t_len, n, k8, ks); the op's dims checked act, w and part; the table
+                // was written by this layer's routing (expert ids < E).
+                unsafe { b.launch(&f, cfg) }
+            })
+        })?;
+        return combine(op, (t, h), &mut out, &dev);
+    }
+    if s.blocks > DONE_WORDS {
+        candle_core::bail!("moe down: {} column blocks, the tables count at most {DONE_WORDS}", s.blocks);
+    }
+    let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_moe_down_sum_u8", expert_layout(lw)), &s, smem, t, op.k)?;
+    held::<f32>(op.part, "moe: part", |part| {
+        held::<bf16>(op.res, "moe: residual", |res| {
+            let done_at = n - STATS_WORDS - DONE_WORDS;
+            tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS), (done_at, DONE_WORDS)], |[table, done]| {
+                let stream = dev.cuda_stream();
+                let mut b = Args::new(&stream);
+                b.input(&w).input(&act).input(part).input(table).input(done).input(res).output(&mut out);
+                b.i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+                // SAFETY: kernels/gemv.cu's unmask_moe_down_sum_u8[_p](w, x, part [t k, h] f32,
+                // MoeTable*, done [DONE_WORDS], res [t, h], out [t, h], t_len, n, k8, ks); the
+                // op's dims checked act, w, out, part and res; the table was written by this
+                // layer's up kernel (expert ids < E); at most DONE_WORDS column blocks, each
+                // count back at 0 when the kernel ends.
+                unsafe { b.launch(&f, cfg) }
+            })
+        })
     })
 }
 
-pub fn combine(
-    op: &CombineInto,
-    (t, h): (usize, usize),
-    (so, lo): (&mut CudaStorage, &Layout),
-    (sp, lp): (&CudaStorage, &Layout),
-    (sr, lr): (&CudaStorage, &Layout),
-) -> Result<()> {
-    let dev = sp.device().clone();
-    let (part, res) = (aligned::<f32>(sp, lp, "moe: part")?, aligned::<bf16>(sr, lr, "moe: residual")?);
-    let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("moe combine: out must be contiguous") };
-    let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-    let f = dev.get_or_load_custom_func("unmask_moe_combine", MODULE, ptx(&dev)?)?;
+/// The four-kernel form's combine: `out = bf16(bf16(Σ_j part) + res)`, a thread an element.
+fn combine(op: &ExpertsDownInto<'_>, (t, h): (usize, usize), out: &mut CudaViewMut<'_, bf16>, dev: &CudaDevice) -> Result<()> {
+    let f = dev.get_or_load_custom_func("unmask_moe_combine", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
     let cfg = LaunchConfig { grid_dim: ((t * h).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    let stream = dev.cuda_stream();
-    let mut bld = Args::new(&stream);
-    bld.input(&part).input(&res).output(&mut out).i32(t as i32).i32(h as i32).i32(op.k as i32);
-    // SAFETY: unmask_moe_combine(part [t * k, h] f32, res [t, h] bf16, out [t, h] bf16, t, h, k);
-    // CombineInto::dims checked the shapes.
-    unsafe { bld.launch(&f, cfg) }
+    held::<f32>(op.part, "moe: part", |part| {
+        held::<bf16>(op.res, "moe: residual", |res| {
+            let stream = dev.cuda_stream();
+            let mut b = Args::new(&stream);
+            b.input(part).input(res).output(out).i32(t as i32).i32(h as i32).i32(op.k as i32);
+            // SAFETY: kernels/gemv.cu's unmask_moe_combine(part [t k, h] f32, res [t, h] bf16,
+            // out [t, h] bf16, t, h, k); the down op's dims checked the shapes.
+            unsafe { b.launch(&f, cfg) }
+        })
+    })
 }

@@ -1,15 +1,20 @@
-//! Compiling the model's kernel sources (kernels/fused.cu, gemv.cu, moe.cu) with NVRTC, with
-//! kernels/common.cuh handed over as the named header "common.cuh". gemv.cu, moe.cu and fused.cu include
-//! it, and on the GPU host there is no kernels/ folder to find it in (the sources are built into
-//! the binary); `nvrtcCreateProgram` takes header sources by include name, which cudarc's
-//! `compile_ptx_with_opts` leaves empty, hence this. scripts/nvrtc_check.py does the same.
+//! Compiling the model's kernel sources (kernels/fused.cu, gemv.cu) with NVRTC, with
+//! kernels/common.cuh and moe.cuh handed over as named headers. gemv.cu and fused.cu include
+//! common.cuh, gemv.cu moe.cuh, and on the GPU host there is no kernels/ folder to find them in
+//! (the sources are built into the binary); `nvrtcCreateProgram` takes header sources by include
+//! name, which cudarc's `compile_ptx_with_opts` leaves empty, hence this.
+//! scripts/nvrtc_check.py does the same.
 
 use std::ffi::{c_char, CString};
 use std::mem::MaybeUninit;
 
 use candle_core::cuda_backend::cudarc::nvrtc::{result, sys};
 
-const COMMON: &str = include_str!("../../../kernels/common.cuh");
+/// Every header a kernel source may include, by include name.
+const HEADERS: [(&str, &str); 2] = [
+    ("common.cuh", include_str!("../../../kernels/common.cuh")),
+    ("moe.cuh", include_str!("../../../kernels/moe.cuh")),
+];
 
 /// An NVRTC program, destroyed when dropped.
 struct Program(sys::nvrtcProgram);
@@ -31,12 +36,15 @@ fn text(buf: &[c_char]) -> String {
 /// NVRTC's default target without one; on failure NVRTC's error, the options and the log.
 pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, String> {
     let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
-    let (src, file, common) = (c(src)?, c(name)?, c(COMMON)?);
-    let (headers, includes) = ([common.as_ptr()], [c"common.cuh".as_ptr()]);
+    let (src, file) = (c(src)?, c(name)?);
+    let texts = HEADERS.iter().map(|(_, t)| c(t)).collect::<Result<Vec<_>, _>>()?;
+    let names = HEADERS.iter().map(|(n, _)| c(n)).collect::<Result<Vec<_>, _>>()?;
+    let headers: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
+    let includes: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let mut prog = MaybeUninit::uninit();
     // SAFETY: every pointer is a NUL-terminated string, alive until this function returns,
-    // after the program is destroyed; one header, one include name.
-    unsafe { sys::nvrtcCreateProgram(prog.as_mut_ptr(), src.as_ptr(), file.as_ptr(), 1, headers.as_ptr(), includes.as_ptr()) }
+    // after the program is destroyed; as many headers as include names.
+    unsafe { sys::nvrtcCreateProgram(prog.as_mut_ptr(), src.as_ptr(), file.as_ptr(), HEADERS.len() as i32, headers.as_ptr(), includes.as_ptr()) }
         .result()
         .map_err(|e| format!("{e:?}"))?;
     // SAFETY: nvrtcCreateProgram succeeded, so it wrote the program.
