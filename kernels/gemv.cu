@@ -246,9 +246,9 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     }
     if (GRP == GRP_DOWN_SUM) {
         // the warps left (kw == 0: the others returned after the K split's sums)
-        const int live = 32 * ((blockDim.x >> 5) / ks), me = (warp / ks) * 32 + lane;
-        const int c0 = blockIdx.x * (live / 32) * 16;
-        combine_last(yf, res, y, done, tab->count, t_len, tab->k, n, c0, min(live / 2, n - c0), me, live);
+        const int nlive = 32 * ((blockDim.x >> 5) / ks), me = (warp / ks) * 32 + lane;
+        const int c0 = blockIdx.x * (nlive / 32) * 16;
+        combine_last(yf, res, y, done, tab->count, t_len, tab->k, n, c0, min(nlive / 2, n - c0), me, nlive);
     }
 }
 

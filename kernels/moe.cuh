@@ -197,7 +197,7 @@ __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.
 // hold an older copy of.
 __device__ __forceinline__ float load_cg(const float* p) {
     float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
 
@@ -221,8 +221,14 @@ __device__ void combine_last(const float* part, const unsigned short* res, unsig
     __threadfence();
     for (int i = me; i < t_len * cn; i += live) {
         const int t = i / cn, col = c0 + i % cn;
+        // every slot's load in flight before the first add (k <= 8), then the sum in order
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = j < k ? load_cg(part + (long)(t * k + j) * n + col) : 0.0f;
         float sum = 0.0f;
-        for (int j = 0; j < k; ++j) sum += load_cg(part + (long)(t * k + j) * n + col);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            if (j < k) sum += v[j];
         out[(long)t * n + col] = to_bf16(bf16_to_f32(to_bf16(sum)) + bf16_to_f32(res[(long)t * n + col]));
     }
     if (me == 0) done[blockIdx.x] = 0u;

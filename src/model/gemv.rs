@@ -337,7 +337,9 @@ fn measured(table: &[Measured], n: usize, k: usize, epilogue: Epilogue) -> Optio
 /// With both, a sparse layer's route -> gate|up -> down -> combine went from 54.0 to about 41
 /// us and the 30B-A3B forward from 4.75 to 3.77 ms. `UNMASK_MOE_SPLIT` =
 /// `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block) overrides both, for
-/// trials on the GPU without a rebuild; a malformed value is ignored.
+/// trials on the GPU without a rebuild; a malformed value is ignored, and so is a block past
+/// 16 warps (at about 119 registers a thread, 1024 threads would not fit an SM's registers and
+/// the launch would fail).
 pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     let with = |s: Split, ks: usize, tb: usize| Split { ks: ks.min(k / K_STEP).max(1), tb, blocks: n.div_ceil(TILE_ROWS * tb), ..s };
     let base = match split(n, k, epilogue) {
@@ -352,7 +354,7 @@ pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
         Some((ks.trim().parse::<usize>().ok()?, tb.trim().parse::<usize>().ok()?))
     });
     match parsed {
-        Some((ks, tb)) if ks >= 1 && tb >= 1 && ks * tb <= 32 => with(base, ks, tb),
+        Some((ks, tb)) if ks >= 1 && tb >= 1 && ks * tb <= 16 => with(base, ks, tb),
         _ => base,
     }
 }
