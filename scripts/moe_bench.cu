@@ -4,6 +4,7 @@
 // it; no cargo there):
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/moe_bench scripts/moe_bench.cu && /tmp/moe_bench [distinct]
+//   compute-sanitizer --tool racecheck /tmp/moe_bench check   # the two MoE forms, bit for bit
 //
 // The router logits are made so that the 4 rows of a block pass choose their 8 experts among
 // `distinct` (default 9: what bench --random-init sdar-30b-a3b counts), so the grouped products
@@ -236,7 +237,14 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
 }
 
 int main(int argc, char** argv) {
-    const int distinct = argc > 1 ? atoi(argv[1]) : 9;
+    // `check`: only the two forms' outputs on layer 0, compared bit for bit (quick enough for
+    // compute-sanitizer --tool racecheck / synccheck)
+    const bool check = argc > 1 && strcmp(argv[1], "check") == 0;
+    const int distinct = argc > 1 && !check ? atoi(argv[1]) : 9;
+    if (distinct < 1 || distinct > E) {
+        fprintf(stderr, "distinct experts: 1..%d, or `check`\n", E);
+        return 2;
+    }
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     Bufs b;
@@ -280,7 +288,21 @@ int main(int argc, char** argv) {
     printf("layer 0 table: %d distinct experts (asked %d), k %d; row 0 picks", t0.count, distinct, t0.k);
     for (int j = 0; j < KC; ++j) printf(" %d(%.3f)", t0.topk[j], t0.weight[j]);
     printf("\n");
-    const double up_mb = distinct * 2.0 * I * H * 2 / 1e6, down_mb = distinct * 1.0 * H * I * 2 / 1e6;
+    if (check) {
+        std::vector<bf> four(T * H), two(T * H);
+        four_kernels<false>(b, 0, st);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(four.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(b.out, 0, T * H * 2));
+        up<4>(b, 0, {4, 4, 2}, true, st);
+        down<8>(b, 0, {8, 2, 4}, true, st);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(two.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+        int differ = 0;
+        for (int i = 0; i < T * H; ++i) differ += four[i] != two[i];
+        printf("CHECK two kernels vs four: %d of %d outputs differ\n", differ, T * H);
+        return differ ? 1 : 0;
+    }
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)
     bf* tmp;
