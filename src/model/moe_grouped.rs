@@ -153,6 +153,19 @@ fn check_rows(t: usize, k: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a written tensor that shares its buffer with one the op only holds: the op locks the
+/// written one for writing, then reads a held one's storage, which would wait on that lock.
+fn refuse_aliases(written: &Tensor, held: &[(&Tensor, &str)], what: &str) -> Result<()> {
+    let (w, _) = written.storage_and_layout();
+    for (t, name) in held {
+        let (h, _) = t.storage_and_layout();
+        if std::ptr::eq(&*w, &*h) {
+            candle_core::bail!("{what} shares its buffer with {name}");
+        }
+    }
+    Ok(())
+}
+
 fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&v[a..b]),
@@ -270,6 +283,7 @@ pub struct ExpertsUpInto<'a> {
 
 impl ExpertsUpInto<'_> {
     pub fn run(&self, act: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
+        refuse_aliases(act, &[(self.tables, "the tables"), (self.logits, "the router logits")], "moe up: act")?;
         if !act.device().is_cuda() {
             RouteInto { layer: self.layer, k: self.k, norm: self.norm }.run(self.tables, self.logits)?;
         }
@@ -367,6 +381,7 @@ pub struct ExpertsDownInto<'a> {
 
 impl ExpertsDownInto<'_> {
     pub fn run(&self, out: &Tensor, act: &Tensor, w: &Tensor) -> Result<()> {
+        refuse_aliases(out, &[(self.tables, "the tables"), (self.part, "part"), (self.res, "the residual")], "moe down: out")?;
         out.inplace_op3(act, w, self)
     }
 
@@ -612,6 +627,27 @@ mod tests {
         assert_eq!(passes, 6);
         assert!((3..=6 * 8).contains(&touched), "{touched}");
         assert_eq!(standard.moe_stats().unwrap(), None);
+    }
+
+    #[test]
+    fn ops_refuse_a_written_tensor_that_is_one_they_hold() -> Result<()> {
+        let dev = Device::Cpu;
+        let (t, e, k, h, i) = (2usize, 4usize, 2usize, 32usize, 32usize);
+        let tables = new_tables(1, &dev)?;
+        let x = Tensor::zeros((t, h), DType::BF16, &dev)?;
+        let down = Tensor::zeros((e, h, i), DType::BF16, &dev)?;
+        let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
+        let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
+        // out as the residual: refused with a message, not a wait on its own lock
+        let err = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k }.run(&x, &act, &down).unwrap_err().to_string();
+        assert!(err.contains("moe down: out shares its buffer with the residual"), "{err}");
+        let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
+        let gate_up = Tensor::zeros((e, 2 * i, h), DType::BF16, &dev)?;
+        let up = ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
+        let err = up.run(&act, &x, &gate_up).unwrap_err().to_string();
+        assert!(err.contains("act shares its buffer with the router logits"), "{err}");
+        ExpertsUpInto { logits: &logits, ..up }.run(&act, &x, &gate_up)?;
+        Ok(())
     }
 
     #[test]
