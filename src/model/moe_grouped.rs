@@ -1,9 +1,10 @@
 //! The MoE block of a streamed block pass, as the GPU runs it (the grouped forms of
 //! kernels/gemv.cu around kernels/moe.cuh, launched from `cuda/moe.rs`): after the router's
-//! product, one launch routes on the device into a table and multiplies every touched expert's
-//! gate|up ([`ExpertsUpInto`]), one multiplies their down products and adds them up with the
-//! residual ([`ExpertsDownInto`]). Nothing comes back to the host and every shape depends only
-//! on (T, experts, k), so a captured CUDA graph replays the whole pass.
+//! product, [`ExpertsUpInto`] routes on the device into a table and multiplies every touched
+//! expert's gate|up, [`ExpertsDownInto`] multiplies their down products and adds them up with
+//! the residual: two kernels each, or one each with `UNMASK_MOE_FUSED=1` (`cuda/moe.rs`).
+//! Nothing comes back to the host and every shape depends only on (T, experts, k), so a
+//! captured CUDA graph replays the whole pass.
 //!
 //! The CPU bodies here are the same algorithm in Rust, written to be read against the kernels;
 //! they are what CI runs (the GPU has no CI), and `check-device` compares the kernels with them.
