@@ -8,11 +8,11 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Tensor};
 use half::bf16;
 
 use crate::model::gemv::{entry_name, kernel_name, split_for, Dims, Epilogue, GemvInto, WeightLayout};
-use super::launch::{aligned, Args};
+use super::launch::{aligned, held_aligned, Args};
 
 pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
 pub(super) const MODULE: &str = "unmask_gemv";
@@ -79,15 +79,6 @@ fn launch_raw(
     unsafe { b.launch(&f, cfg) }
 }
 
-/// A bf16 view of a tensor that is not one of the op's operands, under its read lock.
-fn with_view<R>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, bf16>) -> Result<R>) -> Result<R> {
-    let (st, l) = t.storage_and_layout();
-    match &*st {
-        Storage::Cuda(s) => f(&aligned(s, l, what)?),
-        _ => candle_core::bail!("{what} is not on the GPU"),
-    }
-}
-
 pub fn launch(
     epilogue: Epilogue,
     d: Dims,
@@ -112,10 +103,10 @@ pub fn launch_into(
     let (x, w) = (aligned(sx, lx, "gemv: x")?, aligned(sw, lw, "gemv: w")?);
     let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("gemv: out must be contiguous") };
     let mut y = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-    match op.residual {
-        Some(r) => with_view(r, "gemv: residual", |rv| launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, Some(rv))),
-        None => launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, None),
-    }
+    // the residual, a tensor the op holds (not an operand), under its read lock
+    let held = op.residual.map(Tensor::storage_and_layout);
+    let residual = held.as_ref().map(|r| held_aligned::<bf16>(r, "gemv: residual")).transpose()?;
+    launch_raw(&dev, op.epilogue, dims, &x, &w, &mut y, op.rms, residual.as_ref())
 }
 
 /// `n x k` bf16 values into layout `to` from the other (kernels/gemv.cu, `unmask_repack`; see

@@ -19,12 +19,13 @@
 //! calls `cuLaunchKernelEx`. [`aligned`] gives the gemv and MoE kernels their operands.
 
 use std::ffi::c_void;
+use std::ops::Deref;
 use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CudaDevice, CudaStorage, Layout, Result};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage};
 
 /// Whether the GPU of `stream` runs programmatic dependent launch (Hopper and later).
 fn has_pdl(stream: &CudaStream) -> Result<bool> {
@@ -75,6 +76,21 @@ pub fn carveout(f: &CudaFunction) -> Result<()> {
         f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p).w()?;
     }
     Ok(())
+}
+
+/// The CUDA storage and layout of a tensor an op holds rather than takes as an operand, from
+/// its guard (`Tensor::storage_and_layout`), so that a launch with several such tensors keeps
+/// the guards side by side instead of a closure each.
+pub fn held_storage<'a>((st, l): &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<(&'a CudaStorage, &'a Layout)> {
+    let Storage::Cuda(s) = &**st else { candle_core::bail!("{what}: not on the GPU") };
+    Ok((s, l))
+}
+
+/// A held tensor's view ([`held_storage`]), contiguous and 16-byte aligned as [`aligned`]
+/// asks of operands.
+pub fn held_aligned<'a, T: CudaDType>(held: &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<CudaView<'a, T>> {
+    let (s, l) = held_storage(held, what)?;
+    aligned::<T>(s, l, what)
 }
 
 /// A view of a contiguous operand that starts 16-byte aligned. The alignment is in bytes

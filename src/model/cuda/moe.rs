@@ -17,10 +17,10 @@ use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage, Tensor};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, StorageRef};
 use half::bf16;
 
-use super::launch::{aligned, Args};
+use super::launch::{aligned, held_aligned, held_storage, Args};
 use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
 use crate::model::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, DONE_WORDS, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
@@ -45,22 +45,13 @@ pub fn set_fused(on: Option<bool>) {
     CHOICE.store(on.map_or(0, |f| 1 + u8::from(f)), Ordering::Relaxed);
 }
 
-/// Views of the words `[at, at + len)` of the tables buffer (a tensor the ops hold, not an
-/// operand), one a range: a layer's table, the down kernel's block counts, the counters. The
-/// kernels write through them. One read of the buffer's storage for all of them.
-fn tables_views<const N: usize>(tables: &Tensor, ranges: [(usize, usize); N], f: impl FnOnce(&[CudaView<'_, u32>; N]) -> Result<()>) -> Result<()> {
-    let (st, l) = tables.storage_and_layout();
-    let Storage::Cuda(s) = &*st else { candle_core::bail!("moe: the tables are not on the GPU") };
-    let all = s.as_cuda_slice::<u32>()?;
-    let base = l.start_offset();
-    f(&ranges.map(|(at, len)| all.slice(base + at..base + at + len)))
-}
-
-/// A held tensor's contiguous view (the router's logits, the residual, the f32 slots).
-fn held<T: candle_core::cuda_backend::CudaDType>(t: &Tensor, what: &str, f: impl FnOnce(&CudaView<'_, T>) -> Result<()>) -> Result<()> {
-    let (st, l) = t.storage_and_layout();
-    let Storage::Cuda(s) = &*st else { candle_core::bail!("{what}: not on the GPU") };
-    f(&aligned::<T>(s, l, what)?)
+/// The words `[at, at + len)` of the tables buffer, from its guard (`storage_and_layout`: the
+/// ops hold the buffer, it is not an operand): a layer's table, the down kernel's block counts,
+/// the counters. The kernels write through them.
+fn words<'a>(g: &'a (StorageRef<'_>, &Layout), at: usize, len: usize) -> Result<CudaView<'a, u32>> {
+    let (s, l) = held_storage(g, "moe: the tables")?;
+    let at = l.start_offset() + at;
+    Ok(s.as_cuda_slice::<u32>()?.slice(at..at + len))
 }
 
 /// A grouped kernel of the gemv module with its dynamic shared memory allowed; grid (tiles, T
@@ -91,33 +82,32 @@ pub fn experts_up(
         route(op, (t, e), &dev)?;
         let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true);
         let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
-        return tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS)], |[table]| {
-            let stream = dev.cuda_stream();
-            let mut b = Args::new(&stream);
-            b.input(&w).input(&x).output(&mut act).input(table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
-            // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len,
-            // n, k8, ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route
-            // kernel before it wrote the table (expert ids < E).
-            unsafe { b.launch(&f, cfg) }
-        });
+        let tg = op.tables.storage_and_layout();
+        let table = words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?;
+        let stream = dev.cuda_stream();
+        let mut b = Args::new(&stream);
+        b.input(&w).input(&x).output(&mut act).input(&table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
+        // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n,
+        // k8, ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel
+        // before it wrote the table (expert ids < E).
+        return unsafe { b.launch(&f, cfg) };
     }
     // the staged x, the K split's sums, and first the routing's scratch
     let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true).max(route_scratch_bytes(e));
     let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_moe_route_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
-    held::<bf16>(op.logits, "moe: router logits", |logits| {
-        tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS), (n - STATS_WORDS, STATS_WORDS)], |[table, stats]| {
-            let stream = dev.cuda_stream();
-            let mut b = Args::new(&stream);
-            b.input(logits).input(table).input(stats).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
-            b.input(&w).input(&x).output(&mut act).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
-            // SAFETY: kernels/gemv.cu's unmask_moe_route_up_u4[_p](logits [t, e] bf16, MoeTable*,
-            // u64[2], e, k, norm, w, x, act, t_len, n, k8, ks, eps); the op's dims checked the
-            // logits, w (E x 2 I x H, rows or packed), x, act and that the tables hold the layer;
-            // the table and the counters are words of the tables buffer, which nothing else
-            // touches while the pass runs; the shared memory covers the routing's scratch.
-            unsafe { b.launch(&f, cfg) }
-        })
-    })
+    let (lg, tg) = (op.logits.storage_and_layout(), op.tables.storage_and_layout());
+    let logits = held_aligned::<bf16>(&lg, "moe: router logits")?;
+    let (table, stats) = (words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?, words(&tg, n - STATS_WORDS, STATS_WORDS)?);
+    let stream = dev.cuda_stream();
+    let mut b = Args::new(&stream);
+    b.input(&logits).input(&table).input(&stats).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
+    b.input(&w).input(&x).output(&mut act).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
+    // SAFETY: kernels/gemv.cu's unmask_moe_route_up_u4[_p](logits [t, e] bf16, MoeTable*, u64[2],
+    // e, k, norm, w, x, act, t_len, n, k8, ks, eps); the op's dims checked the logits, w (E x 2
+    // I x H, rows or packed), x, act and that the tables hold the layer; the table and the
+    // counters are words of the tables buffer, which nothing else touches while the pass runs;
+    // the shared memory covers the routing's scratch.
+    unsafe { b.launch(&f, cfg) }
 }
 
 /// The four-kernel form's routing: one block of 32 T threads writes the layer's table.
@@ -125,17 +115,16 @@ fn route(op: &ExpertsUpInto<'_>, (t, e): (usize, usize), dev: &CudaDevice) -> Re
     let f = dev.get_or_load_custom_func("unmask_moe_route", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32 * t as u32, 1, 1), shared_mem_bytes: route_scratch_bytes(e) as u32 };
     let n = op.tables.elem_count();
-    held::<bf16>(op.logits, "moe: router logits", |logits| {
-        tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS), (n - STATS_WORDS, STATS_WORDS)], |[table, stats]| {
-            let stream = dev.cuda_stream();
-            let mut b = Args::new(&stream);
-            b.input(logits).input(table).input(stats).i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
-            // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2],
-            // t, e, k, norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the
-            // tables hold the layer; the scratch fits e experts (at most 4.8 KB).
-            unsafe { b.launch(&f, cfg) }
-        })
-    })
+    let (lg, tg) = (op.logits.storage_and_layout(), op.tables.storage_and_layout());
+    let logits = held_aligned::<bf16>(&lg, "moe: router logits")?;
+    let (table, stats) = (words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?, words(&tg, n - STATS_WORDS, STATS_WORDS)?);
+    let stream = dev.cuda_stream();
+    let mut b = Args::new(&stream);
+    b.input(&logits).input(&table).input(&stats).i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
+    // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2], t, e, k,
+    // norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold the
+    // layer; the scratch fits e experts (at most 4.8 KB).
+    unsafe { b.launch(&f, cfg) }
 }
 
 pub fn experts_down(
@@ -154,54 +143,45 @@ pub fn experts_down(
     let n = op.tables.elem_count();
     if !fused() {
         let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_down_u8", expert_layout(lw)), &s, smem, t, op.k)?;
-        tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS)], |[table]| {
-            held::<f32>(op.part, "moe: part", |part| {
-                let stream = dev.cuda_stream();
-                let mut b = Args::new(&stream);
-                b.input(&w).input(&act).input(part).input(table).i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
-                // SAFETY: kernels/gemv.cu's unmask_gemv_moe_down_u8[_p](w, x, part [t k, h] f32,
-                // MoeTable*, t_len, n, k8, ks); the op's dims checked act, w and part; the table
-                // was written by this layer's routing (expert ids < E).
-                unsafe { b.launch(&f, cfg) }
-            })
-        })?;
+        let (pg, tg) = (op.part.storage_and_layout(), op.tables.storage_and_layout());
+        let (part, table) = (held_aligned::<f32>(&pg, "moe: part")?, words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?);
+        let stream = dev.cuda_stream();
+        let mut b = Args::new(&stream);
+        b.input(&w).input(&act).input(&part).input(&table).i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+        // SAFETY: kernels/gemv.cu's unmask_gemv_moe_down_u8[_p](w, x, part [t k, h] f32,
+        // MoeTable*, t_len, n, k8, ks); the op's dims checked act, w and part; the table was
+        // written by this layer's routing (expert ids < E).
+        unsafe { b.launch(&f, cfg) }?;
         return combine(op, (t, h), &mut out, &dev);
     }
     if s.blocks > DONE_WORDS {
         candle_core::bail!("moe down: {} column blocks, the tables count at most {DONE_WORDS}", s.blocks);
     }
     let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_moe_down_sum_u8", expert_layout(lw)), &s, smem, t, op.k)?;
-    held::<f32>(op.part, "moe: part", |part| {
-        held::<bf16>(op.res, "moe: residual", |res| {
-            let done_at = n - STATS_WORDS - DONE_WORDS;
-            tables_views(op.tables, [(op.layer * TABLE_WORDS, TABLE_WORDS), (done_at, DONE_WORDS)], |[table, done]| {
-                let stream = dev.cuda_stream();
-                let mut b = Args::new(&stream);
-                b.input(&w).input(&act).input(part).input(table).input(done).input(res).output(&mut out);
-                b.i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
-                // SAFETY: kernels/gemv.cu's unmask_moe_down_sum_u8[_p](w, x, part [t k, h] f32,
-                // MoeTable*, done [DONE_WORDS], res [t, h], out [t, h], t_len, n, k8, ks); the
-                // op's dims checked act, w, out, part and res; the table was written by this
-                // layer's up kernel (expert ids < E); at most DONE_WORDS column blocks, each
-                // count back at 0 when the kernel ends.
-                unsafe { b.launch(&f, cfg) }
-            })
-        })
-    })
+    let (pg, rg, tg) = (op.part.storage_and_layout(), op.res.storage_and_layout(), op.tables.storage_and_layout());
+    let (part, res) = (held_aligned::<f32>(&pg, "moe: part")?, held_aligned::<bf16>(&rg, "moe: residual")?);
+    let (table, done) = (words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?, words(&tg, n - STATS_WORDS - DONE_WORDS, DONE_WORDS)?);
+    let stream = dev.cuda_stream();
+    let mut b = Args::new(&stream);
+    b.input(&w).input(&act).input(&part).input(&table).input(&done).input(&res).output(&mut out);
+    b.i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+    // SAFETY: kernels/gemv.cu's unmask_moe_down_sum_u8[_p](w, x, part [t k, h] f32, MoeTable*,
+    // done [DONE_WORDS], res [t, h], out [t, h], t_len, n, k8, ks); the op's dims checked act,
+    // w, out, part and res; the table was written by this layer's up kernel (expert ids < E);
+    // at most DONE_WORDS column blocks, each count back at 0 when the kernel ends.
+    unsafe { b.launch(&f, cfg) }
 }
 
 /// The four-kernel form's combine: `out = bf16(bf16(Σ_j part) + res)`, a thread an element.
 fn combine(op: &ExpertsDownInto<'_>, (t, h): (usize, usize), out: &mut CudaViewMut<'_, bf16>, dev: &CudaDevice) -> Result<()> {
     let f = dev.get_or_load_custom_func("unmask_moe_combine", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
     let cfg = LaunchConfig { grid_dim: ((t * h).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    held::<f32>(op.part, "moe: part", |part| {
-        held::<bf16>(op.res, "moe: residual", |res| {
-            let stream = dev.cuda_stream();
-            let mut b = Args::new(&stream);
-            b.input(part).input(res).output(out).i32(t as i32).i32(h as i32).i32(op.k as i32);
-            // SAFETY: kernels/gemv.cu's unmask_moe_combine(part [t k, h] f32, res [t, h] bf16,
-            // out [t, h] bf16, t, h, k); the down op's dims checked the shapes.
-            unsafe { b.launch(&f, cfg) }
-        })
-    })
+    let (pg, rg) = (op.part.storage_and_layout(), op.res.storage_and_layout());
+    let (part, res) = (held_aligned::<f32>(&pg, "moe: part")?, held_aligned::<bf16>(&rg, "moe: residual")?);
+    let stream = dev.cuda_stream();
+    let mut b = Args::new(&stream);
+    b.input(&part).input(&res).output(out).i32(t as i32).i32(h as i32).i32(op.k as i32);
+    // SAFETY: kernels/gemv.cu's unmask_moe_combine(part [t k, h] f32, res [t, h] bf16, out [t,
+    // h] bf16, t, h, k); the down op's dims checked the shapes.
+    unsafe { b.launch(&f, cfg) }
 }

@@ -55,20 +55,11 @@ fn func_name(name: &str, dt: DType) -> Result<String> {
     Ok(format!("{name}_{}", suffix(dt)?))
 }
 
-/// Runs `f` with the CUDA storage of a tensor that is not one of the op's inputs.
-fn with_storage<R>(t: &Tensor, f: impl FnOnce(&CudaStorage, &Layout) -> Result<R>) -> Result<R> {
-    let (st, l) = t.storage_and_layout();
-    match &*st {
-        Storage::Cuda(s) => f(s, l),
-        _ => candle_core::bail!("fused op: a weight is not on the GPU"),
-    }
-}
-
 /// A view of a tensor that is not one of the op's operands, from its held storage
 /// (`Tensor::storage_and_layout`), so that a kernel with several such tensors needs no closure
 /// per tensor.
-fn held_view<'a, T: CudaDType + DeviceRepr>((st, l): &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<CudaView<'a, T>> {
-    let Storage::Cuda(s) = &**st else { candle_core::bail!("{what}: not on the GPU") };
+fn held_view<'a, T: CudaDType + DeviceRepr>(held: &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<CudaView<'a, T>> {
+    let (s, l) = super::launch::held_storage(held, what)?;
     view::<T>(s, l, what)
 }
 
@@ -105,20 +96,16 @@ pub fn qkv_prep(
             let cos = view::<$T>(s2, l2, "qkv-prep cos")?;
             let sin = view::<$T>(s3, l3, "qkv-prep sin")?;
             let mut out = unsafe { dev.alloc::<$T>(n)? };
-            with_storage(&op.q_norm, |qs, ql| {
-                with_storage(&op.k_norm, |ks, kl| {
-                    let qn = view::<$T>(qs, ql, "q_norm")?;
-                    let kn = view::<$T>(ks, kl, "k_norm")?;
-                    let mut b = Args::new(&stream);
-                    b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut out);
-                    b.i32(t_i).i32(h_i).i32(kv_i);
-                    if !by_warp {
-                        b.i32(d_i);
-                    }
-                    b.f32(op.eps);
-                    unsafe { b.launch(&f, cfg) }
-                })
-            })?;
+            let held = [&op.q_norm, &op.k_norm].map(Tensor::storage_and_layout);
+            let (qn, kn) = (held_view::<$T>(&held[0], "q_norm")?, held_view::<$T>(&held[1], "k_norm")?);
+            let mut b = Args::new(&stream);
+            b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut out);
+            b.i32(t_i).i32(h_i).i32(kv_i);
+            if !by_warp {
+                b.i32(d_i);
+            }
+            b.f32(op.eps);
+            unsafe { b.launch(&f, cfg) }?;
             wrap(out, &dev)
         }};
     }
