@@ -178,12 +178,22 @@ fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
 /// `[layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS]` u32, allocated once with the model and
 /// rewritten by each pass.
 pub fn new_tables(layers: usize, device: &candle_core::Device) -> Result<Tensor> {
-    Tensor::zeros(layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS, DType::U32, device)
+    Tensor::zeros(tables_len(layers), DType::U32, device)
+}
+
+/// u32 words of a tables buffer for `layers` sparse layers.
+fn tables_len(layers: usize) -> usize {
+    layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS
+}
+
+/// Whether a tables buffer laid out as `l` holds table `layer` and the words after the tables.
+fn holds_layer(l: &Layout, layer: usize) -> bool {
+    l.shape().elem_count() >= tables_len(layer + 1) && l.is_contiguous()
 }
 
 /// Checks that a tables buffer holds table `layer` (and the words after the tables).
 fn check_tables(tables: &Tensor, layer: usize, what: &str) -> Result<()> {
-    if tables.elem_count() < (layer + 1) * TABLE_WORDS + DONE_WORDS + STATS_WORDS || !tables.is_contiguous() || tables.dtype() != DType::U32 {
+    if !holds_layer(tables.layout(), layer) || tables.dtype() != DType::U32 {
         candle_core::bail!("{what}: the tables buffer does not hold layer {layer}");
     }
     Ok(())
@@ -229,7 +239,7 @@ impl RouteInto {
         if e > MAX_EXPERTS || self.k > e {
             candle_core::bail!("moe route: {e} experts, top {}; at most {MAX_EXPERTS} experts", self.k);
         }
-        if lt.shape().elem_count() < (self.layer + 1) * TABLE_WORDS + DONE_WORDS + STATS_WORDS || !lt.is_contiguous() {
+        if !holds_layer(lt, self.layer) {
             candle_core::bail!("moe route: the tables buffer does not hold layer {}", self.layer);
         }
         Ok((t, e))
