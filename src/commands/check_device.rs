@@ -103,7 +103,7 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
     // router, then two (routing in gate|up, the combine in down)
     let forms: &[(DType, f64, Option<bool>)] =
         if dev.is_cuda() { &[(DType::BF16, 5e-2, Some(false)), (DType::BF16, 5e-2, Some(true)), (DType::F32, 1e-4, None)] } else { &[(DType::BF16, 5e-2, None), (DType::F32, 1e-4, None)] };
-    let passes = ["prefill", "cached denoise", "fixed-window denoise"];
+    let pass_names = ["prefill", "cached denoise", "fixed-window denoise"];
     let mut four_kernels = None;
     for &(dt, limit, fused) in forms {
         set_moe_fused(fused);
@@ -118,7 +118,7 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
             bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
         }
         let got = three_passes(&g, &prompt, &block, capacity)?;
-        for (name, (a, b)) in passes.iter().zip(got.iter().zip(&want)) {
+        for (name, (a, b)) in pass_names.iter().zip(got.iter().zip(&want)) {
             rep.check(format!("logits MoE 16/4x128 top 8 of 32 {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
         }
         // the two forms route, multiply, round and sum alike: equal to the bit, which a
@@ -126,7 +126,7 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
         match (fused, &four_kernels) {
             (Some(false), _) => four_kernels = Some(got),
             (Some(true), Some(four)) => {
-                for (name, (a, b)) in passes.iter().zip(got.iter().zip(four)) {
+                for (name, (a, b)) in pass_names.iter().zip(got.iter().zip(four)) {
                     rep.check(format!("logits MoE {dt:?} 2 kernels vs 4 kernels {name}"), rel_err(a, b)?, 0.0, "rel. L2 difference (bit-identical)");
                 }
             }
