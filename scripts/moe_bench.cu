@@ -77,6 +77,13 @@ struct Bufs {
     float* part;
 };
 
+// A grouped kernel over `n` output rows: its dynamic shared memory allowed, grid (column
+// blocks, T * k slots), as src/model/cuda/moe.rs launches them.
+static void grouped(const void* f, int n, Split s, int sm, bool pdl, cudaStream_t st, void** args) {
+    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+    launch(f, dim3((n + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
+}
+
 template <int U, bool PACKED = false>
 static void up(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
     int t = T, n = I, k8 = H / 8, ks = s.ks, e = E, k = KC, norm = 1;
@@ -84,8 +91,7 @@ static void up(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
     MoeTable* tab = b.tabs + l;
     void* args[] = {&b.logits[l], &tab, &b.stats, &e, &k, &norm, &b.gate_up[l], &b.x, &b.act, &t, &n, &k8, &ks, &eps};
     const int sm = std::max(smem(H, s.ks, s.tb, 8, true), (int)(ROUTE_SCRATCH_WORDS(E) * 4));
-    CK(cudaFuncSetAttribute((const void*)up_k<U, PACKED>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
-    launch((const void*)up_k<U, PACKED>, dim3((I + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
+    grouped((const void*)up_k<U, PACKED>, I, s, sm, pdl, st, args);
 }
 
 template <int U, bool PACKED = false>
@@ -93,30 +99,23 @@ static void down(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
     int t = T, n = H, k8 = I / 8, ks = s.ks;
     MoeTable* tab = b.tabs + l;
     void* args[] = {&b.down[l], &b.act, &b.part, &tab, &b.done, &b.x, &b.out, &t, &n, &k8, &ks};
-    const int sm = smem(I, s.ks, s.tb, 4, false);
-    CK(cudaFuncSetAttribute((const void*)down_k<U, PACKED>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
-    launch((const void*)down_k<U, PACKED>, dim3((H + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
+    grouped((const void*)down_k<U, PACKED>, H, s, smem(I, s.ks, s.tb, 4, false), pdl, st, args);
 }
 
 // The four-kernel form (src/model/cuda/moe.rs without UNMASK_MOE_FUSED=1): route, gate|up and
 // down from its table, combine; at the model's splits.
 template <bool P>
 static void four_kernels(Bufs& b, int l, cudaStream_t st) {
-    int t = T, e = E, k = KC, norm = 1, h = H, n_up = I, k8_up = H / 8, ks_up = 4, n_dn = H, k8_dn = I / 8, ks_dn = 2;
+    const Split su = {4, 4, 2}, sd = {8, 2, 4};
+    int t = T, e = E, k = KC, norm = 1, h = H, n_up = I, k8_up = H / 8, ks_up = su.ks, n_dn = H, k8_dn = I / 8, ks_dn = sd.ks;
     float eps = 1e-6f;
     MoeTable* tab = b.tabs + l;
     void* ra[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
     launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), ROUTE_SCRATCH_WORDS(E) * 4, true, st, ra);
-    const void* fu = P ? (const void*)unmask_gemv_moe_up_u4_p : (const void*)unmask_gemv_moe_up_u4;
-    const int smu = smem(H, 4, 2, 8, true);
-    CK(cudaFuncSetAttribute(fu, cudaFuncAttributeMaxDynamicSharedMemorySize, smu));
     void* ua[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n_up, &k8_up, &ks_up, &eps};
-    launch(fu, dim3(I / 32, T * KC), dim3(256), smu, true, st, ua);
-    const void* fd = P ? (const void*)unmask_gemv_moe_down_u8_p : (const void*)unmask_gemv_moe_down_u8;
-    const int smd = smem(I, 2, 4, 4, false);
-    CK(cudaFuncSetAttribute(fd, cudaFuncAttributeMaxDynamicSharedMemorySize, smd));
+    grouped(P ? (const void*)unmask_gemv_moe_up_u4_p : (const void*)unmask_gemv_moe_up_u4, I, su, smem(H, su.ks, su.tb, 8, true), true, st, ua);
     void* da[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n_dn, &k8_dn, &ks_dn};
-    launch(fd, dim3(H / 64, T * KC), dim3(256), smd, true, st, da);
+    grouped(P ? (const void*)unmask_gemv_moe_down_u8_p : (const void*)unmask_gemv_moe_down_u8, H, sd, smem(I, sd.ks, sd.tb, 4, false), true, st, da);
     void* ca[] = {&b.part, &b.x, &b.out, &t, &h, &k};
     launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, true, st, ca);
 }
