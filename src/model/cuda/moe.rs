@@ -4,7 +4,7 @@
 //!
 //! A sparse layer after its router product runs in one of two forms ([`fused`]): four kernels
 //! (the routing, gate|up and down from its table, the combine: session 18's, measured on the
-//! H100 at 1.71x the 30B-A3B's floor) or two (the routing inside every gate|up block, the
+//! H100, docs/perf.md) or two (the routing inside every gate|up block, the
 //! combine inside the down kernel's last block of each column range), which removes two
 //! launches and their drains from every sparse layer's chain. The two-kernel form is written
 //! and compiled but not yet run on a GPU (no device in session 19): `UNMASK_MOE_FUSED=1` picks
