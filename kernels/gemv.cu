@@ -48,6 +48,14 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
+// A word of a MoE routing table; `l2`: through L2 only (ld.global.cg).
+__device__ __forceinline__ int table_word(const int* p, bool l2) {
+    if (!l2) return *p;
+    int v;
+    asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // One 32-wide step's half (hi: k 4..7 of each lane's 8) of rows g (a) and g + 8 (b) times x.
@@ -96,11 +104,14 @@ template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
                      const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr,
-                     unsigned* __restrict__ done = nullptr) {
+                     unsigned* __restrict__ done = nullptr, bool early = false) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
-    launch_dependents();
+    // early (the four-kernel MoE form's gate|up): the next kernel, the down product, reads the
+    // routing table before its wait, so it must launch only once the route kernel before this
+    // one has finished: signal after this kernel's wait
+    if (!(GRP == GRP_UP && early)) launch_dependents();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
@@ -110,14 +121,22 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // needs the expert)
     int cols = t_len, slot_of[8];
     if (GRP != GRP_NONE) {
-        dependency_wait();
+        // early (the down products after an early-signalling gate|up): the table is the route
+        // kernel's, finished before this kernel launched, so read it and load the expert's
+        // weights before waiting for the activations (through L2 alone: no kernel boundary with
+        // the writer's has passed that would have dropped this SM's L1 copy of an older table);
+        // the blocks past the count return at once (block 0 always lives and waits, so this
+        // kernel's end still implies the previous one's)
+        const bool ahead = GRP >= GRP_DOWN && early;
+        if (!ahead) dependency_wait();
+        if (GRP == GRP_UP && early) launch_dependents();
         const int u = blockIdx.y;
-        if (u >= tab->count) return;
-        w += (long)tab->expert[u] * (PAIR ? 2 * n : n) * k8;
-        const unsigned m = tab->rows[u];
+        if (table_word(&tab->count, ahead) <= u) return;
+        w += (long)table_word(&tab->expert[u], ahead) * (PAIR ? 2 * n : n) * k8;
+        const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], ahead);
         cols = 0;
         for (int t = 0; t < t_len; ++t)
-            if ((m >> t) & 1u) slot_of[cols++] = tab->slot[u][t];
+            if ((m >> t) & 1u) slot_of[cols++] = table_word(&tab->slot[u][t], ahead);
     }
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
     const int steps = k8 / 4;
@@ -296,8 +315,9 @@ __device__ void moe_route_up(const unsigned short* logits, MoeTable* tab, unsign
 // The down products from the table, and the combine: y = bf16(bf16(sum_j part) + res).
 template <int U, bool P>
 __device__ void moe_down_sum(const uint4* w, const uint4* x, float* part, const MoeTable* tab, unsigned* done,
-                             const unsigned short* res, unsigned short* y, int t_len, int n, int k8, int ks) {
-    gemv<U, false, false, false, GRP_DOWN_SUM, P>(w, x, y, res, t_len, n, k8, ks, 0.0f, tab, part, done);
+                             const unsigned short* res, unsigned short* y, int t_len, int n, int k8, int ks,
+                             int early) {
+    gemv<U, false, false, false, GRP_DOWN_SUM, P>(w, x, y, res, t_len, n, k8, ks, 0.0f, tab, part, done, early != 0);
 }
 // The same block as five kernels (session 18's form, measured on the H100; src/model/cuda/moe.rs
 // picks it unless UNMASK_MOE_FUSED=1): the routing alone (one block of 32 T threads, scratch in
@@ -313,13 +333,13 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
 }
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
-                       int ks, float eps) {
-    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
+                       int ks, float eps, int early) {
+    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr, nullptr, early != 0);
 }
 template <int U, bool P>
 __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
-                         int ks) {
-    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part);
+                         int ks, int early) {
+    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part, nullptr, early != 0);
 }
 // out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]), one thread an element.
 extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, const unsigned short* res,
@@ -343,17 +363,18 @@ extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, co
     extern "C" __global__ void unmask_moe_down_sum_u8##SUFFIX(const uint4* w, const uint4* x, float* part,               \
                                                               const MoeTable* tab, unsigned* done,                        \
                                                               const unsigned short* res, unsigned short* y, int t_len,    \
-                                                              int n, int k8, int ks) {                                    \
-        moe_down_sum<8, P>(w, x, part, tab, done, res, y, t_len, n, k8, ks);                                               \
+                                                              int n, int k8, int ks, int early) {                         \
+        moe_down_sum<8, P>(w, x, part, tab, done, res, y, t_len, n, k8, ks, early);                                             \
     }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_up_u4##SUFFIX(const uint4* w, const uint4* x, unsigned short* y,          \
                                                              const MoeTable* tab, int t_len, int n, int k8, int ks,      \
-                                                             float eps) {                                                \
-        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps);                                                              \
+                                                             float eps, int early) {                                     \
+        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps, early);                                                            \
     }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_down_u8##SUFFIX(const uint4* w, const uint4* x, float* part,              \
-                                                               const MoeTable* tab, int t_len, int n, int k8, int ks) {  \
-        moe_down<8, P>(w, x, part, tab, t_len, n, k8, ks);                                                              \
+                                                               const MoeTable* tab, int t_len, int n, int k8, int ks,    \
+                                                               int early) {                                              \
+        moe_down<8, P>(w, x, part, tab, t_len, n, k8, ks, early);                                                            \
     }
 MOE_ENTRIES(, false)
 MOE_ENTRIES(_p, true)

@@ -4,7 +4,7 @@
 // it; no cargo there):
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/moe_bench scripts/moe_bench.cu && /tmp/moe_bench [distinct]
-//   compute-sanitizer --tool racecheck /tmp/moe_bench check   # the two MoE forms, bit for bit
+//   compute-sanitizer --tool racecheck /tmp/moe_bench check   # the MoE forms, bit for bit
 //
 // The router logits are made so that the 4 rows of a block pass choose their 8 experts among
 // `distinct` (default 9: what bench --random-init sdar-30b-a3b counts), so the grouped products
@@ -43,7 +43,7 @@ __global__ void up_k(const unsigned short* logits, MoeTable* tab, unsigned long 
 template <int U, bool PACKED>
 __global__ void down_k(const uint4* w, const uint4* x, float* part, const MoeTable* tab, unsigned* done,
                        const unsigned short* res, unsigned short* y, int t_len, int n, int k8, int ks) {
-    moe_down_sum<U, PACKED>(w, x, part, tab, done, res, y, t_len, n, k8, ks);
+    moe_down_sum<U, PACKED>(w, x, part, tab, done, res, y, t_len, n, k8, ks, 0);
 }
 
 // The dense forms the sparse layer also runs (router, q|k|v with the norm folded in; o with the
@@ -104,17 +104,18 @@ static void down(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
 
 // The four-kernel form (src/model/cuda/moe.rs without UNMASK_MOE_FUSED=1): route, gate|up and
 // down from its table, combine; at the model's splits.
+// `early`: gate|up lets down launch after its wait, down reads the table before its own.
 template <bool P>
-static void four_kernels(Bufs& b, int l, cudaStream_t st) {
+static void four_kernels(Bufs& b, int l, cudaStream_t st, int early = 0) {
     const Split su = {4, 4, 2}, sd = {8, 2, 4};
     int t = T, e = E, k = KC, norm = 1, h = H, n_up = I, k8_up = H / 8, ks_up = su.ks, n_dn = H, k8_dn = I / 8, ks_dn = sd.ks;
     float eps = 1e-6f;
     MoeTable* tab = b.tabs + l;
     void* ra[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
     launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), ROUTE_SCRATCH_WORDS(E) * 4, true, st, ra);
-    void* ua[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n_up, &k8_up, &ks_up, &eps};
+    void* ua[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n_up, &k8_up, &ks_up, &eps, &early};
     grouped(P ? (const void*)unmask_gemv_moe_up_u4_p : (const void*)unmask_gemv_moe_up_u4, I, su, smem(H, su.ks, su.tb, 8, true), true, st, ua);
-    void* da[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n_dn, &k8_dn, &ks_dn};
+    void* da[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n_dn, &k8_dn, &ks_dn, &early};
     grouped(P ? (const void*)unmask_gemv_moe_down_u8_p : (const void*)unmask_gemv_moe_down_u8, H, sd, smem(I, sd.ks, sd.tb, 4, false), true, st, da);
     void* ca[] = {&b.part, &b.x, &b.out, &t, &h, &k};
     launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, true, st, ca);
@@ -214,6 +215,8 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
     }
     printf("\nchain under PDL, us a layer:\n");
     printf("  four kernels (route, up 4/4/2, down 8/2/4, combine): %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st); }));
+    printf("  four kernels, down reading the table early: %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st, 1); }));
+    printf("  four kernels again: %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st); }));
     const Split cur_up = {4, 4, 2}, cur_down = {8, 2, 4};  // src/model/gemv.rs grouped_split
     printf("  two kernels (route + up 4/4/2, down 8/2/4 + combine): %.2f\n", per_layer(st, [&](int l) {
                up<4, P>(b, l, cur_up, true, st);
@@ -288,19 +291,28 @@ int main(int argc, char** argv) {
     for (int j = 0; j < KC; ++j) printf(" %d(%.3f)", t0.topk[j], t0.weight[j]);
     printf("\n");
     if (check) {
-        std::vector<bf> four(T * H), two(T * H);
+        // the four-kernel form, then each other form's output against it
+        std::vector<bf> four(T * H), other(T * H);
         four_kernels<false>(b, 0, st);
         CK(cudaStreamSynchronize(st));
         CK(cudaMemcpy(four.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemset(b.out, 0, T * H * 2));
-        up<4>(b, 0, {4, 4, 2}, true, st);
-        down<8>(b, 0, {8, 2, 4}, true, st);
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(two.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
-        int differ = 0;
-        for (int i = 0; i < T * H; ++i) differ += four[i] != two[i];
-        printf("CHECK two kernels vs four: %d of %d outputs differ\n", differ, T * H);
-        return differ ? 1 : 0;
+        int failed = 0;
+        for (int form = 0; form < 2; ++form) {
+            CK(cudaMemset(b.out, 0, T * H * 2));
+            if (form == 0) {
+                up<4>(b, 0, {4, 4, 2}, true, st);
+                down<8>(b, 0, {8, 2, 4}, true, st);
+            } else {
+                four_kernels<false>(b, 0, st, 1);
+            }
+            CK(cudaStreamSynchronize(st));
+            CK(cudaMemcpy(other.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+            int differ = 0;
+            for (int i = 0; i < T * H; ++i) differ += four[i] != other[i];
+            printf("CHECK %s vs four: %d of %d outputs differ\n", form == 0 ? "two kernels" : "four kernels early", differ, T * H);
+            failed += differ != 0;
+        }
+        return failed ? 1 : 0;
     }
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)

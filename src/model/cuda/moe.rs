@@ -10,8 +10,7 @@
 //! and compiled but not yet run on a GPU (no device in session 19): `UNMASK_MOE_FUSED=1` picks
 //! it, and check-device checks both, so the next GPU session measures it and keeps one.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
@@ -24,25 +23,44 @@ use super::launch::{aligned, held_aligned, held_storage, Args};
 use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
 use crate::model::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, DONE_WORDS, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
-/// [`set_fused`]'s choice: 0 none (the environment's), 1 the four kernels, 2 the two.
-static CHOICE: AtomicU8 = AtomicU8::new(0);
+/// A sparse layer's kernels after its router product (a trial switch, `UNMASK_MOE_FORM`, a
+/// comma-separated list of these flags; none: the four kernels). `route_up`: the routing in
+/// every gate|up block (no route kernel); `down_sum`: the combine in the down kernel's last
+/// blocks (no combine kernel); `early`: with a route kernel, gate|up lets the down kernel launch
+/// only after its wait, and the down kernel reads the table and loads its first weights before
+/// waiting for the activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Form {
+    pub route_up: bool,
+    pub down_sum: bool,
+    pub early: bool,
+}
 
-/// Whether sparse layers run as two kernels after the router (see the module's note): what
-/// [`set_fused`] chose, else `UNMASK_MOE_FUSED=1` (read once).
-pub fn fused() -> bool {
-    static ENV: OnceLock<bool> = OnceLock::new();
-    match CHOICE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => *ENV.get_or_init(|| std::env::var("UNMASK_MOE_FUSED").as_deref() == Ok("1")),
+impl Form {
+    pub fn parse(s: &str) -> Form {
+        let has = |f: &str| s.split(',').any(|x| x.trim() == f);
+        Form { route_up: has("route_up"), down_sum: has("down_sum"), early: has("early") }
+    }
+    /// Whether the down kernel reads the table early (only a route kernel's table can be).
+    fn early(self) -> bool {
+        self.early && !self.route_up
     }
 }
 
-/// Picks the form for the passes that follow (check-device runs the MoE model in both);
+static CHOICE: Mutex<Option<Form>> = Mutex::new(None);
+
+/// The form: what [`set_form`] chose, else `UNMASK_MOE_FORM` (read once).
+pub fn form() -> Form {
+    static ENV: OnceLock<Form> = OnceLock::new();
+    let chosen = *CHOICE.lock().unwrap_or_else(|e| e.into_inner());
+    chosen.unwrap_or_else(|| *ENV.get_or_init(|| Form::parse(&std::env::var("UNMASK_MOE_FORM").unwrap_or_default())))
+}
+
+/// Picks the form for the passes that follow (check-device runs the MoE model in each);
 /// `None` goes back to the environment's. A captured CUDA graph keeps the form it was
 /// captured with.
-pub fn set_fused(on: Option<bool>) {
-    CHOICE.store(on.map_or(0, |f| 1 + u8::from(f)), Ordering::Relaxed);
+pub fn set_form(f: Option<Form>) {
+    *CHOICE.lock().unwrap_or_else(|e| e.into_inner()) = f;
 }
 
 /// The words `[at, at + len)` of the tables buffer, from its guard (`storage_and_layout`: the
@@ -78,7 +96,8 @@ pub fn experts_up(
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     let s = grouped_split(i, h, Epilogue::SiluMul);
     let n = op.tables.elem_count();
-    if !fused() {
+    let form = form();
+    if !form.route_up {
         route(op, (t, e), &dev)?;
         let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true);
         let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
@@ -87,8 +106,9 @@ pub fn experts_up(
         let stream = dev.cuda_stream();
         let mut b = Args::new(&stream);
         b.input(&w).input(&x).output(&mut act).input(&table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
+        b.i32(i32::from(form.early()));
         // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n,
-        // k8, ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel
+        // k8, ks, eps, early); the op's dims checked w (E x 2 I x H), x and act; the route kernel
         // before it wrote the table (expert ids < E).
         return unsafe { b.launch(&f, cfg) };
     }
@@ -141,15 +161,17 @@ pub fn experts_down(
     let s = grouped_split(h, i, Epilogue::Plain);
     let smem = s.smem_bytes(t, i, Epilogue::Plain, false);
     let n = op.tables.elem_count();
-    if !fused() {
+    let form = form();
+    if !form.down_sum {
         let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_down_u8", expert_layout(lw)), &s, smem, t, op.k)?;
         let (pg, tg) = (op.part.storage_and_layout(), op.tables.storage_and_layout());
         let (part, table) = (held_aligned::<f32>(&pg, "moe: part")?, words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?);
         let stream = dev.cuda_stream();
         let mut b = Args::new(&stream);
         b.input(&w).input(&act).input(&part).input(&table).i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+        b.i32(i32::from(form.early()));
         // SAFETY: kernels/gemv.cu's unmask_gemv_moe_down_u8[_p](w, x, part [t k, h] f32,
-        // MoeTable*, t_len, n, k8, ks); the op's dims checked act, w and part; the table was
+        // MoeTable*, t_len, n, k8, ks, early); the op's dims checked act, w and part; the table was
         // written by this layer's routing (expert ids < E).
         unsafe { b.launch(&f, cfg) }?;
         return combine(op, (t, h), &mut out, &dev);
@@ -164,9 +186,9 @@ pub fn experts_down(
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&w).input(&act).input(&part).input(&table).input(&done).input(&res).output(&mut out);
-    b.i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+    b.i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32).i32(i32::from(form.early()));
     // SAFETY: kernels/gemv.cu's unmask_moe_down_sum_u8[_p](w, x, part [t k, h] f32, MoeTable*,
-    // done [DONE_WORDS], res [t, h], out [t, h], t_len, n, k8, ks); the op's dims checked act,
+    // done [DONE_WORDS], res [t, h], out [t, h], t_len, n, k8, ks, early); the op's dims checked act,
     // w, out, part and res; the table was written by this layer's up kernel (expert ids < E);
     // at most DONE_WORDS column blocks, each count back at 0 when the kernel ends.
     unsafe { b.launch(&f, cfg) }
