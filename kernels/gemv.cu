@@ -38,7 +38,7 @@
 // src/model/gemv.rs's CPU body, so results agree before the final rounding to bf16.
 
 #include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, cp_async16, mma_bf16_16816, MoeTable
-#include "moe.cuh"     // route_any, store_table, combine_last: the MoE block around the grouped forms
+#include "moe.cuh"     // route_any, store_table: the routing before the grouped forms
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
@@ -88,13 +88,10 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // stacked experts, and the block's columns are the rows routed to it. GRP_UP: x is the
 // pass's residual stream [T, K] (PAIR, NORM: silu(gate) * up of the normed row) and y the
 // activations [T * k, N] at the rows' slots. GRP_DOWN: x is those activations and the output
-// is f32 [T * k, N], each slot's product times its routing weight. GRP_DOWN_SUM: GRP_DOWN, then
-// the last block of each column range to finish sums the slots of every row into y plus the
-// residual `res` (moe.cuh, combine_last), counting blocks in `done`.
+// is f32 [T * k, N], each slot's product times its routing weight.
 #define GRP_NONE 0
 #define GRP_UP 1
 #define GRP_DOWN 2
-#define GRP_DOWN_SUM 3
 // PACKED: W re-laid out tile by tile in the order the warps read it, [tile][step][A row g | row
 // g + 8][lane] 16-byte fragments (src/model/gemv.rs, `pack`: the tensor [N / 16, K / 32, 16, 32]),
 // so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
@@ -103,33 +100,34 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
-                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr,
-                     unsigned* __restrict__ done = nullptr, bool early = false) {
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
-    // early (the four-kernel MoE form's gate|up): the next kernel, the down product, reads the
-    // routing table before its wait, so it must launch only once the route kernel before this
-    // one has finished: signal after this kernel's wait
-    if (!(GRP == GRP_UP && early)) launch_dependents();
+    // GRP_UP: the next kernel, the down product, reads the routing table before its wait, so it
+    // must launch only once the route kernel before this one has finished: signalled below,
+    // after this kernel's wait
+    if (GRP != GRP_UP) launch_dependents();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = tile * 16;
-    // GRP: the block's columns (x rows) and the slot each writes; the table is the previous
-    // kernel's output or the block's own routing, so wait before the first weight load (which
-    // needs the expert)
+    // GRP: the block's columns (x rows) and the slot each writes, from the route kernel's table.
+    // GRP_UP: the table is the previous kernel's output, so wait before the first weight load
+    // (which needs the expert), then let the down kernel launch. GRP_DOWN: the route kernel
+    // finished before this kernel launched (gate|up signals after its wait), so read the table
+    // and load the expert's weights before waiting for the activations (through L2 alone: no
+    // kernel boundary with the writer's has passed that would have dropped this SM's L1 copy of
+    // an older table). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79 (H100,
+    // docs/perf.md, session 20). The blocks past the count return at once (block 0 always
+    // lives and waits, so this kernel's end still implies the previous one's).
     int cols = t_len, slot_of[8];
     if (GRP != GRP_NONE) {
-        // early (the down products after an early-signalling gate|up): the table is the route
-        // kernel's, finished before this kernel launched, so read it and load the expert's
-        // weights before waiting for the activations (through L2 alone: no kernel boundary with
-        // the writer's has passed that would have dropped this SM's L1 copy of an older table);
-        // the blocks past the count return at once (block 0 always lives and waits, so this
-        // kernel's end still implies the previous one's)
-        const bool ahead = GRP >= GRP_DOWN && early;
-        if (!ahead) dependency_wait();
-        if (GRP == GRP_UP && early) launch_dependents();
+        const bool ahead = GRP == GRP_DOWN;
+        if (GRP == GRP_UP) {
+            dependency_wait();
+            launch_dependents();
+        }
         const int u = blockIdx.y;
         if (table_word(&tab->count, ahead) <= u) return;
         w += (long)table_word(&tab->expert[u], ahead) * (PAIR ? 2 * n : n) * k8;
@@ -249,7 +247,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         const int row = n0 + g + (i >> 1) * 8, t = 2 * q + (i & 1);
         if (t >= cols || row >= n) continue;
         float v = NORM ? c[i] * rs[i & 1] : c[i];
-        if (GRP >= GRP_DOWN) {
+        if (GRP == GRP_DOWN) {
             const int sl = slot_of[t];
             yf[(long)sl * n + row] = bf16_round(v) * tab->weight[sl];
             continue;
@@ -262,12 +260,6 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         const long at = (long)(GRP == GRP_UP ? slot_of[t] : t) * n + row;
         if (ADD) v = bf16_round(v) + rv[i];
         y[at] = to_bf16(v);
-    }
-    if (GRP == GRP_DOWN_SUM) {
-        // the warps left (kw == 0: the others returned after the K split's sums)
-        const int nlive = 32 * ((blockDim.x >> 5) / ks), me = (warp / ks) * 32 + lane;
-        const int c0 = blockIdx.x * (nlive / 32) * 16;
-        combine_last(yf, res, y, done, tab->count, t_len, tab->k, n, c0, min(nlive / 2, n - c0), me, nlive);
     }
 }
 
@@ -296,32 +288,12 @@ GEMV(unmask_gemv_add_u4, 4, false, false, true)
 GEMV(unmask_gemv_silu_u8, 8, true, false, false)
 GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
 
-// MoE experts, grouped (GRP above; moe.cuh has the whole sparse layer). grid (tiles, T * k).
-// Routing then gate|up: every block routes the router's logits [T, e] into a table in its
-// shared memory (the dynamic shared memory lent as scratch: route_scratch_bytes in
-// src/model/moe_grouped.rs), block (0, 0) writes it to `tab` (and counts into `stats`) for the
-// down kernel and the host, and the block multiplies for the distinct expert blockIdx.y.
-template <int U, bool P>
-__device__ void moe_route_up(const unsigned short* logits, MoeTable* tab, unsigned long long* stats, int e, int k,
-                             int norm, const uint4* w, const uint4* x, unsigned short* y, int t_len, int n, int k8,
-                             int ks, float eps) {
-    __shared__ MoeTable s;
-    launch_dependents();
-    dependency_wait();  // the router's logits
-    route_any(logits, t_len, e, k, norm, &s, route_scratch());
-    if (blockIdx.x == 0 && blockIdx.y == 0) store_table(&s, tab, stats, t_len);
-    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, &s, nullptr);
-}
-// The down products from the table, and the combine: y = bf16(bf16(sum_j part) + res).
-template <int U, bool P>
-__device__ void moe_down_sum(const uint4* w, const uint4* x, float* part, const MoeTable* tab, unsigned* done,
-                             const unsigned short* res, unsigned short* y, int t_len, int n, int k8, int ks,
-                             int early) {
-    gemv<U, false, false, false, GRP_DOWN_SUM, P>(w, x, y, res, t_len, n, k8, ks, 0.0f, tab, part, done, early != 0);
-}
-// The same block as five kernels (session 18's form, measured on the H100; src/model/cuda/moe.rs
-// picks it unless UNMASK_MOE_FUSED=1): the routing alone (one block of 32 T threads, scratch in
-// its dynamic shared memory), gate|up and down reading its table, the combine.
+// MoE experts, grouped (GRP above; moe.cuh has the routing): a sparse layer after its router
+// product is four kernels. unmask_moe_route (one block of 32 T threads, its scratch in the
+// dynamic shared memory) writes the layer's table; gate|up and down multiply from it, grid
+// (tiles, T * k); unmask_moe_combine sums each row's slots plus the residual. (Folding the
+// routing into every gate|up block and the combine into down's last blocks was slower: 3.90
+// and 3.75 ms a 30B-A3B forward against 3.64, H100, docs/perf.md, session 20.)
 extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* logits, MoeTable* tab,
                                                                    unsigned long long* stats, int t_len, int e,
                                                                    int k, int norm) {
@@ -333,13 +305,13 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
 }
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
-                       int ks, float eps, int early) {
-    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr, nullptr, early != 0);
+                       int ks, float eps) {
+    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
 }
 template <int U, bool P>
 __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
-                         int ks, int early) {
-    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part, nullptr, early != 0);
+                         int ks) {
+    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part);
 }
 // out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]), one thread an element.
 extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, const unsigned short* res,
@@ -354,27 +326,14 @@ extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, co
 }
 // Each with the experts in rows and (_p) each expert packed (PACKED: `[E][tile][step][16][32]`).
 #define MOE_ENTRIES(SUFFIX, P)                                                                                          \
-    extern "C" __global__ void unmask_moe_route_up_u4##SUFFIX(const unsigned short* logits, MoeTable* tab,                \
-                                                              unsigned long long* stats, int e, int k, int norm,          \
-                                                              const uint4* w, const uint4* x, unsigned short* y,          \
-                                                              int t_len, int n, int k8, int ks, float eps) {              \
-        moe_route_up<4, P>(logits, tab, stats, e, k, norm, w, x, y, t_len, n, k8, ks, eps);                                \
-    }                                                                                                                   \
-    extern "C" __global__ void unmask_moe_down_sum_u8##SUFFIX(const uint4* w, const uint4* x, float* part,               \
-                                                              const MoeTable* tab, unsigned* done,                        \
-                                                              const unsigned short* res, unsigned short* y, int t_len,    \
-                                                              int n, int k8, int ks, int early) {                         \
-        moe_down_sum<8, P>(w, x, part, tab, done, res, y, t_len, n, k8, ks, early);                                             \
-    }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_up_u4##SUFFIX(const uint4* w, const uint4* x, unsigned short* y,          \
                                                              const MoeTable* tab, int t_len, int n, int k8, int ks,      \
-                                                             float eps, int early) {                                     \
-        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps, early);                                                            \
+                                                             float eps) {                                                \
+        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps);                                                              \
     }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_down_u8##SUFFIX(const uint4* w, const uint4* x, float* part,              \
-                                                               const MoeTable* tab, int t_len, int n, int k8, int ks,    \
-                                                               int early) {                                              \
-        moe_down<8, P>(w, x, part, tab, t_len, n, k8, ks, early);                                                            \
+                                                               const MoeTable* tab, int t_len, int n, int k8, int ks) {  \
+        moe_down<8, P>(w, x, part, tab, t_len, n, k8, ks);                                                              \
     }
 MOE_ENTRIES(, false)
 MOE_ENTRIES(_p, true)

@@ -1,22 +1,14 @@
-// Routing and combining a MoE layer's block pass (Qwen3-MoE, SDAR-30B-A3B) around the grouped
-// expert products of kernels/gemv.cu, which includes this file (NVRTC gets it as the named
-// header "moe.cuh": src/model/cuda/nvrtc.rs). After the router's logits [T, E] (bf16, gemv.cu's
-// norm form: the post-attention norm folded into the router's columns, as into every expert's
-// gate|up), a sparse layer runs in one of two forms (src/model/cuda/moe.rs picks):
-//   four kernels (session 18's, measured): unmask_moe_route writes the table (route_any:
-//     softmax over all experts in f32, the top k, exact ties to the lower expert id, a NaN logit
-//     below every number, PyTorch's order on ties being its sort's, src/model/topk.rs;
-//     renormalised when the config says so), unmask_gemv_moe_up_u4 and _down_u8 multiply from
-//     it, unmask_moe_combine sums each row's k slots plus the residual;
-//   two kernels (UNMASK_MOE_FUSED=1, not yet measured on a GPU): unmask_moe_route_up_u4, whose
-//     every block routes into a table in its own shared memory (block (0, 0) writes it out) and
-//     then multiplies gate|up for its distinct expert, and unmask_moe_down_sum_u8, whose last
-//     block of each column range to finish does the combine (combine_last). Routing in every
-//     block is a few hundred cycles of arithmetic on logits already in L2, where a kernel of its
-//     own costs a launch, a drain, and a table written and read back between the router and the
-//     first expert weight load.
-// Every shape depends only on T, E and k, and nothing comes back to the host, so the pass stays
-// one CUDA graph. `stats` counts distinct experts and passes, for the floor's byte count.
+// Routing a MoE layer's block pass (Qwen3-MoE, SDAR-30B-A3B) for the grouped expert products of
+// kernels/gemv.cu, which includes this file (NVRTC gets it as the named header "moe.cuh":
+// src/model/cuda/nvrtc.rs). After the router's logits [T, E] (bf16, gemv.cu's norm form: the
+// post-attention norm folded into the router's columns, as into every expert's gate|up),
+// unmask_moe_route writes the layer's table (route_any: softmax over all experts in f32, the top
+// k, exact ties to the lower expert id, a NaN logit below every number, PyTorch's order on ties
+// being its sort's, src/model/topk.rs; renormalised when the config says so), the grouped
+// gate|up and down products multiply from it, and unmask_moe_combine sums each row's k slots
+// plus the residual (gemv.cu). Every shape depends only on T, E and k, and nothing comes back to
+// the host, so the pass stays one CUDA graph. `stats` counts distinct experts and passes, for
+// the floor's byte count.
 #ifndef UNMASK_MOE_CUH
 #define UNMASK_MOE_CUH
 
@@ -71,9 +63,9 @@ __device__ __forceinline__ unsigned warp_max(unsigned v) {
 // round's best and a scan over the slots for the first of each expert: 6.57 us a layer in
 // scripts/moe_bench.cu on the H100, against 4.01 for this one, which writes the same tables;
 // docs/perf.md, session 18.)
-// `scratch`: ROUTE_SCRATCH_WORDS(e) words of shared memory the caller lends (the grouped
-// kernels lend the dynamic shared memory they stage x in later; one scratch for the three
-// forms of route_any, where static arrays in each would take shared memory three times).
+// `scratch`: ROUTE_SCRATCH_WORDS(e) words of shared memory the caller lends (route_scratch: one
+// scratch for the three forms of route_any, where static arrays in each would take shared
+// memory three times).
 template <int EPL>
 __device__ void route_block(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s, int* scratch) {
     int* pick = scratch;                              // [slot] its expert
@@ -151,9 +143,8 @@ __device__ void route_block(const unsigned short* logits, int t_len, int e, int 
     __syncthreads();
 }
 
-// The block's dynamic shared memory as the routing's scratch (the grouped products stage x in
-// it afterwards). One declaration for every kernel that routes: an `extern __shared__` array
-// declared in a template and again in a kernel conflicts in linkage.
+// The block's dynamic shared memory as the routing's scratch. Declared apart from gemv's: an
+// `extern __shared__` array declared in a template and again in a kernel conflicts in linkage.
 __device__ __forceinline__ int* route_scratch() {
     extern __shared__ uint4 route_dynamic[];
     return (int*)route_dynamic;
@@ -187,51 +178,6 @@ __device__ __forceinline__ void store_table(const MoeTable* s, MoeTable* g, unsi
             atomicAdd(&stats[1], 1ull);
         }
     }
-}
-
-// Barrier `id` (not 0, __syncthreads' own) of `count` threads (a multiple of 32): the down
-// kernel's warps left after its K split.
-__device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
-
-// An f32 from global memory through L2 only: another block's store, which this SM's L1 may
-// hold an older copy of.
-__device__ __forceinline__ float load_cg(const float* p) {
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// The combine, folded into the grouped down product: after a block has written its slots'
-// columns [c0, c0 + cn) of `part` [T * k, n] (f32), it counts itself in done[blockIdx.x]; the
-// last of the `count` blocks of that column range (one a distinct expert) sums every row's k
-// slots in order, rounds to bf16 and adds the residual: out [T, n] = bf16(bf16(sum_j part[t k +
-// j]) + res[t]), as the dense layer's down product + add rounds (`out` is not `res`). Then it
-// sets the count back to 0 for the next layer's launch (the next down kernel starts only after
-// this one has finished: every kernel waits for the one before). The pattern of CUDA's
-// threadFenceReduction sample: each writer's fence before the count, L2 loads after it.
-// Called by the `live` threads (`me` their index) left of the block; the others have returned.
-__device__ void combine_last(const float* part, const unsigned short* res, unsigned short* out, unsigned* done,
-                             int count, int t_len, int k, int n, int c0, int cn, int me, int live) {
-    __shared__ int last;
-    __threadfence();
-    bar_sync(1, live);
-    if (me == 0) last = atomicAdd(&done[blockIdx.x], 1u) == (unsigned)(count - 1);
-    bar_sync(1, live);
-    if (!last) return;
-    __threadfence();
-    for (int i = me; i < t_len * cn; i += live) {
-        const int t = i / cn, col = c0 + i % cn;
-        // every slot's load in flight before the first add (k <= 8), then the sum in order
-        float v[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = j < k ? load_cg(part + (long)(t * k + j) * n + col) : 0.0f;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if (j < k) sum += v[j];
-        out[(long)t * n + col] = to_bf16(bf16_to_f32(to_bf16(sum)) + bf16_to_f32(res[(long)t * n + col]));
-    }
-    if (me == 0) done[blockIdx.x] = 0u;
 }
 
 #endif

@@ -4,15 +4,15 @@
 // it; no cargo there):
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/moe_bench scripts/moe_bench.cu && /tmp/moe_bench [distinct]
-//   compute-sanitizer --tool racecheck /tmp/moe_bench check   # the MoE forms, bit for bit
+//   compute-sanitizer --tool racecheck /tmp/moe_bench check   # PDL chain = serial chain, bit for bit
 //
 // The router logits are made so that the 4 rows of a block pass choose their 8 experts among
 // `distinct` (default 9: what bench --random-init sdar-30b-a3b counts), so the grouped products
-// read a known number of experts. Prints per-layer microseconds of the grouped routing + gate|up
-// and down + combine kernels for each split (warps on K x tiles a block x batch), and the pair
-// under programmatic dependent launch, with the bytes each product reads over
-// its time: with the experts in rows, then again with each expert packed in place (as the model
-// loads them).
+// read a known number of experts. Prints per-layer microseconds of the grouped gate|up and down
+// kernels for each split (batch x warps on K x tiles a block), alone, with the bytes each reads
+// over its time, and the sparse layer's four kernels (route, gate|up, down, combine) in a chain
+// under programmatic dependent launch: with the experts in rows, then again with each expert
+// packed in place (as the model loads them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,14 +36,14 @@ static bf host_bf16(float v) {
 }
 
 template <int U, bool PACKED>
-__global__ void up_k(const unsigned short* logits, MoeTable* tab, unsigned long long* stats, int e, int k, int norm,
-                     const uint4* w, const uint4* x, unsigned short* y, int t_len, int n, int k8, int ks, float eps) {
-    moe_route_up<U, PACKED>(logits, tab, stats, e, k, norm, w, x, y, t_len, n, k8, ks, eps);
+__global__ void up_k(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
+                     int ks, float eps) {
+    moe_up<U, PACKED>(w, x, y, tab, t_len, n, k8, ks, eps);
 }
 template <int U, bool PACKED>
-__global__ void down_k(const uint4* w, const uint4* x, float* part, const MoeTable* tab, unsigned* done,
-                       const unsigned short* res, unsigned short* y, int t_len, int n, int k8, int ks) {
-    moe_down_sum<U, PACKED>(w, x, part, tab, done, res, y, t_len, n, k8, ks, 0);
+__global__ void down_k(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
+                       int ks) {
+    moe_down<U, PACKED>(w, x, part, tab, t_len, n, k8, ks);
 }
 
 // The dense forms the sparse layer also runs (router, q|k|v with the norm folded in; o with the
@@ -72,7 +72,6 @@ struct Bufs {
     std::vector<bf*> logits;
     MoeTable* tabs;
     unsigned long long* stats;
-    unsigned* done;
     bf *x, *act, *out;
     float* part;
 };
@@ -84,41 +83,41 @@ static void grouped(const void* f, int n, Split s, int sm, bool pdl, cudaStream_
     launch(f, dim3((n + 16 * s.tb - 1) / (16 * s.tb), T * KC), dim3(32 * s.ks * s.tb), sm, pdl, st, args);
 }
 
+// The route kernel (one block of 32 T threads) writing layer l's table.
+static void route(Bufs& b, int l, bool pdl, cudaStream_t st) {
+    int t = T, e = E, k = KC, norm = 1;
+    MoeTable* tab = b.tabs + l;
+    void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
+    launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), ROUTE_SCRATCH_WORDS(E) * 4, pdl, st, args);
+}
+
 template <int U, bool PACKED = false>
 static void up(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
-    int t = T, n = I, k8 = H / 8, ks = s.ks, e = E, k = KC, norm = 1;
+    int t = T, n = I, k8 = H / 8, ks = s.ks;
     float eps = 1e-6f;
     MoeTable* tab = b.tabs + l;
-    void* args[] = {&b.logits[l], &tab, &b.stats, &e, &k, &norm, &b.gate_up[l], &b.x, &b.act, &t, &n, &k8, &ks, &eps};
-    const int sm = std::max(smem(H, s.ks, s.tb, 8, true), (int)(ROUTE_SCRATCH_WORDS(E) * 4));
-    grouped((const void*)up_k<U, PACKED>, I, s, sm, pdl, st, args);
+    void* args[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n, &k8, &ks, &eps};
+    grouped((const void*)up_k<U, PACKED>, I, s, smem(H, s.ks, s.tb, 8, true), pdl, st, args);
 }
 
 template <int U, bool PACKED = false>
 static void down(Bufs& b, int l, Split s, bool pdl, cudaStream_t st) {
     int t = T, n = H, k8 = I / 8, ks = s.ks;
     MoeTable* tab = b.tabs + l;
-    void* args[] = {&b.down[l], &b.act, &b.part, &tab, &b.done, &b.x, &b.out, &t, &n, &k8, &ks};
+    void* args[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n, &k8, &ks};
     grouped((const void*)down_k<U, PACKED>, H, s, smem(I, s.ks, s.tb, 4, false), pdl, st, args);
 }
 
-// The four-kernel form (src/model/cuda/moe.rs without UNMASK_MOE_FUSED=1): route, gate|up and
-// down from its table, combine; at the model's splits.
-// `early`: gate|up lets down launch after its wait, down reads the table before its own.
+// The sparse layer after its router as the model runs it (src/model/cuda/moe.rs): route, gate|up
+// and down from its table (down reading it before its wait), combine; PDL off: one after another.
 template <bool P>
-static void four_kernels(Bufs& b, int l, cudaStream_t st, int early = 0) {
-    const Split su = {4, 4, 2}, sd = {8, 2, 4};
-    int t = T, e = E, k = KC, norm = 1, h = H, n_up = I, k8_up = H / 8, ks_up = su.ks, n_dn = H, k8_dn = I / 8, ks_dn = sd.ks;
-    float eps = 1e-6f;
-    MoeTable* tab = b.tabs + l;
-    void* ra[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
-    launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), ROUTE_SCRATCH_WORDS(E) * 4, true, st, ra);
-    void* ua[] = {&b.gate_up[l], &b.x, &b.act, &tab, &t, &n_up, &k8_up, &ks_up, &eps, &early};
-    grouped(P ? (const void*)unmask_gemv_moe_up_u4_p : (const void*)unmask_gemv_moe_up_u4, I, su, smem(H, su.ks, su.tb, 8, true), true, st, ua);
-    void* da[] = {&b.down[l], &b.act, &b.part, &tab, &t, &n_dn, &k8_dn, &ks_dn, &early};
-    grouped(P ? (const void*)unmask_gemv_moe_down_u8_p : (const void*)unmask_gemv_moe_down_u8, H, sd, smem(I, sd.ks, sd.tb, 4, false), true, st, da);
+static void four_kernels(Bufs& b, int l, cudaStream_t st, Split su, Split sd, bool pdl = true) {
+    int t = T, h = H, k = KC;
+    route(b, l, pdl, st);
+    up<4, P>(b, l, su, pdl, st);
+    down<8, P>(b, l, sd, pdl, st);
     void* ca[] = {&b.part, &b.x, &b.out, &t, &h, &k};
-    launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, true, st, ca);
+    launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, ca);
 }
 
 // Median microseconds a layer of `body` (called for l = 0..L-1 inside one captured graph).
@@ -193,12 +192,12 @@ static void dense_sweep(const char* name, int n, int k, cudaStream_t st, const b
     for (bf* p : pw) CK(cudaFree(p));
 }
 
-// The grouped kernels' splits swept alone and in the chain route + up -> down + combine under
-// PDL, the experts in rows or (P) packed.
+// The grouped kernels' splits swept alone (the tables written before) and in the four-kernel
+// chain under PDL, the experts in rows or (P) packed.
 template <bool P>
 static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
     const double up_mb = distinct * 2.0 * I * H * 2 / 1e6, down_mb = distinct * 1.0 * H * I * 2 / 1e6;
-    printf("\n%s: route + gate|up (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", P ? "packed" : "rows", up_mb);
+    printf("\n%s: gate|up (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", P ? "packed" : "rows", up_mb);
     const Split ups[] = {{4, 8, 1}, {4, 4, 1}, {4, 4, 2}, {4, 2, 2}, {4, 2, 4}, {4, 16, 1}, {8, 4, 1}, {8, 2, 2}, {8, 8, 1}, {2, 8, 1}, {2, 16, 1}};
     for (Split s : ups) {
         double us = s.u == 8 ? per_layer(st, [&](int l) { up<8, P>(b, l, s, false, st); })
@@ -206,31 +205,22 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
                              : per_layer(st, [&](int l) { up<2, P>(b, l, s, false, st); });
         printf("  %d/%d/%d: %.2f us, %.2f TB/s\n", s.u, s.ks, s.tb, us, up_mb / us);
     }
-    printf("\ndown + combine (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", down_mb);
+    printf("\ndown (%.1f MB a layer), split u/ks/tb: us a layer, TB/s\n", down_mb);
     const Split downs[] = {{8, 8, 1}, {8, 3, 1}, {8, 3, 2}, {8, 3, 4}, {8, 2, 2}, {8, 2, 4}, {4, 6, 1}, {4, 6, 2}, {4, 4, 2}, {4, 2, 4}, {8, 1, 8}, {4, 12, 1}};
     for (Split s : downs) {
         double us = s.u == 8 ? per_layer(st, [&](int l) { down<8, P>(b, l, s, false, st); })
                              : per_layer(st, [&](int l) { down<4, P>(b, l, s, false, st); });
         printf("  %d/%d/%d: %.2f us, %.2f TB/s\n", s.u, s.ks, s.tb, us, down_mb / us);
     }
-    printf("\nchain under PDL, us a layer:\n");
-    printf("  four kernels (route, up 4/4/2, down 8/2/4, combine): %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st); }));
-    printf("  four kernels, down reading the table early: %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st, 1); }));
-    printf("  four kernels again: %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st); }));
     const Split cur_up = {4, 4, 2}, cur_down = {8, 2, 4};  // src/model/gemv.rs grouped_split
-    printf("  two kernels (route + up 4/4/2, down 8/2/4 + combine): %.2f\n", per_layer(st, [&](int l) {
-               up<4, P>(b, l, cur_up, true, st);
-               down<8, P>(b, l, cur_down, true, st);
-           }));
+    printf("\nchain route -> up -> down -> combine under PDL, us a layer:\n");
+    printf("  model splits (up 4/4/2, down 8/2/4): %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st, cur_up, cur_down); }));
     double best = 1e30;
     Split bu = cur_up, bd = cur_down;
     for (Split su : ups)
         for (Split sd : downs) {
             if (su.u != 4 || sd.u != 8) continue;  // the kernels the model instantiates
-            const double us = per_layer(st, [&](int l) {
-                up<4, P>(b, l, su, true, st);
-                down<8, P>(b, l, sd, true, st);
-            });
+            const double us = per_layer(st, [&](int l) { four_kernels<P>(b, l, st, su, sd); });
             printf("  up %d/%d/%d down %d/%d/%d: %.2f\n", su.u, su.ks, su.tb, sd.u, sd.ks, sd.tb, us);
             if (us < best) best = us, bu = su, bd = sd;
         }
@@ -239,8 +229,8 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
 }
 
 int main(int argc, char** argv) {
-    // `check`: only the two forms' outputs on layer 0, compared bit for bit (quick enough for
-    // compute-sanitizer --tool racecheck / synccheck)
+    // `check`: only layer 0's chain, under PDL and one kernel after another, compared bit for
+    // bit (quick enough for compute-sanitizer --tool racecheck / synccheck)
     const bool check = argc > 1 && strcmp(argv[1], "check") == 0;
     const int distinct = argc > 1 && !check ? atoi(argv[1]) : 9;
     if (distinct < 1 || distinct > E) {
@@ -275,15 +265,13 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&b.tabs, sizeof(MoeTable) * L));
     CK(cudaMalloc(&b.stats, 16));
     CK(cudaMemset(b.stats, 0, 16));
-    CK(cudaMalloc(&b.done, 4096));
-    CK(cudaMemset(b.done, 0, 4096));
     CK(cudaMalloc(&b.x, T * H * 2));
     CK(cudaMalloc(&b.act, T * KC * I * 2));
     CK(cudaMalloc(&b.out, T * H * 2));
     CK(cudaMalloc(&b.part, T * KC * H * 4));
     fill<<<64, 256>>>(b.x, T * H, 5, 2.0f);
     CK(cudaDeviceSynchronize());
-    for (int l = 0; l < L; ++l) up<4>(b, l, {4, 4, 2}, false, st);
+    for (int l = 0; l < L; ++l) route(b, l, false, st);
     CK(cudaStreamSynchronize(st));
     MoeTable t0;
     CK(cudaMemcpy(&t0, b.tabs, sizeof t0, cudaMemcpyDeviceToHost));
@@ -291,28 +279,18 @@ int main(int argc, char** argv) {
     for (int j = 0; j < KC; ++j) printf(" %d(%.3f)", t0.topk[j], t0.weight[j]);
     printf("\n");
     if (check) {
-        // the four-kernel form, then each other form's output against it
-        std::vector<bf> four(T * H), other(T * H);
-        four_kernels<false>(b, 0, st);
+        std::vector<bf> serial(T * H), chained(T * H);
+        four_kernels<false>(b, 0, st, {4, 4, 2}, {8, 2, 4}, false);
         CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(four.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
-        int failed = 0;
-        for (int form = 0; form < 2; ++form) {
-            CK(cudaMemset(b.out, 0, T * H * 2));
-            if (form == 0) {
-                up<4>(b, 0, {4, 4, 2}, true, st);
-                down<8>(b, 0, {8, 2, 4}, true, st);
-            } else {
-                four_kernels<false>(b, 0, st, 1);
-            }
-            CK(cudaStreamSynchronize(st));
-            CK(cudaMemcpy(other.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
-            int differ = 0;
-            for (int i = 0; i < T * H; ++i) differ += four[i] != other[i];
-            printf("CHECK %s vs four: %d of %d outputs differ\n", form == 0 ? "two kernels" : "four kernels early", differ, T * H);
-            failed += differ != 0;
-        }
-        return failed ? 1 : 0;
+        CK(cudaMemcpy(serial.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemset(b.out, 0, T * H * 2));
+        four_kernels<false>(b, 0, st, {4, 4, 2}, {8, 2, 4}, true);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(chained.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+        int differ = 0;
+        for (int i = 0; i < T * H; ++i) differ += serial[i] != chained[i];
+        printf("CHECK chain under PDL vs one kernel after another: %d of %d outputs differ\n", differ, T * H);
+        return differ ? 1 : 0;
     }
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)

@@ -28,11 +28,6 @@ pub mod registry;
 pub mod topk;
 pub mod weights;
 
-/// Picks the GPU's form of a sparse layer (cuda/moe.rs: four kernels after the router, or two);
-/// check-device runs both.
-#[cfg(feature = "cuda")]
-pub use cuda::moe::{set_form as set_moe_form, Form as MoeForm};
-
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};

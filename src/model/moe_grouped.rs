@@ -2,7 +2,7 @@
 //! kernels/gemv.cu around kernels/moe.cuh, launched from `cuda/moe.rs`): after the router's
 //! product, [`ExpertsUpInto`] routes on the device into a table and multiplies every touched
 //! expert's gate|up, [`ExpertsDownInto`] multiplies their down products and adds them up with
-//! the residual: two kernels each, or one each with `UNMASK_MOE_FUSED=1` (`cuda/moe.rs`).
+//! the residual: two kernels each (`cuda/moe.rs`).
 //! Nothing comes back to the host and every shape depends only on (T, experts, k), so a
 //! captured CUDA graph replays the whole pass.
 //!
@@ -35,11 +35,8 @@ pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_S
 /// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
 /// passes.
 pub const STATS_WORDS: usize = 4;
-/// Before the counters, the down kernel's count of finished blocks per column range (its
-/// combine: kernels/moe.cuh, combine_last), at 0 between launches: at most this many ranges.
-pub const DONE_WORDS: usize = 1024;
 
-/// Shared memory the routing borrows in the up kernel for `e` experts: kernels/moe.cuh's
+/// Shared memory the route kernel takes for `e` experts: kernels/moe.cuh's
 /// ROUTE_SCRATCH_WORDS(e) u32 words.
 pub fn route_scratch_bytes(e: usize) -> usize {
     (3 * MAX_SLOTS + e) * 4
@@ -174,16 +171,15 @@ fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &str) -> Result<&'a [T]> {
     }
 }
 
-/// The routing tables of every sparse layer, the down kernel's block counts and the counters:
-/// `[layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS]` u32, allocated once with the model and
-/// rewritten by each pass.
+/// The routing tables of every sparse layer and the counters: `[layers * TABLE_WORDS +
+/// STATS_WORDS]` u32, allocated once with the model and rewritten by each pass.
 pub fn new_tables(layers: usize, device: &candle_core::Device) -> Result<Tensor> {
     Tensor::zeros(tables_len(layers), DType::U32, device)
 }
 
 /// u32 words of a tables buffer for `layers` sparse layers.
 fn tables_len(layers: usize) -> usize {
-    layers * TABLE_WORDS + DONE_WORDS + STATS_WORDS
+    layers * TABLE_WORDS + STATS_WORDS
 }
 
 /// Whether a tables buffer laid out as `l` holds table `layer` and the words after the tables.
@@ -279,9 +275,9 @@ impl candle_core::InplaceOp2 for RouteInto {
 
 /// `tables[layer] = route(logits)`, then `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)`
 /// for every slot, `e` its expert and `x̂_t` row t normalised (the post-attention norm's weight
-/// is folded into every expert's columns). On the GPU one kernel, `unmask_moe_route_up_u4`,
-/// whose blocks each route (kernels/moe.cuh); on the CPU [`RouteInto`] and then the products,
-/// since the op writes the tables, which it only holds. `w`: `[experts, 2 I, H]` (or each
+/// is folded into every expert's columns). On the GPU two kernels, `unmask_moe_route`
+/// (kernels/moe.cuh) and the grouped `unmask_gemv_moe_up_u4`; on the CPU [`RouteInto`] and
+/// then the products, since the op writes the tables, which it only holds. `w`: `[experts, 2 I, H]` (or each
 /// expert packed), gate rows then up rows per expert; `logits`: `[T, experts]`.
 pub struct ExpertsUpInto<'a> {
     pub tables: &'a Tensor,
@@ -378,9 +374,10 @@ pub fn expert_layout(lw: &Layout) -> WeightLayout {
 /// `out[t] = bf16(bf16(Σ_j part[t * k + j]) + res[t])`, `part[t * k + j] = bf16(down_e ·
 /// act[t * k + j]) * weight[t * k + j]` (f32) for every slot `t * k + j`, `e` its expert:
 /// the down products times their routing weights, summed in order, plus the residual. On the
-/// GPU one kernel, `unmask_moe_down_sum_u8`, whose last block of each column range to finish
-/// does the sums (kernels/moe.cuh, combine_last); `part` is its scratch, which the CPU keeps
-/// in its own memory. `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out`
+/// GPU two kernels, the grouped `unmask_gemv_moe_down_u8` and `unmask_moe_combine`; `part` is
+/// their scratch, which the CPU keeps in its own memory. On the GPU it must follow the layer's
+/// [`ExpertsUpInto`] directly on the stream: the down kernel reads the routing table before it
+/// waits for the kernel before it (kernels/gemv.cu, GRP). `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out`
 /// (the op holds it while it writes `out`).
 pub struct ExpertsDownInto<'a> {
     pub tables: &'a Tensor,
