@@ -118,7 +118,9 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // finished before this kernel launched (gate|up signals after its wait), so read the table
     // and load the expert's weights before waiting for the activations (through L2 alone: no
     // kernel boundary with the writer's has passed that would have dropped this SM's L1 copy of
-    // an older table). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79 (H100,
+    // an older table; PDL promises visibility only after griddepcontrol.wait, so this rests on
+    // the writer having finished, flushed, before this grid launched, and L2 being where global
+    // memory is coherent). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79 (H100,
     // docs/perf.md, session 20). The blocks past the count return at once (block 0 always
     // lives and waits, so this kernel's end still implies the previous one's).
     int cols = t_len, slot_of[8];

@@ -483,7 +483,8 @@ impl Model {
     /// in; the routing into this layer's table and the grouped gate|up of every (row, choice)
     /// slot; the grouped down products times their weights, summed, plus the residual (on the
     /// GPU five kernels with the router's: cuda/moe.rs; the down kernel reads the table before
-    /// it waits for gate|up, so nothing may run between the two). Nothing comes back to the host.
+    /// it waits for gate|up, so nothing may rewrite it between the two). Nothing comes back to
+    /// the host.
     fn moe_streamed(&self, l: usize, moe: &MoeBlock, ws: &Workspace) -> Result<()> {
         use super::moe_grouped::{ExpertsDownInto, ExpertsUpInto};
         let (Some((g, router)), Some(mw), Some(tables)) = (moe.grouped(), &ws.moe, &self.moe_tables) else {

@@ -215,8 +215,8 @@ pub fn read_stats(tables: &Tensor) -> Result<(u64, u64)> {
     Ok((w[0] as u64 | (w[1] as u64) << 32, w[2] as u64 | (w[3] as u64) << 32))
 }
 
-/// `tables[layer] = route(logits)` and the counters advanced. The CPU's step; on the GPU every
-/// block of [`ExpertsUpInto`]'s kernel routes (kernels/moe.cuh) and one writes the same table.
+/// `tables[layer] = route(logits)` and the counters advanced. The CPU's step; on the GPU
+/// [`ExpertsUpInto`] launches `unmask_moe_route` (kernels/moe.cuh), which writes the same table.
 pub struct RouteInto {
     pub layer: usize,
     pub k: usize,
@@ -376,8 +376,9 @@ pub fn expert_layout(lw: &Layout) -> WeightLayout {
 /// the down products times their routing weights, summed in order, plus the residual. On the
 /// GPU two kernels, the grouped `unmask_gemv_moe_down_u8` and `unmask_moe_combine`; `part` is
 /// their scratch, which the CPU keeps in its own memory. On the GPU it must follow the layer's
-/// [`ExpertsUpInto`] directly on the stream: the down kernel reads the routing table before it
-/// waits for the kernel before it (kernels/gemv.cu, GRP). `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out`
+/// [`ExpertsUpInto`] with nothing else writing that layer's table between them: the down kernel
+/// reads the table before it waits for the kernel before it, which is safe because the up
+/// kernel lets later kernels launch only once the routing has finished (kernels/gemv.cu, GRP). `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out`
 /// (the op holds it while it writes `out`).
 pub struct ExpertsDownInto<'a> {
     pub tables: &'a Tensor,
