@@ -7,9 +7,9 @@
 
 // Programmatic dependent launch (src/model/cuda/launch.rs): wait until the kernel before this
 // one has finished and its writes are visible; let the next kernel launch. Both compile away
-// before sm_90. Every block of every kernel reaches dependency_wait before it exits (blocks
-// with nothing to do included; the MoE down kernel's blocks past the pass's experts return
-// before it, while its block 0 always waits), so a kernel's end implies the end of every kernel
+// before sm_90. Every kernel has a block that reaches dependency_wait before it exits (every
+// block does, those with nothing to do included, except the MoE down kernel's blocks past the
+// pass's experts; its block 0 always waits), so a kernel's end implies the end of every kernel
 // before it.
 __device__ __forceinline__ void dependency_wait() {
 #if __CUDA_ARCH__ >= 900

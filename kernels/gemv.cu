@@ -104,10 +104,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
-    // GRP_UP: the next kernel, the down product, reads the routing table before its wait, so it
-    // must launch only once the route kernel before this one has finished: signalled below,
-    // after this kernel's wait
-    if (GRP != GRP_UP) launch_dependents();
+    if (GRP != GRP_UP) launch_dependents();  // GRP_UP signals after its wait (GRP below)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;

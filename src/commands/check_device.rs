@@ -99,7 +99,6 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
     let block = [5u32, 31999, 31999, 7];
     let cpu_m = Model::load(&cfg, &weights(), DType::F32, &Device::Cpu)?;
     let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
-    let pass_names = ["prefill", "cached denoise", "fixed-window denoise"];
     for (dt, limit) in [(DType::BF16, 5e-2), (DType::F32, 1e-4)] {
         let g = Model::load(&cfg, &weights(), dt, dev)?;
         let path = if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
@@ -107,7 +106,7 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
             bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
         }
         let got = three_passes(&g, &prompt, &block, capacity)?;
-        for (name, (a, b)) in pass_names.iter().zip(got.iter().zip(&want)) {
+        for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
             rep.check(format!("logits MoE 16/4x128 top 8 of 32 {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
         }
         if let Some((touched, passes)) = g.moe_stats()? {

@@ -277,8 +277,8 @@ impl candle_core::InplaceOp2 for RouteInto {
 /// for every slot, `e` its expert and `x̂_t` row t normalised (the post-attention norm's weight
 /// is folded into every expert's columns). On the GPU two kernels, `unmask_moe_route`
 /// (kernels/moe.cuh) and the grouped `unmask_gemv_moe_up_u4`; on the CPU [`RouteInto`] and
-/// then the products, since the op writes the tables, which it only holds. `w`: `[experts, 2 I, H]` (or each
-/// expert packed), gate rows then up rows per expert; `logits`: `[T, experts]`.
+/// then the products, since the op writes the tables, which it only holds. `w`: `[experts, 2
+/// I, H]` (or each expert packed), gate rows then up rows per expert; `logits`: `[T, experts]`.
 pub struct ExpertsUpInto<'a> {
     pub tables: &'a Tensor,
     pub logits: &'a Tensor,
@@ -378,8 +378,9 @@ pub fn expert_layout(lw: &Layout) -> WeightLayout {
 /// their scratch, which the CPU keeps in its own memory. On the GPU it must follow the layer's
 /// [`ExpertsUpInto`] with nothing else writing that layer's table between them: the down kernel
 /// reads the table before it waits for the kernel before it, which is safe because the up
-/// kernel lets later kernels launch only once the routing has finished (kernels/gemv.cu, GRP). `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out`
-/// (the op holds it while it writes `out`).
+/// kernel lets later kernels launch only once the routing has finished (kernels/gemv.cu, GRP).
+/// `w`: `[experts, H, I]` (or each expert packed); `res` must not be `out` (the op holds it
+/// while it writes `out`).
 pub struct ExpertsDownInto<'a> {
     pub tables: &'a Tensor,
     pub part: &'a Tensor,
