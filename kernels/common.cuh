@@ -23,35 +23,6 @@ __device__ __forceinline__ void launch_dependents() {
 #endif
 }
 
-// L2 hints (trial, session 21; UNMASK_L2 bits, NVRTC's -D from the env var of that name):
-// 1: the weight streams are L2 evict_first, so the weights prefetched into L2 (normal priority)
-// survive them; 2: attention prefetches its layer's o weights; 4: the MoE gate|up kernel
-// prefetches the down weights of the pass's experts; 8: the MoE down kernel prefetches the next
-// layer's q|k|v weights; 16: attention prefetches the gate|up weights of the experts this layer's
-// table held after the pass before (a guess: a block's rows change little from step to step).
-// Each prefetch is issued when HBM would otherwise idle (a latency-bound
-// kernel, or a product read from L2), so the next product reads from L2.
-#ifndef UNMASK_L2
-#define UNMASK_L2 15
-#endif
-
-// Asks the L2 for [p, p + bytes) (sm_90's bulk prefetch: one instruction, no registers, no
-// completion to wait for); p and bytes multiples of 16.
-__device__ __forceinline__ void prefetch_l2(const char* p, unsigned bytes) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
-#define PREFETCH_CHUNK 16384L
-// Block `worker` of `workers`' share of [base, base + bytes): 16 KiB chunks dealt to the
-// workers' threads in turn.
-__device__ __forceinline__ void prefetch_share(const char* base, long bytes, long worker, long workers) {
-    const long chunks = (bytes + PREFETCH_CHUNK - 1) / PREFETCH_CHUNK;
-    for (long c = worker + workers * threadIdx.x; c < chunks; c += workers * blockDim.x)
-        prefetch_l2(base + c * PREFETCH_CHUNK, (unsigned)min(PREFETCH_CHUNK, bytes - c * PREFETCH_CHUNK));
-}
-
 // f32 to bf16 bits, rounded to nearest even (no cuda_bf16.h: NVRTC has no system headers).
 __device__ __forceinline__ unsigned short to_bf16(float v) {
     unsigned u = __float_as_uint(v);
@@ -99,17 +70,5 @@ struct MoeTable {
     int topk[MOE_SLOTS];        // [t * k + j] the expert row t chose j-th
     float weight[MOE_SLOTS];    // [t * k + j] its routing weight (renormalised if the config says so)
 };
-
-// The L2 prefetch of the weights of a pass's experts (`per` bytes each, stacked by expert id
-// from `base`), the first `count` of the table `tab`, dealt in 16 KiB chunks over every block of
-// the grid (UNMASK_L2 bits 4 and 16).
-__device__ __forceinline__ void prefetch_experts(const char* base, long per, const MoeTable* tab, int count) {
-    const long per_chunks = (per + PREFETCH_CHUNK - 1) / PREFETCH_CHUNK, chunks = per_chunks * count;
-    const long workers = (long)gridDim.x * gridDim.y, worker = (long)blockIdx.y * gridDim.x + blockIdx.x;
-    for (long c = worker + workers * threadIdx.x; c < chunks; c += workers * blockDim.x) {
-        const long at = (c % per_chunks) * PREFETCH_CHUNK;
-        prefetch_l2(base + tab->expert[c / per_chunks] * per + at, (unsigned)min(PREFETCH_CHUNK, per - at));
-    }
-}
 
 #endif

@@ -299,9 +299,7 @@ __device__ void attention_staged(const unsigned short* __restrict__ q, const uin
                                  const uint4* k_cache, const uint4* v_cache, uint2* k_write, uint2* v_write,
                                  const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions,
                                  unsigned short* __restrict__ out, int t_len, int heads, int kvh, int cap, int keys,
-                                 float scale, float eps, const char* pf = nullptr, long pf_bytes = 0,
-                                 const MoeTable* spec_tab = nullptr, const char* spec_w = nullptr, long spec_per = 0,
-                                 int spec_max = 0) {
+                                 float scale, float eps) {
     extern __shared__ uint4 stage[];
     // PREP: the pass rows' v heads first, [15][32] uint2 (16-byte aligned for their uint4 reads)
     uint2* vfr = (uint2*)stage;
@@ -324,9 +322,6 @@ __device__ void attention_staged(const unsigned short* __restrict__ q, const uin
     // the K row of slot positions[w] is re-read by the first half of warp w (PREP: computed)
     const int slot = (!PREP && tid < 32 * t_len && lane < 16) ? (int)positions[warp] : keys;
     pdl_enter();
-    // UNMASK_L2 bit 2 (common.cuh): the o weights into the L2 while this latency-bound kernel runs
-    if ((UNMASK_L2 & 2) && pf) prefetch_share(pf, pf_bytes, (long)blockIdx.y * gridDim.x + blockIdx.x, (long)gridDim.x * gridDim.y);
-    if ((UNMASK_L2 & 16) && spec_tab) prefetch_experts(spec_w, spec_per, spec_tab, min(spec_tab->count, spec_max));
     if (PREP) {
         if (tid < keys) fidx[tid] = -1;
         const int nh = heads + 2 * kvh, my = warp - 1;
@@ -434,11 +429,9 @@ extern "C" __global__ void __launch_bounds__(512) unmask_attention_prep_bf16_d12
     const uint2* __restrict__ qkv, const uint2* __restrict__ q_norm, const uint2* __restrict__ k_norm,
     const uint2* __restrict__ cos, const uint2* __restrict__ sin, uint4* k_cache, uint4* v_cache,
     const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
-    int t_len, int heads, int kvh, int cap, int keys, float scale, float eps, const char* pf, long pf_bytes,
-    const MoeTable* spec_tab, const char* spec_w, long spec_per, int spec_max) {
+    int t_len, int heads, int kvh, int cap, int keys, float scale, float eps) {
     attention_staged<true>(nullptr, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, (uint2*)k_cache, (uint2*)v_cache,
-                           mask, positions, out, t_len, heads, kvh, cap, keys, scale, eps, pf, pf_bytes, spec_tab,
-                           spec_w, spec_per, spec_max);
+                           mask, positions, out, t_len, heads, kvh, cap, keys, scale, eps);
 }
 
 // grid ceil(T * I / 256), block 256

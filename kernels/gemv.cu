@@ -40,26 +40,11 @@
 #include "common.cuh"  // dependency_wait, launch_dependents, to_bf16, cp_async16, mma_bf16_16816, MoeTable
 #include "moe.cuh"     // route_any, store_table: the routing before the grouped forms
 
-// The L2 policy of the weight streams (UNMASK_L2 bit 1: evict first; common.cuh).
-__device__ __forceinline__ unsigned long long stream_policy() {
-    unsigned long long pol = 0;
-#if __CUDA_ARCH__ >= 800 && (UNMASK_L2 & 1)
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#endif
-    return pol;
-}
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p, unsigned long long pol) {
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
-#if __CUDA_ARCH__ >= 800 && (UNMASK_L2 & 1)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(pol));
-#else
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
-#endif
     return v;
 }
 
@@ -115,8 +100,7 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
-                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr,
-                     const char* __restrict__ pf = nullptr, long pf_bytes = 0, int pf_max = 0) {
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
@@ -137,19 +121,14 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // docs/perf.md, session 20). The blocks past the count return at once (block 0 always
     // lives and waits, so this kernel's end still implies the previous one's).
     int cols = t_len, slot_of[8];
-    long pf_workers = 0;
     if (GRP != GRP_NONE) {
         const bool ahead = GRP == GRP_DOWN;
         if (GRP == GRP_UP) {
             dependency_wait();
             launch_dependents();
         }
-        const int u = blockIdx.y, count = table_word(&tab->count, ahead);
-        // GRP_UP (UNMASK_L2 bit 4): every block, live or not, asks the L2 for its share of the
-        // down weights (pf_bytes an expert) of the first pf_max experts of the table
-        if (GRP == GRP_UP && (UNMASK_L2 & 4) && pf) prefetch_experts(pf, pf_bytes, tab, min(count, pf_max));
-        if (count <= u) return;
-        pf_workers = (long)gridDim.x * count;
+        const int u = blockIdx.y;
+        if (table_word(&tab->count, ahead) <= u) return;
         w += (long)table_word(&tab->expert[u], ahead) * (PAIR ? 2 * n : n) * k8;
         const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], ahead);
         cols = 0;
@@ -173,7 +152,6 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f}, rv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;  // NORM: this lane's share of x row g's sum of squares
-    const unsigned long long pol = stream_policy();
     for (int s0 = kw, batch = 0; batch == 0 || s0 < steps; s0 += ks * U, ++batch) {
         uint4 a[U], b[U], au[U], bu[U];
 #pragma unroll
@@ -181,20 +159,17 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             const int s = s0 + ks * u;
             a[u] = b[u] = au[u] = bu[u] = zero;
             if (s < steps) {
-                a[u] = ld_stream(w0 + SS * s, pol);
-                b[u] = ld_stream(w8 + SS * s, pol);
+                a[u] = ld_stream(w0 + SS * s);
+                b[u] = ld_stream(w8 + SS * s);
                 if (PAIR) {
-                    au[u] = ld_stream(u0 + SS * s, pol);
-                    bu[u] = ld_stream(u8 + SS * s, pol);
+                    au[u] = ld_stream(u0 + SS * s);
+                    bu[u] = ld_stream(u8 + SS * s);
                 }
             }
         }
         if (batch == 0) {
             // W is in flight; x is the previous kernel's output, so wait for it, then stage it
             dependency_wait();
-            // GRP_DOWN (UNMASK_L2 bit 8): the live blocks ask the L2 for the next layer's q|k|v
-            if (GRP == GRP_DOWN && (UNMASK_L2 & 8) && pf)
-                prefetch_share(pf, pf_bytes, (long)blockIdx.y * gridDim.x + blockIdx.x, pf_workers);
             const int total = cols * k8;
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int c = i / k8;
@@ -329,13 +304,13 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
 }
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
-                       int ks, float eps, const char* pf = nullptr, long pf_bytes = 0, int pf_max = 0) {
-    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr, pf, pf_bytes, pf_max);
+                       int ks, float eps) {
+    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
 }
 template <int U, bool P>
 __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
-                         int ks, const char* pf = nullptr, long pf_bytes = 0) {
-    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part, pf, pf_bytes);
+                         int ks) {
+    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part);
 }
 // out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]), one thread an element.
 extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, const unsigned short* res,
@@ -352,13 +327,12 @@ extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, co
 #define MOE_ENTRIES(SUFFIX, P)                                                                                          \
     extern "C" __global__ void unmask_gemv_moe_up_u4##SUFFIX(const uint4* w, const uint4* x, unsigned short* y,          \
                                                              const MoeTable* tab, int t_len, int n, int k8, int ks,      \
-                                                             float eps, const char* pf, long pf_bytes, int pf_max) {     \
-        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps, pf, pf_bytes, pf_max);                                        \
+                                                             float eps) {                                                \
+        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps);                                                              \
     }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_down_u8##SUFFIX(const uint4* w, const uint4* x, float* part,              \
-                                                               const MoeTable* tab, int t_len, int n, int k8, int ks,    \
-                                                               const char* pf, long pf_bytes) {                          \
-        moe_down<8, P>(w, x, part, tab, t_len, n, k8, ks, pf, pf_bytes);                                                \
+                                                               const MoeTable* tab, int t_len, int n, int k8, int ks) {  \
+        moe_down<8, P>(w, x, part, tab, t_len, n, k8, ks);                                                              \
     }
 MOE_ENTRIES(, false)
 MOE_ENTRIES(_p, true)

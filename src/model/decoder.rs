@@ -464,22 +464,14 @@ impl Model {
             let [qkv, o, gate_up, down] = ws.products(&x, self.eps);
             run(qkv, &layer.attn.qkv_proj)?;
             let prep = layer.attn.qkv_op(&self.heads);
-            let experts = match (&layer.mlp, &self.moe_tables) {
-                (Mlp::Sparse(moe), Some(tables)) => moe.grouped().map(|(g, _)| (tables, l, &g.gate_up)),
-                _ => None,
-            };
-            let prefetch = ops::Prefetch { weight: layer.attn.o_proj.gemv_weight(), experts };
-            ops::prep_attention_into(&ws.attn, &ws.q, &cache.kv[l], (&ws.qkv, cos, sin), input.mask.as_ref(), &input.positions, (&prep, &attn), prefetch)?;
+            ops::prep_attention_into(&ws.attn, &ws.q, &cache.kv[l], (&ws.qkv, cos, sin), input.mask.as_ref(), &input.positions, &prep, &attn)?;
             run(o, &layer.attn.o_proj)?;
             match &layer.mlp {
                 Mlp::Dense(mlp) => {
                     run(gate_up, &mlp.gate_up_proj)?;
                     run(down, &mlp.down_proj)?;
                 }
-                Mlp::Sparse(moe) => {
-                    let next_qkv = self.layers.get(l + 1).and_then(|n| n.attn.qkv_proj.gemv_weight());
-                    self.moe_streamed(l, moe, ws, next_qkv)?
-                }
+                Mlp::Sparse(moe) => self.moe_streamed(l, moe, ws)?,
             }
             x = ws.out.clone();
         }
@@ -493,17 +485,16 @@ impl Model {
     /// GPU five kernels with the router's: cuda/moe.rs; the down kernel reads the table before
     /// it waits for gate|up, so nothing may rewrite it between the two). Nothing comes back to
     /// the host.
-    fn moe_streamed(&self, l: usize, moe: &MoeBlock, ws: &Workspace, next_qkv: Option<&Tensor>) -> Result<()> {
+    fn moe_streamed(&self, l: usize, moe: &MoeBlock, ws: &Workspace) -> Result<()> {
         use super::moe_grouped::{ExpertsDownInto, ExpertsUpInto};
         let (Some((g, router)), Some(mw), Some(tables)) = (moe.grouped(), &ws.moe, &self.moe_tables) else {
             bail!("layer {l}: the streamed layer needs the MoE block's grouped form");
         };
         let k = moe.top_k();
         GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(&mw.router, &ws.mid, router)?;
-        let up = ExpertsUpInto { tables, logits: &mw.router, layer: l, k, norm: moe.norm_topk_prob(), eps: self.eps, prefetch: Some(&g.down) };
+        let up = ExpertsUpInto { tables, logits: &mw.router, layer: l, k, norm: moe.norm_topk_prob(), eps: self.eps };
         up.run(&mw.act, &ws.mid, &g.gate_up)?;
-        let down = ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k, prefetch: next_qkv };
-        down.run(&ws.out, &mw.act, &g.down)?;
+        ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k }.run(&ws.out, &mw.act, &g.down)?;
         Ok(())
     }
 

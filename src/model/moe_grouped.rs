@@ -286,9 +286,6 @@ pub struct ExpertsUpInto<'a> {
     pub k: usize,
     pub norm: bool,
     pub eps: f32,
-    /// The layer's down experts `[experts, H, I]`, which the GPU kernel asks the L2 for while
-    /// it streams gate|up (a hint: results do not depend on it; kernels/gemv.cu).
-    pub prefetch: Option<&'a Tensor>,
 }
 
 impl ExpertsUpInto<'_> {
@@ -390,9 +387,6 @@ pub struct ExpertsDownInto<'a> {
     pub res: &'a Tensor,
     pub layer: usize,
     pub k: usize,
-    /// The weight the next kernel after the combine reads (the next layer's q|k|v), which the
-    /// GPU kernel asks the L2 for while down reads its experts from there (a hint).
-    pub prefetch: Option<&'a Tensor>,
 }
 
 impl ExpertsDownInto<'_> {
@@ -548,11 +542,11 @@ mod tests {
         let logits = Tensor::from_vec(logits, (t, e), &dev)?;
         let tables = new_tables(1, &dev)?;
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, norm: true, eps, prefetch: None };
+        let up = ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, norm: true, eps };
         up.run(&act, &x, &gate_up)?;
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
         let out = Tensor::zeros((t, h), DType::BF16, &dev)?;
-        let down_op = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k, prefetch: None };
+        let down_op = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k };
         down_op.run(&out, &act, &down)?;
         assert_eq!(read_stats(&tables)?.1, 1, "the up op routed once");
         let got: Vec<f32> = out.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
@@ -655,11 +649,11 @@ mod tests {
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
         // out as the residual: refused with a message, not a wait on its own lock
-        let err = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k, prefetch: None }.run(&x, &act, &down).unwrap_err().to_string();
+        let err = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k }.run(&x, &act, &down).unwrap_err().to_string();
         assert!(err.contains("moe down: out shares its buffer with the residual"), "{err}");
         let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
         let gate_up = Tensor::zeros((e, 2 * i, h), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6, prefetch: None };
+        let up = ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
         let err = up.run(&act, &x, &gate_up).unwrap_err().to_string();
         assert!(err.contains("act shares its buffer with the router logits"), "{err}");
         ExpertsUpInto { logits: &logits, ..up }.run(&act, &x, &gate_up)?;

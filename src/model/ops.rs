@@ -194,23 +194,11 @@ pub fn qkv_prep_into_cache(
     kv_write(cache, &all.narrow(0, h, 2 * kv)?.reshape((2, kv, t, d))?, positions)
 }
 
-/// What the attention kernel asks the L2 for while it runs (hints: results do not depend on
-/// them; kernels/common.cuh, UNMASK_L2): the next product's weight (the o projection), and in a
-/// sparse layer the gate|up experts `[experts, 2 I, H]` that the layer's routing table (the
-/// `tables` of moe_grouped.rs, this layer's) held after the pass before.
-#[derive(Clone, Copy, Default)]
-pub struct Prefetch<'a> {
-    pub weight: Option<&'a Tensor>,
-    pub experts: Option<(&'a Tensor, usize, &'a Tensor)>,
-}
-
 /// q/k prep then attention of a streamed pass: the q heads' and the pass's K/V rows' RMSNorm and
 /// RoPE (the K/V rows into the cache at `positions`), then [`attention_into`] `out`. On the GPU
 /// (bf16, heads of 128, at most 512 keys and 15 rows) one kernel does both, reading the q|k|v
 /// product itself (cuda/ops.rs, `PrepAttentionInto`); elsewhere [`qkv_prep_into_cache`] into
-/// `q_buf` then [`attention_into`], which is what that kernel is checked against. `prefetch`:
-/// the weight the next kernel reads (the o projection), which that kernel asks the L2 for (a
-/// hint; results do not depend on it).
+/// `q_buf` then [`attention_into`], which is what that kernel is checked against.
 #[allow(clippy::too_many_arguments)]
 pub fn prep_attention_into(
     out: &Tensor,
@@ -219,15 +207,14 @@ pub fn prep_attention_into(
     (qkv, cos, sin): (&Tensor, &Tensor, &Tensor),
     mask: Option<&Tensor>,
     positions: &Tensor,
-    (prep, op): (&QkvPrep, &Attention),
-    prefetch: Prefetch<'_>,
+    prep: &QkvPrep,
+    op: &Attention,
 ) -> Result<()> {
     #[cfg(feature = "cuda")]
     if super::cuda::ops::PrepAttentionInto::fits(prep, op, qkv, out) {
-        let fused = super::cuda::ops::PrepAttentionInto { prep, op, mask, out, cos, sin, prefetch };
+        let fused = super::cuda::ops::PrepAttentionInto { prep, op, mask, out, cos, sin };
         return cache.inplace_op3(qkv, positions, &fused);
     }
-    let _ = prefetch;
     qkv_prep_into_cache(q_buf, cache, (qkv, cos, sin), positions, prep)?;
     attention_into(out, q_buf, cache, mask, positions, op)
 }

@@ -147,11 +147,6 @@ impl<'a> Args<'a> {
         self
     }
 
-    pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.slots.push(v as u64);
-        self
-    }
-
     pub fn f32(&mut self, v: f32) -> &mut Self {
         self.slots.push(v.to_bits() as u64);
         self

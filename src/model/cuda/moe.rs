@@ -12,7 +12,7 @@ use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, StorageRef, Tensor};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, StorageRef};
 use half::bf16;
 
 use super::launch::{aligned, held_aligned, held_storage, Args};
@@ -39,24 +39,6 @@ fn grouped_fn(dev: &CudaDevice, name: &str, s: &Split, smem: usize, t: usize, k:
     Ok((f, cfg))
 }
 
-/// The bytes of down experts the gate|up kernel may ask the L2 for (`UNMASK_L2_BUDGET_MB`,
-/// default 32): what stays in a 50 MB L2 beside the gate|up stream, which is marked to go first.
-fn l2_budget() -> usize {
-    static MB: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MB.get_or_init(|| std::env::var("UNMASK_L2_BUDGET_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(32)) << 20
-}
-
-/// The bytes of gate|up experts attention may guess at (`UNMASK_L2_SPEC_MB`, default 20).
-pub(super) fn spec_budget() -> usize {
-    static MB: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MB.get_or_init(|| std::env::var("UNMASK_L2_SPEC_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(20)) << 20
-}
-
-/// Layer `layer`'s table in the tables buffer (held).
-pub(super) fn table_words<'a>(g: &'a (StorageRef<'_>, &Layout), layer: usize) -> Result<CudaView<'a, u32>> {
-    words(g, layer * TABLE_WORDS, TABLE_WORDS)
-}
-
 pub fn experts_up(
     op: &ExpertsUpInto<'_>,
     (t, e, i, h): (usize, usize, usize, usize),
@@ -74,17 +56,9 @@ pub fn experts_up(
     let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
     let tg = op.tables.storage_and_layout();
     let table = words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?;
-    let pf_held = op.prefetch.map(Tensor::storage_and_layout);
-    let pf = pf_held.as_ref().map(|p| held_aligned::<bf16>(p, "moe: the down experts")).transpose()?;
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&w).input(&x).output(&mut act).input(&table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
-    // the down experts to ask the L2 for, at most the budget's worth (kernels/gemv.cu, GRP_UP)
-    let per = h * i * 2;
-    match &pf {
-        Some(p) if p.len() * 2 == e * per => b.input(p).i64(per as i64).i32((l2_budget() / per).min(e) as i32),
-        _ => b.null().i64(0).i32(0),
-    };
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n, k8,
     // ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel before it
     // wrote the table (expert ids < E).
@@ -124,15 +98,9 @@ pub fn experts_down(
     let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_down_u8", expert_layout(lw)), &s, smem, t, op.k)?;
     let (pg, tg) = (op.part.storage_and_layout(), op.tables.storage_and_layout());
     let (part, table) = (held_aligned::<f32>(&pg, "moe: part")?, words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?);
-    let pf_held = op.prefetch.map(Tensor::storage_and_layout);
-    let pf = pf_held.as_ref().map(|p| held_aligned::<bf16>(p, "moe: the weight to prefetch")).transpose()?;
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&w).input(&act).input(&part).input(&table).i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
-    match &pf {
-        Some(p) => b.input(p).i64((p.len() * 2 / 16 * 16) as i64),
-        None => b.null().i64(0),
-    };
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_down_u8[_p](w, x, part [t k, h] f32, MoeTable*,
     // t_len, n, k8, ks); the op's dims checked act, w and part; the table was written by this
     // layer's route kernel (expert ids < E), which has finished when this kernel starts: the up

@@ -49,11 +49,7 @@ pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, 
         .map_err(|e| format!("{e:?}"))?;
     // SAFETY: nvrtcCreateProgram succeeded, so it wrote the program.
     let prog = Program(unsafe { prog.assume_init() });
-    let mut opts: Vec<String> = arch.map(|a| format!("--gpu-architecture={a}")).into_iter().collect();
-    // trial switch (kernels/common.cuh, UNMASK_L2)
-    if let Some(bits) = std::env::var("UNMASK_L2").ok().and_then(|v| v.parse::<u32>().ok()) {
-        opts.push(format!("-DUNMASK_L2={bits}"));
-    }
+    let opts: Vec<String> = arch.map(|a| format!("--gpu-architecture={a}")).into_iter().collect();
     // SAFETY (the three calls below): `prog` is a live program until it is dropped.
     if let Err(e) = unsafe { result::compile_program(prog.0, &opts) } {
         let log = unsafe { result::get_program_log(prog.0) }.map(|l| text(&l)).unwrap_or_default();

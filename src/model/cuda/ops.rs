@@ -353,8 +353,6 @@ pub struct PrepAttentionInto<'a> {
     pub out: &'a Tensor,
     pub cos: &'a Tensor,
     pub sin: &'a Tensor,
-    /// What to ask the L2 for while attention runs (hints).
-    pub prefetch: crate::model::ops::Prefetch<'a>,
 }
 
 /// The staged attention kernels' switch: on unless `UNMASK_ATTENTION_STAGED=0` (read once).
@@ -443,13 +441,6 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
         let (qn, kn) = (held_view::<bf16>(qn, "q_norm")?, held_view::<bf16>(kn, "k_norm")?);
         let mask_held = self.mask.map(Tensor::storage_and_layout);
         let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
-        let pf_held = self.prefetch.weight.map(Tensor::storage_and_layout);
-        let pf = pf_held.as_ref().map(|p| held_view::<bf16>(p, "attention: the weight to prefetch")).transpose()?;
-        let spec_held = self.prefetch.experts.map(|(t, l, w)| (t.storage_and_layout(), l, w.storage_and_layout()));
-        let spec = match &spec_held {
-            Some((tg, l, wg)) => Some((super::moe::table_words(tg, *l)?, held_view::<bf16>(wg, "attention: the experts to prefetch")?)),
-            None => None,
-        };
         let mut b = Args::new(&stream);
         b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut k_half).output(&mut v_half);
         match &mask {
@@ -458,19 +449,6 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
         };
         b.input(&pos).input(&out);
         b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale).f32(prep.eps);
-        match &pf {
-            // whole 16-byte units (the bulk prefetch's); the weights start 256-byte aligned
-            Some(p) => b.input(p).i64((p.len() * 2 / 16 * 16) as i64),
-            None => b.null().i64(0),
-        };
-        match &spec {
-            Some((table, w)) => {
-                let experts = self.prefetch.experts.map_or(1, |(_, _, t)| t.dim(0).unwrap_or(1)).max(1);
-                let per = w.len() * 2 / experts;
-                b.input(table).input(w).i64(per as i64).i32((super::moe::spec_budget() / per).min(experts) as i32)
-            }
-            None => b.null().null().i64(0).i32(0),
-        };
         // SAFETY: kernels/fused.cu's unmask_attention_prep_bf16_d128 signature; shapes checked
         // above (T <= 15, keys <= 512 within the cache, heads of 128) and by `fits` (8-byte
         // aligned rows, the shared memory within the GPU's); the slots are below the capacity
