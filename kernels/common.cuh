@@ -69,7 +69,6 @@ struct MoeTable {
     int slot[MOE_SLOTS][8];     // [u][t] row t's flat slot t * k + j that chose expert u
     int topk[MOE_SLOTS];        // [t * k + j] the expert row t chose j-th
     float weight[MOE_SLOTS];    // [t * k + j] its routing weight (renormalised if the config says so)
-    unsigned done;              // router blocks done with this pass (gemv.cu's router_route; 0 between passes)
 };
 
 #endif

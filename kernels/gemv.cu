@@ -302,38 +302,6 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
     route_any(logits, t_len, e, k, norm, &s, route_scratch());
     store_table(&s, tab, stats, t_len);
 }
-// The router product and the routing in one kernel (no route kernel, so one launch and one wait
-// fewer a sparse layer): each block writes its tiles of the logits [T, E] as the norm form does,
-// then takes a ticket in the table; the last block reads every logit back through the L2 into
-// shared memory (a block of this kernel may have read the buffer's lines of an earlier layer
-// into its L1, and no kernel boundary has passed to drop them) and routes them (route_any, as
-// unmask_moe_route does), then puts the ticket back to 0 for the next pass. The dynamic shared
-// memory is the gemv's, then the routing's scratch and the logits (src/model/cuda/moe.rs sizes
-// it for both). Every block waits in the gemv before its first product (the PDL rule).
-extern "C" __global__ void unmask_gemv_router_route(const uint4* w, const uint4* x, unsigned short* y, int t_len,
-                                                    int n, int k8, int ks, float eps, MoeTable* tab,
-                                                    unsigned long long* stats, int k, int norm) {
-    __shared__ MoeTable s;
-    __shared__ bool last;
-    gemv<8, false, true, false>(w, x, y, nullptr, t_len, n, k8, ks, eps);
-    __threadfence();  // this block's logits visible to the last block before its ticket counts
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&tab->done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    int* scratch = route_scratch();
-    unsigned short* logits = (unsigned short*)(scratch + ROUTE_SCRATCH_WORDS(n));
-    for (int i = threadIdx.x; i < t_len * n; i += blockDim.x) {
-        unsigned short v;
-        asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(y + i) : "memory");
-        logits[i] = v;
-    }
-    __syncthreads();
-    route_any(logits, t_len, n, k, norm, &s, scratch);
-    store_table(&s, tab, stats, t_len);
-    if (threadIdx.x == 0) tab->done = 0u;
-}
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
                        int ks, float eps) {

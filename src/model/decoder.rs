@@ -479,18 +479,20 @@ impl Model {
     }
 
     /// A sparse layer's feed-forward block in the streamed layer, `ws.out = ws.mid + moe(ws.mid)`,
-    /// as two ops (moe_grouped.rs): the router product with the post-attention norm folded in,
-    /// the routing into this layer's table and the grouped gate|up of every (row, choice) slot;
-    /// the grouped down products times their weights, summed, plus the residual (on the GPU four
-    /// kernels: cuda/moe.rs; the down kernel reads the table before it waits for gate|up, so
-    /// nothing may rewrite it between the two). Nothing comes back to the host.
+    /// as three ops (moe_grouped.rs): the router product with the post-attention norm folded
+    /// in; the routing into this layer's table and the grouped gate|up of every (row, choice)
+    /// slot; the grouped down products times their weights, summed, plus the residual (on the
+    /// GPU five kernels with the router's: cuda/moe.rs; the down kernel reads the table before
+    /// it waits for gate|up, so nothing may rewrite it between the two). Nothing comes back to
+    /// the host.
     fn moe_streamed(&self, l: usize, moe: &MoeBlock, ws: &Workspace) -> Result<()> {
         use super::moe_grouped::{ExpertsDownInto, ExpertsUpInto};
         let (Some((g, router)), Some(mw), Some(tables)) = (moe.grouped(), &ws.moe, &self.moe_tables) else {
             bail!("layer {l}: the streamed layer needs the MoE block's grouped form");
         };
         let k = moe.top_k();
-        let up = ExpertsUpInto { tables, logits: &mw.router, router: Some(router), layer: l, k, norm: moe.norm_topk_prob(), eps: self.eps };
+        GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(&mw.router, &ws.mid, router)?;
+        let up = ExpertsUpInto { tables, logits: &mw.router, layer: l, k, norm: moe.norm_topk_prob(), eps: self.eps };
         up.run(&mw.act, &ws.mid, &g.gate_up)?;
         ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k }.run(&ws.out, &mw.act, &g.down)?;
         Ok(())

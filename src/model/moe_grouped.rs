@@ -20,7 +20,7 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, Epilogue, GemvInto, WeightLayout};
+use super::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -30,9 +30,8 @@ pub const MAX_CHOICES: usize = 8;
 pub const MAX_SLOTS: usize = MAX_ROWS * MAX_CHOICES;
 /// Experts a layer may have (the route kernel's taken-flags are 32 words of 32 bits).
 pub const MAX_EXPERTS: usize = 1024;
-/// u32 words of one routing table: kernels/common.cuh's `MoeTable`, field by field (the last,
-/// the router blocks' counter, only the GPU uses).
-pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS + 1;
+/// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
+pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
 /// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
 /// passes.
 pub const STATS_WORDS: usize = 4;
@@ -283,10 +282,6 @@ impl candle_core::InplaceOp2 for RouteInto {
 pub struct ExpertsUpInto<'a> {
     pub tables: &'a Tensor,
     pub logits: &'a Tensor,
-    /// The router `[experts, H]` (rows, the post-attention norm folded in): the op first writes
-    /// `logits` = the router product of `x`'s normed rows, on the GPU in the routing's kernel
-    /// (kernels/gemv.cu, unmask_gemv_router_route). Without it `logits` holds them already.
-    pub router: Option<&'a Tensor>,
     pub layer: usize,
     pub k: usize,
     pub norm: bool,
@@ -296,23 +291,10 @@ pub struct ExpertsUpInto<'a> {
 impl ExpertsUpInto<'_> {
     pub fn run(&self, act: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
         refuse_aliases(act, &[(self.tables, "the tables"), (self.logits, "the router logits")], "moe up: act")?;
-        let cuda = act.device().is_cuda();
-        if let (Some(router), false) = (self.router, self.routes_in_kernel(cuda)) {
-            GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(self.logits, x, router)?;
-        }
-        if !cuda {
+        if !act.device().is_cuda() {
             RouteInto { layer: self.layer, k: self.k, norm: self.norm }.run(self.tables, self.logits)?;
         }
         act.inplace_op3(x, w, self)
-    }
-
-    /// Whether the router product runs in the routing's kernel: on the GPU, given the router,
-    /// unless `UNMASK_MOE_ROUTER=apart` (the router product, then the route kernel: for
-    /// comparisons).
-    pub fn routes_in_kernel(&self, cuda: bool) -> bool {
-        static APART: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let apart = *APART.get_or_init(|| std::env::var("UNMASK_MOE_ROUTER").as_deref() == Ok("apart"));
-        cuda && self.router.is_some() && !apart
     }
 
     /// `(t, experts, i, h)` after checking every operand.
@@ -323,9 +305,6 @@ impl ExpertsUpInto<'_> {
         check_tables(self.tables, self.layer, "moe up")?;
         if self.logits.dims() != [t, e] || !self.logits.is_contiguous() || e > MAX_EXPERTS || self.k > e {
             candle_core::bail!("moe up: router logits {:?} for {t} rows of {e} experts (at most {MAX_EXPERTS}), top {}", self.logits.shape(), self.k);
-        }
-        if let Some(r) = self.router.filter(|r| r.dims() != [e, h] || !r.is_contiguous()) {
-            candle_core::bail!("moe up: router {:?} for {e} experts of {h}", r.shape());
         }
         // packed, each half (gate, up) must be whole tiles: the kernel finds up a half apart
         if wh != h || !halves_fit(i2, expert_layout(lw)) || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
@@ -563,7 +542,7 @@ mod tests {
         let logits = Tensor::from_vec(logits, (t, e), &dev)?;
         let tables = new_tables(1, &dev)?;
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &logits, router: None, layer: 0, k, norm: true, eps };
+        let up = ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, norm: true, eps };
         up.run(&act, &x, &gate_up)?;
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
         let out = Tensor::zeros((t, h), DType::BF16, &dev)?;
@@ -674,7 +653,7 @@ mod tests {
         assert!(err.contains("moe down: out shares its buffer with the residual"), "{err}");
         let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
         let gate_up = Tensor::zeros((e, 2 * i, h), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &act, router: None, layer: 0, k, norm: true, eps: 1e-6 };
+        let up = ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
         let err = up.run(&act, &x, &gate_up).unwrap_err().to_string();
         assert!(err.contains("act shares its buffer with the router logits"), "{err}");
         ExpertsUpInto { logits: &logits, ..up }.run(&act, &x, &gate_up)?;

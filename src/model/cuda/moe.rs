@@ -12,11 +12,11 @@ use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, StorageRef, Tensor};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, StorageRef};
 use half::bf16;
 
 use super::launch::{aligned, held_aligned, held_storage, Args};
-use crate::model::gemv::{entry_name, grouped_split, split_for, Epilogue, Split, WeightLayout};
+use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
 use crate::model::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
 /// The words `[at, at + len)` of the tables buffer, from its guard (`storage_and_layout`: the
@@ -51,10 +51,7 @@ pub fn experts_up(
     let Some((a, b)) = la.contiguous_offsets() else { candle_core::bail!("moe up: act must be contiguous") };
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     let s = grouped_split(i, h, Epilogue::SiluMul);
-    match op.router.filter(|_| op.routes_in_kernel(true)) {
-        Some(router) => router_route(op, router, (t, e, h), &x, &dev)?,
-        None => route(op, (t, e), &dev)?,
-    }
+    route(op, (t, e), &dev)?;
     let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true);
     let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
     let tg = op.tables.storage_and_layout();
@@ -65,31 +62,6 @@ pub fn experts_up(
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n, k8,
     // ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel before it
     // wrote the table (expert ids < E).
-    unsafe { b.launch(&f, cfg) }
-}
-
-/// The router product and the routing in one kernel (the router's split; the last block to
-/// finish routes): writes the logits and the layer's table.
-fn router_route(op: &ExpertsUpInto<'_>, router: &Tensor, (t, e, h): (usize, usize, usize), x: &CudaView<'_, bf16>, dev: &CudaDevice) -> Result<()> {
-    let f = dev.get_or_load_custom_func("unmask_gemv_router_route", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
-    let s = split_for(e, h, Epilogue::Plain, WeightLayout::Rows);
-    // the gemv's (x staged, the K split's sums), then the routing's scratch and the logits
-    let smem = s.smem_bytes(t, h, Epilogue::Plain, true).max(route_scratch_bytes(e) + t * e * 2);
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
-    super::launch::carveout(&f)?;
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
-    let n = op.tables.elem_count();
-    let (rg, lg, tg) = (router.storage_and_layout(), op.logits.storage_and_layout(), op.tables.storage_and_layout());
-    let (w, logits) = (held_aligned::<bf16>(&rg, "moe: router")?, held_aligned::<bf16>(&lg, "moe: router logits")?);
-    let (table, stats) = (words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?, words(&tg, n - STATS_WORDS, STATS_WORDS)?);
-    let stream = dev.cuda_stream();
-    let mut b = Args::new(&stream);
-    b.input(&w).input(x).input(&logits).i32(t as i32).i32(e as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
-    b.input(&table).input(&stats).i32(op.k as i32).i32(i32::from(op.norm));
-    // SAFETY: kernels/gemv.cu's unmask_gemv_router_route(w [e, h] rows, x [t, h], logits [t,
-    // e], t_len, n, k8, ks, eps, MoeTable*, u64[2], k, norm); the up op's dims checked the
-    // router, x, the logits, t <= 8, k <= 8, e <= 1024 and that the tables hold the layer; h is
-    // whole 32-wide steps (the grouped products' check); the shared memory covers both uses.
     unsafe { b.launch(&f, cfg) }
 }
 
