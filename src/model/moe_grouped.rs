@@ -32,6 +32,10 @@ pub const MAX_SLOTS: usize = MAX_ROWS * MAX_CHOICES;
 pub const MAX_EXPERTS: usize = 1024;
 /// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
 pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
+// The u64 counters follow the tables (`tables_len`) and the route kernel adds to them with
+// 64-bit atomics: an odd table would misalign them after an odd number of layers (a trial's
+// CUDA_ERROR_MISALIGNED_ADDRESS, docs/perf.md, session 21).
+const _: () = assert!(TABLE_WORDS % 2 == 0, "a routing table must be an even number of u32 words");
 /// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
 /// passes.
 pub const STATS_WORDS: usize = 4;
