@@ -35,7 +35,7 @@ pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_S
 // The u64 counters follow the tables (`tables_len`) and the route kernel adds to them with
 // 64-bit atomics: an odd table would misalign them after an odd number of layers (a trial's
 // CUDA_ERROR_MISALIGNED_ADDRESS, docs/perf.md, session 21).
-const _: () = assert!(TABLE_WORDS % 2 == 0, "a routing table must be an even number of u32 words");
+const _: () = assert!(TABLE_WORDS.is_multiple_of(2), "a routing table must be an even number of u32 words");
 /// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
 /// passes.
 pub const STATS_WORDS: usize = 4;
