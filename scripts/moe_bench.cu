@@ -12,7 +12,9 @@
 // kernels for each split (batch x warps on K x tiles a block), alone, with the bytes each reads
 // over its time, and the sparse layer's four kernels (route, gate|up, down, combine) in a chain
 // under programmatic dependent launch: with the experts in rows, then again with each expert
-// packed in place (as the model loads them).
+// packed in place (as the model loads them). The `PERSISTENT` lines time the same four phases as
+// one persistent kernel with grid barriers (sparse_persistent, a trial the model does not run;
+// `check` compares it bit for bit too).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -120,6 +122,69 @@ static void four_kernels(Bufs& b, int l, cudaStream_t st, Split su, Split sd, bo
     launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, ca);
 }
 
+// The sparse layer after its router as ONE persistent kernel (trial, session 21), where the
+// model launches four: every block resident (the grid sized by occupancy), the phases split by
+// grid-wide barriers instead of kernel boundaries. Block 0 routes; after a barrier the blocks
+// take the gate|up items (distinct expert u, column block) in turn; each then asks for its first
+// down item's weights before the barrier that waits for every gate|up (as the down kernel loads
+// before its PDL wait: the cold start overlaps the previous phase's tail); the combine follows
+// the last barrier. Same products, same order of sums: outputs equal the four kernels' bit for bit.
+template <bool P>
+__global__ void sparse_persistent(const bf* logits, MoeTable* tab, unsigned long long* stats, const uint4* gu,
+                                  const uint4* x, bf* act, const uint4* dn, float* part, bf* out, GridBarrier* bar,
+                                  int ks_up, int ks_down, int t_len) {
+    __shared__ MoeTable s;
+    if (blockIdx.x == 0) {
+        route_any(logits, t_len, E, KC, 1, &s, route_scratch());
+        store_table(&s, tab, stats, t_len);
+    }
+    grid_barrier(bar);
+    const int count = table_word(&tab->count, true);
+    const int warps = blockDim.x >> 5, xb_up = I / 16 / (warps / ks_up), xb_dn = H / 16 / (warps / ks_down);
+    for (int it = blockIdx.x; it < xb_up * count; it += gridDim.x) {
+        gemv<4, true, true, false, GRP_UP, P>(gu, x, act, nullptr, t_len, I, H / 8, ks_up, 1e-6f, tab, nullptr, it % xb_up,
+                                              it / xb_up);
+        __syncthreads();  // the staged x and the K split's sums are the next item's
+    }
+    bool waited = false;
+    for (int it = blockIdx.x; it < xb_dn * count; it += gridDim.x) {
+        gemv<8, false, false, false, GRP_DOWN, P>(dn, (const uint4*)act, nullptr, nullptr, t_len, H, I / 8, ks_down, 0.0f,
+                                                  tab, part, it % xb_dn, it / xb_dn, waited ? nullptr : bar);
+        waited = true;
+        __syncthreads();
+    }
+    if (!waited) grid_barrier(bar);
+    grid_barrier(bar);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < t_len * H; i += gridDim.x * blockDim.x)
+        combine_at(part, (const unsigned short*)x, out, i, H, KC, true);
+}
+
+// Layer l's sparse block as sparse_persistent, the gate|up and down splits `su`, `sd` (the same
+// warps a block); the grid is every block the SMs hold at once.
+template <bool P>
+static void persistent(Bufs& b, int l, cudaStream_t st, Split su, Split sd) {
+    static GridBarrier* bar = nullptr;
+    if (!bar) {
+        CK(cudaMalloc(&bar, sizeof(GridBarrier)));
+        CK(cudaMemset(bar, 0, sizeof(GridBarrier)));
+    }
+    const int threads = 32 * su.ks * su.tb;
+    if (threads != 32 * sd.ks * sd.tb) {
+        fprintf(stderr, "persistent: gate|up and down splits of different block sizes\n");
+        exit(2);
+    }
+    const int sm = std::max({smem(H, su.ks, su.tb, 8, true), smem(I, sd.ks, sd.tb, 4, false), ROUTE_SCRATCH_WORDS(E) * 4});
+    const void* f = (const void*)sparse_persistent<P>;
+    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+    int per_sm = 0, sms = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, sm));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    MoeTable* tab = b.tabs + l;
+    int ku = su.ks, kd = sd.ks, t = T;
+    void* args[] = {&b.logits[l], &tab, &b.stats, &b.gate_up[l], &b.x, &b.act, &b.down[l], &b.part, &b.out, &bar, &ku, &kd, &t};
+    launch(f, dim3(per_sm * sms), dim3(threads), sm, false, st, args);
+}
+
 // Median microseconds a layer of `body` (called for l = 0..L-1 inside one captured graph).
 template <class F>
 static double per_layer(cudaStream_t st, F body) {
@@ -215,6 +280,9 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
     const Split cur_up = {4, 4, 2}, cur_down = {8, 2, 4};  // src/model/gemv.rs grouped_split
     printf("\nchain route -> up -> down -> combine under PDL, us a layer:\n");
     printf("  model splits (up 4/4/2, down 8/2/4): %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st, cur_up, cur_down); }));
+    printf("PERSISTENT %s: one kernel (route | gate|up | down | combine, grid barriers), model splits: %.2f; the four kernels again: %.2f\n",
+           P ? "packed" : "rows", per_layer(st, [&](int l) { persistent<P>(b, l, st, cur_up, cur_down); }),
+           per_layer(st, [&](int l) { four_kernels<P>(b, l, st, cur_up, cur_down); }));
     double best = 1e30;
     Split bu = cur_up, bd = cur_down;
     for (Split su : ups)
@@ -290,7 +358,14 @@ int main(int argc, char** argv) {
         int differ = 0;
         for (int i = 0; i < T * H; ++i) differ += serial[i] != chained[i];
         printf("CHECK chain under PDL vs one kernel after another: %d of %d outputs differ\n", differ, T * H);
-        return differ ? 1 : 0;
+        CK(cudaMemset(b.out, 0, T * H * 2));
+        persistent<false>(b, 0, st, {4, 4, 2}, {8, 2, 4});
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(chained.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+        int differ_p = 0;
+        for (int i = 0; i < T * H; ++i) differ_p += serial[i] != chained[i];
+        printf("CHECK persistent kernel vs one kernel after another: %d of %d outputs differ\n", differ_p, T * H);
+        return differ || differ_p ? 1 : 0;
     }
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)
