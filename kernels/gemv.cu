@@ -151,7 +151,8 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // lives and waits, so this kernel's end still implies the previous one's).
     int cols = t_len, slot_of[8];
     if (GRP != GRP_NONE) {
-        const bool ahead = GRP == GRP_DOWN;
+        // (a persistent kernel, vbx >= 0, wrote the table itself: every table word through L2)
+        const bool ahead = GRP == GRP_DOWN || vbx >= 0;
         if (GRP == GRP_UP) {
             dependency_wait();
             launch_dependents();
@@ -204,7 +205,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int c = i / k8;
                 // GRP_UP: residual row t = slot / k; GRP_DOWN: the slot's activation row
-                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / tab->k : slot_of[c];
+                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / (vbx >= 0 ? table_word(&tab->k, true) : tab->k) : slot_of[c];
                 cp_async16(xs + c * XROW + i % k8, x + src * k8 + i % k8);
             }
             // ADD: this lane's residual values, asked for now so the epilogue does not wait
@@ -278,7 +279,8 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         float v = NORM ? c[i] * rs[i & 1] : c[i];
         if (GRP == GRP_DOWN) {
             const int sl = slot_of[t];
-            yf[(long)sl * n + row] = bf16_round(v) * tab->weight[sl];
+            yf[(long)sl * n + row] =
+                bf16_round(v) * (vbx >= 0 ? __int_as_float(table_word((const int*)&tab->weight[sl], true)) : tab->weight[sl]);
             continue;
         }
         if (PAIR) {
