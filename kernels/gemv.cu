@@ -74,6 +74,32 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
     }
 }
 
+// A barrier across every block of a grid whose blocks are all resident at once (a persistent
+// kernel, launched cooperatively and sized by occupancy): arrivals counted in `count`, the last
+// one bumps `gen`. Only scripts/moe_bench.cu's persistent trial launches such a kernel
+// (docs/perf.md, session 21).
+struct GridBarrier {
+    unsigned count, gen;
+};
+__device__ void grid_barrier(GridBarrier* b) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned g;
+        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(g) : "l"(&b->gen) : "memory");
+        __threadfence();  // this block's writes before its arrival
+        if (atomicAdd(&b->count, 1u) == gridDim.x * gridDim.y - 1) {
+            atomicExch(&b->count, 0u);
+            __threadfence();
+            atomicAdd(&b->gen, 1u);
+        } else {
+            unsigned now = g;
+            while (now == g) asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(&b->gen) : "memory");
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
 // PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
 // NORM: x is the residual stream and W carries the norm weight: y = r_t (x . W^T), r_t = 1 /
 // sqrt(mean(x_t^2) + eps), the sum of squares taken from the B fragments (each lane's k slots
@@ -97,31 +123,6 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
 // weights one contiguous run. Same fragments, same sums: equal results. On the H200 it made the
 // streamed layer's chain 1 % (1.7B), 9 % (4B) and 15 % (8B) faster (docs/perf.md, session 17).
-// A barrier across every block of a grid whose blocks are all resident at once (a persistent
-// kernel, sized by occupancy): arrivals counted in `count`, the last one bumps `gen`. Only
-// scripts/moe_bench.cu's persistent trial launches such a kernel (docs/perf.md, session 21).
-struct GridBarrier {
-    unsigned count, gen;
-};
-__device__ void grid_barrier(GridBarrier* b) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned g;
-        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(g) : "l"(&b->gen) : "memory");
-        __threadfence();  // this block's writes before its arrival
-        if (atomicAdd(&b->count, 1u) == gridDim.x * gridDim.y - 1) {
-            atomicExch(&b->count, 0u);
-            __threadfence();
-            atomicAdd(&b->gen, 1u);
-        } else {
-            unsigned now = g;
-            while (now == g) asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(&b->gen) : "memory");
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 // `vbx`, `vby`: the block's place in the launch's grid (blockIdx.x, .y when negative: every
 // kernel the model launches); a persistent kernel passes its work item's. `bar`: where the kernel
 // waits for its input (griddepcontrol.wait when null), a grid barrier in a persistent kernel.
