@@ -206,7 +206,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int c = i / k8;
                 // GRP_UP: residual row t = slot / k; GRP_DOWN: the slot's activation row
-                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / (vbx >= 0 ? table_word(&tab->k, true) : tab->k) : slot_of[c];
+                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / table_word(&tab->k, vbx >= 0) : slot_of[c];
                 cp_async16(xs + c * XROW + i % k8, x + src * k8 + i % k8);
             }
             // ADD: this lane's residual values, asked for now so the epilogue does not wait
@@ -280,8 +280,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         float v = NORM ? c[i] * rs[i & 1] : c[i];
         if (GRP == GRP_DOWN) {
             const int sl = slot_of[t];
-            yf[(long)sl * n + row] =
-                bf16_round(v) * (vbx >= 0 ? __int_as_float(table_word((const int*)&tab->weight[sl], true)) : tab->weight[sl]);
+            yf[(long)sl * n + row] = bf16_round(v) * __int_as_float(table_word((const int*)&tab->weight[sl], vbx >= 0));
             continue;
         }
         if (PAIR) {
@@ -329,11 +328,9 @@ GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
 extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* logits, MoeTable* tab,
                                                                    unsigned long long* stats, int t_len, int e,
                                                                    int k, int norm) {
-    __shared__ MoeTable s;
     launch_dependents();
     dependency_wait();
-    route_any(logits, t_len, e, k, norm, &s, route_scratch());
-    store_table(&s, tab, stats, t_len);
+    route_into(logits, tab, stats, t_len, e, k, norm);
 }
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
