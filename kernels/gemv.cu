@@ -74,32 +74,6 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
     }
 }
 
-// A barrier across every block of a grid whose blocks are all resident at once (a persistent
-// kernel, launched cooperatively and sized by occupancy): arrivals counted in `count`, the last
-// one bumps `gen`. Only scripts/moe_bench.cu's persistent trial launches such a kernel
-// (docs/perf.md, session 21).
-struct GridBarrier {
-    unsigned count, gen;
-};
-__device__ void grid_barrier(GridBarrier* b) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned g;
-        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(g) : "l"(&b->gen) : "memory");
-        __threadfence();  // this block's writes before its arrival
-        if (atomicAdd(&b->count, 1u) == gridDim.x * gridDim.y - 1) {
-            atomicExch(&b->count, 0u);
-            __threadfence();
-            atomicAdd(&b->gen, 1u);
-        } else {
-            unsigned now = g;
-            while (now == g) asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(&b->gen) : "memory");
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 // PAIR: rows n0.. of the gate half (rows [0, n)) and of the up half (rows [n, 2 n)) together.
 // NORM: x is the residual stream and W carries the norm weight: y = r_t (x . W^T), r_t = 1 /
 // sqrt(mean(x_t^2) + eps), the sum of squares taken from the B fragments (each lane's k slots
@@ -123,20 +97,16 @@ __device__ void grid_barrier(GridBarrier* b) {
 // so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
 // weights one contiguous run. Same fragments, same sums: equal results. On the H200 it made the
 // streamed layer's chain 1 % (1.7B), 9 % (4B) and 15 % (8B) faster (docs/perf.md, session 17).
-// `vbx`, `vby`: the block's place in the launch's grid (blockIdx.x, .y when negative: every
-// kernel the model launches); a persistent kernel passes its work item's. `bar`: where the kernel
-// waits for its input (griddepcontrol.wait when null), a grid barrier in a persistent kernel.
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
-                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr, int vbx = -1,
-                     int vby = -1, GridBarrier* bar = nullptr) {
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
     if (GRP != GRP_UP) launch_dependents();  // GRP_UP signals after its wait (GRP below)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = (vbx < 0 ? (int)blockIdx.x : vbx) * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
+    const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = tile * 16;
     // GRP: the block's columns (x rows) and the slot each writes, from the route kernel's table.
@@ -152,13 +122,12 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // lives and waits, so this kernel's end still implies the previous one's).
     int cols = t_len, slot_of[8];
     if (GRP != GRP_NONE) {
-        // (a persistent kernel, vbx >= 0, wrote the table itself: every table word through L2)
-        const bool ahead = GRP == GRP_DOWN || vbx >= 0;
+        const bool ahead = GRP == GRP_DOWN;
         if (GRP == GRP_UP) {
             dependency_wait();
             launch_dependents();
         }
-        const int u = vby < 0 ? (int)blockIdx.y : vby;
+        const int u = blockIdx.y;
         if (table_word(&tab->count, ahead) <= u) return;
         w += (long)table_word(&tab->expert[u], ahead) * (PAIR ? 2 * n : n) * k8;
         const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], ahead);
@@ -200,13 +169,12 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         }
         if (batch == 0) {
             // W is in flight; x is the previous kernel's output, so wait for it, then stage it
-            if (bar) grid_barrier(bar);
-            else dependency_wait();
+            dependency_wait();
             const int total = cols * k8;
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int c = i / k8;
                 // GRP_UP: residual row t = slot / k; GRP_DOWN: the slot's activation row
-                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / table_word(&tab->k, vbx >= 0) : slot_of[c];
+                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / tab->k : slot_of[c];
                 cp_async16(xs + c * XROW + i % k8, x + src * k8 + i % k8);
             }
             // ADD: this lane's residual values, asked for now so the epilogue does not wait
@@ -280,7 +248,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         float v = NORM ? c[i] * rs[i & 1] : c[i];
         if (GRP == GRP_DOWN) {
             const int sl = slot_of[t];
-            yf[(long)sl * n + row] = bf16_round(v) * __int_as_float(table_word((const int*)&tab->weight[sl], vbx >= 0));
+            yf[(long)sl * n + row] = bf16_round(v) * tab->weight[sl];
             continue;
         }
         if (PAIR) {
@@ -328,9 +296,11 @@ GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
 extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* logits, MoeTable* tab,
                                                                    unsigned long long* stats, int t_len, int e,
                                                                    int k, int norm) {
+    __shared__ MoeTable s;
     launch_dependents();
     dependency_wait();
-    route_into(logits, tab, stats, t_len, e, k, norm);
+    route_any(logits, t_len, e, k, norm, &s, route_scratch());
+    store_table(&s, tab, stats, t_len);
 }
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
@@ -342,24 +312,16 @@ __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeT
                          int ks) {
     gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part);
 }
-// out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]) at element i (`l2`: part through L2
-// alone, as a persistent kernel must read what its other blocks wrote).
-__device__ __forceinline__ void combine_at(const float* part, const unsigned short* res, unsigned short* out, int i,
-                                           int h, int k, bool l2) {
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) {
-        const float* p = part + (long)((i / h) * k + j) * h + i % h;
-        sum += l2 ? __ldcg(p) : *p;
-    }
-    out[i] = to_bf16(bf16_to_f32(to_bf16(sum)) + bf16_to_f32(res[i]));
-}
-// combine_at, one thread an element.
+// out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]), one thread an element.
 extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, const unsigned short* res,
                                               unsigned short* out, int t_len, int h, int k) {
     launch_dependents();
     dependency_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < t_len * h) combine_at(part, res, out, i, h, k, false);
+    if (i >= t_len * h) return;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += part[(long)((i / h) * k + j) * h + i % h];
+    out[i] = to_bf16(bf16_to_f32(to_bf16(sum)) + bf16_to_f32(res[i]));
 }
 // Each with the experts in rows and (_p) each expert packed (PACKED: `[E][tile][step][16][32]`).
 #define MOE_ENTRIES(SUFFIX, P)                                                                                          \

@@ -180,13 +180,4 @@ __device__ __forceinline__ void store_table(const MoeTable* s, MoeTable* g, unsi
     }
 }
 
-// The table of `t_len` rows of router logits routed (route_any) into `tab` through a table in the
-// block's shared memory, the counters advanced (store_table). Every thread of the block calls it.
-__device__ __forceinline__ void route_into(const unsigned short* logits, MoeTable* tab, unsigned long long* stats,
-                                           int t_len, int e, int k, int norm) {
-    __shared__ MoeTable s;
-    route_any(logits, t_len, e, k, norm, &s, route_scratch());
-    store_table(&s, tab, stats, t_len);
-}
-
 #endif

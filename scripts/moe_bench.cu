@@ -12,9 +12,7 @@
 // kernels for each split (batch x warps on K x tiles a block), alone, with the bytes each reads
 // over its time, and the sparse layer's four kernels (route, gate|up, down, combine) in a chain
 // under programmatic dependent launch: with the experts in rows, then again with each expert
-// packed in place (as the model loads them). The `PERSISTENT` lines time the same four phases as
-// one persistent kernel with grid barriers (sparse_persistent, a trial the model does not run;
-// `check` compares it bit for bit too).
+// packed in place (as the model loads them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,7 +74,6 @@ struct Bufs {
     unsigned long long* stats;
     bf *x, *act, *out;
     float* part;
-    GridBarrier* bar;  // sparse_persistent's (allocated before any graph capture)
 };
 
 // A grouped kernel over `n` output rows: its dynamic shared memory allowed, grid (column
@@ -121,73 +118,6 @@ static void four_kernels(Bufs& b, int l, cudaStream_t st, Split su, Split sd, bo
     down<8, P>(b, l, sd, pdl, st);
     void* ca[] = {&b.part, &b.x, &b.out, &t, &h, &k};
     launch((const void*)unmask_moe_combine, dim3((T * H + 255) / 256), dim3(256), 0, pdl, st, ca);
-}
-
-// The sparse layer after its router as ONE persistent kernel (trial, session 21), where the
-// model launches four: every block resident (the grid sized by occupancy), the phases split by
-// grid-wide barriers instead of kernel boundaries. Block 0 routes; after a barrier the blocks
-// take the gate|up items (distinct expert u, column block) in turn; each then asks for its first
-// down item's weights before the barrier that waits for every gate|up (as the down kernel loads
-// before its PDL wait: the cold start overlaps the previous phase's tail); the combine follows
-// the last barrier. Same products, same order of sums: outputs equal the four kernels' bit for bit.
-template <bool P>
-__global__ void sparse_persistent(const bf* logits, MoeTable* tab, unsigned long long* stats, const uint4* gu,
-                                  const uint4* x, bf* act, const uint4* dn, float* part, bf* out, GridBarrier* bar,
-                                  int ks_up, int ks_down, int t_len) {
-    if (blockIdx.x == 0) route_into(logits, tab, stats, t_len, E, KC, 1);
-    grid_barrier(bar);
-    const int count = table_word(&tab->count, true);
-    const int warps = blockDim.x >> 5, xb_up = I / 16 / (warps / ks_up), xb_dn = H / 16 / (warps / ks_down);
-    for (int it = blockIdx.x; it < xb_up * count; it += gridDim.x) {
-        gemv<4, true, true, false, GRP_UP, P>(gu, x, act, nullptr, t_len, I, H / 8, ks_up, 1e-6f, tab, nullptr, it % xb_up,
-                                              it / xb_up);
-        __syncthreads();  // the staged x and the K split's sums are the next item's
-    }
-    // the first down item waits at the barrier inside gemv (its items are all live experts, u <
-    // count, so gemv gets there); a block with none waits after the loop
-    bool waited = false;
-    for (int it = blockIdx.x; it < xb_dn * count; it += gridDim.x) {
-        gemv<8, false, false, false, GRP_DOWN, P>(dn, (const uint4*)act, nullptr, nullptr, t_len, H, I / 8, ks_down, 0.0f,
-                                                  tab, part, it % xb_dn, it / xb_dn, waited ? nullptr : bar);
-        waited = true;
-        __syncthreads();
-    }
-    if (!waited) grid_barrier(bar);
-    grid_barrier(bar);
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < t_len * H; i += gridDim.x * blockDim.x)
-        combine_at(part, (const unsigned short*)x, out, i, H, KC, true);
-}
-
-// Layer l's sparse block as sparse_persistent, the gate|up and down splits `su`, `sd` (the same
-// warps a block); the grid is every block the SMs hold at once.
-template <bool P>
-static void persistent(Bufs& b, int l, cudaStream_t st, Split su, Split sd) {
-    const int threads = 32 * su.ks * su.tb;
-    if (threads != 32 * sd.ks * sd.tb) {
-        fprintf(stderr, "persistent: gate|up and down splits of different block sizes\n");
-        exit(2);
-    }
-    const int sm = std::max({smem(H, su.ks, su.tb, 8, true), smem(I, sd.ks, sd.tb, 4, false), ROUTE_SCRATCH_WORDS(E) * 4});
-    const void* f = (const void*)sparse_persistent<P>;
-    CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
-    int per_sm = 0, sms = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, sm));
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (per_sm == 0) {
-        fprintf(stderr, "persistent: no block fits an SM (%d threads, %d bytes of shared memory)\n", threads, sm);
-        exit(2);
-    }
-    MoeTable* tab = b.tabs + l;
-    int ku = su.ks, kd = sd.ks, t = T;
-    void* args[] = {&b.logits[l], &tab, &b.stats, &b.gate_up[l], &b.x, &b.act, &b.down[l], &b.part, &b.out, &b.bar, &ku, &kd, &t};
-    // a cooperative launch: the driver refuses a grid whose blocks cannot all be resident at
-    // once (the grid barriers would hang) instead of running it
-    cudaLaunchAttribute a;
-    cudaLaunchConfig_t c = launch_config(dim3(per_sm * sms), dim3(threads), sm, false, st, &a);
-    a.id = cudaLaunchAttributeCooperative;
-    a.val.cooperative = 1;
-    c.numAttrs = 1;
-    CK(cudaLaunchKernelExC(&c, f, args));
 }
 
 // Median microseconds a layer of `body` (called for l = 0..L-1 inside one captured graph).
@@ -285,9 +215,6 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
     const Split cur_up = {4, 4, 2}, cur_down = {8, 2, 4};  // src/model/gemv.rs grouped_split
     printf("\nchain route -> up -> down -> combine under PDL, us a layer:\n");
     printf("  model splits (up 4/4/2, down 8/2/4): %.2f\n", per_layer(st, [&](int l) { four_kernels<P>(b, l, st, cur_up, cur_down); }));
-    printf("PERSISTENT %s: one kernel (route | gate|up | down | combine, grid barriers), model splits: %.2f; the four kernels again: %.2f\n",
-           P ? "packed" : "rows", per_layer(st, [&](int l) { persistent<P>(b, l, st, cur_up, cur_down); }),
-           per_layer(st, [&](int l) { four_kernels<P>(b, l, st, cur_up, cur_down); }));
     double best = 1e30;
     Split bu = cur_up, bd = cur_down;
     for (Split su : ups)
@@ -342,8 +269,6 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&b.act, T * KC * I * 2));
     CK(cudaMalloc(&b.out, T * H * 2));
     CK(cudaMalloc(&b.part, T * KC * H * 4));
-    CK(cudaMalloc(&b.bar, sizeof(GridBarrier)));
-    CK(cudaMemset(b.bar, 0, sizeof(GridBarrier)));
     fill<<<64, 256>>>(b.x, T * H, 5, 2.0f);
     CK(cudaDeviceSynchronize());
     for (int l = 0; l < L; ++l) route(b, l, false, st);
@@ -354,38 +279,18 @@ int main(int argc, char** argv) {
     for (int j = 0; j < KC; ++j) printf(" %d(%.3f)", t0.topk[j], t0.weight[j]);
     printf("\n");
     if (check) {
-        // layer 0's output once what was launched has finished; how many of its values differ from `want`
-        auto output = [&]() {
-            std::vector<bf> v(T * H);
-            CK(cudaStreamSynchronize(st));
-            CK(cudaMemcpy(v.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
-            return v;
-        };
-        auto differing = [&](const std::vector<bf>& want) {
-            const std::vector<bf> got = output();
-            int d = 0;
-            for (int i = 0; i < T * H; ++i) d += got[i] != want[i];
-            return d;
-        };
+        std::vector<bf> serial(T * H), chained(T * H);
         four_kernels<false>(b, 0, st, {4, 4, 2}, {8, 2, 4}, false);
-        const std::vector<bf> serial = output();
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(serial.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemset(b.out, 0, T * H * 2));
         four_kernels<false>(b, 0, st, {4, 4, 2}, {8, 2, 4}, true);
-        const int differ = differing(serial);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(chained.data(), b.out, T * H * 2, cudaMemcpyDeviceToHost));
+        int differ = 0;
+        for (int i = 0; i < T * H; ++i) differ += serial[i] != chained[i];
         printf("CHECK chain under PDL vs one kernel after another: %d of %d outputs differ\n", differ, T * H);
-        // every buffer the persistent kernel writes poisoned first (NaN activations and slots, an
-        // empty table), so a phase that reads before its barrier or an item left out shows
-        int differ_p = 0;
-        for (int rep = 0; rep < 5; ++rep) {
-            CK(cudaMemset(b.out, 0, T * H * 2));
-            CK(cudaMemset(b.act, 0xff, T * KC * I * 2));
-            CK(cudaMemset(b.part, 0xff, T * KC * H * 4));
-            CK(cudaMemset(b.tabs, 0, sizeof(MoeTable)));
-            persistent<false>(b, 0, st, {4, 4, 2}, {8, 2, 4});
-            differ_p += differing(serial);
-        }
-        printf("CHECK persistent kernel vs one kernel after another, 5 runs: %d of %d outputs differ\n", differ_p, 5 * T * H);
-        return differ || differ_p ? 1 : 0;
+        return differ ? 1 : 0;
     }
     expert_sweeps<false>(b, distinct, st);
     // each expert re-laid out in place, as the model loads them (src/model/moe.rs, MoeBlock::pack)

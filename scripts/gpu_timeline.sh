@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Where a forward's time goes *inside the CUDA graph*, on the GPU host.
+#
+#   SHAPE=sdar-30b-a3b bash scripts/gpu_timeline.sh [ENV=VALUE ...]
+#
+# ncu (scripts/gpu_profile.sh) times each kernel alone, caches flushed, so it cannot say what a
+# kernel costs in the chain, where programmatic dependent launch overlaps each kernel's start
+# with its predecessor's tail. This records every kernel of a bench decode, graph nodes
+# included, by CUPTI (scripts/cupti_timeline.c, loaded through CUDA_INJECTION64_PATH; the host
+# has no Nsight Systems) and, over the last WINDOW (default 20000) kernels, prints per kernel
+# name: launches, mean duration (start to end, waiting included) and mean *marginal* time, its
+# end minus the previous kernel's end: what it adds to the critical path. The marginals sum to
+# the window's time between kernel ends. Needs .gpu/unmask.gz, and .gpu/timeline.so built here:
+#   gcc -O2 -shared -fPIC -I$CUPTI/include -o .gpu/timeline.so scripts/cupti_timeline.c -L$CUPTI/lib -l:libcupti.so.13
+# with $CUPTI the nvidia/cu13 folder of the `nvidia-cuda-cupti==13.0.*` wheel, whose
+# libcupti.so.13 travels gzipped as .gpu/libcupti.so.13.gz when the host has none.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/gpu_common.sh
+source scripts/gpu_common.sh
+OUT=${OUT:-/tmp/unmask-gpu-out}
+mkdir -p "$OUT"
+W=$(mktemp -d)
+BIN=$W/unmask
+unpack_unmask "$BIN" > /dev/null || exit 1
+[[ -f .gpu/timeline.so ]] || { echo "no .gpu/timeline.so (see this script's head)"; exit 1; }
+gunzip -c .gpu/libcupti.so.13.gz > "$W/libcupti.so.13" 2>/dev/null
+tag=${SHAPE:-sdar-30b-a3b}${*:+-$*}; tag=${tag//[^A-Za-z0-9.]/_}
+env "$@" LD_LIBRARY_PATH="$W${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_INJECTION64_PATH="$PWD/.gpu/timeline.so" \
+  TIMELINE_OUT="$W/kernels.txt" timeout 300 \
+  "$BIN" bench --random-init "${SHAPE:-sdar-30b-a3b}" --device cuda --prompt-len "${PROMPT:-64}" --max-new-tokens 64 \
+  --strategy low_confidence_static --events on --warmup 0 --repeat 1 > "$OUT/timeline-$tag.bench.txt" 2>&1
+echo "bench rc=$?, $(wc -l < "$W/kernels.txt") kernels recorded"
+sort -n -k2 "$W/kernels.txt" | tail -n 3000 > "$OUT/timeline-$tag.kernels.txt"
+python3 - "$W/kernels.txt" "${WINDOW:-20000}" > "$OUT/timeline-$tag.md" <<'PY'
+import sys, collections
+ks = []
+for line in open(sys.argv[1]):
+    s, e, node, name = line.rstrip("\n").split(" ", 3)
+    ks.append((int(s), int(e), name.split("(")[0].split("<")[0][:60]))
+ks.sort(key=lambda k: k[1])  # by end: the critical path's order
+ks = ks[-int(sys.argv[2]):]
+dur, marg, cnt = collections.Counter(), collections.Counter(), collections.Counter()
+for (s, e, n), (_, pe, _) in zip(ks[1:], ks[:-1]):
+    dur[n] += e - s; marg[n] += e - pe; cnt[n] += 1
+wall = ks[-1][1] - ks[0][1]
+print(f"{len(ks) - 1} kernels, {wall / 1e3:.1f} us between the first's end and the last's")
+print("| kernel | launches | mean duration us | mean marginal us | marginal share |")
+print("|---|---:|---:|---:|---:|")
+for n, m in marg.most_common(30):
+    print(f"| {n} | {cnt[n]} | {dur[n] / cnt[n] / 1e3:.2f} | {m / cnt[n] / 1e3:.2f} | {100 * m / wall:.1f} % |")
+PY
+cat "$OUT/timeline-$tag.md"
+grep -E "low_confidence" "$OUT/timeline-$tag.bench.txt" | head -3
