@@ -82,10 +82,10 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // product, cost 5 us a layer on the H200: docs/perf.md.)
 // ADD: y = res + (x . W^T), the product rounded to bf16 first, then the sum (as an unfused
 // projection then add rounds): the projection writes the next residual stream itself.
-// GRP (MoE experts, grouped: one launch for every expert a pass touched): the work item is
-// tile block `bx` of distinct expert `u` of the routing table `tab` (moe_items deals them, so
-// the grid's shape is fixed and a CUDA graph replays it); W is that expert's slice of the
-// layer's stacked experts, and the item's columns are the rows routed to it. GRP_UP: x is the
+// GRP (MoE experts, grouped: one launch for every expert a pass touched): blockIdx.y is a
+// distinct expert u of the routing table `tab` (blocks past its count return at once, so the
+// grid's shape is fixed and a CUDA graph replays it); W is that expert's slice of the layer's
+// stacked experts, and the block's columns are the rows routed to it. GRP_UP: x is the
 // pass's residual stream [T, K] (PAIR, NORM: silu(gate) * up of the normed row) and y the
 // activations [T * k, N] at the rows' slots. GRP_DOWN: x is those activations and the output
 // is f32 [T * k, N], each slot's product times its routing weight.
@@ -97,26 +97,38 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
 // weights one contiguous run. Same fragments, same sums: equal results. On the H200 it made the
 // streamed layer's chain 1 % (1.7B), 9 % (4B) and 15 % (8B) faster (docs/perf.md, session 17).
-// `bx`: the block's tile block (blockIdx.x when negative: the dense forms).
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
-                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr, int bx = -1,
-                     int u = 0) {
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
-    if (GRP != GRP_UP) launch_dependents();  // GRP_UP signals after its wait (moe_up)
+    if (GRP != GRP_UP) launch_dependents();  // GRP_UP signals after its wait (GRP below)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = (bx < 0 ? (int)blockIdx.x : bx) * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
+    const int tile = blockIdx.x * ((blockDim.x >> 5) / ks) + warp / ks, kw = warp % ks;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = tile * 16;
-    // GRP: the item's columns (x rows) and the slot each writes, from the route kernel's table:
-    // distinct expert u (< the table's count: moe_items), tile block bx. GRP_DOWN reads the
-    // table through L2 alone (moe_down says why).
+    // GRP: the block's columns (x rows) and the slot each writes, from the route kernel's table.
+    // GRP_UP: the table is the previous kernel's output, so wait before the first weight load
+    // (which needs the expert), then let the down kernel launch. GRP_DOWN: the route kernel
+    // finished before this kernel launched (gate|up signals after its wait), so read the table
+    // and load the expert's weights before waiting for the activations (through L2 alone: no
+    // kernel boundary with the writer's has passed that would have dropped this SM's L1 copy of
+    // an older table; PDL promises visibility only after griddepcontrol.wait, so this rests on
+    // the writer having finished, flushed, before this grid launched, and L2 being where global
+    // memory is coherent). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79 (H100,
+    // docs/perf.md, session 20). The blocks past the count return at once (block 0 always
+    // lives and waits, so this kernel's end still implies the previous one's).
     int cols = t_len, slot_of[8];
     if (GRP != GRP_NONE) {
         const bool ahead = GRP == GRP_DOWN;
+        if (GRP == GRP_UP) {
+            dependency_wait();
+            launch_dependents();
+        }
+        const int u = blockIdx.y;
+        if (table_word(&tab->count, ahead) <= u) return;
         w += (long)table_word(&tab->expert[u], ahead) * (PAIR ? 2 * n : n) * k8;
         const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], ahead);
         cols = 0;
@@ -290,46 +302,15 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
     route_any(logits, t_len, e, k, norm, &s, route_scratch());
     store_table(&s, tab, stats, t_len);
 }
-// A grouped kernel's work: an item per (distinct expert u of the table, tile block bx), expert
-// by expert, dealt to the grid's blocks in turn (block b takes items b, b + blocks, ...). Under
-// grid (tile blocks, T k) a block has at most one, the block (bx, u) itself; under a grid of the
-// blocks the SMs hold at once (src/model/cuda/moe.rs, `resident`) a block may take several, and
-// no block waits for an SM: with T k slots of grid, most blocks have nothing to do but each
-// still has to get onto an SM, one freed by a working block, before the kernel's dependent may
-// launch (docs/perf.md, session 22).
-template <class F>
-__device__ void moe_items(int n, int ks, int count, F item) {
-    const int xb = (n + 16 * ((blockDim.x >> 5) / ks) - 1) / (16 * ((blockDim.x >> 5) / ks));
-    for (int it = blockIdx.y * gridDim.x + blockIdx.x; it < count * xb; it += gridDim.x * gridDim.y) {
-        item(it % xb, it / xb);
-        __syncthreads();  // the staged x and the K split's sums are the next item's
-    }
-}
-// GRP_UP: the table is the route kernel's output, so wait before reading it (and before the
-// first weight load, which needs the expert), then let the down kernel launch.
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
                        int ks, float eps) {
-    dependency_wait();
-    launch_dependents();
-    moe_items(n, ks, tab->count, [&](int bx, int u) {
-        gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr, bx, u);
-    });
+    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
 }
-// GRP_DOWN: the route kernel finished before this kernel launched (gate|up signals after its
-// wait), so read the table and load the expert's weights before waiting for the activations
-// (through L2 alone: no kernel boundary with the writer's has passed that would have dropped
-// this SM's L1 copy of an older table; PDL promises visibility only after griddepcontrol.wait,
-// so this rests on the writer having finished, flushed, before this grid launched, and L2 being
-// where global memory is coherent). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79
-// (H100, docs/perf.md, session 20). Block 0 always has an item and waits, so this kernel's end
-// still implies the previous one's.
 template <int U, bool P>
 __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
                          int ks) {
-    moe_items(n, ks, table_word(&tab->count, true), [&](int bx, int u) {
-        gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part, bx, u);
-    });
+    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part);
 }
 // out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]), one thread an element.
 extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, const unsigned short* res,

@@ -8,9 +8,7 @@
 //! block and the combine in the down kernel's last blocks, were slower (docs/perf.md, session
 //! 20).
 
-use std::sync::OnceLock;
-
-use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
@@ -30,36 +28,15 @@ fn words<'a>(g: &'a (StorageRef<'_>, &Layout), at: usize, len: usize) -> Result<
     Ok(s.as_cuda_slice::<u32>()?.slice(at..at + len))
 }
 
-/// A grouped kernel of the gemv module with its dynamic shared memory allowed, and its grid: the
-/// kernel deals its work items (a tile block of a distinct expert) to whatever grid it gets
-/// (kernels/gemv.cu, `moe_items`). [`resident_grid`] unless `UNMASK_MOE_GRID=slots`: (tile
-/// blocks, T k slots), a block an item, most returning at once.
+/// A grouped kernel of the gemv module with its dynamic shared memory allowed; grid (tiles, T
+/// * k slots: blocks past the pass's distinct experts return).
 fn grouped_fn(dev: &CudaDevice, name: &str, s: &Split, smem: usize, t: usize, k: usize) -> Result<(impl std::ops::Deref<Target = CudaFunction>, LaunchConfig)> {
     let f = dev.get_or_load_custom_func(name, super::gemv::MODULE, super::gemv::ptx(dev)?)?;
     f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
     super::launch::carveout(&f)?;
-    let most = s.blocks * (t * k).min(MAX_SLOTS);
-    let blocks = if slots_grid() { most } else { resident_grid(dev, &f, s, smem, most)? };
-    let grid_dim = if slots_grid() { (s.blocks as u32, (most / s.blocks) as u32, 1) } else { (blocks as u32, 1, 1) };
-    Ok((f, LaunchConfig { grid_dim, block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 }))
-}
-
-/// Whether `UNMASK_MOE_GRID=slots` asks for the grid of a block an item (for comparisons).
-fn slots_grid() -> bool {
-    static SLOTS: OnceLock<bool> = OnceLock::new();
-    *SLOTS.get_or_init(|| std::env::var("UNMASK_MOE_GRID").as_deref() == Ok("slots"))
-}
-
-/// As many blocks as the GPU's SMs hold at once (at most `most`, the items a pass can have).
-/// With a block an item, the grid is T k slots of tile blocks and a pass's experts fill only
-/// some: the rest return at once, but each must first get onto an SM that a working block has
-/// left, and under programmatic dependent launch the next kernel launches only once every block
-/// has started, so the down kernel, which loads its first weights before its wait, could not
-/// start while gate|up streamed (docs/perf.md, session 22).
-fn resident_grid(dev: &CudaDevice, f: &CudaFunction, s: &Split, smem: usize, most: usize) -> Result<usize> {
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(s.threads() as u32, smem, None).w()?;
-    let sms = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).w()?;
-    Ok((per_sm as usize * sms.max(1) as usize).clamp(1, most))
+    let slots = (t * k).min(MAX_SLOTS) as u32;
+    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, slots, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
+    Ok((f, cfg))
 }
 
 pub fn experts_up(
