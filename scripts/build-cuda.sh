@@ -18,7 +18,9 @@
 #     links against these; on the GPU host the real libcuda.so.1 / libcublas.so.13 are loaded;
 #  3. cargo build --release --features cuda with LIBRARY_PATH (not RUSTFLAGS -L: that would change
 #     fingerprints and rebuild candle's kernels, ~11 min on 2 cores);
-#  4. strips and gzips the binary to .gpu/unmask.gz (ignored by git; carried to the GPU run).
+#  4. strips and gzips the binary to .gpu/unmask.gz (ignored by git; carried to the GPU run);
+#  5. builds scripts/cupti_timeline.c into .gpu/timeline.so and gzips CUPTI beside it
+#     (.gpu/libcupti.so.13.gz), for scripts/gpu_timeline.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -37,6 +39,7 @@ WHEELS=(
   nvidia-cuda-nvrtc==13.0.88
   nvidia-cublas==13.0.2.14
   nvidia-curand==10.4.0.35
+  nvidia-cuda-cupti==13.0.85
 )
 
 # 1. toolkit from wheels
@@ -86,3 +89,8 @@ strip .gpu/unmask 2>/dev/null || true
 gzip -9 -f .gpu/unmask
 ls -l .gpu/unmask.gz
 echo "== done: .gpu/unmask.gz ($(du -h .gpu/unmask.gz | cut -f1))"
+
+# 5. the kernel timeline's CUPTI library (scripts/gpu_timeline.sh)
+gcc -O2 -Wall -shared -fPIC -I"$CU/include" -o .gpu/timeline.so scripts/cupti_timeline.c -L"$CU/lib" -l:libcupti.so.13
+gzip -9 -c "$CU/lib/libcupti.so.13" > .gpu/libcupti.so.13.gz
+echo "== done: .gpu/timeline.so, .gpu/libcupti.so.13.gz"

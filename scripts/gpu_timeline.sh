@@ -10,10 +10,8 @@
 # has no Nsight Systems) and, over the last WINDOW (default 20000) kernels, prints per kernel
 # name: launches, mean duration (start to end, waiting included) and mean *marginal* time, its
 # end minus the previous kernel's end: what it adds to the critical path. The marginals sum to
-# the window's time between kernel ends. Needs .gpu/unmask.gz, and .gpu/timeline.so built here:
-#   gcc -O2 -shared -fPIC -I$CUPTI/include -o .gpu/timeline.so scripts/cupti_timeline.c -L$CUPTI/lib -l:libcupti.so.13
-# with $CUPTI the nvidia/cu13 folder of the `nvidia-cuda-cupti==13.0.*` wheel, whose
-# libcupti.so.13 travels gzipped as .gpu/libcupti.so.13.gz when the host has none.
+# the window's time between kernel ends. Needs .gpu/unmask.gz, .gpu/timeline.so and
+# .gpu/libcupti.so.13.gz, all three made by scripts/build-cuda.sh (carry them to the host).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/gpu_common.sh
