@@ -12,7 +12,10 @@
 // barrier G: one cooperative kernel of G resident blocks passing N grid barriers, each block
 //   then reading the word block 0 wrote before it: microseconds a barrier. `fence`: the
 //   barrier of the removed persistent trials (__threadfence, atomicAdd, spin on a generation
-//   word); `relacq`: release-add and acquire-loads, no separate fences.
+//   word); `relacq`: release-add and acquire-loads, no separate fences; `counters`: a word a
+//   step, zeroed before the launch, that every block adds to (release) when its step is done
+//   and the next step waits on until it reaches G (acquire): the wait a dataflow kernel's tile
+//   makes for the tiles it reads, no reset and no generation word.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -80,6 +83,25 @@ __global__ void barriers_k(unsigned* words, Bar* b) {
     }
 }
 
+__global__ void counters_k(unsigned* words, unsigned* done) {
+    __shared__ unsigned seen;
+    for (int i = 0; i < N; ++i) {
+        if (threadIdx.x == 0) {
+            if (i > 0) {
+                unsigned now;
+                do asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(done + i - 1) : "memory");
+                while (now < gridDim.x);
+            }
+            seen = ((volatile unsigned*)words)[i];
+        }
+        __syncthreads();
+        if (seen != (unsigned)i) asm volatile("trap;");  // a wait that let a block through early
+        if (blockIdx.x == 0 && threadIdx.x == 0) words[i + 1] = seen + 1;
+        __syncthreads();
+        if (threadIdx.x == 0) asm volatile("red.release.gpu.add.u32 [%0], 1;" ::"l"(done + i) : "memory");
+    }
+}
+
 // Median microseconds of one replay of `g` over 20 (after 3 warm-ups).
 static double replay_us(cudaGraphExec_t g, cudaStream_t st) {
     cudaEvent_t a, b;
@@ -120,6 +142,8 @@ int main() {
     Bar* bar;
     CK(cudaMalloc(&words, (N + 1) * 4));
     CK(cudaMalloc(&bar, sizeof(Bar)));
+    unsigned* done;
+    CK(cudaMalloc(&done, N * 4));
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     printf("%d SMs; %d steps a graph\n", sms, N);
@@ -161,7 +185,20 @@ int main() {
                 CK(cudaLaunchKernelExC(&c, f, args));
             });
         }
-        printf("BARRIER G %5d: %.3f us a barrier (fence), %.3f (relacq)\n", G, us[0] / N, us[1] / N);
+        // the counters: zeroed by a memset node of the same graph, before the kernel
+        CK(cudaMemset(words, 0, (N + 1) * 4));
+        const double cu = graph_us(st, [&] {
+            CK(cudaMemsetAsync(done, 0, N * 4, st));
+            void* args[] = {&words, &done};
+            cudaLaunchAttribute a;
+            cudaLaunchConfig_t c = launch_config(dim3(G), dim3(256), 0, false, st, &a);
+            a.id = cudaLaunchAttributeCooperative;
+            a.val.cooperative = 1;
+            c.numAttrs = 1;
+            CK(cudaLaunchKernelExC(&c, (const void*)counters_k, args));
+        });
+        printf("BARRIER G %5d: %.3f us a barrier (fence), %.3f (relacq), %.3f a step (counters)\n", G, us[0] / N,
+               us[1] / N, cu / N);
     }
     CK(cudaDeviceSynchronize());
     return 0;
