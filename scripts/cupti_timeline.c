@@ -1,9 +1,9 @@
 // Every kernel's start and end on the GPU, CUDA graph nodes included, written to $TIMELINE_OUT
 // (one "start_ns end_ns graph_node name" line a kernel) when the process exits. Loaded by the
-// CUDA driver itself through CUDA_INJECTION64_PATH, so the binary under test is unchanged:
+// CUDA driver itself through CUDA_INJECTION64_PATH, so the binary under test is unchanged
+// (scripts/build-cuda.sh builds it into .gpu/timeline.so; scripts/gpu_timeline.sh loads it):
 //
-//   gcc -O2 -shared -fPIC -I$CUPTI/include -o timeline.so scripts/cupti_timeline.c -L$CUPTI/lib -lcupti
-//   CUDA_INJECTION64_PATH=$PWD/timeline.so TIMELINE_OUT=k.txt unmask bench ...
+//   CUDA_INJECTION64_PATH=$PWD/.gpu/timeline.so TIMELINE_OUT=k.txt unmask bench ...
 //
 // Written by hand because the GPU host has no Nsight Systems (scripts/gpu_timeline.sh reads the
 // file). CUPTI's concurrent-kernel records keep kernels overlapping as they ran, so the times

@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 BIN=$W/unmask
 unpack_unmask "$BIN" > /dev/null || exit 1
-[[ -f .gpu/timeline.so ]] || { echo "no .gpu/timeline.so (see this script's head)"; exit 1; }
+[[ -f .gpu/timeline.so ]] || { echo "no .gpu/timeline.so: run scripts/build-cuda.sh first"; exit 1; }
 gunzip -c .gpu/libcupti.so.13.gz > "$W/libcupti.so.13" 2>/dev/null
 tag=${SHAPE:-sdar-30b-a3b}${*:+-$*}; tag=${tag//[^A-Za-z0-9.]/_}
 env "$@" LD_LIBRARY_PATH="$W${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_INJECTION64_PATH="$PWD/.gpu/timeline.so" \

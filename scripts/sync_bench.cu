@@ -102,6 +102,17 @@ __global__ void counters_k(unsigned* words, unsigned* done) {
     }
 }
 
+// `f` on G blocks of 256 threads, launched cooperatively: the driver refuses a grid whose blocks
+// cannot all be resident at once (its waits would hang) instead of running it.
+static void cooperative(const void* f, int G, cudaStream_t st, void** args) {
+    cudaLaunchAttribute a;
+    cudaLaunchConfig_t c = launch_config(dim3(G), dim3(256), 0, false, st, &a);
+    a.id = cudaLaunchAttributeCooperative;
+    a.val.cooperative = 1;
+    c.numAttrs = 1;
+    CK(cudaLaunchKernelExC(&c, f, args));
+}
+
 // Median microseconds of one replay of `g` over 20 (after 3 warm-ups).
 static double replay_us(cudaGraphExec_t g, cudaStream_t st) {
     cudaEvent_t a, b;
@@ -177,12 +188,7 @@ int main() {
             const void* f = r ? (const void*)barriers_k<true> : (const void*)barriers_k<false>;
             us[r] = graph_us(st, [&] {
                 void* args[] = {&words, &bar};
-                cudaLaunchAttribute a;
-                cudaLaunchConfig_t c = launch_config(dim3(G), dim3(256), 0, false, st, &a);
-                a.id = cudaLaunchAttributeCooperative;
-                a.val.cooperative = 1;
-                c.numAttrs = 1;
-                CK(cudaLaunchKernelExC(&c, f, args));
+                cooperative(f, G, st, args);
             });
         }
         // the counters: zeroed by a memset node of the same graph, before the kernel
@@ -190,12 +196,7 @@ int main() {
         const double cu = graph_us(st, [&] {
             CK(cudaMemsetAsync(done, 0, N * 4, st));
             void* args[] = {&words, &done};
-            cudaLaunchAttribute a;
-            cudaLaunchConfig_t c = launch_config(dim3(G), dim3(256), 0, false, st, &a);
-            a.id = cudaLaunchAttributeCooperative;
-            a.val.cooperative = 1;
-            c.numAttrs = 1;
-            CK(cudaLaunchKernelExC(&c, (const void*)counters_k, args));
+            cooperative((const void*)counters_k, G, st, args);
         });
         printf("BARRIER G %5d: %.3f us a barrier (fence), %.3f (relacq), %.3f a step (counters)\n", G, us[0] / N,
                us[1] / N, cu / N);
