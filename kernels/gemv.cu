@@ -302,44 +302,6 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
     route_any(logits, t_len, e, k, norm, &s, route_scratch());
     store_table(&s, tab, stats, t_len);
 }
-// The router product and the routing in one launch (sm_90: a thread block cluster), in place of
-// the router's norm-form gemv and unmask_moe_route: the router's blocks form one cluster; each
-// computes its tiles of the logits [T, E] as the gemv does (the same sums, the same rounding)
-// into `logits`, then the cluster's barrier (release, acquire: the other blocks' logits are in
-// the L2 when it completes) stands where a kernel boundary stood, and block 0 routes from the
-// L2 (ld.cg: the lines may sit stale in its L1 from the last layer's route) as the route kernel
-// does. A block's weights are asked for before its wait like every gemv's. Grid = cluster = the
-// router split's blocks (at most 8, the portable cluster size).
-template <int U, bool P>
-__device__ void router_route(const uint4* w, const uint4* x, unsigned short* logits, MoeTable* tab,
-                             unsigned long long* stats, int t_len, int e, int k8, int ks, float eps, int k, int norm) {
-    gemv<U, false, true, false, GRP_NONE, P>(w, x, logits, nullptr, t_len, e, k8, ks, eps);
-#if __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-    unsigned rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    if (rank != 0) return;
-    __shared__ MoeTable s;
-    int* scratch = route_scratch();
-    unsigned short* lg = (unsigned short*)(scratch + ROUTE_SCRATCH_WORDS(e));
-    for (int i = threadIdx.x; i < t_len * e; i += blockDim.x) {
-        unsigned short v;
-        asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(logits + i) : "memory");
-        lg[i] = v;
-    }
-    __syncthreads();
-    route_any(lg, t_len, e, k, norm, &s, scratch);
-    store_table(&s, tab, stats, t_len);
-#endif
-}
-#define ROUTER_ROUTE(NAME, U, P)                                                                                      \
-    extern "C" __global__ void NAME(const uint4* w, const uint4* x, unsigned short* logits, MoeTable* tab,            \
-                                    unsigned long long* stats, int t_len, int e, int k8, int ks, float eps, int k,    \
-                                    int norm) {                                                                       \
-        router_route<U, P>(w, x, logits, tab, stats, t_len, e, k8, ks, eps, k, norm);                                 \
-    }
-ROUTER_ROUTE(unmask_moe_router_route_u8, 8, false)
-ROUTER_ROUTE(unmask_moe_router_route_u8_p, 8, true)
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
                        int ks, float eps) {

@@ -491,11 +491,8 @@ impl Model {
             bail!("layer {l}: the streamed layer needs the MoE block's grouped form");
         };
         let k = moe.top_k();
-        let fused = super::moe_grouped::router_in_up(&ws.mid, router);
-        if !fused {
-            GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(&mw.router, &ws.mid, router)?;
-        }
-        let up = ExpertsUpInto { tables, logits: &mw.router, router: fused.then_some(router), layer: l, k, norm: moe.norm_topk_prob(), eps: self.eps };
+        GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(&mw.router, &ws.mid, router)?;
+        let up = ExpertsUpInto { tables, logits: &mw.router, layer: l, k, norm: moe.norm_topk_prob(), eps: self.eps };
         up.run(&mw.act, &ws.mid, &g.gate_up)?;
         ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k }.run(&ws.out, &mw.act, &g.down)?;
         Ok(())

@@ -20,7 +20,7 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::gemv::{experts_dims, gemv_scaled, Epilogue, GemvInto, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
+use super::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -277,28 +277,6 @@ impl candle_core::InplaceOp2 for RouteInto {
     }
 }
 
-/// Whether the streamed layer hands the router to [`ExpertsUpInto`] (one launch for the router
-/// product and the routing, cuda/moe.rs `router_route`) rather than running it as a gemv of its
-/// own: on a GPU with thread block clusters (compute capability 9.0), with `UNMASK_MOE_ROUTER=cluster`.
-/// The router split must be one cluster (at most 8 blocks) of the 8-step kernel.
-pub fn router_in_up(x: &Tensor, router: &Tensor) -> bool {
-    #[cfg(feature = "cuda")]
-    if let (candle_core::Device::Cuda(d), Ok(h)) = (x.device(), x.dim(1)) {
-        return super::cuda::moe::clusters(d)
-            && std::env::var("UNMASK_MOE_ROUTER").as_deref() == Ok("cluster")
-            && router_cluster_split(router.dims(), router.dims()[0], h).is_some();
-    }
-    let _ = (x, router);
-    false
-}
-
-/// The split of a router `[e, h]` (rows or packed) where it fits one thread block cluster.
-pub fn router_cluster_split(dims: &[usize], e: usize, h: usize) -> Option<super::gemv::Split> {
-    let (n, k, layout) = super::gemv::weight_dims(dims)?;
-    let s = super::gemv::split_for(n, k, Epilogue::Plain, layout);
-    ((n, k) == (e, h) && s.blocks <= 8 && s.u == 8).then_some(s)
-}
-
 /// `tables[layer] = route(logits)`, then `act[t * k + j] = silu(gate_e · x̂_t) * (up_e · x̂_t)`
 /// for every slot, `e` its expert and `x̂_t` row t normalised (the post-attention norm's weight
 /// is folded into every expert's columns). On the GPU two kernels, `unmask_moe_route`
@@ -308,10 +286,6 @@ pub fn router_cluster_split(dims: &[usize], e: usize, h: usize) -> Option<super:
 pub struct ExpertsUpInto<'a> {
     pub tables: &'a Tensor,
     pub logits: &'a Tensor,
-    /// The router `[experts, H]` (the norm folded in) where the op computes the logits itself
-    /// from `x` (on the GPU the router product and the routing as one cluster launch:
-    /// cuda/moe.rs, `router_route`); `None`: `logits` holds them already.
-    pub router: Option<&'a Tensor>,
     pub layer: usize,
     pub k: usize,
     pub norm: bool,
@@ -321,9 +295,6 @@ pub struct ExpertsUpInto<'a> {
 impl ExpertsUpInto<'_> {
     pub fn run(&self, act: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
         refuse_aliases(act, &[(self.tables, "the tables"), (self.logits, "the router logits")], "moe up: act")?;
-        if let Some(r) = self.router.filter(|_| !act.device().is_cuda()) {
-            GemvInto { epilogue: Epilogue::Plain, rms: Some(self.eps), residual: None }.run(self.logits, x, r)?;
-        }
         if !act.device().is_cuda() {
             RouteInto { layer: self.layer, k: self.k, norm: self.norm }.run(self.tables, self.logits)?;
         }
@@ -575,15 +546,8 @@ mod tests {
         let logits = Tensor::from_vec(logits, (t, e), &dev)?;
         let tables = new_tables(1, &dev)?;
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &logits, router: None, layer: 0, k, norm: true, eps };
+        let up = ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, norm: true, eps };
         up.run(&act, &x, &gate_up)?;
-        // the op given the router computes the same logits itself (the streamed layer's
-        // router_in_up path), into a buffer of its own, and routes and multiplies alike
-        let (own, act2, tables2) = (Tensor::zeros((t, e), DType::BF16, &dev)?, act.zeros_like()?, new_tables(1, &dev)?);
-        ExpertsUpInto { tables: &tables2, logits: &own, router: Some(&router), ..up }.run(&act2, &x, &gate_up)?;
-        assert_eq!(own.to_dtype(DType::F32)?.to_vec2::<f32>()?, logits.to_dtype(DType::F32)?.to_vec2::<f32>()?);
-        assert_eq!(read_table(&tables2, 0, t)?, read_table(&tables, 0, t)?);
-        assert_eq!(act2.to_dtype(DType::F32)?.to_vec2::<f32>()?, act.to_dtype(DType::F32)?.to_vec2::<f32>()?);
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
         let out = Tensor::zeros((t, h), DType::BF16, &dev)?;
         let down_op = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k };
@@ -693,7 +657,7 @@ mod tests {
         assert!(err.contains("moe down: out shares its buffer with the residual"), "{err}");
         let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
         let gate_up = Tensor::zeros((e, 2 * i, h), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &act, router: None, layer: 0, k, norm: true, eps: 1e-6 };
+        let up = ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
         let err = up.run(&act, &x, &gate_up).unwrap_err().to_string();
         assert!(err.contains("act shares its buffer with the router logits"), "{err}");
         ExpertsUpInto { logits: &logits, ..up }.run(&act, &x, &gate_up)?;

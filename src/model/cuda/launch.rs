@@ -157,31 +157,16 @@ impl<'a> Args<'a> {
     /// # Safety
     /// The parameters pushed must match `f`'s signature in number, order and type, and the
     /// kernel must stay inside the buffers it is given.
-    pub unsafe fn launch(self, f: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
-        self.launch_clustered(f, cfg, None)
-    }
-
-    /// [`Args::launch`], the grid's blocks in thread block clusters of `cluster` blocks along x
-    /// where given (compute capability 9.0; the grid's x a multiple of it).
-    ///
-    /// # Safety
-    /// As [`Args::launch`].
-    pub unsafe fn launch_clustered(mut self, f: &CudaFunction, cfg: LaunchConfig, cluster: Option<u32>) -> Result<()> {
+    pub unsafe fn launch(mut self, f: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
         let pdl = pdl(self.stream)?;
         let mut params: Vec<*mut c_void> = self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
-        let mut attrs: Vec<sys::CUlaunchAttribute> = Vec::with_capacity(2);
-        if pdl {
-            let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
-            value.programmaticStreamSerializationAllowed = 1;
-            attrs.push(sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, pad: [0; 4], value });
-        }
-        if let Some(x) = cluster {
-            let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
-            value.clusterDim.x = x;
-            value.clusterDim.y = 1;
-            value.clusterDim.z = 1;
-            attrs.push(sys::CUlaunchAttribute { id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value });
-        }
+        let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -191,8 +176,8 @@ impl<'a> Args<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: attrs.len() as u32,
+            attrs: &mut attr,
+            numAttrs: u32::from(pdl),
         };
         self.stream.context().bind_to_thread().w()?;
         sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()).result().w()?;

@@ -51,10 +51,7 @@ pub fn experts_up(
     let Some((a, b)) = la.contiguous_offsets() else { candle_core::bail!("moe up: act must be contiguous") };
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     let s = grouped_split(i, h, Epilogue::SiluMul);
-    match op.router {
-        Some(r) => router_route(op, r, (t, e, h), &x, &dev)?,
-        None => route(op, (t, e), &dev)?,
-    }
+    route(op, (t, e), &dev)?;
     let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true);
     let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
     let tg = op.tables.storage_and_layout();
@@ -66,46 +63,6 @@ pub fn experts_up(
     // ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel before it
     // wrote the table (expert ids < E).
     unsafe { b.launch(&f, cfg) }
-}
-
-/// Whether `dev` runs thread block clusters (compute capability 9.0 and later).
-pub fn clusters(dev: &CudaDevice) -> bool {
-    dev.cuda_stream().context().compute_capability().is_ok_and(|(major, _)| major >= 9)
-}
-
-/// The router product and the routing in one launch (kernels/gemv.cu, `router_route`): the
-/// router split's blocks as one thread block cluster, block 0 routing once the cluster's
-/// barrier has passed. The kernel writes the logits and the table, tensors the op holds.
-fn router_route(op: &ExpertsUpInto<'_>, router: &candle_core::Tensor, (t, e, h): (usize, usize, usize), x: &CudaView<'_, bf16>, dev: &CudaDevice) -> Result<()> {
-    let rg = router.storage_and_layout();
-    let (sr, lr) = held_storage(&rg, "moe: router")?;
-    let w = aligned::<bf16>(sr, lr, "moe: router")?;
-    let Some(s) = crate::model::moe_grouped::router_cluster_split(lr.dims(), e, h) else {
-        candle_core::bail!("moe: router {:?} for {e} experts of {h} is not one cluster's product", lr.dims());
-    };
-    let layout = crate::model::gemv::weight_dims(lr.dims()).map_or(crate::model::gemv::WeightLayout::Rows, |d| d.2);
-    let lg = op.logits.storage_and_layout();
-    let logits = held_aligned::<bf16>(&lg, "moe: router logits")?;
-    let name = entry_name("unmask_moe_router_route_u8", layout);
-    let f = dev.get_or_load_custom_func(&name, super::gemv::MODULE, super::gemv::ptx(dev)?)?;
-    let scratch = route_scratch_bytes(e) + t * e * 2;
-    let smem = s.smem_bytes(t, h, Epilogue::Plain, true).max(scratch);
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
-    super::launch::carveout(&f)?;
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
-    let n = op.tables.elem_count();
-    let tg = op.tables.storage_and_layout();
-    let (table, stats) = (words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?, words(&tg, n - STATS_WORDS, STATS_WORDS)?);
-    let stream = dev.cuda_stream();
-    let mut b = Args::new(&stream);
-    b.input(&w).input(x).input(&logits).input(&table).input(&stats);
-    b.i32(t as i32).i32(e as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps).i32(op.k as i32).i32(i32::from(op.norm));
-    // SAFETY: kernels/gemv.cu's unmask_moe_router_route_u8[_p](w, x, logits, MoeTable*, u64[2],
-    // t_len, e, k8, ks, eps, k, norm); the up op's dims checked x [t, h], logits [t, e], t <= 8,
-    // k <= 8, e <= 1024 and that the tables hold the layer; w is the router [e, h] in `layout`
-    // (the decoder's, checked by the gemv op at load: GemvInto::fits); the dynamic shared memory
-    // holds the gemv's staging and the routing's scratch and logits.
-    unsafe { b.launch_clustered(&f, cfg, Some(s.blocks as u32)) }
 }
 
 /// The routing: one block of 32 T threads writes the layer's table.
