@@ -3,6 +3,9 @@
 //! projections and the streamed layer (kernels/gemv.cu, cuda/gemv.rs; gemv.rs), and the CPU's
 //! bf16 panels (linear.rs). Each can be turned off by an environment switch for comparisons.
 
+use std::borrow::Cow;
+use std::path::Path;
+
 use candle_core::{DType, Device};
 
 use super::ops;
@@ -63,4 +66,36 @@ pub fn packed_here() -> bool {
 /// unless `UNMASK_BF16_WEIGHTS=0` (for comparisons: the widened f32 weights through gemm).
 pub fn bf16_weights_here(device: &Device, dtype: DType) -> bool {
     device.is_cpu() && dtype == DType::F32 && std::env::var("UNMASK_BF16_WEIGHTS").as_deref() != Ok("0")
+}
+
+/// The text of kernel file `name` (kernels/fused.cu, gemv.cu, common.cuh, moe.cuh) that NVRTC
+/// compiles (cuda/nvrtc.rs): DIR/name under `UNMASK_KERNELS=DIR`, else `builtin`, the copy built
+/// into the binary. The GPU host has no cargo; this is how a kernel change is tried there, or two
+/// versions of the kernels compared in one call, with one binary (docs/gpu.md).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // only the CUDA build compiles kernels
+pub fn kernel_source<'a>(name: &str, builtin: &'a str) -> Result<Cow<'a, str>, String> {
+    kernel_source_in(std::env::var_os("UNMASK_KERNELS").as_deref().map(Path::new), name, builtin)
+}
+
+fn kernel_source_in<'a>(dir: Option<&Path>, name: &str, builtin: &'a str) -> Result<Cow<'a, str>, String> {
+    let Some(dir) = dir else { return Ok(Cow::Borrowed(builtin)) };
+    let path = dir.join(name);
+    std::fs::read_to_string(&path).map(Cow::Owned).map_err(|e| format!("UNMASK_KERNELS: cannot read {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_sources_come_from_the_folder_named_else_the_binary() {
+        let dir = std::env::temp_dir().join(format!("unmask-kernels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gemv.cu"), "// edited").unwrap();
+        assert_eq!(kernel_source_in(None, "gemv.cu", "// built in").unwrap(), "// built in");
+        assert_eq!(kernel_source_in(Some(&dir), "gemv.cu", "// built in").unwrap(), "// edited");
+        let err = kernel_source_in(Some(&dir), "moe.cuh", "").unwrap_err();
+        assert!(err.starts_with("UNMASK_KERNELS: cannot read ") && err.contains("moe.cuh"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -4,11 +4,16 @@
 //! (the sources are built into the binary); `nvrtcCreateProgram` takes header sources by include
 //! name, which cudarc's `compile_ptx_with_opts` leaves empty, hence this.
 //! scripts/nvrtc_check.py does the same.
+//!
+//! `UNMASK_KERNELS=DIR` compiles the sources and headers found in DIR (a copy of kernels/) in
+//! place of the built-in ones (paths.rs, `kernel_source`).
 
 use std::ffi::{c_char, CString};
 use std::mem::MaybeUninit;
 
 use candle_core::cuda_backend::cudarc::nvrtc::{result, sys};
+
+use crate::model::paths::kernel_source;
 
 /// Every header a kernel source may include, by include name.
 const HEADERS: [(&str, &str); 2] = [
@@ -36,8 +41,8 @@ fn text(buf: &[c_char]) -> String {
 /// NVRTC's default target without one; on failure NVRTC's error, the options and the log.
 pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, String> {
     let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
-    let (src, file) = (c(src)?, c(name)?);
-    let texts = HEADERS.iter().map(|(_, t)| c(t)).collect::<Result<Vec<_>, _>>()?;
+    let (src, file) = (c(&kernel_source(name, src)?)?, c(name)?);
+    let texts = HEADERS.iter().map(|(n, t)| c(&kernel_source(n, t)?)).collect::<Result<Vec<_>, _>>()?;
     let names = HEADERS.iter().map(|(n, _)| c(n)).collect::<Result<Vec<_>, _>>()?;
     let headers: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
     let includes: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
