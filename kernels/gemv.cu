@@ -48,11 +48,14 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     return v;
 }
 
-// A word of a MoE routing table; `l2`: through L2 only (ld.global.cg).
+// A word of a MoE routing table, as an asm volatile load (the compiler keeps it where it is
+// written, before any branch on it; plain loads it sank past the first): `l2` through L2 only
+// (ld.global.cg), else through L1 too (ld.global.ca), where the blocks after the first on an
+// SM find it.
 __device__ __forceinline__ int table_word(const int* p, bool l2) {
-    if (!l2) return *p;
     int v;
-    asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    if (l2) asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else asm volatile("ld.global.ca.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 
@@ -120,20 +123,38 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // memory is coherent). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79 (H100,
     // docs/perf.md, session 20). The blocks past the count return at once (block 0 always
     // lives and waits, so this kernel's end still implies the previous one's).
-    int cols = t_len, slot_of[8];
-    if (GRP != GRP_NONE) {
-        const bool ahead = GRP == GRP_DOWN;
-        if (GRP == GRP_UP) {
-            dependency_wait();
-            launch_dependents();
-        }
+    // GRP_UP asks for every table word it needs at once, after its wait: one round trip to the
+    // L2 before its first weight load, where the count, then the expert, then the chosen rows'
+    // slots took three, and through L1, so that the blocks without an expert (most of the grid)
+    // find the count there and leave their SM sooner: 3.612-3.621 ms a 30B-A3B forward against
+    // 3.643-3.649 (H100, docs/perf.md, session 23; through L2 alone it was slower, 3.708-3.717
+    // against 3.649-3.667: the grid's empty blocks each waited on the L2 before leaving).
+    int cols = t_len, slot_of[8], kc = 1;  // GRP_UP: kc, the choices a row
+    if (GRP == GRP_UP) {
+        dependency_wait();
+        launch_dependents();
         const int u = blockIdx.y;
-        if (table_word(&tab->count, ahead) <= u) return;
-        w += (long)table_word(&tab->expert[u], ahead) * (PAIR ? 2 * n : n) * k8;
-        const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], ahead);
+        const int count = table_word(&tab->count, false), ex = table_word(&tab->expert[u], false);
+        const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], false);
+        int sl[8];  // slot[u] has 8 words, read whether or not their rows chose u
+#pragma unroll
+        for (int t = 0; t < 8; ++t) sl[t] = table_word(&tab->slot[u][t], false);
+        kc = table_word(&tab->k, false);
+        if (count <= u) return;
+        w += (long)ex * (PAIR ? 2 * n : n) * k8;
+        cols = 0;
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+            if (t < t_len && ((m >> t) & 1u)) slot_of[cols++] = sl[t];
+    }
+    if (GRP == GRP_DOWN) {
+        const int u = blockIdx.y;
+        if (table_word(&tab->count, true) <= u) return;
+        w += (long)table_word(&tab->expert[u], true) * (PAIR ? 2 * n : n) * k8;
+        const unsigned m = (unsigned)table_word((const int*)&tab->rows[u], true);
         cols = 0;
         for (int t = 0; t < t_len; ++t)
-            if ((m >> t) & 1u) slot_of[cols++] = table_word(&tab->slot[u][t], ahead);
+            if ((m >> t) & 1u) slot_of[cols++] = table_word(&tab->slot[u][t], true);
     }
     const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
     const int steps = k8 / 4;
@@ -174,7 +195,7 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
             for (int i = threadIdx.x; i < total; i += blockDim.x) {
                 const int c = i / k8;
                 // GRP_UP: residual row t = slot / k; GRP_DOWN: the slot's activation row
-                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / tab->k : slot_of[c];
+                const long src = GRP == GRP_NONE ? c : GRP == GRP_UP ? slot_of[c] / kc : slot_of[c];
                 cp_async16(xs + c * XROW + i % k8, x + src * k8 + i % k8);
             }
             // ADD: this lane's residual values, asked for now so the epilogue does not wait
