@@ -5,6 +5,8 @@
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/sync_bench scripts/sync_bench.cu && /tmp/sync_bench
 //
+// (H100 figures: docs/gpu-runs/2026-12-06-session23-h100-sync/; a PDL boundary is the cheapest.)
+//
 // chain G: N kernels of G blocks x 256 threads in one CUDA graph, each block reading the word
 //   the previous kernel's block 0 wrote and writing its own (a data dependency, as every
 //   kernel of a layer has), under programmatic dependent launch (each kernel signals at once
