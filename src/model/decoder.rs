@@ -374,7 +374,7 @@ impl Model {
         if !self.norms_folded || !self.fused || self.dtype != DType::BF16 || t > super::gemv::MAX_ROWS {
             return Ok(None);
         }
-        if keys + self.heads.head_dim > ops::ATTENTION_MAX_KEYS_PLUS_D && !self.long_attention(keys) || !self.streamable() {
+        if !ops::cuda_attention_takes(keys, self.heads.head_dim) && !self.long_attention(keys) || !self.streamable() {
             return Ok(None);
         }
         let (d, h, kvh) = (self.heads.head_dim, self.heads.heads, self.heads.kv_heads);

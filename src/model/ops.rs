@@ -46,11 +46,19 @@ pub struct QkvPrep {
 pub const ATTENTION_MAX_KEYS_PLUS_D: usize = 6 * 1024;
 
 /// Whether [`attention`] takes `keys` keys of head size `d` on `device`: the CPU kernel
-/// (cpu_attention.rs) any number, the CUDA one up to [`ATTENTION_MAX_KEYS_PLUS_D`]. (The CPU
-/// once shared the CUDA limit and fell back past 6k keys to the generic chain, whose
-/// `[heads, rows, keys]` scores made a 16k-key denoising pass 5.5x its floor.)
+/// (cpu_attention.rs) any number, the CUDA one [`cuda_attention_takes`]; the rest run the
+/// generic chain. (The CPU once shared the CUDA limit and fell back past 6k keys to the generic
+/// chain, whose `[heads, rows, keys]` scores made a 16k-key denoising pass 5.5x its floor.)
 pub fn attention_takes(device: &candle_core::Device, keys: usize, d: usize) -> bool {
-    device.is_cpu() || keys + d <= ATTENTION_MAX_KEYS_PLUS_D
+    device.is_cpu() || cuda_attention_takes(keys, d)
+}
+
+/// The CUDA attention kernel's shapes (kernels/fused.cu: 16-byte loads of 8 values, at most
+/// two chunks a half-warp): a head size that is a multiple of 8 up to 256, and up to
+/// [`ATTENTION_MAX_KEYS_PLUS_D`] keys plus it. (A model of head size 4 on the GPU stopped at its
+/// first pass with the kernel's error instead of running the chain.)
+pub fn cuda_attention_takes(keys: usize, d: usize) -> bool {
+    d.is_multiple_of(8) && d <= 256 && keys + d <= ATTENTION_MAX_KEYS_PLUS_D
 }
 
 #[derive(Clone, Debug)]
@@ -572,9 +580,14 @@ mod tests {
     }
 
     #[test]
-    fn only_the_cuda_kernel_has_a_longest_cache() {
+    fn only_the_cuda_kernel_has_a_longest_cache_and_head_sizes() {
         assert!(attention_takes(&Device::Cpu, 1 << 20, 128));
-        assert!(attention_takes(&Device::Cpu, ATTENTION_MAX_KEYS_PLUS_D, 128));
+        assert!(attention_takes(&Device::Cpu, ATTENTION_MAX_KEYS_PLUS_D, 4));
+        assert!(cuda_attention_takes(ATTENTION_MAX_KEYS_PLUS_D - 128, 128));
+        assert!(!cuda_attention_takes(ATTENTION_MAX_KEYS_PLUS_D - 127, 128));
+        assert!(cuda_attention_takes(64, 256) && cuda_attention_takes(64, 8));
+        // the generic chain for head sizes the kernel's 16-byte loads cannot take
+        assert!(!cuda_attention_takes(64, 4) && !cuda_attention_takes(64, 12) && !cuda_attention_takes(64, 264));
     }
 
     #[test]
