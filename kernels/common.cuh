@@ -69,12 +69,6 @@ struct MoeTable {
     int slot[MOE_SLOTS][8];     // [u][t] row t's flat slot t * k + j that chose expert u
     int topk[MOE_SLOTS];        // [t * k + j] the expert row t chose j-th
     float weight[MOE_SLOTS];    // [t * k + j] its routing weight (renormalised if the config says so)
-    // The grouped gate|up kernel's, not the route's: the distinct experts of this layer's last
-    // pass, written after its wait and read by the next pass's blocks before theirs, a hint of
-    // the weights to ask into the L2 while the router and the route run (gemv.cu, GRP_UP).
-    int hint_count;
-    int hint_pad;               // keeps a table an even number of words (moe_grouped.rs)
-    int hint_expert[MOE_SLOTS];
 };
 
 #endif

@@ -100,32 +100,10 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
 // weights one contiguous run. Same fragments, same sums: equal results. On the H200 it made the
 // streamed layer's chain 1 % (1.7B), 9 % (4B) and 15 % (8B) faster (docs/perf.md, session 17).
-// GRP_UP's hint (before its wait): the block's tiles of the expert that distinct expert u was in
-// this layer's last pass, `eighths` / 8 of its gate span and of its up span, asked into the L2
-// (prefetch.global.L2: no registers, nothing waited on), so that weights stream while the router
-// and the route, which move almost none, run. A block pass's rows change little from one
-// denoising step to the next, so neither do the experts they route to; and a hint is only a
-// prefetch: which expert the block multiplies comes from this pass's table, after the wait. (Any
-// u of the last pass's set serves: the L2 is shared, so a block that prefetches another block's
-// expert still saves that block the trip.) The tables start zeroed: no hint in the first pass.
-__device__ __forceinline__ void prefetch_hint(const uint4* w, const MoeTable* tab, int n, int k8, int rows, int eighths) {
-    const int u = blockIdx.y;
-    const int hc = ((volatile const MoeTable*)tab)->hint_count, hx = ((volatile const MoeTable*)tab)->hint_expert[u];
-    if (u >= hc) return;
-    const int n0 = blockIdx.x * rows;
-    const long span = (long)min(rows, n - n0) * k8 * 16 * eighths / 8;  // bytes a half
-    const char* gate = (const char*)(w + (long)hx * 2 * n * k8 + (long)n0 * k8);
-    const char* up = gate + (long)n * k8 * 16;  // rows and packed alike: the up half n rows on
-    for (long off = (long)threadIdx.x * 128; off < span; off += (long)blockDim.x * 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(gate + off));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(up + off));
-    }
-}
-
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
-                     MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr, int hint = 0) {
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
@@ -153,7 +131,6 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // against 3.649-3.667: the grid's empty blocks each waited on the L2 before leaving).
     int cols = t_len, slot_of[8], kc = 1;  // GRP_UP: kc, the choices a row
     if (GRP == GRP_UP) {
-        if (hint > 0) prefetch_hint(w, tab, n, k8, 16 * ((blockDim.x >> 5) / ks), hint);
         dependency_wait();
         launch_dependents();
         const int u = blockIdx.y;
@@ -164,12 +141,6 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         for (int t = 0; t < 8; ++t) sl[t] = table_word(&tab->slot[u][t], false);
         kc = table_word(&tab->k, false);
         if (count <= u) return;
-        // the next pass's hint (the block at tile 0 of each u; a block of this pass reading it
-        // before its wait may see this pass's value or the last's: a hint either way)
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
-            tab->hint_expert[u] = ex;
-            if (u == 0) tab->hint_count = count;
-        }
         w += (long)ex * (PAIR ? 2 * n : n) * k8;
         cols = 0;
 #pragma unroll
@@ -353,14 +324,14 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
     store_table(&s, tab, stats, t_len);
 }
 template <int U, bool P>
-__device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, MoeTable* tab, int t_len, int n, int k8,
-                       int ks, float eps, int hint = 0) {
-    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr, hint);
+__device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
+                       int ks, float eps) {
+    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
 }
 template <int U, bool P>
 __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
                          int ks) {
-    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, (MoeTable*)tab, part);
+    gemv<U, false, false, false, GRP_DOWN, P>(w, x, nullptr, nullptr, t_len, n, k8, ks, 0.0f, tab, part);
 }
 // out [T, H] = bf16(bf16(sum_j part[t * k + j]) + res[t]), one thread an element.
 extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, const unsigned short* res,
@@ -376,9 +347,9 @@ extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, co
 // Each with the experts in rows and (_p) each expert packed (PACKED: `[E][tile][step][16][32]`).
 #define MOE_ENTRIES(SUFFIX, P)                                                                                          \
     extern "C" __global__ void unmask_gemv_moe_up_u4##SUFFIX(const uint4* w, const uint4* x, unsigned short* y,          \
-                                                             MoeTable* tab, int t_len, int n, int k8, int ks, float eps, \
-                                                             int hint) {                                                 \
-        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps, hint);                                                        \
+                                                             const MoeTable* tab, int t_len, int n, int k8, int ks,      \
+                                                             float eps) {                                                \
+        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps);                                                              \
     }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_down_u8##SUFFIX(const uint4* w, const uint4* x, float* part,              \
                                                                const MoeTable* tab, int t_len, int n, int k8, int ks) {  \

@@ -38,7 +38,7 @@ static bf host_bf16(float v) {
 template <int U, bool PACKED>
 __global__ void up_k(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
                      int ks, float eps) {
-    moe_up<U, PACKED>(w, x, y, (MoeTable*)tab, t_len, n, k8, ks, eps);
+    moe_up<U, PACKED>(w, x, y, tab, t_len, n, k8, ks, eps);
 }
 template <int U, bool PACKED>
 __global__ void down_k(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,

@@ -30,9 +30,8 @@ pub const MAX_CHOICES: usize = 8;
 pub const MAX_SLOTS: usize = MAX_ROWS * MAX_CHOICES;
 /// Experts a layer may have (the route kernel's taken-flags are 32 words of 32 bits).
 pub const MAX_EXPERTS: usize = 1024;
-/// u32 words of one routing table: kernels/common.cuh's `MoeTable`, field by field (the last
-/// 2 + MAX_SLOTS, the gate|up kernel's prefetch hints, only the kernels read).
-pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS + 2 + MAX_SLOTS;
+/// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
+pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
 // The u64 counters follow the tables (`tables_len`) and the route kernel adds to them with
 // 64-bit atomics: an odd table would misalign them after an odd number of layers (a trial's
 // CUDA_ERROR_MISALIGNED_ADDRESS, docs/perf.md, session 21).

@@ -59,20 +59,10 @@ pub fn experts_up(
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&w).input(&x).output(&mut act).input(&table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
-    b.i32(hint_eighths());
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n, k8,
-    // ks, eps, hint); the op's dims checked w (E x 2 I x H), x and act; the route kernel before
-    // it wrote the table (expert ids < E), and the hints the kernel prefetches from are expert
-    // ids this kernel wrote from an earlier table (or the zeroed buffer's 0).
+    // ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel before it
+    // wrote the table (expert ids < E).
     unsafe { b.launch(&f, cfg) }
-}
-
-/// How much of the last pass's experts the gate|up kernel asks into the L2 before its wait
-/// (kernels/gemv.cu, `prefetch_hint`), in eighths of each block's share: `UNMASK_MOE_HINT=0..8`
-/// (a trial: 0, none, unless set).
-fn hint_eighths() -> i32 {
-    static EIGHTHS: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-    *EIGHTHS.get_or_init(|| std::env::var("UNMASK_MOE_HINT").ok().and_then(|v| v.parse().ok()).unwrap_or(0).clamp(0, 8))
 }
 
 /// The routing: one block of 32 T threads writes the layer's table.
