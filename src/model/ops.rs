@@ -55,8 +55,8 @@ pub fn attention_takes(device: &candle_core::Device, keys: usize, d: usize) -> b
 
 /// The CUDA attention kernel's shapes (kernels/fused.cu: 16-byte loads of 8 values, at most
 /// two chunks a half-warp): a head size that is a multiple of 8 up to 256, and up to
-/// [`ATTENTION_MAX_KEYS_PLUS_D`] keys plus it. (A model of head size 4 on the GPU stopped at its
-/// first pass with the kernel's error instead of running the chain.)
+/// [`ATTENTION_MAX_KEYS_PLUS_D`] keys plus it. (Without this check a model of head size 4 on the
+/// GPU stopped at its first pass with the kernel's error instead of running the chain.)
 pub fn cuda_attention_takes(keys: usize, d: usize) -> bool {
     d.is_multiple_of(8) && d <= 256 && keys + d <= ATTENTION_MAX_KEYS_PLUS_D
 }
