@@ -121,11 +121,13 @@ pub fn qkv_prep(
 /// shared memory.
 fn attention_cfg(op: &Attention, t_len: usize) -> Result<LaunchConfig> {
     let (h, d, keys) = (op.heads, op.head_dim, op.keys);
-    if d % 8 != 0 || d > 256 {
-        candle_core::bail!("attention kernel: head_dim {d} (takes a multiple of 8 up to 256)");
-    }
-    if d + keys > crate::model::ops::ATTENTION_MAX_KEYS_PLUS_D {
-        candle_core::bail!("attention kernel: {keys} keys exceed its shared memory (48 KiB)");
+    // the callers asked ops::attention_takes; this says which bound a pass broke if one did not
+    if !crate::model::ops::cuda_attention_takes(keys, d) {
+        candle_core::bail!(
+            "attention kernel: head_dim {d} with {keys} keys (takes a head_dim that is a multiple of 8 up to 256, \
+             and up to {} keys plus it: 48 KiB of shared memory)",
+            crate::model::ops::ATTENTION_MAX_KEYS_PLUS_D
+        );
     }
     let smem = (d + keys + 16 * d) * 4;
     Ok(LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 })
