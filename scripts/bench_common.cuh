@@ -90,7 +90,7 @@ static Split gemv_split(int n, int k, bool pair, bool packed = false) {
     // src/model/gemv.rs's MEASURED_PACKED (packed weights) then MEASURED: (n, k, pair) -> u, ks, tb
     struct M { int n, k; bool pair; Split s; };
     const M measured_packed[] = {
-        {4096, 2048, false, {4, 16, 1}}, {5120, 2048, false, {4, 4, 2}}, {6144, 2560, false, {4, 8, 2}}, {2560, 4096, false, {4, 8, 2}},
+        {4096, 2048, false, {4, 16, 1}}, {5120, 2048, false, {8, 4, 2}}, {6144, 2560, false, {4, 8, 2}}, {2560, 4096, false, {4, 8, 2}},
         {9728, 2560, true, {4, 8, 1}}, {2560, 9728, false, {8, 8, 2}}, {4096, 4096, false, {8, 8, 2}},
         {12288, 4096, true, {4, 8, 1}}, {4096, 12288, false, {8, 8, 2}}};
     const M measured[] = {

@@ -10,6 +10,7 @@
 //! applies; elsewhere callers use candle's matmul.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use std::sync::OnceLock;
 
 /// Most rows one launch multiplies: the 8 columns of the m16n8k16 product's B operand.
 pub const MAX_ROWS: usize = 8;
@@ -249,10 +250,13 @@ pub const MEASURED: [Measured; 5] = [
 pub const MEASURED_PACKED: [Measured; 9] = [
     // SDAR-1.7B: q|k|v, 4 steps a batch over 16 warps (both cards)
     Measured { n: 4096, k: 2048, epilogue: Epilogue::Plain, ks: 16, tb: 1, u: 4 },
-    // SDAR-30B-A3B: q|k|v, 11.17 us a layer against the rule's 14.08 (scripts/moe_bench.cu's
-    // dense sweep, H100, docs/gpu-runs/2026-12-05-session18-h100-route; its o is within 1 % of
-    // the rule's)
-    Measured { n: 5120, k: 2048, epilogue: Epilogue::Plain, ks: 4, tb: 2, u: 4 },
+    // SDAR-30B-A3B: q|k|v, 4 warps a tile and 2 tiles a block (scripts/moe_bench.cu's dense
+    // sweep, H100, docs/gpu-runs/2026-12-05-session18-h100-route: 11.17 us a layer against the
+    // rule's 14.08), 8 steps a batch (in the model, where a block asks for half its weights
+    // before its wait, not a quarter: 1.4-2.2 % faster a forward in each of five H100 calls,
+    // docs/gpu-runs/2026-12-06-session24-h100-dense-splits). Its o and router keep the rule's:
+    // no other split was faster in the model.
+    Measured { n: 5120, k: 2048, epilogue: Epilogue::Plain, ks: 4, tb: 2, u: 8 },
     // SDAR-4B: q|k|v (both cards), o, gate|up and down (as their rows)
     Measured { n: 6144, k: 2560, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 4 },
     Measured { n: 2560, k: 4096, epilogue: Epilogue::Plain, ks: 8, tb: 2, u: 4 },
@@ -312,13 +316,40 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     Split { ks, tb, u, blocks: n.div_ceil(TILE_ROWS * tb) }
 }
 
-/// The split of a product whose weight lies in `layout`: [`MEASURED_PACKED`] first for packed
-/// weights, then [`split`].
+/// The split of a product whose weight lies in `layout`: `UNMASK_GEMV_SPLIT`'s first (see
+/// [`parse_splits`]), then [`MEASURED_PACKED`] for packed weights, then [`split`].
 pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -> Split {
+    static SET: OnceLock<Vec<Measured>> = OnceLock::new();
+    let set = SET.get_or_init(|| std::env::var("UNMASK_GEMV_SPLIT").map(|v| parse_splits(&v)).unwrap_or_default());
+    if let Some(s) = measured(set, n, k, epilogue) {
+        return s;
+    }
     match layout {
         WeightLayout::Packed => measured(&MEASURED_PACKED, n, k, epilogue).unwrap_or_else(|| split(n, k, epilogue)),
         WeightLayout::Rows => split(n, k, epilogue),
     }
+}
+
+/// `UNMASK_GEMV_SPLIT` = `NxK=KS/TB/U[;...]` (`KS` warps on a tile's K, `TB` tiles a block, `U`
+/// steps a batch, 4 or 8), for the products of `N` rows of `K` inputs of either form: the
+/// dense splits changed on the GPU host without a rebuild, as `UNMASK_MOE_SPLIT` changes the
+/// grouped ones (the GPU host has no cargo, and the sweeps' harnesses leave out how a kernel's
+/// blocks share SMs with the attention kernel's). An entry that does not parse, asks for a batch
+/// no kernel has, or for more than 16 warps a block (1024 threads would not fit an SM's
+/// registers) is left out.
+pub fn parse_splits(v: &str) -> Vec<Measured> {
+    let entry = |e: &str| -> Option<[usize; 5]> {
+        let (shape, split) = e.split_once('=')?;
+        let (n, k) = shape.split_once('x')?;
+        let f: Vec<usize> = [n, k].into_iter().chain(split.split('/')).map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
+        <[usize; 5]>::try_from(f).ok()
+    };
+    let forms = [Epilogue::Plain, Epilogue::SiluMul];
+    v.split(';')
+        .filter_map(entry)
+        .filter(|&[_, k, ks, tb, u]| ks >= 1 && tb >= 1 && ks * tb <= 16 && ks <= k / K_STEP && matches!(u, 4 | 8))
+        .flat_map(|[n, k, ks, tb, u]| forms.map(|epilogue| Measured { n, k, epilogue, ks, tb, u }))
+        .collect()
 }
 
 /// The split a table lists for `(n, k, epilogue)`.
@@ -677,6 +708,23 @@ mod tests {
         assert_eq!(split(9728, 2560, Epilogue::SiluMul), Split { ks: 8, tb: 1, u: 4, blocks: 608 });
         // a shape not listed keeps the rule
         assert_eq!(split(2560, 4096, Epilogue::Plain), Split { ks: 16, tb: 1, u: 8, blocks: 160 });
+    }
+
+    #[test]
+    fn unmask_gemv_split_names_splits_for_both_forms_and_leaves_out_what_no_kernel_runs() {
+        let set = parse_splits("2048x4096=8/1/8; 5120x2048 = 4/2/4;1x2=3;x1=1/1/8;2048x4096=8/4/8;2048x4096=8/1/6;2048x64=4/1/8;2048x4096=8/1");
+        let rows: Vec<_> = set.iter().map(|m| (m.n, m.k, m.epilogue, m.ks, m.tb, m.u)).collect();
+        assert_eq!(
+            rows,
+            [
+                (2048, 4096, Epilogue::Plain, 8, 1, 8),
+                (2048, 4096, Epilogue::SiluMul, 8, 1, 8),
+                (5120, 2048, Epilogue::Plain, 4, 2, 4),
+                (5120, 2048, Epilogue::SiluMul, 4, 2, 4),
+            ]
+        );
+        assert_eq!(measured(&set, 2048, 4096, Epilogue::Plain), Some(Split { ks: 8, tb: 1, u: 8, blocks: 128 }));
+        assert!(parse_splits("").is_empty());
     }
 
     #[test]
