@@ -319,9 +319,7 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
 /// The split of a product whose weight lies in `layout`: `UNMASK_GEMV_SPLIT`'s first (see
 /// [`parse_splits`]), then [`MEASURED_PACKED`] for packed weights, then [`split`].
 pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -> Split {
-    static SET: OnceLock<Vec<Measured>> = OnceLock::new();
-    let set = SET.get_or_init(|| std::env::var("UNMASK_GEMV_SPLIT").map(|v| parse_splits(&v)).unwrap_or_default());
-    if let Some(s) = measured(set, n, k, epilogue) {
+    if let Some(s) = measured(split_overrides(), n, k, epilogue) {
         return s;
     }
     match layout {
@@ -350,6 +348,12 @@ pub fn parse_splits(v: &str) -> Vec<Measured> {
         .filter(|&[_, k, ks, tb, u]| ks >= 1 && tb >= 1 && ks * tb <= 16 && ks <= k / K_STEP && matches!(u, 4 | 8))
         .flat_map(|[n, k, ks, tb, u]| forms.map(|epilogue| Measured { n, k, epilogue, ks, tb, u }))
         .collect()
+}
+
+/// `UNMASK_GEMV_SPLIT`'s splits (read once; empty when unset).
+pub fn split_overrides() -> &'static [Measured] {
+    static SET: OnceLock<Vec<Measured>> = OnceLock::new();
+    SET.get_or_init(|| std::env::var("UNMASK_GEMV_SPLIT").map(|v| parse_splits(&v)).unwrap_or_default())
 }
 
 /// The split a table lists for `(n, k, epilogue)`.
