@@ -331,8 +331,8 @@ pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -
 /// `UNMASK_GEMV_SPLIT` = `NxK=KS/TB/U[;...]` (`KS` warps on a tile's K, `TB` tiles a block, `U`
 /// steps a batch, 4 or 8), for the products of `N` rows of `K` inputs of either form: the
 /// dense splits changed on the GPU host without a rebuild, as `UNMASK_MOE_SPLIT` changes the
-/// grouped ones (the GPU host has no cargo, and the sweeps' harnesses leave out how a kernel's
-/// blocks share SMs with the attention kernel's). An entry that does not parse, asks for a batch
+/// grouped ones (the GPU host has no cargo, and the harness sweeps time a product beside
+/// stand-ins, not beside the model's own kernels). An entry that does not parse, asks for a batch
 /// no kernel has, or for more than 16 warps a block (1024 threads would not fit an SM's
 /// registers) is left out.
 pub fn parse_splits(v: &str) -> Vec<Measured> {
