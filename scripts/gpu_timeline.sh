@@ -10,7 +10,8 @@
 # has no Nsight Systems) and, over the last WINDOW (default 20000) kernels, prints per kernel
 # name: launches, mean duration (start to end, waiting included) and mean *marginal* time, its
 # end minus the previous kernel's end: what it adds to the critical path. The marginals sum to
-# the window's time between kernel ends. Needs .gpu/unmask.gz, .gpu/timeline.so and
+# the window's time between kernel ends. Then one layer's kernels, averaged over the window's
+# layers, with when each starts and ends. Needs .gpu/unmask.gz, .gpu/timeline.so and
 # .gpu/libcupti.so.13.gz, all three made by scripts/build-cuda.sh (carry them to the host).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,25 @@ print("| kernel | launches | mean duration us | mean marginal us | marginal shar
 print("|---|---:|---:|---:|---:|")
 for n, m in marg.most_common(30):
     print(f"| {n} | {cnt[n]} | {dur[n] / cnt[n] / 1e3:.2f} | {m / cnt[n] / 1e3:.2f} | {100 * m / wall:.1f} % |")
+# One layer, averaged: the kernels from the one before each attention kernel (q|k|v) to the one
+# before the next layer's, in launch order, each start and end in us from the end of the kernel
+# before the layer (the previous layer's last), over the layers whose kernels and predecessor
+# are the most common (the first layer after the embedding and the last before the lm_head fall
+# out): when a kernel starts says whether its blocks were resident, waiting, while the kernels
+# before it ran.
+ks.sort(key=lambda k: k[0])
+at = [i for i, k in enumerate(ks) if "attention" in k[2] and i >= 2]
+layers = collections.defaultdict(list)
+for a, b in zip(at, at[1:]):
+    ref, body = ks[a - 2], ks[a - 1:b - 1]
+    layers[(ref[2],) + tuple(k[2] for k in body)].append([(k[0] - ref[1], k[1] - ref[1]) for k in body])
+if layers:
+    key, runs = max(layers.items(), key=lambda kv: len(kv[1]))
+    print(f"\nOne layer, averaged over {len(runs)} (us from the end of the kernel before it, {key[0]}):\n")
+    print("| kernel | start | end |")
+    print("|---|---:|---:|")
+    for j, n in enumerate(key[1:]):
+        print(f"| {n} | {sum(r[j][0] for r in runs) / len(runs) / 1e3:.2f} | {sum(r[j][1] for r in runs) / len(runs) / 1e3:.2f} |")
 PY
 cat "$OUT/timeline-$tag.md"
 grep -E "low_confidence" "$OUT/timeline-$tag.bench.txt" | head -3
