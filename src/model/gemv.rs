@@ -328,13 +328,20 @@ pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -
     }
 }
 
+/// Whether a block of `ks` warps on a tile's K and `tb` tiles launches: at most 16 warps (at
+/// about 119 registers a thread, 1024 threads would not fit an SM's registers and the launch
+/// would fail). The bound on the splits the environment sets, dense and grouped.
+fn block_fits(ks: usize, tb: usize) -> bool {
+    ks >= 1 && tb >= 1 && ks * tb <= 16
+}
+
 /// `UNMASK_GEMV_SPLIT` = `NxK=KS/TB/U[;...]` (`KS` warps on a tile's K, `TB` tiles a block, `U`
 /// steps a batch, 4 or 8), for the products of `N` rows of `K` inputs of either form: the
 /// dense splits changed on the GPU host without a rebuild, as `UNMASK_MOE_SPLIT` changes the
 /// grouped ones (the GPU host has no cargo, and the harness sweeps time a product beside
 /// stand-ins, not beside the model's own kernels). An entry that does not parse, asks for a batch
-/// no kernel has, or for more than 16 warps a block (1024 threads would not fit an SM's
-/// registers) is left out.
+/// no kernel has, more warps on a tile than it has steps, or a block [`block_fits`] refuses is
+/// left out.
 pub fn parse_splits(v: &str) -> Vec<Measured> {
     let entry = |e: &str| -> Option<[usize; 5]> {
         let (shape, split) = e.split_once('=')?;
@@ -345,7 +352,7 @@ pub fn parse_splits(v: &str) -> Vec<Measured> {
     let forms = [Epilogue::Plain, Epilogue::SiluMul];
     v.split(';')
         .filter_map(entry)
-        .filter(|&[_, k, ks, tb, u]| ks >= 1 && tb >= 1 && ks * tb <= 16 && ks <= k / K_STEP && matches!(u, 4 | 8))
+        .filter(|&[_, k, ks, tb, u]| block_fits(ks, tb) && ks <= k / K_STEP && matches!(u, 4 | 8))
         .flat_map(|[n, k, ks, tb, u]| forms.map(|epilogue| Measured { n, k, epilogue, ks, tb, u }))
         .collect()
 }
@@ -372,9 +379,8 @@ fn measured(table: &[Measured], n: usize, k: usize, epilogue: Epilogue) -> Optio
 /// With both, a sparse layer's route -> gate|up -> down -> combine went from 54.0 to about 41
 /// us and the 30B-A3B forward from 4.75 to 3.77 ms. `UNMASK_MOE_SPLIT` =
 /// `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block) overrides both, for
-/// trials on the GPU without a rebuild; a malformed value is ignored, and so is a block past
-/// 16 warps (at about 119 registers a thread, 1024 threads would not fit an SM's registers and
-/// the launch would fail).
+/// trials on the GPU without a rebuild; a malformed value is ignored, and so is a block
+/// [`block_fits`] refuses.
 pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     let with = |s: Split, ks: usize, tb: usize| Split { ks: ks.min(k / K_STEP).max(1), tb, blocks: n.div_ceil(TILE_ROWS * tb), ..s };
     let base = match split(n, k, epilogue) {
@@ -389,7 +395,7 @@ pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
         Some((ks.trim().parse::<usize>().ok()?, tb.trim().parse::<usize>().ok()?))
     });
     match parsed {
-        Some((ks, tb)) if ks >= 1 && tb >= 1 && ks * tb <= 16 => with(base, ks, tb),
+        Some((ks, tb)) if block_fits(ks, tb) => with(base, ks, tb),
         _ => base,
     }
 }
