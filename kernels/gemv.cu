@@ -307,6 +307,25 @@ GEMV(unmask_gemv_add_u4, 4, false, false, true)
 // the paired forms with 8 steps a batch (SDAR-8B's gate|up, src/model/gemv.rs MEASURED)
 GEMV(unmask_gemv_silu_u8, 8, true, false, false)
 GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
+// 16 steps a batch (trial, UNMASK_GEMV_SPLIT only): with 8 warps a tile, a warp holds its whole
+// share of a K = 4096 row pair (SDAR-30B-A3B's o) or of K = 2048 over 4 warps (its q|k|v) in
+// registers, so a block asks for all its weights before its wait. The adding form is capped at
+// 176 registers a thread (it would take 182): 8 warps then hold 45 K of an SM's 64 K registers,
+// beside an attention block's 20 K (512 x 40 allocated), so o's blocks can be resident, and
+// stream, while attention runs; the 16 warps of its default split (116 a thread, 59 K) cannot.
+#define GEMV_CAPPED(NAME, U, PAIR, NORM, ADD, REGS)                                                        \
+    extern "C" __global__ void __maxnreg__(REGS) NAME(const uint4* w, const uint4* x, unsigned short* y,      \
+                                                      const unsigned short* res, int t_len, int n, int k8, int ks, \
+                                                      float eps) {                                          \
+        gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);                                      \
+    }                                                                                                       \
+    extern "C" __global__ void __maxnreg__(REGS) NAME##_p(const uint4* w, const uint4* x, unsigned short* y,  \
+                                                          const unsigned short* res, int t_len, int n, int k8,   \
+                                                          int ks, float eps) {                              \
+        gemv<U, PAIR, NORM, ADD, GRP_NONE, true>(w, x, y, res, t_len, n, k8, ks, eps);                      \
+    }
+GEMV_CAPPED(unmask_gemv_add_u16, 16, false, false, true, 176)
+GEMV(unmask_gemv_norm_u16, 16, false, true, false)
 
 // MoE experts, grouped (GRP above; moe.cuh has the routing): a sparse layer after its router
 // product is four kernels. unmask_moe_route (one block of 32 T threads, its scratch in the
