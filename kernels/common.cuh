@@ -64,7 +64,7 @@ __device__ __forceinline__ void mma_bf16_16816(float* c, unsigned a0, unsigned a
 struct MoeTable {
     int count;                  // distinct experts the rows routed to
     int k;                      // choices a row (num_experts_per_tok)
-    int expert[MOE_SLOTS];      // [u] expert id of distinct expert u, in first-seen order (sticky: moe.cuh)
+    int expert[MOE_SLOTS];      // [u] expert id of distinct expert u, in first-seen order
     unsigned rows[MOE_SLOTS];   // [u] bitmask of the rows that chose it
     int slot[MOE_SLOTS][8];     // [u][t] row t's flat slot t * k + j that chose expert u
     int topk[MOE_SLOTS];        // [t * k + j] the expert row t chose j-th

@@ -103,7 +103,7 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
-                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr, int spec = 0) {
+                     const MoeTable* __restrict__ tab = nullptr, float* __restrict__ yf = nullptr) {
     // x [t_len, K] staged once per block, rows XROW uint4 apart (one pad: the 8 rows a warp
     // reads at the same k fall in different banks); then the sums of the K split.
     extern __shared__ uint4 xs[];
@@ -129,44 +129,8 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // find the count there and leave their SM sooner: 3.612-3.621 ms a 30B-A3B forward against
     // 3.643-3.649 (H100, docs/perf.md, session 23; through L2 alone it was slower, 3.708-3.717
     // against 3.649-3.667: the grid's empty blocks each waited on the L2 before leaving).
-    const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
-    const int steps = k8 / 4;
-    // uint4s from one step's fragment of a row to the next step's
-    constexpr int SS = PACKED ? 64 : 4;
-    const long pt = (long)min(tile, n / 16 - 1) * steps * 64 + lane;  // PACKED: n % 16 == 0
-    // a lane's rows g and g + 8 from W's start; PAIR only: the up half's from the gate half's
-    // (PACKED: its tiles follow the gate half's)
-    const long o0 = PACKED ? pt : r0 * k8 + q, o8 = PACKED ? pt + 32 : r8 * k8 + q;
-    const long half = PACKED ? (long)(n / 16) * steps * 64 : (long)n * k8;
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    uint4 a[U], b[U], au[U], bu[U];
-    // one batch of W from `base`, steps s0, s0 + ks, ... (U of them), zeros past the last
-    auto load = [&](const uint4* base, int s0) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int s = s0 + ks * u;
-            a[u] = b[u] = au[u] = bu[u] = zero;
-            if (s < steps) {
-                a[u] = ld_stream(base + o0 + SS * s);
-                b[u] = ld_stream(base + o8 + SS * s);
-                if (PAIR) {
-                    au[u] = ld_stream(base + o0 + half + SS * s);
-                    bu[u] = ld_stream(base + o8 + half + SS * s);
-                }
-            }
-        }
-    };
-    bool loaded = false;  // GRP_UP under `spec`: the first batch came before the wait, and is this expert's
     int cols = t_len, slot_of[8], kc = 1;  // GRP_UP: kc, the choices a row
     if (GRP == GRP_UP) {
-        // `spec` (trial, UNMASK_MOE_SPEC; the route kernel then numbers experts stickily): before
-        // the wait, the expert this block's number had in the layer's last pass, read through L2
-        // alone (the route kernel may be rewriting it: any value read is an expert id, and only
-        // a guess, checked after the wait; and no L1 copy is left for the reads after it), and
-        // its first batch asked for
-        int guess = -1;
-        if (spec && (int)blockIdx.y < table_word(&tab->count, true)) guess = table_word(&tab->expert[blockIdx.y], true);
-        if (guess >= 0) load(w + (long)guess * (PAIR ? 2 * n : n) * k8, kw);
         dependency_wait();
         launch_dependents();
         const int u = blockIdx.y;
@@ -178,7 +142,6 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         kc = table_word(&tab->k, false);
         if (count <= u) return;
         w += (long)ex * (PAIR ? 2 * n : n) * k8;
-        loaded = ex == guess;
         cols = 0;
 #pragma unroll
         for (int t = 0; t < 8; ++t)
@@ -193,14 +156,38 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
         for (int t = 0; t < t_len; ++t)
             if ((m >> t) & 1u) slot_of[cols++] = table_word(&tab->slot[u][t], true);
     }
+    const long r0 = min(n0 + g, n - 1), r8 = min(n0 + g + 8, n - 1);
+    const int steps = k8 / 4;
+    // uint4s from one step's fragment of a row to the next step's
+    constexpr int SS = PACKED ? 64 : 4;
+    const long pt = (long)min(tile, n / 16 - 1) * steps * 64 + lane;  // PACKED: n % 16 == 0
+    const uint4* w0 = PACKED ? w + pt : w + r0 * k8 + q;
+    const uint4* w8 = PACKED ? w + pt + 32 : w + r8 * k8 + q;
+    // PAIR only: the up half (PACKED: its tiles follow the gate half's)
+    const uint4* u0 = PACKED ? w0 + (long)(n / 16) * steps * 64 : w + (r0 + n) * k8 + q;
+    const uint4* u8 = PACKED ? w8 + (long)(n / 16) * steps * 64 : w + (r8 + n) * k8 + q;
     const int XROW = k8 + 1;
     // Column g of B is x row g; rows past T multiply as zeros.
     const bool live = g < cols;
     const uint4* xr = xs + (live ? g : 0) * XROW + q;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f}, rv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;  // NORM: this lane's share of x row g's sum of squares
     for (int s0 = kw, batch = 0; batch == 0 || s0 < steps; s0 += ks * U, ++batch) {
-        if (batch > 0 || !loaded) load(w, s0);
+        uint4 a[U], b[U], au[U], bu[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int s = s0 + ks * u;
+            a[u] = b[u] = au[u] = bu[u] = zero;
+            if (s < steps) {
+                a[u] = ld_stream(w0 + SS * s);
+                b[u] = ld_stream(w8 + SS * s);
+                if (PAIR) {
+                    au[u] = ld_stream(u0 + SS * s);
+                    bu[u] = ld_stream(u8 + SS * s);
+                }
+            }
+        }
         if (batch == 0) {
             // W is in flight; x is the previous kernel's output, so wait for it, then stage it
             dependency_wait();
@@ -320,25 +307,6 @@ GEMV(unmask_gemv_add_u4, 4, false, false, true)
 // the paired forms with 8 steps a batch (SDAR-8B's gate|up, src/model/gemv.rs MEASURED)
 GEMV(unmask_gemv_silu_u8, 8, true, false, false)
 GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
-// 16 steps a batch (trial, UNMASK_GEMV_SPLIT only): with 8 warps a tile, a warp holds its whole
-// share of a K = 4096 row pair (SDAR-30B-A3B's o) or of K = 2048 over 4 warps (its q|k|v) in
-// registers, so a block asks for all its weights before its wait. The adding form is capped at
-// 176 registers a thread (it would take 182): 8 warps then hold 45 K of an SM's 64 K registers,
-// beside an attention block's 20 K (512 x 40 allocated), so o's blocks can be resident, and
-// stream, while attention runs; the 16 warps of its default split (116 a thread, 59 K) cannot.
-#define GEMV_CAPPED(NAME, U, PAIR, NORM, ADD, REGS)                                                        \
-    extern "C" __global__ void __maxnreg__(REGS) NAME(const uint4* w, const uint4* x, unsigned short* y,      \
-                                                      const unsigned short* res, int t_len, int n, int k8, int ks, \
-                                                      float eps) {                                          \
-        gemv<U, PAIR, NORM, ADD>(w, x, y, res, t_len, n, k8, ks, eps);                                      \
-    }                                                                                                       \
-    extern "C" __global__ void __maxnreg__(REGS) NAME##_p(const uint4* w, const uint4* x, unsigned short* y,  \
-                                                          const unsigned short* res, int t_len, int n, int k8,   \
-                                                          int ks, float eps) {                              \
-        gemv<U, PAIR, NORM, ADD, GRP_NONE, true>(w, x, y, res, t_len, n, k8, ks, eps);                      \
-    }
-GEMV_CAPPED(unmask_gemv_add_u16, 16, false, false, true, 176)
-GEMV(unmask_gemv_norm_u16, 16, false, true, false)
 
 // MoE experts, grouped (GRP above; moe.cuh has the routing): a sparse layer after its router
 // product is four kernels. unmask_moe_route (one block of 32 T threads, its scratch in the
@@ -346,25 +314,19 @@ GEMV(unmask_gemv_norm_u16, 16, false, true, false)
 // (tiles, T * k); unmask_moe_combine sums each row's slots plus the residual. (Folding the
 // routing into every gate|up block and the combine into down's last blocks was slower: 3.90
 // and 3.75 ms a 30B-A3B forward against 3.64, H100, docs/perf.md, session 20.)
-// `sticky` (trial, UNMASK_MOE_SPEC): number the experts as moe.cuh's renumber_sticky does,
-// from the layer's table of the last pass, read before the wait (no kernel of this pass has
-// written it: this kernel is its writer) through L2 alone (an SM's L1 may hold an older copy).
 extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* logits, MoeTable* tab,
                                                                    unsigned long long* stats, int t_len, int e,
-                                                                   int k, int norm, int sticky) {
+                                                                   int k, int norm) {
     __shared__ MoeTable s;
-    __shared__ int prev[1 + MOE_SLOTS];
     launch_dependents();
-    if (sticky)
-        for (int i = threadIdx.x; i <= MOE_SLOTS; i += blockDim.x) prev[i] = __ldcg(i == 0 ? &tab->count : &tab->expert[i - 1]);
     dependency_wait();
-    route_any(logits, t_len, e, k, norm, &s, route_scratch(), sticky ? prev : nullptr);
+    route_any(logits, t_len, e, k, norm, &s, route_scratch());
     store_table(&s, tab, stats, t_len);
 }
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
-                       int ks, float eps, int spec = 0) {
-    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr, spec);
+                       int ks, float eps) {
+    gemv<U, true, true, false, GRP_UP, P>(w, x, y, nullptr, t_len, n, k8, ks, eps, tab, nullptr);
 }
 template <int U, bool P>
 __device__ void moe_down(const uint4* w, const uint4* x, float* part, const MoeTable* tab, int t_len, int n, int k8,
@@ -386,8 +348,8 @@ extern "C" __global__ void unmask_moe_combine(const float* __restrict__ part, co
 #define MOE_ENTRIES(SUFFIX, P)                                                                                          \
     extern "C" __global__ void unmask_gemv_moe_up_u4##SUFFIX(const uint4* w, const uint4* x, unsigned short* y,          \
                                                              const MoeTable* tab, int t_len, int n, int k8, int ks,      \
-                                                             float eps, int spec) {                                      \
-        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps, spec);                                                        \
+                                                             float eps) {                                                \
+        moe_up<4, P>(w, x, y, tab, t_len, n, k8, ks, eps);                                                              \
     }                                                                                                                   \
     extern "C" __global__ void unmask_gemv_moe_down_u8##SUFFIX(const uint4* w, const uint4* x, float* part,              \
                                                                const MoeTable* tab, int t_len, int n, int k8, int ks) {  \

@@ -19,7 +19,7 @@ __device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_a
 // Experts a layer may have (src/model/moe_grouped.rs, MAX_EXPERTS), and the shared-memory
 // words route_block needs for `e` of them (src/model/moe_grouped.rs, route_scratch_bytes).
 #define ROUTE_MAX_EXPERTS 1024
-#define ROUTE_SCRATCH_WORDS(e) (5 * MOE_SLOTS + 2 * (e))
+#define ROUTE_SCRATCH_WORDS(e) (3 * MOE_SLOTS + (e))
 
 // A logit's rank as one u32, larger = ranked first: the bf16 bits mapped to an order-preserving
 // u16 (negative values' bits flipped, positive values' sign bit set: the order of Rust's
@@ -51,49 +51,6 @@ __device__ __forceinline__ unsigned warp_max(unsigned v) {
 #endif
 }
 
-// route_block's sticky numbering (its `prev`), by one warp: u_of[first slot] goes from the
-// expert's first-seen rank to its number last pass where that is below `count`, else to the
-// free numbers in ascending order, the experts in first-seen order. `w`: 2 MOE_SLOTS + e words
-// of scratch. Every number below `count` is taken once (the kept ones are distinct, as last
-// pass's experts were, and the others fill what they left).
-__device__ __forceinline__ void renumber_sticky(const int* pick, const int* first_of, int* u_of, int slots, int count,
-                                                int e, const int* prev, int* w) {
-    int* pos_of = w;                   // [expert] its number last pass, or -1
-    int* taken = w + e;                // [u] kept by an expert
-    int* free_u = taken + MOE_SLOTS;   // the numbers nobody kept, ascending
-    const int lane = threadIdx.x & 31;
-    for (int sl = lane; sl < slots; sl += 32) pos_of[pick[sl]] = -1;
-    for (int u = lane; u < MOE_SLOTS; u += 32) taken[u] = 0;
-    __syncwarp();
-    const int pc = min(max(prev[0], 0), MOE_SLOTS);
-    for (int u = lane; u < pc; u += 32) {
-        const int x = prev[1 + u];
-        if (x >= 0 && x < e) pos_of[x] = u;
-    }
-    __syncwarp();
-    for (int sl = lane; sl < slots; sl += 32) {
-        const int p = pos_of[pick[sl]];
-        if (first_of[pick[sl]] == sl && p >= 0 && p < count) taken[p] = 1;
-    }
-    __syncwarp();
-    for (int c = 0, nf = 0; c < count; c += 32) {
-        const bool f = c + lane < count && !taken[c + lane];
-        const unsigned b = __ballot_sync(0xffffffffu, f);
-        if (f) free_u[nf + __popc(b & ((1u << lane) - 1u))] = c + lane;
-        nf += __popc(b);
-    }
-    __syncwarp();
-    for (int c = 0, nk = 0; c < slots; c += 32) {
-        const int sl = c + lane;
-        const bool first = sl < slots && first_of[pick[sl]] == sl;
-        const int p = first ? pos_of[pick[sl]] : -1;
-        const bool other = first && !(p >= 0 && p < count);
-        const unsigned b = __ballot_sync(0xffffffffu, other);
-        if (first) u_of[sl] = other ? free_u[nk + __popc(b & ((1u << lane) - 1u))] : p;
-        nk += __popc(b);
-    }
-}
-
 // Routes `t_len` rows of router logits [t_len, e] (bf16) into the table `s` (shared memory).
 // Every thread of the block calls it (it has barriers); any block of at least one warp.
 // Each warp routes rows warp, warp + warps, ...: the row's values in its lanes' registers
@@ -109,14 +66,8 @@ __device__ __forceinline__ void renumber_sticky(const int* pick, const int* firs
 // `scratch`: ROUTE_SCRATCH_WORDS(e) words of shared memory the caller lends (route_scratch: one
 // scratch for the three forms of route_any, where static arrays in each would take shared
 // memory three times).
-// `prev` (sticky numbering, or null): the layer's last table's count and its experts, [1 +
-// MOE_SLOTS] words. With it, an expert the rows chose keeps the number it had last pass where
-// that number is below this pass's count, and the others take the numbers left, in first-seen
-// order: the table says the same thing in another order, and a gate|up block, which takes the
-// expert with its own number, can guess its expert before the route is known (gemv.cu, GRP_UP).
 template <int EPL>
-__device__ void route_block(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s, int* scratch,
-                            const int* prev) {
+__device__ void route_block(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s, int* scratch) {
     int* pick = scratch;                              // [slot] its expert
     float* prob = (float*)(scratch + MOE_SLOTS);      // [slot] its probability
     int* u_of = scratch + 2 * MOE_SLOTS;              // [first slot] its distinct expert number
@@ -171,13 +122,14 @@ __device__ void route_block(const unsigned short* logits, int t_len, int e, int 
             const int sl = c + lane;
             const bool first = sl < slots && first_of[pick[sl]] == sl;
             const unsigned b = __ballot_sync(0xffffffffu, first);
-            if (first) u_of[sl] = count + __popc(b & ((1u << lane) - 1u));
+            if (first) {
+                const int u = count + __popc(b & ((1u << lane) - 1u));
+                u_of[sl] = u;
+                s->expert[u] = pick[sl];
+                s->rows[u] = 0u;
+            }
             count += __popc(b);
         }
-        if (prev) renumber_sticky(pick, first_of, u_of, slots, count, e, prev, scratch + 3 * MOE_SLOTS + e);
-        __syncwarp();
-        for (int sl = lane; sl < slots; sl += 32)
-            if (first_of[pick[sl]] == sl) s->expert[u_of[sl]] = pick[sl], s->rows[u_of[sl]] = 0u;
         __syncwarp();
         for (int sl = lane; sl < slots; sl += 32) {
             const int u = u_of[first_of[pick[sl]]], t = sl / k;
@@ -200,13 +152,13 @@ __device__ __forceinline__ int* route_scratch() {
 
 // route_block with the registers a lane needs for `e` experts (at most ROUTE_MAX_EXPERTS).
 __device__ __forceinline__ void route_any(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s,
-                                          int* scratch, const int* prev = nullptr) {
+                                          int* scratch) {
     if (e <= 128)
-        route_block<4>(logits, t_len, e, k, norm, s, scratch, prev);
+        route_block<4>(logits, t_len, e, k, norm, s, scratch);
     else if (e <= 256)
-        route_block<8>(logits, t_len, e, k, norm, s, scratch, prev);
+        route_block<8>(logits, t_len, e, k, norm, s, scratch);
     else
-        route_block<32>(logits, t_len, e, k, norm, s, scratch, prev);
+        route_block<32>(logits, t_len, e, k, norm, s, scratch);
 }
 
 // The table `s` built by route_block out to `g` (the words the grouped products and the host

@@ -85,9 +85,9 @@ static void grouped(const void* f, int n, Split s, int sm, bool pdl, cudaStream_
 
 // The route kernel (one block of 32 T threads) writing layer l's table.
 static void route(Bufs& b, int l, bool pdl, cudaStream_t st) {
-    int t = T, e = E, k = KC, norm = 1, sticky = 0;
+    int t = T, e = E, k = KC, norm = 1;
     MoeTable* tab = b.tabs + l;
-    void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm, &sticky};
+    void* args[] = {&b.logits[l], &tab, &b.stats, &t, &e, &k, &norm};
     launch((const void*)unmask_moe_route, dim3(1), dim3(32 * T), ROUTE_SCRATCH_WORDS(E) * 4, pdl, st, args);
 }
 

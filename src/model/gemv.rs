@@ -336,9 +336,9 @@ fn block_fits(ks: usize, tb: usize) -> bool {
 }
 
 /// `UNMASK_GEMV_SPLIT` = `NxK=KS/TB/U[;...]` (`KS` warps on a tile's K, `TB` tiles a block, `U`
-/// steps a batch, 4 or 8; 16 for the adding and normed plain forms), for the products of `N`
-/// rows of `K` inputs of either form: the dense splits changed on the GPU host without a
-/// rebuild, as `UNMASK_MOE_SPLIT` changes the grouped ones (the GPU host has no cargo, and the harness sweeps time a product beside
+/// steps a batch, 4 or 8), for the products of `N` rows of `K` inputs of either form: the
+/// dense splits changed on the GPU host without a rebuild, as `UNMASK_MOE_SPLIT` changes the
+/// grouped ones (the GPU host has no cargo, and the harness sweeps time a product beside
 /// stand-ins, not beside the model's own kernels). An entry that does not parse, asks for a batch
 /// no kernel has, more warps on a tile than it has steps, or a block [`block_fits`] refuses is
 /// left out.
@@ -352,9 +352,8 @@ pub fn parse_splits(v: &str) -> Vec<Measured> {
     let forms = [Epilogue::Plain, Epilogue::SiluMul];
     v.split(';')
         .filter_map(entry)
-        .filter(|&[_, k, ks, tb, u]| block_fits(ks, tb) && ks <= k / K_STEP && matches!(u, 4 | 8 | 16))
-        // the paired forms have no 16-step kernel
-        .flat_map(|[n, k, ks, tb, u]| forms.into_iter().filter(move |&e| u != 16 || e == Epilogue::Plain).map(move |epilogue| Measured { n, k, epilogue, ks, tb, u }))
+        .filter(|&[_, k, ks, tb, u]| block_fits(ks, tb) && ks <= k / K_STEP && matches!(u, 4 | 8))
+        .flat_map(|[n, k, ks, tb, u]| forms.map(|epilogue| Measured { n, k, epilogue, ks, tb, u }))
         .collect()
 }
 
@@ -539,9 +538,6 @@ pub fn kernel_name(epilogue: Epilogue, norm: bool, add: bool, u: usize) -> Optio
         (Epilogue::SiluMul, true, false, 4) => "unmask_gemv_norm_silu_u4",
         (Epilogue::SiluMul, false, false, 8) => "unmask_gemv_silu_u8",
         (Epilogue::SiluMul, true, false, 8) => "unmask_gemv_norm_silu_u8",
-        // trial forms, reached only through UNMASK_GEMV_SPLIT (kernels/gemv.cu says why)
-        (Epilogue::Plain, false, true, 16) => "unmask_gemv_add_u16",
-        (Epilogue::Plain, true, false, 16) => "unmask_gemv_norm_u16",
         _ => return None,
     })
 }
@@ -726,7 +722,7 @@ mod tests {
 
     #[test]
     fn unmask_gemv_split_names_splits_for_both_forms_and_leaves_out_what_no_kernel_runs() {
-        let set = parse_splits("2048x4096=8/1/8; 5120x2048 = 4/2/4;1x2=3;x1=1/1/8;2048x4096=8/4/8;2048x4096=8/1/6;2048x64=4/1/8;2048x4096=8/1;2048x4096=8/1/16");
+        let set = parse_splits("2048x4096=8/1/8; 5120x2048 = 4/2/4;1x2=3;x1=1/1/8;2048x4096=8/4/8;2048x4096=8/1/6;2048x64=4/1/8;2048x4096=8/1");
         let rows: Vec<_> = set.iter().map(|m| (m.n, m.k, m.epilogue, m.ks, m.tb, m.u)).collect();
         assert_eq!(
             rows,
@@ -735,7 +731,6 @@ mod tests {
                 (2048, 4096, Epilogue::SiluMul, 8, 1, 8),
                 (5120, 2048, Epilogue::Plain, 4, 2, 4),
                 (5120, 2048, Epilogue::SiluMul, 4, 2, 4),
-                (2048, 4096, Epilogue::Plain, 8, 1, 16),
             ]
         );
         assert_eq!(measured(&set, 2048, 4096, Epilogue::Plain), Some(Split { ks: 8, tb: 1, u: 8, blocks: 128 }));

@@ -43,7 +43,7 @@ pub const STATS_WORDS: usize = 4;
 /// Shared memory the route kernel takes for `e` experts: kernels/moe.cuh's
 /// ROUTE_SCRATCH_WORDS(e) u32 words.
 pub fn route_scratch_bytes(e: usize) -> usize {
-    (5 * MAX_SLOTS + 2 * e) * 4
+    (3 * MAX_SLOTS + e) * 4
 }
 
 /// One layer's routing of one pass (kernels/gemv.cu's `MoeTable`).

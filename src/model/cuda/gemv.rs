@@ -57,7 +57,7 @@ fn launch_raw(
     let n_out = epilogue.out_rows(n);
     let s = split_for(n_out, k, epilogue, layout);
     let Some(name) = kernel_name(epilogue, rms.is_some(), res.is_some(), s.u) else {
-        candle_core::bail!("gemv: no kernel for {epilogue:?} with norm {}, residual {} and {} steps a batch (UNMASK_GEMV_SPLIT may name a batch only some forms have)", rms.is_some(), res.is_some(), s.u);
+        candle_core::bail!("gemv: no kernel for {epilogue:?} with norm {} and residual {}", rms.is_some(), res.is_some());
     };
     let f = dev.get_or_load_custom_func(&entry_name(name, layout), MODULE, ptx(dev)?)?;
     let smem = s.smem_bytes(t, k, epilogue, rms.is_some());

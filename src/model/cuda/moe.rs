@@ -59,20 +59,10 @@ pub fn experts_up(
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&w).input(&x).output(&mut act).input(&table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
-    b.i32(i32::from(spec_on()));
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n, k8,
-    // ks, eps, spec); the op's dims checked w (E x 2 I x H), x and act; the route kernel before
-    // it wrote the table (expert ids < E), and every table (zeros first) holds ids < E, which
-    // is what `spec` reads before its wait.
+    // ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel before it
+    // wrote the table (expert ids < E).
     unsafe { b.launch(&f, cfg) }
-}
-
-/// `UNMASK_MOE_SPEC=1` (trial, read once): the route kernel numbers a layer's experts as it did
-/// last pass where it can, and each gate|up block asks for its first weights of the expert its
-/// number had then before its wait, keeping them if the guess holds (kernels/gemv.cu, GRP_UP).
-fn spec_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("UNMASK_MOE_SPEC").as_deref() == Ok("1"))
 }
 
 /// The routing: one block of 32 T threads writes the layer's table.
@@ -86,10 +76,9 @@ fn route(op: &ExpertsUpInto<'_>, (t, e): (usize, usize), dev: &CudaDevice) -> Re
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&logits).input(&table).input(&stats).i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
-    b.i32(i32::from(spec_on()));
     // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2], t, e, k,
-    // norm, sticky); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold
-    // the layer; the scratch fits e experts (at most 9.5 KB).
+    // norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold the
+    // layer; the scratch fits e experts (at most 4.8 KB).
     unsafe { b.launch(&f, cfg) }
 }
 
