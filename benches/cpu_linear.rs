@@ -7,7 +7,7 @@
 //!
 //! What the rest of a pass costs is the difference between this and `unmask bench`.
 
-use unmask::commands::bench::host_read_bandwidth;
+use unmask::cli::commands::bench::host_read_bandwidth;
 use unmask::model::linear::Bf16Panels;
 use unmask::model::Products;
 

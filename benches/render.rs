@@ -12,9 +12,9 @@ use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::Terminal;
-use unmask::store::Store;
-use unmask::synth::{self, Synth};
-use unmask::ui::{self, App};
+use unmask::trace::store::Store;
+use unmask::trace::synth::{self, Synth};
+use unmask::tui::{self, App};
 
 const TOKENS: usize = 10_000;
 /// (block length, steps): SDAR's default, and a long block with many steps.

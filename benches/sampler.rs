@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use unmask::sampler::sample_ranked;
-use unmask::settings::{SamplerSpec, Sampling};
+use unmask::engine::settings::{SamplerSpec, Sampling};
 
 const VOCAB: usize = 151_936;
 

@@ -7,7 +7,7 @@
 use rand::seq::IndexedRandom;
 use rand::Rng;
 
-use crate::events::Event;
+use crate::trace::events::Event;
 
 /// Numbers that break naive size arithmetic.
 const EVIL_NUMBERS: [&str; 14] = [
@@ -115,26 +115,26 @@ fn flip_byte(line: &str, rng: &mut impl Rng) -> String {
 /// cursor positions, drawn as `replay --cast` draws them. Returns the number of events read;
 /// a panic here is the bug a fuzz run looks for.
 pub fn exercise_trace(bytes: &[u8], render: bool) -> usize {
-    let Ok(read) = crate::trace::read(bytes, "fuzz.jsonl") else { return 0 };
+    let Ok(read) = crate::trace::file::read(bytes, "fuzz.jsonl") else { return 0 };
     let n = read.events.len();
-    let store = crate::store::Store::from_events(read.events.iter().cloned());
-    let t = crate::export::tables(&read.events);
+    let store = crate::trace::store::Store::from_events(read.events.iter().cloned());
+    let t = crate::trace::export::tables(&read.events);
     check_tables(&t, &read.events);
-    let _ = crate::export::tokens_csv(&t);
-    let _ = crate::export::steps_csv(&t);
-    let _ = crate::export::step_map_csv(&t);
+    let _ = crate::trace::export::tokens_csv(&t);
+    let _ = crate::trace::export::steps_csv(&t);
+    let _ = crate::trace::export::step_map_csv(&t);
     let _ = serde_json::to_string(&t);
     let _ = store.run().map(|r| (r.head(), r.max_blocks(), r.step_span()));
     if render {
-        let pacing = crate::record::Pacing { fps: 30.0, step_delay: 0.05, width: 80, height: 24, theme: &crate::ui::theme::DARK };
-        let _ = crate::record::record(read.events, Some("fuzz".into()), read.stopped, &pacing, "fuzz", std::io::sink(), "sink");
+        let pacing = crate::tui::record::Pacing { fps: 30.0, step_delay: 0.05, width: 80, height: 24, theme: &crate::tui::theme::DARK };
+        let _ = crate::tui::record::record(read.events, Some("fuzz".into()), read.stopped, &pacing, "fuzz", std::io::sink(), "sink");
     }
     n
 }
 
 /// What a read trace guarantees its tables: each generated position at most once, all of them
 /// inside the decode.
-fn check_tables(t: &crate::export::Tables, events: &[Event]) {
+fn check_tables(t: &crate::trace::export::Tables, events: &[Event]) {
     let Some(h) = events.iter().rev().find_map(|e| if let Event::Header(h) = e { Some(h) } else { None }) else { return };
     let mut seen = std::collections::HashSet::new();
     for r in &t.tokens {

@@ -12,9 +12,9 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::events::{BlockEvent, Event, FinishEvent, Header, MoeInfo, Route, StepEvent, TopCandidate};
+use crate::trace::events::{BlockEvent, Event, FinishEvent, Header, MoeInfo, Route, StepEvent, TopCandidate};
 pub use crate::sampler::MAX_CANDIDATES;
-use crate::settings::DecodeSettings;
+use crate::engine::settings::DecodeSettings;
 
 /// Positions per block (`--block-length`, `settings.block_length`, `block_size`).
 pub const MAX_BLOCK_LENGTH: usize = 4096;
@@ -69,7 +69,7 @@ pub fn at_most(what: &str, value: usize, max: usize) -> Result<()> {
 /// device would block or never end when read; a folder cannot be read at all. Errors say what
 /// went wrong (missing, a symlink loop, permission denied), never just "cannot open".
 pub fn regular_file(path: &Path) -> Result<Metadata> {
-    let label = crate::ui::glyph::escape_line(&path.display().to_string()).into_owned();
+    let label = crate::glyph::escape_line(&path.display().to_string()).into_owned();
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("{label}: {}", io_reason(&e)))?;
     if !meta.is_file() {
         bail!("{label}: not a regular file ({})", file_kind(&meta));
@@ -163,7 +163,7 @@ struct RunShape {
     /// The header's routing layout, which `--routing` fields must follow.
     moe: Option<MoeInfo>,
     /// The settings in force (the header's, then a step's change), for a block's step budget.
-    settings: crate::settings::DecodeSettings,
+    settings: crate::engine::settings::DecodeSettings,
     /// The block and step of the newest step: a block's steps count 0, 1, 2, ...
     last_step: Option<(usize, usize)>,
 }
@@ -417,7 +417,7 @@ impl RunShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{self, Synth};
+    use crate::trace::synth::{self, Synth};
 
     fn check_all(events: &[Event]) -> Result<(), String> {
         let mut c = TraceCheck::default();
@@ -433,7 +433,7 @@ mod tests {
         assert_eq!(check_all(&routed), Ok(()));
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
         for name in ["tiny-dynamic.jsonl", "compare-a.jsonl", "compare-b.jsonl"] {
-            let t = crate::trace::read_file(&dir.join(name)).unwrap();
+            let t = crate::trace::file::read_file(&dir.join(name)).unwrap();
             assert_eq!(t.stopped, None, "{name}");
         }
     }

@@ -16,25 +16,25 @@ fn main() -> ExitCode {
         return fail(&format!("cannot handle signals: {e}"));
     }
     let result = match &cli.command {
-        Some(Command::Trace { decode, out }) => unmask::commands::trace::run(decode, out.as_deref()),
+        Some(Command::Trace { decode, out }) => unmask::cli::commands::trace::run(decode, out.as_deref()),
         Some(Command::Compare { decode, a, b, headless: true }) => {
-            unmask::commands::compare::headless(&a.apply(decode), &b.apply(decode))
+            unmask::cli::commands::compare::headless(&a.apply(decode), &b.apply(decode))
         }
         Some(Command::Compare { decode, a, b, headless: false }) => {
-            unmask::commands::compare::tui(&a.apply(decode), &b.apply(decode), cli.look.theme())
+            unmask::cli::commands::compare::tui(&a.apply(decode), &b.apply(decode), cli.look.theme())
         }
         Some(Command::Export { trace, format, table, out }) => {
-            unmask::commands::export::run(trace, *format, *table, out.as_deref())
+            unmask::cli::commands::export::run(trace, *format, *table, out.as_deref())
         }
-        Some(Command::Replay { file, cast: None, .. }) => unmask::commands::replay::run(file, &cli.look),
-        Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::commands::record::from_trace(file, cast, pacing, &cli.look),
+        Some(Command::Replay { file, cast: None, .. }) => unmask::cli::commands::replay::run(file, &cli.look),
+        Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::cli::commands::record::from_trace(file, cast, pacing, &cli.look),
         Some(Command::Record { decode, cast, trace, pacing }) => {
-            unmask::commands::record::run(decode, cast, trace.as_deref(), pacing, &cli.look)
+            unmask::cli::commands::record::run(decode, cast, trace.as_deref(), pacing, &cli.look)
         }
-        Some(Command::Steps(args)) => unmask::commands::steps::run(args),
-        Some(Command::Bench(args)) => unmask::commands::bench::run(args),
-        Some(Command::CheckDevice(args)) => unmask::commands::check_device::run(args),
-        None => unmask::commands::tui::run(&cli.decode, &cli.look),
+        Some(Command::Steps(args)) => unmask::cli::commands::steps::run(args),
+        Some(Command::Bench(args)) => unmask::cli::commands::bench::run(args),
+        Some(Command::CheckDevice(args)) => unmask::cli::commands::check_device::run(args),
+        None => unmask::cli::commands::tui::run(&cli.decode, &cli.look),
     };
     if let Some(sig) = unmask::signals::caught() {
         // The command wound down early and kept what it had; say so, and exit as killed.
@@ -65,7 +65,7 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 /// files and flags are echoed in it, so control characters are shown, never sent raw (an ESC
 /// could drive the terminal; a newline would break the one line).
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("unmask: error: {}", unmask::ui::glyph::escape_line(msg));
+    eprintln!("unmask: error: {}", unmask::glyph::escape_line(msg));
     ExitCode::FAILURE
 }
 
@@ -86,7 +86,7 @@ fn clap_exit(e: clap::Error) -> ExitCode {
     let mut e = e;
     use clap::error::{ContextKind, ContextValue};
     if let Some(ContextValue::String(v)) = e.get(ContextKind::InvalidValue) {
-        let shown = unmask::ui::glyph::escape_line(v).into_owned();
+        let shown = unmask::glyph::escape_line(v).into_owned();
         e.insert(ContextKind::InvalidValue, ContextValue::String(shown));
     }
     let text = e.render().to_string();

@@ -1,6 +1,6 @@
 //! Warnings that code far from the screen has for the user: a kernel that did not compile, a
 //! CUDA graph that could not be captured, a CPU without an instruction set. They go to stderr at
-//! once, except while the TUI owns the terminal ([`crate::terminal::Guard`]): a line written
+//! once, except while the TUI owns the terminal ([`crate::tui::terminal::Guard`]): a line written
 //! then would land on the alternate screen, over the panels, and be gone on exit. So they wait,
 //! the TUI shows each in its status line as it comes (`ui::run` asks for the new ones), and all
 //! of them are printed once the terminal is restored.

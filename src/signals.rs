@@ -99,8 +99,8 @@ fn on_signal(sig: i32) {
 
 /// Restores the terminal, deletes unfinished temporary outputs and exits.
 fn cut_short(sig: i32, why: &str) -> ! {
-    crate::terminal::restore();
-    crate::output::remove_unfinished();
+    crate::tui::terminal::restore();
+    crate::cli::output::remove_unfinished();
     eprintln!("unmask: interrupted by {}{why}", name(sig));
     std::process::exit(exit_status(sig).into())
 }

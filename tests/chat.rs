@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 
 use candle_core::{DType, Device};
 use serde::Deserialize;
-use unmask::chat::{ChatTemplate, Message};
-use unmask::events::{Event, Header};
+use unmask::model::chat::{ChatTemplate, Message};
+use unmask::trace::events::{Event, Header};
 use unmask::model::{Checkpoint, Source};
 
 fn fixture(name: &str) -> PathBuf {
@@ -129,7 +129,7 @@ fn a_chat_checkpoint_without_prompt_gets_a_question_and_its_sampling_defaults() 
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let first = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().to_string();
     let Event::Header(h) = serde_json::from_str(&first).unwrap() else { panic!() };
-    assert_eq!(h.shown_prompt(), unmask::session::DEFAULT_CHAT_PROMPT);
+    assert_eq!(h.shown_prompt(), unmask::cli::session::DEFAULT_CHAT_PROMPT);
     assert!(h.prompt.starts_with("<|im_start|>user\nWhat is the sum"), "{:?}", h.prompt);
     let s = h.settings.sampling;
     assert_eq!((s.temperature, s.top_k, s.top_p), (0.6, 20, 0.95));

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use unmask::events::Event;
+use unmask::trace::events::Event;
 
 mod common;
 use common::{copy_model, fixture};
@@ -25,7 +25,7 @@ fn trace(extra: &[&str]) -> Vec<Event> {
         .collect()
 }
 
-fn steps(events: &[Event]) -> Vec<&unmask::events::StepEvent> {
+fn steps(events: &[Event]) -> Vec<&unmask::trace::events::StepEvent> {
     events.iter().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None }).collect()
 }
 
@@ -75,7 +75,7 @@ fn out_file_holds_the_same_events_as_stdout() {
     let model = fixture("tiny-random");
     let args = ["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "8", "--out", path.to_str().unwrap()];
     assert!(unmask(&args).status.success());
-    let file = unmask::trace::read_file(&path).unwrap();
+    let file = unmask::trace::file::read_file(&path).unwrap();
     assert!(file.stopped.is_none());
     let stdout = unmask(&args[..5]);
     let lines: Vec<Event> = String::from_utf8(stdout.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -482,19 +482,19 @@ fn candidates_3_round_trip_through_a_trace_and_leave_the_decode_alone() {
     // Read back, the events are every line as written; written again and read, the same
     // events (bytes may differ only in the last digit of a time: serde_json's float parsing).
     let text = std::fs::read_to_string(&with).unwrap();
-    let read = unmask::trace::read_file(&with).unwrap();
+    let read = unmask::trace::file::read_file(&with).unwrap();
     assert_eq!(read.stopped, None);
     let lines: Vec<Event> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(read.events, lines);
     let mut again = Vec::new();
-    let mut w = unmask::trace::TraceWriter::new(&mut again, "again");
+    let mut w = unmask::trace::file::TraceWriter::new(&mut again, "again");
     read.events.iter().for_each(|e| w.write(e).unwrap());
-    assert_eq!(unmask::trace::read(again.as_slice(), "again").unwrap().events, read.events);
+    assert_eq!(unmask::trace::file::read(again.as_slice(), "again").unwrap().events, read.events);
     assert_eq!(String::from_utf8(again).unwrap().matches("\"top\":[").count(), text.matches("\"top\":[").count());
     // Every sampled entry has its 3 most probable tokens, most probable first; greedy, the
     // first is the token itself with its confidence.
     let k3 = steps(&read.events);
-    let entries: Vec<(u32, f32, &Vec<unmask::events::TopCandidate>)> = k3
+    let entries: Vec<(u32, f32, &Vec<unmask::trace::events::TopCandidate>)> = k3
         .iter()
         .flat_map(|s| {
             s.committed.iter().map(|c| (c.token, c.conf, &c.top)).chain(s.masked.iter().map(|c| (c.token, c.conf, &c.top)))
@@ -508,8 +508,8 @@ fn candidates_3_round_trip_through_a_trace_and_leave_the_decode_alone() {
         assert!(top.iter().all(|t| !t.text.is_empty() || t.bytes.is_some()));
     }
     // The same decode: tokens and steps; K = 1 writes no `top` at all.
-    let k1 = unmask::trace::read_file(&without).unwrap().events;
-    let strip = |s: &unmask::events::StepEvent| {
+    let k1 = unmask::trace::file::read_file(&without).unwrap().events;
+    let strip = |s: &unmask::trace::events::StepEvent| {
         let c: Vec<(usize, u32)> = s.committed.iter().map(|c| (c.pos, c.token)).collect();
         let m: Vec<(usize, u32)> = s.masked.iter().map(|c| (c.pos, c.token)).collect();
         (s.block, s.step, c, m)

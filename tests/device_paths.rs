@@ -9,9 +9,9 @@ use std::path::Path;
 
 use candle_core::{DType, Device};
 use unmask::engine::{decode, ModelDenoiser, Request, RunOptions};
-use unmask::events::Event;
+use unmask::trace::events::Event;
 use unmask::model::{Checkpoint, Source};
-use unmask::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use unmask::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 
 use common::request;
 

@@ -4,9 +4,9 @@ use std::sync::mpsc;
 
 use anyhow::Result;
 use unmask::engine::{decode, Control, Denoiser, Detok, Pass, Request};
-use unmask::events::{Event, FinishReason, ModelInfo};
+use unmask::trace::events::{Event, FinishReason, ModelInfo};
 use unmask::sampler::PosSample;
-use unmask::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
+use unmask::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
 
 const MASK: u32 = 99;
 

@@ -31,9 +31,9 @@ fn csv_and_json_equal_the_committed_expectations() {
 
 #[test]
 fn the_step_map_has_one_entry_per_output_token() {
-    let events = unmask::trace::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
-    let t = unmask::export::tables(&events);
-    let Some(unmask::events::Event::Finish(f)) = events.last() else { panic!() };
+    let events = unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
+    let t = unmask::trace::export::tables(&events);
+    let Some(unmask::trace::events::Event::Finish(f)) = events.last() else { panic!() };
     assert_eq!(t.step_map.len(), f.output_ids.len());
     let ids: Vec<u32> = t.tokens.iter().map(|r| r.token).collect();
     assert_eq!(ids, f.output_ids, "token rows are the output, in order");
@@ -64,14 +64,14 @@ fn unmask(args: &[&std::ffi::OsStr]) -> std::process::Output {
 /// cell, at its position, with its text and the fill of the step that decoded it.
 #[test]
 fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour() {
-    use unmask::ui::theme::{pick, Depth, ThemeName};
-    let events = unmask::trace::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
-    let svg = unmask::figure::step_map_svg(&events).unwrap();
+    use unmask::tui::theme::{pick, Depth, ThemeName};
+    let events = unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
+    let svg = unmask::tui::figure::step_map_svg(&events).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
     let root = doc.root_element();
     assert_eq!((root.tag_name().name(), root.tag_name().namespace()), ("svg", Some("http://www.w3.org/2000/svg")));
-    let t = unmask::export::tables(&events);
-    let store = unmask::store::Store::from_events(events.clone());
+    let t = unmask::trace::export::tables(&events);
+    let store = unmask::trace::store::Store::from_events(events.clone());
     let span = store.run().unwrap().step_span();
     let cells: Vec<_> = doc.descendants().filter(|n| n.attribute("class") == Some("decoded")).collect();
     assert_eq!(cells.len(), t.tokens.len());
@@ -83,8 +83,8 @@ fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour
         let (r, gr, b) = theme.cell_rgb(row.step, span).0;
         assert_eq!(rect.attribute("fill"), Some(format!("#{r:02x}{gr:02x}{b:02x}").as_str()), "pos {}", row.pos);
         let text = g.children().find(|c| c.has_tag_name("text")).unwrap().text().unwrap_or("");
-        let shown = unmask::ui::glyph::escape(&row.text, unmask::ui::glyph::Mode::Cell);
-        assert_eq!(text, unmask::ui::glyph::fit(&shown, 5).0, "pos {}", row.pos);
+        let shown = unmask::glyph::escape(&row.text, unmask::glyph::Mode::Cell);
+        assert_eq!(text, unmask::glyph::fit(&shown, 5).0, "pos {}", row.pos);
     }
     insta::assert_snapshot!(svg);
 }
@@ -97,8 +97,8 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
     let out = unmask(&["export".as_ref(), trace.as_os_str(), "--format".as_ref(), "svg".as_ref(), "--out".as_ref(), map.as_os_str()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout.is_empty() && out.stderr.is_empty());
-    let events = unmask::trace::read_file(&trace).unwrap().events;
-    assert_eq!(std::fs::read_to_string(&map).unwrap(), unmask::figure::step_map_svg(&events).unwrap());
+    let events = unmask::trace::file::read_file(&trace).unwrap().events;
+    assert_eq!(std::fs::read_to_string(&map).unwrap(), unmask::tui::figure::step_map_svg(&events).unwrap());
 
     // --out naming the trace itself is refused before anything is written.
     let copy = dir.path().join("t.jsonl");

@@ -9,8 +9,8 @@ mod common;
 use candle_core::{DType, Device};
 use serde::Deserialize;
 use unmask::engine::{decode, ModelDenoiser, Request};
-use unmask::events::{Event, StepEvent};
-use unmask::settings::DecodeSettings;
+use unmask::trace::events::{Event, StepEvent};
+use unmask::engine::settings::DecodeSettings;
 
 use common::{cases, fixture, load, request, run_case};
 
@@ -92,7 +92,7 @@ fn routing_changes_nothing_else_and_round_trips_through_a_trace() {
     let path = dir.path().join("routed.jsonl");
     let text: String = on.iter().map(|e| serde_json::to_string(e).unwrap() + "\n").collect();
     std::fs::write(&path, text).unwrap();
-    let read = unmask::trace::read_file(&path).unwrap();
+    let read = unmask::trace::file::read_file(&path).unwrap();
     assert_eq!(read.stopped, None);
     // What routing adds, exactly (`t_ms` may read back a unit in the last place off).
     let routing = |s: &StepEvent| (s.distinct_experts.clone(), s.committed.clone());
@@ -129,7 +129,7 @@ fn fixed_streamed_passes_report_the_eager_passes_routes() {
         w.std = 0.05; // routes that differ row to row
         let mut model = Model::load(&cfg, &w, DType::BF16, &Device::Cpu).unwrap();
         model.use_row_weights().unwrap();
-        let info = unmask::events::ModelInfo {
+        let info = unmask::trace::events::ModelInfo {
             source: "random".into(),
             model_type: cfg.model_type.clone(),
             vocab_size: 1000,

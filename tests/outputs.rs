@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use unmask::events::{Event, FinishReason};
+use unmask::trace::events::{Event, FinishReason};
 
 const BIN: &str = env!("CARGO_BIN_EXE_unmask");
 const TRACE: &str = "tests/fixtures/traces/tiny-dynamic.jsonl";
@@ -83,7 +83,7 @@ fn export_and_replay_cast_write_whole_files_and_leave_no_temporary() {
     let cast = d.path().join("t.cast");
     let out = unmask(&["replay", s(&a), "--cast", s(&cast)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    unmask::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
+    unmask::tui::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
     let mut names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
     assert_eq!(names, ["a.jsonl", "t.cast", "t.csv"]);
@@ -115,7 +115,7 @@ const LONG: [&str; 8] = ["--model", MODEL, "--max-new-tokens", "1000", "--block-
 
 /// The trace read back whole, ending on a `cancelled` finish.
 fn cancelled_trace(p: &Path) -> Vec<Event> {
-    let t = unmask::trace::read_file(p).unwrap();
+    let t = unmask::trace::file::read_file(p).unwrap();
     assert_eq!(t.stopped, None, "the trace is whole");
     match t.events.last() {
         Some(Event::Finish(f)) => assert_eq!(f.reason, FinishReason::Cancelled),
@@ -139,7 +139,7 @@ fn an_interrupted_record_leaves_a_whole_trace_and_cast() {
         let steps = events.iter().filter(|e| matches!(e, Event::Step(_))).count();
         assert!(steps >= 20, "{steps} steps");
         // The cast is a valid asciicast of those steps, ending on the final screen.
-        let (header, frames) = unmask::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
+        let (header, frames) = unmask::tui::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
         assert_eq!(header.version, 2);
         assert!(frames.len() > 3, "{} frames", frames.len());
         assert!(frames.iter().any(|f| f.2.contains("cancelled")), "the last screen says the decode was cancelled");
@@ -322,9 +322,9 @@ fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(143), "{err}");
     assert_eq!(err.trim(), "unmask: interrupted by SIGTERM");
-    let t = unmask::trace::read_file(&trace).unwrap();
+    let t = unmask::trace::file::read_file(&trace).unwrap();
     assert!(matches!(t.events.last(), Some(Event::Finish(f)) if f.reason != FinishReason::Cancelled), "the decode had finished");
-    let (header, frames) = unmask::cast::parse(&std::fs::read_to_string(&cast).expect("a cast")).unwrap();
+    let (header, frames) = unmask::tui::cast::parse(&std::fs::read_to_string(&cast).expect("a cast")).unwrap();
     assert_eq!(header.version, 2);
     assert!(!frames.is_empty());
     assert_eq!(frames.last().unwrap().2, "\x1b[0m\x1b[?25h", "the cast ends by showing the cursor again");
@@ -347,10 +347,10 @@ fn a_dash_output_is_stdout() {
     let csv = run(&["export", s(&a), "--out", "-"]);
     assert!(String::from_utf8(csv).unwrap().starts_with("pos,index,"));
     let cast = run(&["record", "--model", s(&model), "--max-new-tokens", "8", "--cast", "-"]);
-    let (_, frames) = unmask::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
+    let (_, frames) = unmask::tui::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
     assert!(frames.len() > 2);
     let cast = run(&["replay", s(&a), "--cast", "-"]);
-    unmask::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
+    unmask::tui::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
     assert!(!d.path().join("-").exists(), "no file named -");
     let out = Command::new(BIN).current_dir(d.path()).args(["record", "--cast", "-", "--trace", "-"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "unmask: error: --trace - and --cast - would both write to stdout; give one of them a file");

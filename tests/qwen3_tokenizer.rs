@@ -254,29 +254,29 @@ fn unmask_loader_adds_the_missing_mask_token_only_at_the_configured_id() {
     let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(fixture_dir().join("tokenizer.json.gz")).unwrap());
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut gz, &mut bytes).unwrap();
-    let tok = unmask::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151669), None).unwrap();
+    let tok = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151669), None).unwrap();
     assert_eq!(tok.mask_id(), 151669);
     assert!(tok.mask_added);
     assert_eq!(tok.encode("a<|MASK|>b").unwrap(), vec![64, 151669, 65]);
     assert_eq!(tok.piece(151669), "<|MASK|>");
 
-    let err = unmask::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151700), None).err().unwrap();
+    let err = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151700), None).err().unwrap();
     assert_eq!(
         format!("{err:#}"),
         "tokenizer.json: no mask token; adding `<|MASK|>` would give id 151669, but config.json says mask_token_id 151700"
     );
-    let err = unmask::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", None, None).err().unwrap();
+    let err = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", None, None).err().unwrap();
     assert!(format!("{err:#}").contains("config.json has no `mask_token_id`"));
 }
 
 /// unmask's tokenizer over the real Qwen3 vocabulary (with SDAR's `<|MASK|>`), loaded once.
-fn unmask_tok() -> &'static unmask::tokenizer::Tok {
-    static TOK: OnceLock<unmask::tokenizer::Tok> = OnceLock::new();
+fn unmask_tok() -> &'static unmask::model::tokenizer::Tok {
+    static TOK: OnceLock<unmask::model::tokenizer::Tok> = OnceLock::new();
     TOK.get_or_init(|| {
         let gz = std::fs::read(fixture_dir().join("tokenizer.json.gz")).unwrap();
         let mut json = Vec::new();
         flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut json).unwrap();
-        unmask::tokenizer::Tok::from_bytes(&json, "tokenizer.json", Some(MASK_ID), None).unwrap()
+        unmask::model::tokenizer::Tok::from_bytes(&json, "tokenizer.json", Some(MASK_ID), None).unwrap()
     })
 }
 
@@ -284,7 +284,7 @@ fn unmask_tok() -> &'static unmask::tokenizer::Tok {
 fn position_texts(ids: &[u32]) -> Vec<String> {
     let bytes: Vec<Vec<u8>> = ids.iter().map(|&id| unmask_tok().token_bytes(id)).collect();
     let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
-    unmask::detok::texts(&refs)
+    unmask::trace::detok::texts(&refs)
 }
 
 /// Characters Qwen3 splits across tokens get no `�`: each lands whole in the token completing it.

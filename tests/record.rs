@@ -7,8 +7,8 @@ use std::process::{Command, Output};
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
-use unmask::cast;
-use unmask::record::{final_app, Pacing};
+use unmask::tui::cast;
+use unmask::tui::record::{final_app, Pacing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_unmask");
 const MODEL: &str = "tests/fixtures/tiny-random";
@@ -72,12 +72,12 @@ fn buffer_rows(buf: &Buffer) -> Vec<String> {
 /// The TUI's final screen for the trace at `trace`, as `record` labels it (`None`: a live
 /// decode, recorded).
 fn final_screen(trace: &Path, label: Option<&str>, stopped: bool, w: u16, h: u16) -> Vec<String> {
-    let t = unmask::trace::read_file(trace).unwrap();
+    let t = unmask::trace::file::read_file(trace).unwrap();
     assert_eq!(t.stopped.is_some(), stopped);
-    let p = Pacing { fps: 30.0, step_delay: 0.05, width: w, height: h, theme: &unmask::ui::theme::DARK };
+    let p = Pacing { fps: 30.0, step_delay: 0.05, width: w, height: h, theme: &unmask::tui::theme::DARK };
     let app = final_app(t.events, label.map(str::to_string), t.stopped, &p);
     let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
-    unmask::ui::render(&app, buf.area, &mut buf);
+    unmask::tui::render(&app, buf.area, &mut buf);
     buffer_rows(&buf)
 }
 
@@ -115,7 +115,7 @@ fn replay_cast_paces_by_step_delay_and_fps() {
     let times: Vec<f64> = events.iter().map(|e| e.0).collect();
     let frames = &times[..times.len() - 1];
     assert!(frames.windows(2).all(|p| p[1] - p[0] >= 0.05 - 1e-6), "{times:?}");
-    let steps = unmask::trace::read_file(Path::new(TRACE)).unwrap().events.iter().filter(|e| matches!(e, unmask::events::Event::Step(_))).count();
+    let steps = unmask::trace::file::read_file(Path::new(TRACE)).unwrap().events.iter().filter(|e| matches!(e, unmask::trace::events::Event::Step(_))).count();
     assert!(frames.len() < steps, "{} frames for {steps} steps", frames.len());
     assert!(events[0].2.starts_with("\x1b[0m\x1b[2J\x1b[H\x1b[?25l"), "the first frame clears the screen");
     assert!(times.last().unwrap() - frames.last().unwrap() >= 1.0, "a hold at the end");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use unmask::events::{Event, FinishReason};
+use unmask::trace::events::{Event, FinishReason};
 
 mod common;
 use common::{copy_model, fixture, poison_tensor};
@@ -49,7 +49,7 @@ fn rewrite(path: &Path, f: impl FnOnce(String) -> String) {
 }
 
 fn read_trace(path: &Path) -> Vec<Event> {
-    let t = unmask::trace::read_file(path).expect("the trace reads back");
+    let t = unmask::trace::file::read_file(path).expect("the trace reads back");
     assert_eq!(t.stopped, None, "every line reads back");
     t.events
 }
@@ -351,7 +351,7 @@ fn model_with(file: &str, text: &str) -> tempfile::TempDir {
 }
 
 /// `unmask trace --model M ARGS`'s header, for a decode that must succeed.
-fn header(m: &Path, args: &[&str]) -> unmask::events::Header {
+fn header(m: &Path, args: &[&str]) -> unmask::trace::events::Header {
     let o = unmask(&[&["trace", "--model", m.to_str().unwrap()], args].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let first = String::from_utf8(o.stdout).unwrap().lines().next().unwrap().to_string();

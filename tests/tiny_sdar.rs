@@ -8,9 +8,9 @@ use candle_core::{DType, Device, IndexOp, Tensor};
 use serde::Deserialize;
 use unmask::cli::DecodeArgs;
 use unmask::engine::decode;
-use unmask::events::Event;
+use unmask::trace::events::Event;
 use unmask::model::{Checkpoint, Source};
-use unmask::session::Session;
+use unmask::cli::session::Session;
 
 fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
@@ -20,7 +20,7 @@ fn rel_err(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn embedded_model_logits_match_the_pytorch_training_model() {
-    let embedded = unmask::embedded::default_model().unwrap();
+    let embedded = unmask::model::embedded::default_model().unwrap();
     let ck = Checkpoint::load(&Source::Embedded(embedded), &Device::Cpu, DType::F32).unwrap();
     assert_eq!((ck.tokenizer.mask_id(), ck.eos_ids.as_slice()), (4095, &[4094][..]));
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-sdar-golden.safetensors");

@@ -8,14 +8,14 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::{Ask, Control, Denoised, Denoiser, Detok, Pass};
-use crate::detok::{self, End};
-use crate::events::{
+use crate::trace::detok::{self, End};
+use crate::trace::events::{
     BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TopCandidate,
     TRACE_VERSION,
 };
 use crate::sampler::strategy::{Cell, StepRule};
 use crate::sampler::{PosSample, Ranked, Uniforms};
-use crate::settings::DecodeSettings;
+use crate::engine::settings::DecodeSettings;
 
 /// What stays fixed for one decode.
 #[derive(Clone)]
@@ -28,7 +28,7 @@ pub struct Request {
     pub model: ModelInfo,
     pub device: String,
     /// Copied into the header as is.
-    pub chat: Option<crate::events::ChatInfo>,
+    pub chat: Option<crate::trace::events::ChatInfo>,
     pub sources: std::collections::BTreeMap<String, String>,
     /// `--candidates`: how many of its most probable tokens every sampled position's event
     /// carries (1: none beyond the token itself, the trace as before `--candidates` existed).
@@ -56,7 +56,7 @@ struct Loop<'a> {
     detok: &'a dyn Detok,
     sink: &'a mut dyn FnMut(Event),
     control: Option<&'a Receiver<Control>>,
-    started: crate::clock::Start,
+    started: crate::engine::clock::Start,
     forwards: usize,
     steps: usize,
     /// Settings of the block being decoded; `pending` takes over at the next block.
@@ -136,7 +136,7 @@ pub fn decode_measured(
         detok,
         sink,
         control,
-        started: crate::clock::Start::now(),
+        started: crate::engine::clock::Start::now(),
         forwards: 0,
         steps: 0,
         settings: req.settings.clone(),
@@ -192,7 +192,7 @@ fn check_samples(samples: &[PosSample], b: usize, start: usize, block: usize, st
 }
 
 impl Loop<'_> {
-    /// Milliseconds the decode has run (a suspension of the process left out: crate::clock).
+    /// Milliseconds the decode has run (a suspension of the process left out: crate::engine::clock).
     fn ms(&self) -> f64 {
         self.started.running().as_secs_f64() * 1000.0
     }

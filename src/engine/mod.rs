@@ -1,9 +1,11 @@
 //! The generation side: a decode loop over a [`Denoiser`], run on its own thread, talking to
 //! the rest of the program only through events out and [`Control`] messages in.
 
+pub mod clock;
 mod decode;
 pub mod fixed;
 mod runner;
+pub mod settings;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -14,9 +16,9 @@ use anyhow::Result;
 pub use decode::{decode, decode_measured, decode_with_events, Request};
 pub use runner::{ModelDenoiser, RunOptions, RunStatus, PREFILL_CHUNK};
 
-use crate::events::Event;
+use crate::trace::events::Event;
 use crate::sampler::{PosSample, Ranked};
-use crate::settings::{DecodeSettings, SamplerSpec};
+use crate::engine::settings::{DecodeSettings, SamplerSpec};
 
 /// What one forward pass of a decode takes, placed right after the cached prefix.
 #[derive(Clone, Copy, Debug)]
@@ -87,7 +89,7 @@ pub struct PassRouting {
     /// Per sparse layer: distinct experts over every row the pass forwarded (stored and block).
     pub distinct: Vec<u32>,
     /// Per block position: its route in each sparse layer.
-    pub block: Vec<Vec<crate::events::Route>>,
+    pub block: Vec<Vec<crate::trace::events::Route>>,
 }
 
 impl PassRouting {
@@ -116,15 +118,15 @@ pub trait Detok: Send + Sync {
     }
 }
 
-impl Detok for crate::tokenizer::Tok {
+impl Detok for crate::model::tokenizer::Tok {
     fn piece(&self, id: u32) -> String {
-        crate::tokenizer::Tok::piece(self, id)
+        crate::model::tokenizer::Tok::piece(self, id)
     }
     fn bytes(&self, id: u32) -> Vec<u8> {
         self.token_bytes(id)
     }
     fn decode(&self, ids: &[u32]) -> String {
-        crate::tokenizer::Tok::decode(self, ids)
+        crate::model::tokenizer::Tok::decode(self, ids)
     }
 }
 

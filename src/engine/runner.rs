@@ -17,7 +17,7 @@ use super::{Ask, Denoised, Denoiser, Pass, PassRouting};
 use crate::model::{KvCache, Model};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, sample_ranked, PosSample};
-use crate::settings::SamplerSpec;
+use crate::engine::settings::SamplerSpec;
 
 /// Which execution paths a [`ModelDenoiser`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -351,7 +351,7 @@ mod sample_tests {
             row[mask as usize] = 1e3;
         }
         assert!(4 * vocab >= SAMPLE_PARALLEL_FROM, "wide enough for the pool");
-        let s = SamplerSpec::from(crate::settings::Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 });
+        let s = SamplerSpec::from(crate::engine::settings::Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 });
         let u = [0.1, 0.5, 0.9, 0.3];
         let want: Vec<PosSample> = logits
             .iter()

@@ -232,9 +232,9 @@ impl ModelConfig {
     }
 
     /// The routing layout step events' `--routing` fields index; `None` for a dense model.
-    pub fn moe_info(&self) -> Option<crate::events::MoeInfo> {
+    pub fn moe_info(&self) -> Option<crate::trace::events::MoeInfo> {
         let sparse_layers: Vec<usize> = (0..self.num_hidden_layers).filter(|&l| self.is_sparse(l)).collect();
-        (!sparse_layers.is_empty()).then(|| crate::events::MoeInfo {
+        (!sparse_layers.is_empty()).then(|| crate::trace::events::MoeInfo {
             experts: self.moe.num_experts.unwrap_or(0),
             top_k: self.moe.num_experts_per_tok.unwrap_or(0),
             sparse_layers,

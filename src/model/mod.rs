@@ -6,14 +6,17 @@
 // launchers in cuda/.
 pub mod attention;
 pub mod bf16_products;
+pub mod chat;
 pub mod config;
 pub mod cpu_attention;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod decoder;
+pub mod embedded;
 pub mod fastmath;
 pub mod ffn;
 pub mod gemv;
+pub mod hub;
 pub mod linear;
 pub mod loader;
 pub mod mlp;
@@ -25,6 +28,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
 pub mod registry;
+pub mod tokenizer;
 pub mod topk;
 pub mod weights;
 
@@ -34,9 +38,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device};
 use serde::Deserialize;
 
-use crate::chat::ChatTemplate;
-use crate::events::ModelInfo;
-use crate::tokenizer::Tok;
+use crate::model::chat::ChatTemplate;
+use crate::trace::events::ModelInfo;
+use crate::model::tokenizer::Tok;
 pub use config::ModelConfig;
 use config::OneOrMany;
 pub use attention::{KvCache, PassInput};
@@ -291,7 +295,7 @@ impl TokenizerConfig {
     }
 
     /// The special tokens transformers hands a chat template as variables.
-    fn template_vars(&self) -> crate::chat::Vars {
+    fn template_vars(&self) -> crate::model::chat::Vars {
         let named = [("bos_token", &self.bos_token), ("eos_token", &self.eos_token), ("pad_token", &self.pad_token), ("unk_token", &self.unk_token)];
         named
             .into_iter()
@@ -322,7 +326,7 @@ pub struct Checkpoint {
     /// The chat template, if the checkpoint has one.
     pub chat_template: Option<ChatTemplate>,
     /// `bos_token`, `eos_token`, ... as the template sees them.
-    pub template_vars: crate::chat::Vars,
+    pub template_vars: crate::model::chat::Vars,
     /// Which file set the mask token: the header's `sources.mask_token`.
     pub mask_source: String,
 }

@@ -38,7 +38,7 @@ pub struct Grouped {
 
 /// The experts one row was routed to at one layer, best first, with their weights: the step
 /// events' type, which `--routing` records as the block computes it.
-pub use crate::events::Route;
+pub use crate::trace::events::Route;
 
 impl MoeBlock {
     /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`.

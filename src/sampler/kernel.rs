@@ -13,9 +13,9 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
-use crate::settings::{Confidence, SamplerSpec, TopK};
+use crate::engine::settings::{Confidence, SamplerSpec, TopK};
 #[cfg(test)]
-use crate::settings::Sampling;
+use crate::engine::settings::Sampling;
 
 /// Threads per block (NT in the kernel).
 pub const NT: usize = 512;

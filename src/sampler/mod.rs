@@ -10,7 +10,7 @@ pub mod strategy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::settings::{Confidence, SamplerSpec, Sampling, TopK};
+use crate::engine::settings::{Confidence, SamplerSpec, Sampling, TopK};
 
 /// What the sampler made of one position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -13,7 +13,7 @@
 //!   overwrites them. Here the count is capped at the masks left, and only masked positions are
 //!   ever candidates.
 
-use crate::settings::{Schedule, Strategy};
+use crate::engine::settings::{Schedule, Strategy};
 
 /// What a strategy knows about one position of the block at this step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,7 +36,7 @@ pub struct StepRule {
 
 impl StepRule {
     /// The part of the decode settings a strategy reads.
-    pub fn from_settings(s: &crate::settings::DecodeSettings) -> Self {
+    pub fn from_settings(s: &crate::engine::settings::DecodeSettings) -> Self {
         StepRule {
             strategy: s.strategy,
             schedule: s.schedule,

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 use unmask::engine::{decode, Denoiser, ModelDenoiser, Request};
-use unmask::events::{Event, FinishReason, ModelInfo};
+use unmask::trace::events::{Event, FinishReason, ModelInfo};
 use unmask::model::{Checkpoint, Source};
-use unmask::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use unmask::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)

@@ -1,0 +1,330 @@
+//! The per-step list: one line per denoising step, in decode order, with the texts it committed
+//! (`unmask steps`, the TUI's Steps panel). Pure: events in, lines out.
+//!
+//! Numbering, as people (and SDAR, SGLang, JetEngine) count: the step over the decode and the
+//! step within its block are 1-based; the block is the trace's block index (0-based, prompt
+//! blocks included), the same number the TUI's grid labels rows with; positions are the trace's
+//! absolute positions.
+
+use serde::Serialize;
+
+use crate::trace::detok::{self, End, Piece};
+use crate::trace::events::{Committed, Event, StepEvent};
+use crate::engine::settings::DecodeSettings;
+use crate::trace::store::{CellState, Run, Store};
+
+/// One denoising step as a person reads it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepLine {
+    /// 1-based step over the whole decode.
+    pub step: usize,
+    /// Block index as in the trace (0-based, prompt blocks included).
+    pub block: usize,
+    /// 1-based step within the block.
+    pub block_step: usize,
+    /// The most steps the block may take (`--steps`, at most the block length, for strategies
+    /// that follow the schedule; one a position for those that loop until no mask is left); a
+    /// dynamic strategy may finish a block in fewer.
+    pub block_steps: usize,
+    /// Running count of forward passes, this one included.
+    pub forward: usize,
+    /// Absolute positions committed, ascending.
+    pub pos: Vec<usize>,
+    /// Their texts at this step, in the same (position) order: what each adds given the bytes
+    /// known after the step ([`crate::trace::detok`]'s rule, the TUI's cells), `None` (JSON `null`)
+    /// while its bytes wait on a masked neighbour. Invalid UTF-8 is one `U+FFFD` per sequence.
+    #[serde(serialize_with = "texts_json")]
+    pub texts: Vec<Piece>,
+    /// Each token's raw bytes where they are not whole characters (it splits one, or is
+    /// invalid UTF-8), as the trace's `bytes`; `None` else. Absent in JSON when all are `None`.
+    #[serde(skip_serializing_if = "all_none")]
+    pub bytes: Vec<Option<Vec<u8>>>,
+    /// Their confidences, in the same order.
+    pub conf: Vec<f32>,
+}
+
+fn texts_json<S: serde::Serializer>(texts: &[Piece], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(texts.iter().map(|p| match p {
+        Piece::Text(t) => Some(t.lossy()),
+        Piece::Pending(_) => None,
+    }))
+}
+
+fn all_none(b: &[Option<Vec<u8>>]) -> bool {
+    b.iter().all(Option::is_none)
+}
+
+/// A position's text as the line shows it: characters as a JSON string, bytes (pending, or
+/// invalid UTF-8) as bare hex, so that `<B5>` (a byte) never reads as `"<B5>"` (a token's text).
+fn shown(p: &Piece) -> String {
+    let quote = |s: &str| serde_json::to_string(s).expect("a string serialises");
+    match p {
+        Piece::Pending(b) => crate::trace::detok::hex(b),
+        Piece::Text(t) if t.is_empty() => quote(""),
+        Piece::Text(t) => t.render(quote),
+    }
+}
+
+impl StepLine {
+    /// `step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]`: the texts as JSON strings,
+    /// bytes that are no characters (yet) as bare hex (`<E2>`).
+    pub fn text(&self) -> String {
+        let texts: Vec<String> = self.texts.iter().map(shown).collect();
+        format!(
+            "step {} · block {} · step {}/{} · fwd {}  [{}]",
+            self.step,
+            self.block,
+            self.block_step,
+            self.block_steps,
+            self.forward,
+            texts.join(", ")
+        )
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::to_string(self).expect("a step line serialises")
+    }
+}
+
+/// Turns events into step lines as they come, so a live decode prints each step at once. The
+/// events go through a [`Store`], so a line is what the TUI's Steps panel shows for the step.
+#[derive(Debug, Default)]
+pub struct StepLines {
+    store: Store,
+    /// Settings in force for the current block (a step event carries them when they change).
+    settings: Option<DecodeSettings>,
+    /// Steps seen since the last header.
+    count: usize,
+}
+
+impl StepLines {
+    pub fn new() -> Self {
+        StepLines::default()
+    }
+
+    /// The line for `ev` if it is a step; a header (a new run) restarts the count.
+    pub fn push(&mut self, ev: &Event) -> Option<StepLine> {
+        let before = self.store.run().map_or(0, |r| r.steps().len());
+        let generation = self.store.generation();
+        self.store.push(ev.clone());
+        match ev {
+            Event::Header(h) => {
+                self.settings = Some(h.settings.clone());
+                self.count = 0;
+                None
+            }
+            Event::Step(s) => {
+                let mut line = self.line(s);
+                // The store's line (texts given every byte known at the step), unless the
+                // store refused the step as contradicting the recording.
+                let run = self.store.run().filter(|r| self.store.generation() == generation && r.steps().len() == before + 1);
+                if let Some(l) = run.and_then(|r| from_run(r, before)) {
+                    line = StepLine { step: line.step, block_steps: line.block_steps, ..l };
+                }
+                Some(line)
+            }
+            _ => None,
+        }
+    }
+
+    /// The line from the event alone: each token's own text.
+    fn line(&mut self, s: &StepEvent) -> StepLine {
+        if let Some(new) = &s.settings {
+            self.settings = Some(new.clone());
+        }
+        self.count += 1;
+        let budget = self.settings.as_ref().map_or(0, DecodeSettings::step_budget);
+        let mut committed: Vec<_> = s.committed.iter().collect();
+        committed.sort_by_key(|c| c.pos);
+        let own = |c: &Committed| {
+            let bytes = c.bytes.as_deref().unwrap_or(c.text.as_bytes());
+            detok::pieces(&[], &[Some(bytes)], End::Final).0.swap_remove(0).expect("not masked")
+        };
+        StepLine {
+            step: self.count,
+            block: s.block,
+            block_step: s.step + 1,
+            block_steps: budget.max(s.step + 1),
+            forward: s.forward,
+            pos: committed.iter().map(|c| c.pos).collect(),
+            texts: committed.iter().map(|c| own(c)).collect(),
+            bytes: committed.iter().map(|c| c.bytes.clone()).collect(),
+            conf: committed.iter().map(|c| c.conf).collect(),
+        }
+    }
+}
+
+/// The line of step index `k` (0-based over the decode) from the store: what the TUI's Steps
+/// panel shows, equal to what `lines` makes of the same events.
+pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
+    let s = run.step(k)?;
+    let b = run.block_length();
+    let committed: Vec<_> = (s.block * b..(s.block + 1) * b)
+        .filter_map(|pos| match run.cell(pos, Some(k)) {
+            CellState::Decoded(d) if d.at == k => Some((pos, d)),
+            _ => None,
+        })
+        .collect();
+    let raw = |token| run.is_raw(token).then(|| run.token_bytes(token).to_vec());
+    Some(StepLine {
+        step: k + 1,
+        block: s.block,
+        block_step: s.step + 1,
+        block_steps: run.settings_for(s.block).0.step_budget().max(s.step + 1),
+        forward: s.forward,
+        pos: committed.iter().map(|(p, _)| *p).collect(),
+        texts: committed.iter().map(|(p, _)| run.cell_piece(*p, Some(k)).expect("decoded")).collect(),
+        bytes: committed.iter().map(|(_, d)| raw(d.token)).collect(),
+        conf: committed.iter().map(|(_, d)| d.conf).collect(),
+    })
+}
+
+/// Every step line of the events (restarts included, each run counted from 1).
+pub fn lines(events: &[Event]) -> Vec<StepLine> {
+    let mut s = StepLines::new();
+    events.iter().filter_map(|e| s.push(e)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::synth::{self, Synth};
+
+    fn commit(pos: usize, text: &str) -> Committed {
+        Committed { pos, token: pos as u32, text: text.into(), bytes: None, conf: 0.5, entropy: 0.1, top: vec![], routes: vec![] }
+    }
+
+    #[test]
+    fn a_step_reads_as_the_seed_wrote_it() {
+        let l = StepLine {
+            step: 13,
+            block: 3,
+            block_step: 1,
+            block_steps: 4,
+            forward: 13,
+            pos: vec![12, 13],
+            texts: vec![Piece::Text(detok::Text::plain("To")), Piece::Text(detok::Text::plain(" find"))],
+            bytes: vec![None, None],
+            conf: vec![0.9, 0.8],
+        };
+        assert_eq!(l.text(), r#"step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]"#);
+        assert_eq!(
+            l.json(),
+            r#"{"step":13,"block":3,"block_step":1,"block_steps":4,"forward":13,"pos":[12,13],"texts":["To"," find"],"conf":[0.9,0.8]}"#
+        );
+    }
+
+    #[test]
+    fn texts_are_in_position_order_and_escaped_as_json() {
+        let mut events = synth::trace(&Synth::small());
+        // The first step of block 2 (positions 8 to 11, none committed yet).
+        let k = events.iter().filter(|e| matches!(e, Event::Step(_))).position(|e| matches!(e, Event::Step(s) if s.block == 2)).unwrap();
+        let Some(Event::Step(s)) = events.iter_mut().filter(|e| matches!(e, Event::Step(_))).nth(k) else { panic!() };
+        // Token ids the trace has not spelled otherwise (a token's text never changes in a run).
+        let c = |pos, text| Committed { token: 1000 + pos as u32, ..commit(pos, text) };
+        s.committed = vec![c(10, "."), c(8, "\n"), c(9, "say \"hi\"")];
+        let l = &lines(&events)[k];
+        assert_eq!(l.pos, vec![8, 9, 10]);
+        assert!(l.text().ends_with(r#"  ["\n", "say \"hi\"", "."]"#), "{}", l.text());
+    }
+
+    /// Block 2 of a small synthetic trace, its four cells committed as `tokens` (id, text,
+    /// bytes) at the steps given (0-based within the block); the lines of that block.
+    fn block_lines(tokens: [(u32, &str, Option<&[u8]>, usize); 4]) -> Vec<StepLine> {
+        let mut events = synth::trace(&Synth::small());
+        let mut steps = events.iter_mut().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None });
+        let mut block: Vec<&mut StepEvent> = steps.by_ref().filter(|s| s.block == 2).collect();
+        assert_eq!(block.len(), 4);
+        for (i, s) in block.iter_mut().enumerate() {
+            s.committed = tokens
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.3 == i)
+                .map(|(j, &(token, text, bytes, _))| Committed { token, text: text.into(), bytes: bytes.map(<[u8]>::to_vec), ..commit(8 + j, "") })
+                .collect();
+            s.masked.clear();
+        }
+        lines(&events).into_iter().filter(|l| l.block == 2).collect()
+    }
+
+    #[test]
+    fn a_step_shows_what_its_positions_add_given_the_bytes_known_then() {
+        // E0 B5 8C (ൌ) over positions 8, 9, 10, committed at steps 2, 3, 1; "<B5>" literal at 11.
+        let ls = block_lines([
+            (900, "\u{FFFD}", Some(b"\xE0"), 1),
+            (901, "\u{FFFD}", Some(b"\xB5"), 2),
+            (902, "\u{FFFD}", Some(b"\x8C"), 0),
+            (903, "<B5>", None, 3),
+        ]);
+        let texts: Vec<String> = ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
+        assert_eq!(texts, [r#"[<8C>]"#, r#"[<E0>]"#, r#"[""]"#, r#"["<B5>"]"#]);
+        // JSON: null while pending, the raw bytes beside; a literal "<B5>" is a plain text.
+        assert!(ls[0].json().contains(r#""texts":[null],"bytes":[[140]]"#), "{}", ls[0].json());
+        assert!(ls[2].json().contains(r#""texts":[""],"bytes":[[181]]"#), "{}", ls[2].json());
+        assert!(ls[3].json().contains(r#""texts":["<B5>"],"conf""#), "{}", ls[3].json());
+    }
+
+    #[test]
+    fn invalid_bytes_read_as_hex_and_a_literal_replacement_character_as_text() {
+        // DB (never completed: 'h' follows), FC (never UTF-8), a vocabulary token "\u{FFFD}".
+        let ls = block_lines([
+            (900, "\u{FFFD}", Some(b"\xDB"), 0),
+            (901, "hat", None, 1),
+            (902, "\u{FFFD}", Some(b"\xFC"), 2),
+            (903, "\u{FFFD}", None, 3),
+        ]);
+        let texts: Vec<String> = ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
+        assert_eq!(texts, ["[<DB>]", r#"["hat"]"#, "[<FC>]", "[\"\u{FFFD}\"]"]);
+        assert!(ls[1].json().contains(r#""texts":["hat"],"conf""#), "{}", ls[1].json());
+        // Both spell U+FFFD as JSON text; the invalid byte carries its bytes, the literal none.
+        assert!(ls[2].json().contains("\"texts\":[\"\u{FFFD}\"],\"bytes\":[[252]]"), "{}", ls[2].json());
+        assert!(ls[3].json().contains("\"texts\":[\"\u{FFFD}\"],\"conf\""), "{}", ls[3].json());
+    }
+
+    #[test]
+    fn steps_count_from_one_over_the_decode_and_restart_with_a_new_run() {
+        let events = synth::trace(&Synth::small());
+        let ls = lines(&events);
+        let n = events.iter().filter(|e| matches!(e, Event::Step(_))).count();
+        assert_eq!(ls.iter().map(|l| l.step).collect::<Vec<_>>(), (1..=n).collect::<Vec<_>>());
+        assert!(ls.iter().all(|l| (1..=l.block_steps).contains(&l.block_step)));
+        let twice: Vec<Event> = events.iter().chain(&events).cloned().collect();
+        let ls2 = lines(&twice);
+        assert_eq!(ls2.len(), 2 * n);
+        assert_eq!(ls2[n].step, 1);
+    }
+
+    #[test]
+    fn the_store_gives_the_same_lines_as_the_events() {
+        let mut cfg = Synth::small();
+        cfg.change_at = Some((cfg.prompt.len() / cfg.block_length + 2, 2));
+        let events = synth::trace(&cfg);
+        let store = crate::trace::store::Store::from_events(events.clone());
+        let run = store.run().unwrap();
+        let from_store: Vec<StepLine> = (0..run.steps().len()).map(|k| from_run(run, k).unwrap()).collect();
+        assert_eq!(from_store, lines(&events));
+        assert_eq!(from_run(run, run.steps().len()), None);
+    }
+
+    #[test]
+    fn a_settings_change_changes_the_step_budget_from_its_block_on() {
+        let mut cfg = Synth::small();
+        let change = cfg.prompt.len() / cfg.block_length + 2;
+        cfg.change_at = Some((change, 2));
+        let ls = lines(&synth::trace(&cfg));
+        assert!(ls.iter().filter(|l| l.block < change).all(|l| l.block_steps == cfg.steps));
+        assert!(ls.iter().filter(|l| l.block >= change).all(|l| l.block_steps == 2));
+    }
+
+    /// Strategies that loop until no mask is left may take one step a position, whatever
+    /// `--steps` says (entropy_bounded showed "step 2/1").
+    #[test]
+    fn the_budget_of_a_strategy_that_ignores_the_schedule_is_one_step_a_position() {
+        use crate::engine::settings::Strategy;
+        let s = |strategy, steps| DecodeSettings { strategy, steps, block_length: 4, ..DecodeSettings::default() };
+        assert_eq!(s(Strategy::EntropyBounded, 1).step_budget(), 4);
+        assert_eq!(s(Strategy::LowConfidenceStatic, 2).step_budget(), 2);
+        assert_eq!(s(Strategy::LowConfidenceDynamic, 8).step_budget(), 4);
+        assert_eq!(s(Strategy::Sequential, 3).step_budget(), 3);
+    }
+}

@@ -1,0 +1,904 @@
+//! Compare mode: two decodes of one prompt side by side, A on the left and B on the right, each
+//! a full [`App`] drawn with the TUI's own panels in half the width. One cursor moves both:
+//! in lock-step by global step index, or aligned by block (block n, step s on both sides).
+//! Cells where the two committed different tokens at the same position are marked `≠`, cells
+//! where they committed the same token at different steps of its block `≈` (a glyph, so the
+//! marks read without colour too).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use futures::{Stream, StreamExt};
+use ratatui::backend::Backend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::Terminal;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::app::{App, View};
+use super::cursor::Mode;
+use super::help::{self, key, KeyTable};
+use super::theme::{Theme, DARK};
+use super::fields::{self, Field};
+use crate::glyph;
+use super::{grid, steps, text, timeline};
+use crate::trace::compare::{compare, Comparison};
+use crate::trace::events::Event;
+use crate::trace::store::{CellState, Run};
+
+pub const MIN_WIDTH: u16 = 80;
+pub const MIN_HEIGHT: u16 = 22;
+
+/// Below the smallest screen only "too small (q quits)" is drawn, and keys but q wait.
+fn too_small(area: Rect) -> bool {
+    area.width < MIN_WIDTH || area.height < MIN_HEIGHT
+}
+/// Playback speed of `space`, in steps per second (the TUI's default).
+const SPEED: f64 = 20.0;
+
+pub const KEYS: &KeyTable = &[
+    (
+        "compare",
+        &[
+            key("space", 9, &["pause / play both sides", "pause / play"]),
+            help::STEP,
+            help::BLOCK,
+            key("Home End", 6, &["first step / both heads", "first / heads"]),
+            key("a", 7, &["lock-step by step index / aligned by block", "align by step index / by block", "align step / block"]),
+            key("L", 5, &["each side's Steps list in place of its text", "Steps lists in place of text", "Steps lists / text"]),
+        ],
+    ),
+    ("", help::GENERAL),
+];
+
+const HINTS: &str = "? help  space play  ←→ step  [] block  a align  q quit ";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    /// Both sides at the same global step index (each capped at its own head).
+    Step,
+    /// Both sides in the same block, at the same step within it.
+    Block,
+}
+
+pub struct CompareApp {
+    pub sides: [App; 2],
+    /// Each side's events, for `compare::compare` once both have finished.
+    events: [Vec<Event>; 2],
+    comparison: Option<Comparison>,
+    pub align: Align,
+    /// Live: both sides follow their heads. Paused/Playing: at `k` or `(block, step)`.
+    pub mode: Mode,
+    k: usize,
+    block: usize,
+    step: usize,
+    carry: f64,
+    last_tick: Option<Instant>,
+    pub help: bool,
+    pub quit: bool,
+    pub theme: &'static Theme,
+    /// The terminal's size at the last draw or resize: below the smallest, keys but q wait.
+    pub size: Rect,
+}
+
+impl CompareApp {
+    /// Two live decodes, filled by [`CompareApp::ingest`].
+    pub fn live() -> Self {
+        CompareApp::from_apps([App::live(), App::live()])
+    }
+
+    /// Two recorded decodes (the snapshot tests' fixed pair).
+    pub fn replay(a: Vec<Event>, b: Vec<Event>) -> Self {
+        let mut app = CompareApp::live();
+        for (side, events) in [a, b].into_iter().enumerate() {
+            events.into_iter().for_each(|e| app.ingest(side, e));
+        }
+        app
+    }
+
+    fn from_apps(sides: [App; 2]) -> Self {
+        CompareApp {
+            sides,
+            events: [Vec::new(), Vec::new()],
+            comparison: None,
+            align: Align::Step,
+            mode: Mode::Live,
+            k: 0,
+            block: 0,
+            step: 0,
+            carry: 0.0,
+            last_tick: None,
+            help: false,
+            quit: false,
+            theme: &DARK,
+            size: Rect::new(0, 0, 120, 40),
+        }
+    }
+
+    /// One event of side `side` (0: A, 1: B).
+    pub fn ingest(&mut self, side: usize, ev: Event) {
+        self.events[side].push(ev.clone());
+        // Compare mode cannot steer the engines: whatever the side app asks is moot.
+        let _ = self.sides[side].ingest(ev);
+        let finished = |s: &App| s.store.run().is_some_and(|r| r.finish.is_some());
+        if self.comparison.is_none() && self.sides.iter().all(finished) {
+            self.comparison = Some(compare(&self.events[0], &self.events[1]));
+        }
+        self.sync();
+    }
+
+    pub fn comparison(&self) -> Option<&Comparison> {
+        self.comparison.as_ref()
+    }
+
+    fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.sides.iter().filter_map(|s| s.store.run())
+    }
+
+    fn max_head(&self) -> usize {
+        self.runs().filter_map(Run::head).max().unwrap_or(0)
+    }
+
+    fn first_block(&self) -> usize {
+        self.runs().map(|r| r.header.first_block).min().unwrap_or(0)
+    }
+
+    fn last_block(&self) -> usize {
+        self.runs().map(|r| r.active_block(r.head())).max().unwrap_or(0)
+    }
+
+    /// The most steps either side took (so far) on `block`.
+    fn block_len(&self, block: usize) -> usize {
+        self.runs().map(|r| r.block_steps(block).len()).max().unwrap_or(0)
+    }
+
+    /// Puts each side's cursor where the shared position says.
+    fn sync(&mut self) {
+        let (mode, align, k, block, step) = (self.mode, self.align, self.k, self.block, self.step);
+        for side in &mut self.sides {
+            let Some(run) = side.store.run() else { continue };
+            match (mode, align) {
+                (Mode::Live, _) => side.cursor.end(),
+                (_, Align::Step) => side.cursor.goto(run, k),
+                (_, Align::Block) => side.cursor.goto(run, step_in_block(run, block, step)),
+            }
+        }
+    }
+
+    /// The shared position as both alignments read it, taken from what is shown now.
+    fn hold(&mut self) {
+        if self.mode == Mode::Live {
+            self.k = self.max_head();
+            // The side that went furthest says where "the end" is, block-wise.
+            let furthest = self.runs().max_by_key(|r| r.head()).and_then(|r| r.step(r.head()?).cloned());
+            if let Some(s) = furthest {
+                (self.block, self.step) = (s.block, s.step);
+            }
+        }
+        self.mode = Mode::Paused;
+        self.carry = 0.0;
+    }
+
+    fn position(&self) -> (usize, usize, usize) {
+        (self.k, self.block, self.step)
+    }
+
+    /// One step on; false at the end.
+    fn forward(&mut self) -> bool {
+        let before = self.position();
+        match self.align {
+            Align::Step => self.k = (self.k + 1).min(self.max_head()),
+            Align::Block if self.step + 1 < self.block_len(self.block) => self.step += 1,
+            Align::Block if self.block < self.last_block() => (self.block, self.step) = (self.block + 1, 0),
+            Align::Block => {}
+        }
+        self.position() != before
+    }
+
+    fn back(&mut self) {
+        match self.align {
+            Align::Step => self.k = self.k.saturating_sub(1),
+            Align::Block if self.step > 0 => self.step -= 1,
+            Align::Block if self.block > self.first_block() => {
+                self.block -= 1;
+                self.step = self.block_len(self.block).saturating_sub(1);
+            }
+            Align::Block => {}
+        }
+    }
+
+    /// Every step index at which a block starts, on either side.
+    fn block_starts(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.runs().flat_map(|r| r.blocks().iter().map(|b| b.first_step).collect::<Vec<_>>()).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn block_forward(&mut self) {
+        match self.align {
+            Align::Step => {
+                let next = self.block_starts().into_iter().find(|&s| s > self.k);
+                self.k = next.unwrap_or(self.max_head());
+            }
+            Align::Block if self.block < self.last_block() => (self.block, self.step) = (self.block + 1, 0),
+            Align::Block => self.step = self.block_len(self.block).saturating_sub(1),
+        }
+    }
+
+    fn block_back(&mut self) {
+        match self.align {
+            Align::Step => self.k = self.block_starts().into_iter().rfind(|&s| s < self.k).unwrap_or(0),
+            Align::Block if self.step > 0 => self.step = 0,
+            Align::Block if self.block > self.first_block() => (self.block, self.step) = (self.block - 1, 0),
+            Align::Block => {}
+        }
+    }
+
+    /// `a`: switch alignment, keeping side A where it is.
+    fn toggle_align(&mut self) {
+        let at = self.sides[0].view().and_then(|v| v.run.step(v.at?).cloned().map(|s| (v.at, s)));
+        self.align = match self.align {
+            Align::Step => Align::Block,
+            Align::Block => Align::Step,
+        };
+        if let Some((Some(k), s)) = at {
+            (self.k, self.block, self.step) = (k, s.block, s.step);
+        }
+    }
+
+    fn toggle_play(&mut self) {
+        match self.mode {
+            Mode::Live | Mode::Playing => self.hold(),
+            Mode::Paused => {
+                // Play on if there is anywhere to go; at the end, follow the heads.
+                let saved = self.position();
+                let moved = self.forward();
+                (self.k, self.block, self.step) = saved;
+                self.mode = if moved { Mode::Playing } else { Mode::Live };
+            }
+        }
+    }
+
+    pub fn on_input(&mut self, ev: TermEvent, now: Instant) {
+        match ev {
+            TermEvent::Key(k) if k.kind != KeyEventKind::Release => self.on_key(k),
+            TermEvent::Resize(w, h) => self.size = Rect::new(0, 0, w, h),
+            _ => {}
+        }
+        if self.mode == Mode::Playing && self.last_tick.is_none() {
+            self.last_tick = Some(now);
+        }
+    }
+
+    pub fn on_key(&mut self, k: KeyEvent) {
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && k.code == KeyCode::Char('c') {
+            self.quit = true;
+            return;
+        }
+        // Only "too small (q quits)" is drawn: any other key would act unseen.
+        if too_small(self.size) {
+            self.quit |= k.code == KeyCode::Char('q');
+            return;
+        }
+        // Any key closes the help, q too (as the help says).
+        if std::mem::take(&mut self.help) {
+            return;
+        }
+        if k.code == KeyCode::Char('q') {
+            self.quit = true;
+            return;
+        }
+        let moves = matches!(
+            k.code,
+            KeyCode::Left | KeyCode::Right | KeyCode::Char('h' | 'l' | '[' | ']') | KeyCode::Home
+        );
+        if moves {
+            self.hold();
+        }
+        match k.code {
+            KeyCode::Char('?') => self.help = true,
+            KeyCode::Char(' ') => self.toggle_play(),
+            KeyCode::Char('a') => self.toggle_align(),
+            KeyCode::Char('L') => self.sides.iter_mut().for_each(|s| s.steps_panel = !s.steps_panel),
+            KeyCode::Left | KeyCode::Char('h') => self.back(),
+            KeyCode::Right | KeyCode::Char('l') => {
+                self.forward();
+            }
+            KeyCode::Char('[') => self.block_back(),
+            KeyCode::Char(']') => self.block_forward(),
+            KeyCode::Home => (self.k, self.block, self.step) = (0, self.first_block(), 0),
+            KeyCode::End => self.mode = Mode::Live,
+            _ => {}
+        }
+        if self.mode != Mode::Playing {
+            self.last_tick = None;
+        }
+        self.sync();
+    }
+
+    /// Advances playback; true if the view changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        let (Mode::Playing, Some(last)) = (self.mode, self.last_tick) else { return false };
+        self.carry += now.saturating_duration_since(last).as_secs_f64() * SPEED;
+        self.last_tick = Some(now);
+        let mut changed = false;
+        while self.carry >= 1.0 {
+            self.carry -= 1.0;
+            if !self.forward() {
+                (self.mode, self.last_tick) = (Mode::Live, None);
+                break;
+            }
+            changed = true;
+        }
+        self.sync();
+        changed
+    }
+
+    pub fn next_tick(&self, frame: Duration) -> Option<Instant> {
+        let last = self.last_tick.filter(|_| self.mode == Mode::Playing)?;
+        Some(last + Duration::from_secs_f64(1.0 / SPEED).max(frame))
+    }
+
+    /// Every position where both sides, as shown, have committed a cell of the output, and
+    /// the two differ: in the token, or only in the step of its block that decoded it.
+    pub fn marks(&self) -> Vec<(usize, Mark)> {
+        let [Some(a), Some(b)] = [self.sides[0].view(), self.sides[1].view()] else { return Vec::new() };
+        let end = [a.run.shown_end(a.at), b.run.shown_end(b.at), a.run.output_end(a.at), b.run.output_end(b.at)];
+        (a.run.prompt_len()..end.into_iter().min().unwrap_or(0))
+            .filter_map(|p| match (a.run.cell(p, a.at), b.run.cell(p, b.at)) {
+                (CellState::Decoded(x), CellState::Decoded(y)) if x.token != y.token => Some((p, Mark::OtherToken)),
+                (CellState::Decoded(x), CellState::Decoded(y)) if x.step != y.step => Some((p, Mark::OtherStep)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Positions where both sides, as shown, have committed different tokens.
+    pub fn differing(&self) -> Vec<usize> {
+        self.marks().into_iter().filter(|m| m.1 == Mark::OtherToken).map(|m| m.0).collect()
+    }
+}
+
+/// How a cell differs between the two sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// The same token, decoded at another step of its block.
+    OtherStep,
+    /// Another token.
+    OtherToken,
+}
+
+impl Mark {
+    /// Drawn before the cell (or over its first column when cells abut).
+    pub fn glyph(self) -> &'static str {
+        match self {
+            Mark::OtherStep => "≈",
+            Mark::OtherToken => "≠",
+        }
+    }
+}
+
+/// The step index of `block`'s step `step` on one side (its last step there if it took
+/// fewer; its head if it never got to that block).
+fn step_in_block(run: &Run, block: usize, step: usize) -> usize {
+    let r = run.block_steps(block);
+    if r.is_empty() {
+        let past = block < run.active_block(run.head());
+        return if past { 0 } else { run.head().unwrap_or(0) };
+    }
+    r.start + step.min(r.len() - 1)
+}
+
+/// The compare screen as a pure function of the app.
+pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
+    if too_small(area) {
+        let msg = format!("terminal too small: {}×{}; compare needs at least {MIN_WIDTH}×{MIN_HEIGHT} (q quits)", area.width, area.height);
+        super::centred(app.theme, area, buf, msg);
+        return;
+    }
+    let rows = Layout::vertical([1, 1, 1, 1].map(Constraint::Length).into_iter().chain([Constraint::Min(0), Constraint::Length(1)]));
+    let [title, line_a, line_b, diff, body, footer] = rows.areas(area);
+    title_line(app, title, buf);
+    side_lines(app, [line_a, line_b], buf);
+    diff_line(app, diff, buf);
+    let [left, right] = Layout::horizontal([Constraint::Percentage(50); 2]).areas(body);
+    let marks = app.marks();
+    for (i, col) in [left, right].into_iter().enumerate() {
+        column(app, i, col, &marks, buf);
+    }
+    let (hints, _) = crate::glyph::fit(HINTS, footer.width as usize);
+    let w = hints.chars().count() as u16;
+    buf.set_stringn(footer.right().saturating_sub(w), footer.y, hints, w as usize, app.theme.faint());
+    if app.help {
+        help::render_table(app.theme, KEYS, area, buf);
+    }
+}
+
+const NAMES: [&str; 2] = ["A", "B"];
+
+fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
+    let t = app.theme;
+    let brand = Span::styled(" unmask compare ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD));
+    let mut left = vec![brand];
+    let align = match app.align {
+        Align::Step => "lock-step by step",
+        Align::Block => "aligned by block",
+    };
+    let mode = match app.mode {
+        Mode::Live => "● LIVE",
+        Mode::Paused => "⏸ PAUSED",
+        Mode::Playing => "▶ PLAYING",
+    };
+    let right = Line::from(vec![Span::styled(format!("{align} · "), t.dim()), Span::styled(format!("{mode} "), t.label())]);
+    let right_w = right.width();
+    if let Some(r) = app.runs().next() {
+        // The checkpoint's name and the prompt share the room; a cut prompt ends in `…"`.
+        let prompt = glyph::escape(r.header.shown_prompt(), glyph::Mode::Prose).replace('\n', "↵");
+        let room = (area.width as usize).saturating_sub(16 + right_w + 1);
+        let mut source = glyph::escape_line(&r.header.model.source).into_owned();
+        let share = (room / 3).max(8);
+        if glyph::width(&source) > share {
+            // A path's folder name says the most in the least room.
+            if let Some(name) = std::path::Path::new(&source).file_name() {
+                source = name.to_string_lossy().into_owned();
+            }
+        }
+        let source = glyph::fit_end(&source, share).into_owned();
+        let prompt_room = room.saturating_sub(glyph::width(&source) + 2 + 9).min(42);
+        left.push(Span::styled(format!(" {source} "), t.value()));
+        if prompt_room >= 4 {
+            let (cut, _) = glyph::fit(&prompt, prompt_room - 2);
+            left.push(Span::styled(format!("prompt \"{cut}\""), Style::default().fg(t.prompt_fg)));
+        }
+    }
+    let rw = right_w as u16;
+    let left = fields::cut_words(Line::from(left), area.width.saturating_sub(rw + 1) as usize);
+    buf.set_line(area.x, area.y, &left, area.width.saturating_sub(rw + 1));
+    buf.set_line(area.right().saturating_sub(rw), area.y, &right, rw);
+}
+
+/// `A sequential block 4 steps 4 greedy  step 7/12  forwards 9  tokens 7  tok/fwd 0.78  finished: eos`;
+/// narrow, the figures shorten and go (least telling first), never cut, and the two lines
+/// shorten alike so that their figures still read side by side.
+fn side_lines(app: &CompareApp, areas: [Rect; 2], buf: &mut Buffer) {
+    let room = |i: usize| (areas[i].width as usize).saturating_sub(side_name(app, i).width());
+    let sides = [side_fields(app, 0), side_fields(app, 1)];
+    let floor = sides.iter().enumerate().filter_map(|(i, f)| Some(fields::rank_needed(f.as_ref()?, "", room(i)))).max().unwrap_or(0);
+    for (i, (area, f)) in areas.into_iter().zip(sides).enumerate() {
+        let mut spans = vec![side_name(app, i)];
+        match f {
+            Some(f) => spans.extend(fields::line_from(f, "", room(i), floor).spans),
+            None => spans.push(Span::styled("waiting for the engine's first event…", app.theme.dim())),
+        }
+        buf.set_line(area.x, area.y, &Line::from(spans), area.width);
+    }
+}
+
+fn side_name(app: &CompareApp, i: usize) -> Span<'static> {
+    Span::styled(format!(" {} ", NAMES[i]), app.theme.title())
+}
+
+/// Side `i`'s figures, fullest spelling first (`None` before its first event).
+fn side_fields(app: &CompareApp, i: usize) -> Option<Vec<Field<'static>>> {
+    let t = app.theme;
+    let v = app.sides[i].view()?;
+    let (fwd, tokens) = shown_counts(app, i, &v);
+    let head = v.run.head().map_or(0, |h| h + 1);
+    let state = match &v.run.finish {
+        Some(f) => format!("finished: {}", format!("{:?}", f.reason).to_lowercase()),
+        None => "decoding".into(),
+    };
+    let tpf = if fwd == 0 { 0.0 } else { tokens as f64 / fwd as f64 };
+    // Both summaries padded to one width, so the figures after them line up.
+    let pad = app.runs().map(|r| r.latest_settings().summary().len()).max().unwrap_or(0);
+    let summary = v.run.latest_settings().summary();
+    let kv = |k: &str, val: String| vec![Span::styled(format!(" {k} "), t.label()), Span::styled(val, t.value())];
+    Some(vec![
+        // Padded so that both sides' figures line up, until the room runs short.
+        Field::new(vec![Span::styled(format!("{summary:<pad$}"), t.value())]).or(2, vec![Span::styled(summary.clone(), t.value())]),
+        Field::new(kv("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1)))),
+        Field::new(kv("forwards", fwd.to_string())).or(3, kv("fwd", fwd.to_string())).drop_at(6),
+        Field::new(kv("tokens", tokens.to_string())).or(3, kv("tok", tokens.to_string())).drop_at(5),
+        Field::new(kv("tok/fwd", format!("{tpf:.2}"))).drop_at(4),
+        Field::new(vec![Span::styled(format!("  {state}"), t.dim())])
+            .or(1, vec![Span::styled(format!(" {}", state.replace("finished", "ended")), t.dim())])
+            .or(3, vec![Span::styled(format!(" {}", state.replace("finished: ", "")), t.dim())])
+            .drop_at(7),
+    ])
+}
+
+/// Forwards used and tokens decoded up to the step shown; the finish's totals at the end.
+fn shown_counts(app: &CompareApp, i: usize, v: &View) -> (usize, usize) {
+    let at_end = v.at == v.run.head() && app.mode == Mode::Live;
+    match (app.comparison(), at_end) {
+        (Some(c), true) => (c.runs[i].forwards, c.runs[i].output_ids.len()),
+        _ => v.at.and_then(|k| Some((v.run.step(k)?.forward, v.run.tokens_out(k)))).unwrap_or((0, 0)),
+    }
+}
+
+fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
+    let t = app.theme;
+    let prompt_len = app.runs().next().map_or(0, Run::prompt_len);
+    let overall = match app.comparison() {
+        Some(c) => match c.first_divergence {
+            // the output token counted from 1, as steps are; the position as the trace's
+            Some(i) => format!("outputs diverge at output token {} (position {})", i + 1, prompt_len + i),
+            None if c.runs[0].output_ids == c.runs[1].output_ids => "outputs are identical".into(),
+            None => "one output is a prefix of the other".into(),
+        },
+        None => "decoding…".into(),
+    };
+    let marks = app.marks();
+    // What goes when the line is short, last first: the count of cells at another step, the
+    // count of other tokens, then the sampling caveat (it explains a divergence); the
+    // overall verdict stays.
+    let mut fields = vec![Field::new(vec![Span::styled(format!(" {overall}"), t.value())])];
+    if marks.is_empty() {
+        fields.push(Field::new(vec![Span::styled("no committed cell differs here", t.dim())]).drop_at(3));
+    }
+    let count = |kind| marks.iter().filter(|m| m.1 == kind).count();
+    let parts = [(Mark::OtherToken, count(Mark::OtherToken), "", 2u8), (Mark::OtherStep, count(Mark::OtherStep), " at another step", 1)];
+    for (i, &(kind, n, tail, drop)) in parts.iter().filter(|p| p.1 > 0).enumerate() {
+        let what = match kind {
+            Mark::OtherToken => "other token",
+            Mark::OtherStep => "same token",
+        };
+        let plural = if n == 1 { "" } else { "s" };
+        let here = if i == 0 { vec![Span::styled("here ", t.dim())] } else { Vec::new() };
+        let full = [here.clone(), vec![Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)), Span::styled(format!("{n} {what}{plural}{tail}"), t.warn())]].concat();
+        let short = [here, vec![Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)), Span::styled(n.to_string(), t.warn())]].concat();
+        fields.push(Field::new(full).or(drop, short).drop_at(drop + 2));
+    }
+    if app.comparison().is_some_and(Comparison::sampled) {
+        fields.push(Field::new(vec![Span::styled("sampled: draws differ too", t.dim())]).or(4, vec![Span::styled("sampled", t.dim())]).drop_at(5));
+    }
+    buf.set_line(area.x, area.y, &fields::line(fields, " · ", area.width as usize), area.width);
+}
+
+/// The mark glyph's style: warn for another token, the accent for another step.
+fn mark_style(t: &Theme, kind: Mark) -> Style {
+    let fg = match kind {
+        Mark::OtherToken => t.warn,
+        Mark::OtherStep => t.accent,
+    };
+    Style::default().fg(fg).add_modifier(Modifier::BOLD)
+}
+
+/// One side: grid, text and timeline in a column, the differing cells marked.
+fn column(app: &CompareApp, i: usize, area: Rect, marks: &[(usize, Mark)], buf: &mut Buffer) {
+    let Some(v) = app.sides[i].view() else {
+        super::centred(app.theme, area, buf, format!("{}: waiting for the engine's first event…", NAMES[i]));
+        return;
+    };
+    let [g, txt, tl] = Layout::vertical([Constraint::Percentage(55), Constraint::Min(3), Constraint::Length(4)]).areas(area);
+    grid::render(&v, g, buf);
+    if app.sides[i].steps_panel {
+        steps::render(&v, txt, buf);
+    } else {
+        text::render(&v, txt, buf);
+    }
+    timeline::render(&v, tl, buf);
+    // Another token: the cell reversed in the warning colour, and `≠`; the same token at
+    // another step: `≈` only, the cell keeps its step's hue.
+    let reversed = Style::default().fg(app.theme.warn).add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
+    for &(p, kind) in marks {
+        if let (Mark::OtherToken, Some(r)) = (kind, grid::cell_area(&v, g, p)) {
+            buf.set_style(r, reversed);
+        }
+        if let Some(at) = grid::mark_at(&v, g, p) {
+            buf.set_string(at.x, at.y, kind.glyph(), mark_style(app.theme, kind));
+        }
+    }
+    // Which side this is, on the grid's top border.
+    let label = format!(" {} ", NAMES[i]);
+    buf.set_string(g.right().saturating_sub(5), g.y, label, app.theme.title());
+}
+
+/// Runs the compare screen until `q` or the input ends; `events` are A's and B's engines
+/// (`None` once one is done or for recorded runs).
+pub async fn run<B, S>(terminal: &mut Terminal<B>, app: &mut CompareApp, mut events: [Option<UnboundedReceiver<Event>>; 2], mut input: S) -> Result<()>
+where
+    B: Backend,
+    B::Error: Send + Sync + 'static,
+    S: Stream<Item = std::io::Result<TermEvent>> + Unpin,
+{
+    // As the live screen's loop (super::run): a draw only when something changed, at most
+    // FPS a second; a key is handled the moment it comes.
+    let frame = Duration::from_secs_f64(1.0 / super::FPS);
+    let mut last_draw: Option<Instant> = None;
+    let mut dirty = true;
+    while !app.quit {
+        let now = Instant::now();
+        if dirty && last_draw.is_none_or(|t| now >= t + frame) {
+            let size = terminal.size()?;
+            app.size = Rect::new(0, 0, size.width, size.height);
+            terminal.draw(|f| render(app, f.area(), f.buffer_mut()))?;
+            (last_draw, dirty) = (Some(now), false);
+            continue;
+        }
+        let draw_at = dirty.then(|| last_draw.map_or(now, |t| t + frame));
+        let wake = [draw_at, app.next_tick(frame)].into_iter().flatten().min();
+        let [ea, eb] = &mut events;
+        tokio::select! {
+            ev = super::next_event(ea) => match ev {
+                Some(ev) => app.ingest(0, ev),
+                None => *ea = None,
+            },
+            ev = super::next_event(eb) => match ev {
+                Some(ev) => app.ingest(1, ev),
+                None => *eb = None,
+            },
+            key = input.next() => match key {
+                Some(Ok(ev)) => {
+                    if matches!(ev, TermEvent::Resize(..)) {
+                        super::forget_screen(terminal)?;
+                    }
+                    app.on_input(ev, Instant::now());
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+            _ = super::sleep_until(wake) => {}
+        }
+        drain(app, &mut events);
+        app.tick(Instant::now());
+        // (a wake for the frame cap alone changes nothing, but redrawing then is harmless)
+        dirty = true;
+    }
+    Ok(())
+}
+
+/// Takes every event already queued, so one draw shows the newest state of both sides.
+fn drain(app: &mut CompareApp, events: &mut [Option<UnboundedReceiver<Event>>; 2]) {
+    for (side, rx) in events.iter_mut().enumerate() {
+        while let Some(ev) = rx.as_mut().and_then(|r| r.try_recv().ok()) {
+            app.ingest(side, ev);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::testing::snapshot_text;
+    use std::path::Path;
+
+    /// The fixed pair: sequential (A) against low_confidence_dynamic at 0.5 (B), one prompt.
+    fn pair() -> CompareApp {
+        let read = |name: &str| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name);
+            crate::trace::file::read_file(&p).unwrap().events
+        };
+        CompareApp::replay(read("compare-a.jsonl"), read("compare-b.jsonl"))
+    }
+
+    fn screen(app: &CompareApp, w: u16, h: u16) -> String {
+        let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+        render(app, buf.area, &mut buf);
+        snapshot_text(&buf)
+    }
+
+    fn press(app: &mut CompareApp, c: KeyCode) {
+        app.on_key(KeyEvent::new(c, KeyModifiers::NONE));
+    }
+
+    fn at(app: &CompareApp) -> [Option<usize>; 2] {
+        [0, 1].map(|i| app.sides[i].view().and_then(|v| v.at))
+    }
+
+    fn heads(app: &CompareApp) -> [usize; 2] {
+        [0, 1].map(|i| app.sides[i].store.run().and_then(Run::head).unwrap())
+    }
+
+    #[test]
+    fn compare_screen_at_the_end() {
+        let app = pair();
+        let c = app.comparison().expect("both finished");
+        assert_ne!(c.runs[0].forwards, c.runs[1].forwards, "the pair must differ in forwards");
+        insta::assert_snapshot!(screen(&app, 120, 36));
+    }
+
+    #[test]
+    fn compare_screen_mid_step() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Right);
+        }
+        assert_eq!(at(&app), [Some(5), Some(5.min(heads(&app)[1]))]);
+        insta::assert_snapshot!(screen(&app, 120, 36));
+    }
+
+    #[test]
+    fn l_shows_each_sides_steps_list_at_its_own_step() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..5 {
+            press(&mut app, KeyCode::Right);
+        }
+        press(&mut app, KeyCode::Char('L'));
+        let s = screen(&app, 120, 36);
+        assert_eq!(s.matches(" Steps ").count(), 2, "{s}");
+        assert!(!s.contains(" Text "), "{s}");
+        // Both sides are at global step 6 (index 5): each marks its own line for it.
+        assert_eq!(s.matches("▶step 6 · block").count(), 2, "{s}");
+        insta::assert_snapshot!(s);
+        press(&mut app, KeyCode::Char('L'));
+        assert!(screen(&app, 120, 36).contains(" Text "));
+    }
+
+    #[test]
+    fn lock_step_caps_each_side_at_its_own_head() {
+        let mut app = pair();
+        let [ha, hb] = heads(&app);
+        assert!(ha != hb, "{ha} {hb}");
+        press(&mut app, KeyCode::Home);
+        for _ in 0..ha.max(hb) + 3 {
+            press(&mut app, KeyCode::Right);
+        }
+        assert_eq!(at(&app), [Some(ha), Some(hb)]);
+        press(&mut app, KeyCode::Left);
+        assert_eq!(at(&app), [Some(ha.min(ha.max(hb) - 1)), Some(hb.min(ha.max(hb) - 1))]);
+    }
+
+    #[test]
+    fn aligned_by_block_puts_both_sides_in_the_same_block() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        press(&mut app, KeyCode::Char('a'));
+        assert_eq!(app.align, Align::Block);
+        for _ in 0..3 {
+            press(&mut app, KeyCode::Char(']'));
+            let blocks = [0, 1].map(|i| {
+                let v = app.sides[i].view().unwrap();
+                v.run.step(v.at.unwrap()).unwrap().block
+            });
+            assert_eq!(blocks[0], blocks[1], "{blocks:?}");
+        }
+        assert!(screen(&app, 120, 36).contains("aligned by block"));
+        press(&mut app, KeyCode::Char('a'));
+        assert_eq!(app.align, Align::Step);
+    }
+
+    #[test]
+    fn differences_are_found_where_tokens_differ() {
+        let app = pair();
+        let d = app.differing();
+        let [a, b] = [0, 1].map(|i| app.sides[i].store.run().unwrap());
+        for &p in &d {
+            assert_ne!(a.cell(p, a.head()), b.cell(p, b.head()));
+        }
+        let c = app.comparison().unwrap();
+        if let Some(i) = c.first_divergence {
+            assert_eq!(d.first(), Some(&(a.prompt_len() + i)));
+        }
+    }
+
+    #[test]
+    fn space_plays_to_the_end_and_keys_quit() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        let t0 = Instant::now();
+        app.on_input(TermEvent::Key(KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE)), t0);
+        assert_eq!(app.mode, Mode::Playing);
+        assert!(app.tick(t0 + Duration::from_millis(120)));
+        assert_eq!(at(&app)[0], Some(2), "20 steps/s");
+        app.tick(t0 + Duration::from_secs(60));
+        assert_eq!(app.mode, Mode::Live);
+        press(&mut app, KeyCode::Char('?'));
+        assert!(screen(&app, 120, 36).contains("aligned by block"), "help lists the keys");
+        press(&mut app, KeyCode::Char('x'));
+        assert!(!app.help);
+        press(&mut app, KeyCode::Char('q'));
+        assert!(app.quit);
+    }
+
+    /// At the smallest compare screen, mid-decode and paused: no figure is cut (`119 behind`
+    /// for 119 and more, `overall 7/2` for 7/258) and a cut prompt closes its quote.
+    #[test]
+    fn the_smallest_screen_cuts_no_figure() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..6 {
+            press(&mut app, KeyCode::Right);
+        }
+        let s = screen(&app, 80, 22);
+        let title = s.lines().next().unwrap();
+        assert!(title.contains("prompt \"") && title.trim_end().ends_with("⏸ PAUSED") && title.matches('"').count() == 2, "{s}");
+        assert!(!s.contains("B=4"), "{s}");
+        insta::assert_snapshot!(s);
+    }
+
+    #[test]
+    fn too_small_says_so() {
+        assert!(screen(&pair(), 70, 20).contains("compare needs at least 80×22"));
+    }
+
+    /// As the live screen: below 80x22 only q quits; `?` or space acted unseen.
+    #[test]
+    fn keys_on_a_screen_too_small_do_nothing_but_quit() {
+        let mut app = pair();
+        let now = Instant::now();
+        let key = |c| TermEvent::Key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE));
+        app.on_input(TermEvent::Resize(79, 22), now);
+        for c in ['?', ' ', 'a', 'L'] {
+            app.on_input(key(c), now);
+        }
+        assert!(!app.help && app.mode == Mode::Live && app.align == Align::Step, "a key acted unseen");
+        app.on_input(TermEvent::Resize(80, 22), now);
+        app.on_input(key('?'), now);
+        assert!(app.help);
+        app.on_input(TermEvent::Resize(60, 20), now);
+        app.on_input(key('q'), now);
+        assert!(app.quit);
+    }
+
+    #[test]
+    fn waiting_before_any_event() {
+        let s = screen(&CompareApp::live(), 100, 30);
+        assert!(s.contains("A: waiting") && s.contains("B: waiting"), "{s}");
+    }
+
+    /// Synthetic decodes of one prompt: the same tokens, B in half the steps, except that B
+    /// decodes another token at position 9.
+    fn steps_pair() -> CompareApp {
+        use crate::trace::events::Event;
+        use crate::trace::synth::{trace, Synth};
+        let a = trace(&Synth { new_tokens: 10, ..Synth::small() });
+        let mut b = trace(&Synth { new_tokens: 10, steps: 2, ..Synth::small() });
+        for e in &mut b {
+            match e {
+                Event::Step(s) => s.committed.iter_mut().filter(|c| c.pos == 9).for_each(|c| (c.token, c.text) = (0, "ROMEO".into())),
+                Event::Block(bl) if bl.start == 8 => bl.tokens[1] = 0,
+                Event::Finish(f) => f.output_ids[3] = 0,
+                _ => {}
+            }
+        }
+        CompareApp::replay(a, b)
+    }
+
+    #[test]
+    fn other_tokens_and_other_steps_are_marked_apart() {
+        let app = steps_pair();
+        let c = app.comparison().unwrap().clone();
+        let marks = app.marks();
+        let of = |kind| marks.iter().filter(|m| m.1 == kind).map(|m| m.0).collect::<Vec<_>>();
+        assert_eq!(of(Mark::OtherToken), vec![9]);
+        assert_eq!(of(Mark::OtherStep), c.other_step.iter().map(|p| p.pos).collect::<Vec<_>>());
+        assert!(of(Mark::OtherStep).len() >= 3, "{marks:?}");
+        let s = screen(&app, 120, 36);
+        let line = s.lines().nth(3).unwrap();
+        let steps = of(Mark::OtherStep);
+        assert_eq!(line, format!(" outputs diverge at output token 4 (position 9) · here ≠ 1 other token · ≈ {} same tokens at another step", steps.len()));
+        // Both sides' grids carry one mark per marked cell.
+        assert_eq!(s.matches('≠').count(), 1 + 2, "{s}");
+        assert_eq!(s.matches('≈').count(), 1 + 2 * steps.len(), "{s}");
+        insta::assert_snapshot!(s);
+        // Without colour the marks are the same glyphs (and the different token stays reversed).
+        let mut mono = steps_pair();
+        mono.theme = crate::tui::theme::pick(crate::tui::theme::ThemeName::Dark, crate::tui::theme::Depth::Mono);
+        let m = screen(&mono, 120, 36);
+        assert_eq!((m.matches('≠').count(), m.matches('≈').count()), (3, 1 + 2 * steps.len()), "{m}");
+    }
+
+    #[test]
+    fn sampled_sides_are_announced_on_the_screen() {
+        let mut app = steps_pair();
+        assert!(!screen(&app, 160, 36).contains("draws differ"));
+        let mut events = crate::trace::synth::trace(&crate::trace::synth::Synth { new_tokens: 10, ..crate::trace::synth::Synth::small() });
+        if let crate::trace::events::Event::Header(h) = &mut events[0] {
+            h.settings.sampling.temperature = 0.7;
+        }
+        app = CompareApp::replay(events.clone(), events);
+        assert!(screen(&app, 160, 36).contains("sampled: draws differ too"));
+        // on a narrow screen the caveat outranks the counts of marked cells
+        let narrow = screen(&app, 80, 24);
+        let diff = narrow.lines().find(|l| l.contains("outputs ")).unwrap();
+        assert!(diff.contains("sampled"), "{narrow}");
+    }
+}
+
