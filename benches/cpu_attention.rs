@@ -7,7 +7,7 @@
 //! Shapes: a block pass (4 rows: 8 queries a KV head) over a cache that fits the L3 (1024 keys)
 //! and over caches that do not (4k, 16k keys; six layers' caches taken in turn, as a pass takes
 //! its layers); and a prefill chunk (512 rows) over 2048 keys. Figures go to docs/perf.md
-//! ("Session 10: the attention kernel").
+//! ("This CPU").
 
 use rayon::prelude::*;
 use unmask::model::cpu_attention::Job;

@@ -2,7 +2,7 @@
 //!
 //!     cargo bench --bench render
 //!
-//! Figures go to docs/perf.md ("## TUI").
+//! Figures go to docs/perf.md ("The TUI").
 
 use std::hint::black_box;
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Build `unmask --features cuda` on a machine with no CUDA toolkit and no GPU, for the H200 host
-# (CUDA 13.0, driver 580, sm_90). Idempotent: re-running only rebuilds what changed.
+# Build `unmask --features cuda` on a machine with no CUDA toolkit and no GPU, for a Hopper GPU
+# host (CUDA 13.0, driver 580, sm_90). Idempotent: re-running only rebuilds what changed.
 #
 #   bash scripts/build-cuda.sh            # -> .gpu/unmask.gz (stripped, gzip'ed release binary)
 #
 # Environment (all optional):
-#   CUDA_TOOLKIT_DIR  where the PyPI NVIDIA wheels are installed  (default /work/.cuda-toolkit)
+#   CUDA_TOOLKIT_DIR  where the PyPI NVIDIA wheels are installed
+#                     (default ${XDG_CACHE_HOME:-$HOME/.cache}/unmask/cuda-toolkit)
 #   CARGO_TARGET_DIR  cargo's target folder                       (default: the repo's target/)
-#   CUDA_COMPUTE_CAP  GPU arch for candle's kernels               (default 90 = Hopper / H200)
+#   CUDA_COMPUTE_CAP  GPU arch for candle's kernels               (default 90 = Hopper: H100, H200)
 #   PYTHON            python used to pip-install the wheels        (default python3)
 #
 # What it does (see docs/gpu.md):
@@ -24,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-TK=${CUDA_TOOLKIT_DIR:-/work/.cuda-toolkit}
+TK=${CUDA_TOOLKIT_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/unmask/cuda-toolkit}
 PY=${PYTHON:-python3}
 SITE=$TK/site
 CU=$SITE/nvidia/cu13

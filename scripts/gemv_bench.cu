@@ -130,7 +130,7 @@ int main() {
     CK(cudaDeviceSynchronize());
     printf("layer weights %.1f MB, forward (28 layers) %.1f MB\n", bytes_layer / 1e6, L * bytes_layer / 1e6);
 
-    // candidate splits per projection (the best of the earlier sweep, docs/gpu-runs/2026-12-03-gemv-sweep)
+    // candidate splits per projection (the best of a wider sweep of this bench)
     std::vector<Cfg> cands[4] = {
         {{8, 8, 1}, {4, 16, 1}, {8, 4, 2}},
         {{8, 8, 1}, {4, 16, 1}, {8, 16, 1}},

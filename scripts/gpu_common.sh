@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# What the GPU-host scripts share (gpu_run.sh, gpu_moe_long.sh, gpu_profile.sh source it from
+# What the GPU-host scripts share (gpu_run.sh, gpu_profile.sh source it from
 # the repo root): unpacking the binary so that it starts, the GPU's identity, and the copy
 # bandwidth that every floor in docs/perf.md is divided by.
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The kernel trials, on the H200, in one call: nvcc only (no unmask binary, no cargo there).
+# The kernel benches on a GPU host, in one call: nvcc only (no unmask binary, no cargo needed).
+# How the gemv and grouped-expert splits are re-tuned (docs/tuning.md).
 #
 #   bash scripts/gpu_kernels.sh                      # every bench at every dense shape
 #   SHAPES="4b" BENCHES="gemv" bash scripts/gpu_kernels.sh
@@ -10,8 +11,8 @@
 # moe (scripts/moe_bench.cu: the grouped expert products at the SDAR-30B-A3B shape; no shape;
 # MOE_ARGS="9 dense" adds the router, q|k|v and o splits swept in rows and packed).
 # SHAPES: 1.7b 4b 8b (GEMV_SHAPE). Writes $OUT/kernels.log and one file a bench, every shape's
-# output in it under a `=== shape S` line (5 files, within the 8 a device call brings back). Each bench run is limited to 240
-# s; if the whole would pass a call's 600 s, split it (BENCHES="packed moe", then "gemv").
+# output in it under a `=== shape S` line (5 files). Each bench run is limited to 240 s; if the
+# whole would pass 600 s, split it (BENCHES="packed moe", then "gemv").
 # Exit 1 if any bench fails to build, run or check.
 set -uo pipefail
 cd "$(dirname "$0")/.."

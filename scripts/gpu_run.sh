@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The one GPU run: everything docs/perf.md and issues 5 and 21 need, on the H200, in one call
-# (about 8 minutes).
+# The one GPU run: every figure docs/perf.md reports for a card, in one call (about 8 minutes).
 #
 #   bash scripts/gpu_run.sh            # from the repo root, with .gpu/unmask.gz present
+#
+# Knobs (environment): SHAPES (the shapes benched, default sdar-1.7b sdar-4b sdar-8b
+# sdar-30b-a3b), COMPILED_SHAPES (those also run by the compiled PyTorch reference; the MoE
+# one takes minutes, so it is left out unless named), LONG (the long-cache prompt lengths),
+# ABLATIONS (the switch comparisons, names below), GEMV_BENCH=1 (also scripts/gemv_bench.cu),
+# OUT (where the files go).
 #
 # Needs: .gpu/unmask.gz (scripts/build-cuda.sh), nvidia-smi, nvcc, python3 with torch + transformers
 # (the GPU host's image). Writes at most 8 flat files to $OUT (default /tmp/unmask-gpu-out):
@@ -130,10 +135,10 @@ timeout 300 "$BIN" bench --random-init $SHAPE --device $DEV --prompt-len 64 --ma
   --block-length 4 --steps 4 --events both --warmup 1 --repeat 3 --json "$BJ/main.json" \
   && record bench ok || record bench FAIL
 
-stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison, and ABLATIONS (default: graphs off / PDL off / cuBLAS and the standard layer; also plainattention carveoutnone eager hostsampler cublasnopdl generic)"
+stage "unmask bench ablations (low_confidence_static, events off, 128 tokens): the default again, for comparison, and ABLATIONS (default: graphs off / PDL off / cuBLAS and the standard layer; also rows eager hostsampler cublasnopdl generic)"
 ABLATIONS=${ABLATIONS:-default nograph nopdl cublas}
-declare -A AB=([default]=UNMASK_ABLATION=default [plainattention]=UNMASK_ATTENTION_STAGED=0
-  [carveoutnone]=UNMASK_CARVEOUT=none [nograph]=UNMASK_CUDA_GRAPH=0 [eager]=UNMASK_FIXED_PASSES=0
+declare -A AB=([default]=UNMASK_ABLATION=default [rows]=UNMASK_PACKED=0
+  [nograph]=UNMASK_CUDA_GRAPH=0 [eager]=UNMASK_FIXED_PASSES=0
   [hostsampler]=UNMASK_DEVICE_SAMPLER=0 [nopdl]=UNMASK_PDL=0 [cublas]=UNMASK_GEMV=0
   [cublasnopdl]="UNMASK_GEMV=0 UNMASK_PDL=0" [generic]=UNMASK_FUSED=0)
 for name in $ABLATIONS; do
@@ -149,7 +154,7 @@ for shape in ${SHAPES:-sdar-1.7b sdar-4b sdar-8b sdar-30b-a3b}; do
   timeout 120 "$BIN" bench --random-init $shape --device $DEV --prompt-len 64 --max-new-tokens 128 \
     --strategy low_confidence_static --events on --warmup 1 --repeat 2 --json "$BJ/shape-$shape.json" \
     && record "bench-$shape" ok || record "bench-$shape" FAIL
-  # the compiled MoE reference takes minutes at 30B-A3B (15.5 ms a forward, session 8): COMPILED_SHAPES adds it
+  # the compiled MoE reference takes minutes to compile at 30B-A3B: COMPILED_SHAPES adds it
   if [[ " ${COMPILED_SHAPES:-sdar-1.7b sdar-4b sdar-8b} " == *" $shape "* ]]; then
     timeout 150 python3 scripts/torch_reference.py --shape $shape --compile --device $TDEV --prompt-len 64 --max-new-tokens 128 \
       --strategy low_confidence_static --warmup 1 --repeat 2 --json "$TJ/compiled-$shape.json" \
@@ -238,7 +243,7 @@ if traces:
 if main and "rows" in main:
     wb = main["weight_bytes"]
     # The bytes a block pass reads (layers, final norm, lm_head, B embedding rows: `unmask
-    # bench`'s pass_bytes); runs before issue 21 divided the whole weight size instead.
+    # bench`'s pass_bytes), not the whole weight size.
     rb = main.get("floor", {}).get("denoise_bytes", wb)
     floor = rb / bw["bytes_per_s"] * 1e3 if bw else None
     print(f"\n### SDAR-1.7B shape (random bf16 weights, {wb/1e9:.2f} GB), prompt {main['prompt_len']}, {main['max_new_tokens']} new tokens, B={main['block_length']} S={main['steps']}, batch 1")

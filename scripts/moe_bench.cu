@@ -224,7 +224,7 @@ static void expert_sweeps(Bufs& b, int distinct, cudaStream_t st) {
             printf("  up %d/%d/%d down %d/%d/%d: %.2f\n", su.u, su.ks, su.tb, sd.u, sd.ks, sd.tb, us);
             if (us < best) best = us, bu = su, bd = sd;
         }
-    // for UNMASK_MOE_SPLIT (src/model/gemv.rs, grouped_split)
+    // the chain's best grouped splits, in grouped_split's terms (src/model/gemv.rs)
     printf("BEST_CHAIN %s %d/%d,%d/%d %.2f\n", P ? "packed" : "rows", bu.ks, bu.tb, bd.ks, bd.tb, best);
 }
 

@@ -3,6 +3,9 @@
 
     python3 scripts/nvrtc_check.py [path/to/libnvrtc.so.13]
 
+Without an argument it takes the libnvrtc that scripts/build-cuda.sh installed: under
+$CUDA_TOOLKIT_DIR, default ${XDG_CACHE_HOME:-$HOME/.cache}/unmask/cuda-toolkit.
+
 The CUDA binary compiles its kernels with NVRTC when it first needs them, so a kernel that nvcc
 accepts but NVRTC does not (no system headers there, other defaults) would only fail on the GPU
 host. This runs the same compilations (sources, headers and options as src/model/cuda/*.rs and
@@ -12,7 +15,9 @@ prints each program's log. Exit status 1 if any fails.
 import ctypes, os, pathlib, sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LIB = sys.argv[1] if len(sys.argv) > 1 else "/work/.cuda-toolkit/site/nvidia/cu13/lib/libnvrtc.so.13"
+TOOLKIT = os.environ.get("CUDA_TOOLKIT_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "unmask", "cuda-toolkit")
+LIB = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TOOLKIT, "site/nvidia/cu13/lib/libnvrtc.so.13")
 # libnvrtc dlopens its builtins by soname: load them from the same folder first
 ctypes.CDLL(os.path.join(os.path.dirname(LIB), "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
 nv = ctypes.CDLL(LIB)

@@ -31,8 +31,8 @@
 
 #include "bench_common.cuh"
 
-// The bulk-copy engine on the packed layout: session 16's bulk form (docs/perf.md) copied 512-byte
-// row pieces, 16 a stage, and streamed at half the register kernel's speed. Packed, a stage of
+// The bulk-copy engine on the packed layout: on rows, a bulk-copy gemv copied 512-byte row
+// pieces, 16 a stage, and streamed at half the register kernel's speed. Packed, a stage of
 // one tile (8 steps of 32 k, 8 KiB) is one contiguous run, so one `cp.async.bulk` a stage; and
 // the stage sits in shared memory in fragment order, so a warp reads 512 contiguous bytes (no
 // bank conflicts). Plain product only; 128 threads, warp w takes steps 2w and 2w + 1 of a stage;

@@ -18,9 +18,11 @@ Runs with the GPU host's python3 (torch 2.11, transformers 5.17; no network):
     python3 scripts/torch_reference.py --shape sdar-1.7b --json out.json
 and on a CPU (wall clock around every forward instead of CUDA events; torch's own CPU
 kernels, bf16 weights by default as a checkpoint ships them, every core unless --threads):
-    /work/pyref/bin/python scripts/torch_reference.py --shape sdar-1.7b --device cpu --max-new-tokens 16 --repeat 2
+    python3 scripts/torch_reference.py --shape sdar-1.7b --device cpu --max-new-tokens 16 --repeat 2
     python3 scripts/torch_reference.py --shape tiny --device cpu --dtype f32 --max-new-tokens 16
-docs/perf.md's CPU section puts these beside `unmask bench` on the same shape, same session.
+(on a machine without them: python3 -m venv .venv && .venv/bin/pip install torch transformers,
+then .venv/bin/python in place of python3). docs/perf.md's CPU section puts these beside
+`unmask bench` on the same shape, run on the same machine at the same time.
 """
 
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the Rust engine's logits golden from an export folder.
 
-Output (safetensors, default /work/main/tests/fixtures/tiny-sdar-golden.safetensors):
+Output (safetensors, default tests/fixtures/tiny-sdar-golden.safetensors in this repo):
   input_ids          int64   [2, 24]        held-out tokens; the last block (positions 20..23)
                                             holds <|MASK|> ids: row 0 at positions 21 and 23,
                                             row 1 at all of 20..23

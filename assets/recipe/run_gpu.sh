@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command for the H200 host (no network there; assets/recipe/work/ must be carried):
+# The one command for a GPU host (no network needed; assets/recipe/work/ must be copied along):
 #
 #     bash assets/recipe/run_gpu.sh            # from the repo root
 #
