@@ -10,7 +10,7 @@ patterns=(
   '\b[Ii]ssues? #?[0-9]+'                          # an issue's number
   '(^|[ "=(:`'"'"'])/wor[k]/'                      # a path of this project's dev machines
   '\b20[0-9]{2}-[01][0-9]-[0-3][0-9]'              # a date: trials are dated in git, not in files
-  '\brun [0-9]+\b.*perf\.md|perf\.md, run [0-9]'   # "docs/perf.md, run 7": a trial's number
+  '\brun [0-9]+\b.*perf\.md|perf\.md, run [0-9]'   # a trial cited by its number in docs/perf.md
 )
 files=$(git ls-files -- '*.md' '*.rs' '*.sh' '*.py' '*.cu' '*.cuh' '*.c' '*.toml' '.ci/*' \
   | grep -v -e '^Cargo.lock$' -e '^tests/fixtures/qwen3-tokenizer/')

@@ -1,4 +1,4 @@
-//! Recorded data is never lost (issue 19, class 3): an output that is an input, through any
+//! Recorded data is never lost: an output that is an input, through any
 //! link, or another output is refused with one line and nothing is touched; an interrupted
 //! `record` and `trace --out` still leave a whole trace and a whole cast.
 

@@ -1,4 +1,4 @@
-//! Issue 19's examples, end to end through the binary: engine failures reported as failures,
+//! Bad input and failures, end to end through the binary: engine failures reported as failures,
 //! sizes from untrusted input bounded, text from files kept off the terminal raw, and paths
 //! that are not what they seem reported as such. Each gives a one-line error or the right
 //! behaviour, and loses nothing. docs/reliability.md lists what is checked.

@@ -232,8 +232,8 @@ mod tests {
     #[test]
     fn the_title_shortens_the_checkpoints_name() {
         assert_eq!(source_label("Org/tiny-sdar-chat@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d"), "Org/tiny-sdar-chat@4f1e3c2");
-        assert_eq!(source_label("/work/main/tests/fixtures/tiny-sdar-chat"), "…n/tests/fixtures/tiny-sdar-chat");
-        assert_eq!(glyph::width(&source_label("/work/main/tests/fixtures/tiny-sdar-chat")), 32);
+        assert_eq!(source_label("/home/ana/main/tests/fixtures/tiny-sdar-chat"), "…n/tests/fixtures/tiny-sdar-chat");
+        assert_eq!(glyph::width(&source_label("/home/ana/main/tests/fixtures/tiny-sdar-chat")), 32);
         assert_eq!(source_label("embedded:tiny-sdar"), "embedded:tiny-sdar");
     }
 
@@ -246,7 +246,7 @@ mod tests {
         use crate::tui::testing::{render_panel, snapshot_text};
         let mut events = synth::trace(&Synth::small());
         if let crate::trace::events::Event::Header(h) = &mut events[0] {
-            h.model.source = "/work/main/tests/fixtures/tiny-sdar-chat".into();
+            h.model.source = "/home/ana/main/tests/fixtures/tiny-sdar-chat".into();
             h.model.dtype = "bf16".into();
             h.prompt = "≈ ∑ 你好 ∫ x² dx".into();
         }
