@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::cli::CheckDeviceArgs;
 use crate::model::random::{check_config, RandomWeights};
-use crate::model::{Checkpoint, Model, PassInput, Source};
+use crate::model::{Checkpoint, Compute, Model, PassInput, PathChoices, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
 use crate::settings::{Confidence, SamplerSpec, Sampling, TopK};
@@ -52,6 +52,12 @@ impl Report {
         println!("{} {name}: {value:.3e} (limit {limit:.1e}) {detail}", if pass { "PASS" } else { "FAIL" });
         self.checks.push(Check { name, value, limit, pass, detail });
     }
+}
+
+/// `dtype` on the paths the environment chose: every model here, the CPU's references too, loads
+/// as a decode would.
+fn with(dtype: DType, paths: PathChoices) -> Compute {
+    Compute { paths, ..dtype.into() }
 }
 
 fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
@@ -88,7 +94,7 @@ fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Re
 /// layer between two sparse ones: the GPU in bf16 (the streamed layer: router gemv, routing
 /// table, grouped expert products, combine) and in f32 (the standard layer: per-expert
 /// products) against the CPU in f32.
-fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
+fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize, paths: PathChoices) -> Result<()> {
     let cfg = crate::model::random::three_layer_moe((1024, 16, 4, 32000, 3072), (32, 8, 512));
     let weights = || {
         let mut w = RandomWeights::on_host(&cfg, 11);
@@ -97,10 +103,10 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
     };
     let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
     let block = [5u32, 31999, 31999, 7];
-    let cpu_m = Model::load(&cfg, &weights(), DType::F32, &Device::Cpu)?;
+    let cpu_m = Model::load(&cfg, &weights(), with(DType::F32, paths), &Device::Cpu)?;
     let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
     for (dt, limit) in [(DType::BF16, 5e-2), (DType::F32, 1e-4)] {
-        let g = Model::load(&cfg, &weights(), dt, dev)?;
+        let g = Model::load(&cfg, &weights(), with(dt, paths), dev)?;
         let path = if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
         if dt == DType::BF16 && dev.is_cuda() && path == "standard" {
             bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
@@ -120,16 +126,16 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
 /// than 512 keys (the split-K kernels on the GPU), in bf16 against the CPU in f32. Each block of
 /// the split kernel takes the query rows of one KV head: 8 (1.7B's heads, 4 rows), 16 (4B's, 4
 /// rows) and 32 (4B's, a storing pass of 8 rows; 30B-A3B's group of 8 at 4 rows), its three forms.
-fn long_cache_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+fn long_cache_checks(rep: &mut Report, dev: &Device, paths: PathChoices) -> Result<()> {
     let prompt: Vec<u32> = (0..1900u32).map(|i| (i * 7919 + 13) % 31990).collect();
     let blocks = [5u32, 31999, 31999, 7, 9, 31999, 31999, 11];
     let cap = 2048;
     for (heads, kv, rows) in [(32, 8, 4), (32, 8, 8), (16, 8, 4)] {
         let cfg = check_config(1024, 2, heads, kv, 128, 3072, 32000)?;
         let block = &blocks[..rows];
-        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::F32, paths), &Device::Cpu)?;
         let want = three_passes(&cpu_m, &prompt, block, cap)?;
-        let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::BF16, dev)?;
+        let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::BF16, paths), dev)?;
         let path = if g.streams(block.len(), cap) { "streamed" } else { "standard" };
         let got = three_passes(&g, &prompt, block, cap)?;
         for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
@@ -370,14 +376,17 @@ fn packed_checks(rep: &mut Report, label: &str, epilogue: crate::model::gemv::Ep
 }
 
 pub fn run(args: &CheckDeviceArgs) -> Result<()> {
+    let paths = PathChoices::from_env()?;
     let dev = args.decode.device.open()?;
+    // the kernel checks below that run without a model launch as the models do
+    paths.launch_on(&dev);
     let dir = args.decode.model.clone().context("check-device needs --model DIR (the test checkpoint)")?;
     if let Some(p) = &args.json {
         crate::output::check_report_path("check-device", p)?;
         crate::session::check_decode_outputs(&args.decode, &[("--json", p)])?;
     }
     let mut rep = Report { device: args.decode.device.to_string(), ..Default::default() };
-    let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, DType::F32)?;
+    let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, with(DType::F32, paths))?;
     let mask = cpu.tokenizer.mask_id();
     let vocab = cpu.config.vocab_size;
     let prompt: Vec<u32> = (0..10u32).map(|i| (i * 37 + 5) % vocab as u32).filter(|&t| t != mask).collect();
@@ -389,7 +398,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     // 1 + 2a: logits and sampler on the model's logits; fused kernels and generic chains
     // bf16: the CPU in bf16 lands at ~1.9e-2 on this checkpoint (weights and activations rounded)
     for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-        let mut g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, dt)?;
+        let mut g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, with(dt, paths))?;
         for fused in [true, false] {
             g.model.set_fused(fused);
             let path = if g.model.fused() { "fused" } else { "generic" };
@@ -419,12 +428,12 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     ] {
         let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
         let block = [5u32, 31999, 31999, 7];
-        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::F32, paths), &Device::Cpu)?;
         // 320: the bench's cache, so the fixed window's mask hides most of its slots
         for cap in [capacity, 320] {
             let want = three_passes(&cpu_m, &prompt, &block, cap)?;
             for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-                let mut g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), dt, &dev)?;
+                let mut g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(dt, paths), &dev)?;
                 for fused in [true, false] {
                     g.set_fused(fused);
                     let path = if g.fused() { "fused" } else { "generic" };
@@ -453,8 +462,8 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     }
 
     // 1c: the MoE block (grouped kernels on the streamed layer) and long caches (split-K attention)
-    moe_checks(&mut rep, &dev, capacity)?;
-    long_cache_checks(&mut rep, &dev)?;
+    moe_checks(&mut rep, &dev, capacity, paths)?;
+    long_cache_checks(&mut rep, &dev, paths)?;
 
     // 2b: synthetic rows of a real vocabulary
     let rows = 16;

@@ -23,7 +23,7 @@ fn ptx(dev: &CudaDevice) -> Result<&'static str> {
         // compute_90 where the kernels can let the next one launch early (see fused.cu), compute_80
         // where the split attention's tensor-core products exist
         let arch = super::launch::nvrtc_arch_tensor(dev).map_err(|e| e.to_string())?;
-        super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch)
+        super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch, super::launch::chosen().kernels)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
