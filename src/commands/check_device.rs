@@ -4,7 +4,8 @@
 //! 1. Logits of the test checkpoint on the device (bf16 and f32) against the CPU in f32: a
 //!    block-causal prefill, a cached denoising pass, and the same denoising pass in the
 //!    fixed-shape form that CUDA graphs replay (whole-cache window, mask); with real head
-//!    geometry also through the streamed layer (`Model::use_row_weights`).
+//!    geometry also through the streamed layer (`Model::use_row_weights`), and the streamed
+//!    layer's attention kernels alone (staged, split, plain) against the CPU's.
 //! 2. The device sampler against the reference sampler on the same logits: the model's, and
 //!    synthetic rows of a real vocabulary (bf16 ties included) for greedy and for
 //!    temperature / top-k / top-p settings.
@@ -142,6 +143,31 @@ fn long_cache_checks(rep: &mut Report, dev: &Device, paths: PathChoices) -> Resu
             let label = format!("logits {heads}/{kv} heads, {rows} rows, cache {cap}, 1900 committed, BF16 {path} {name}");
             rep.check(label, rel_err(a, b)?, 4e-2, "rel. L2 error vs CPU f32");
         }
+    }
+    Ok(())
+}
+
+/// The streamed layer's attention kernels on their own (ops.rs, `attention_into`), against the
+/// CPU body of the attention op on the same bf16 values: the staged kernel (heads of 128, up to
+/// 512 keys), which a model reaches only where the GPU cannot fold q/k prep into it; the split
+/// kernels (more keys); the plain kernel (another head size). Each with a mask hiding keys.
+fn attention_into_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+    use crate::model::ops::{attention, attention_into, Attention};
+    for (label, d, keys) in [("staged", 128, 320), ("split", 128, 1900), ("plain", 64, 320)] {
+        let (h, kv, t, cap) = (16, 8, 4, 2048);
+        let op = Attention { heads: h, kv_heads: kv, head_dim: d, keys, scale: 1.0 / (d as f32).sqrt() };
+        let q = Tensor::randn(0f32, 1.0, (h, t, d), dev)?.to_dtype(DType::BF16)?;
+        let cache = Tensor::randn(0f32, 1.0, (2, kv, cap, d), dev)?.to_dtype(DType::BF16)?;
+        // the pass's own slots are the last `t` keys; every third key hidden
+        let mask: Vec<f32> = (0..t * keys).map(|i| if i % 3 == 1 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let mask = Tensor::from_vec(mask, (t, keys), dev)?.to_dtype(DType::BF16)?;
+        let positions = Tensor::from_vec(((keys - t) as u32..keys as u32).collect::<Vec<_>>(), t, dev)?;
+        let out = Tensor::zeros((t, h * d), DType::BF16, dev)?;
+        attention_into(&out, &q, &cache, Some(&mask), &positions, &op)?;
+        let cpu = |x: &Tensor| x.to_device(&Device::Cpu);
+        let want = attention(&cpu(&q)?, &cpu(&cache)?, Some(&cpu(&mask)?), &op)?;
+        let what = format!("attention-into {label} {h}/{kv} heads of {d}, {t} rows, {keys} keys vs CPU");
+        rep.check(what, rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
     }
     Ok(())
 }
@@ -464,6 +490,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     // 1c: the MoE block (grouped kernels on the streamed layer) and long caches (split-K attention)
     moe_checks(&mut rep, &dev, capacity, paths)?;
     long_cache_checks(&mut rep, &dev, paths)?;
+    attention_into_checks(&mut rep, &dev)?;
 
     // 2b: synthetic rows of a real vocabulary
     let rows = 16;
@@ -528,6 +555,15 @@ mod tests {
 
     /// The repack checks hold on the host too (where pack and unpack are the CPU bodies), and
     /// fail on a weight that is not what was packed.
+    /// The attention-into checks run on the host too (where the op is the CPU body's copy).
+    #[test]
+    fn attention_into_checks_pass_on_the_cpu() {
+        let mut rep = Report::default();
+        attention_into_checks(&mut rep, &Device::Cpu).unwrap();
+        assert_eq!(rep.checks.len(), 3);
+        assert!(rep.checks.iter().all(|c| c.pass && c.value == 0.0), "{:?}", rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>());
+    }
+
     #[test]
     fn repack_checks_pass_on_the_cpu() {
         let mut rep = Report::default();
