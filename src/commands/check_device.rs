@@ -308,12 +308,11 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 /// The streamed layer's forms at the shapes whose split was measured rather than ruled
 /// (`gemv::MEASURED`: SDAR-4B and 8B; `gemv::MEASURED_PACKED`: their packed splits and
 /// 1.7B's), some with kernels no other shape runs (the paired form with 8 steps a batch, the
-/// normed and adding forms with 4), at T = 4 and 8, rows and packed; and the shapes
-/// `UNMASK_GEMV_SPLIT` names, so that a split tried on the GPU host is checked there first.
+/// normed and adding forms with 4), at T = 4 and 8, rows and packed.
 fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
-    use crate::model::gemv::{split_overrides, Epilogue, Measured, MEASURED, MEASURED_PACKED};
+    use crate::model::gemv::{Epilogue, Measured, MEASURED, MEASURED_PACKED};
     // every form runs rows and packed: each table's shapes take their split in both layouts
-    for &Measured { n, k, epilogue, .. } in MEASURED.iter().chain(&MEASURED_PACKED).chain(split_overrides()) {
+    for &Measured { n, k, epilogue, .. } in MEASURED.iter().chain(&MEASURED_PACKED) {
         let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
         let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
         let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };

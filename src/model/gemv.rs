@@ -5,12 +5,11 @@
 //! A block pass multiplies 4 or 8 rows by every weight once, so it is bound by streaming the
 //! weights. Its paired form folds the MLP's silu(gate) * up into the gate|up product; its norm
 //! and residual forms ([`GemvInto`]) fold the layer's RMSNorms and residual adds in, which is
-//! what the GPU's streamed layer runs (qwen3.rs, `forward_streamed`; the default in bf16,
-//! `UNMASK_GEMV=0` for cuBLAS: docs/perf.md, run 7). [`Gemv::fits`] says where the kernel
-//! applies; elsewhere callers use candle's matmul.
+//! what the GPU's streamed layer runs (decoder.rs, `forward_streamed`; the default in bf16,
+//! `UNMASK_GEMV=0` for cuBLAS, paths.rs). [`Gemv::fits`] says where the kernel applies;
+//! elsewhere callers use candle's matmul.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
-use std::sync::OnceLock;
 
 /// Most rows one launch multiplies: the 8 columns of the m16n8k16 product's B operand.
 pub const MAX_ROWS: usize = 8;
@@ -316,51 +315,13 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     Split { ks, tb, u, blocks: n.div_ceil(TILE_ROWS * tb) }
 }
 
-/// The split of a product whose weight lies in `layout`: `UNMASK_GEMV_SPLIT`'s first (see
-/// [`parse_splits`]), then [`MEASURED_PACKED`] for packed weights, then [`split`].
+/// The split of a product whose weight lies in `layout`: [`MEASURED_PACKED`]'s for packed
+/// weights, else [`split`].
 pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -> Split {
-    if let Some(s) = measured(split_overrides(), n, k, epilogue) {
-        return s;
-    }
     match layout {
         WeightLayout::Packed => measured(&MEASURED_PACKED, n, k, epilogue).unwrap_or_else(|| split(n, k, epilogue)),
         WeightLayout::Rows => split(n, k, epilogue),
     }
-}
-
-/// Whether a block of `ks` warps on a tile's K and `tb` tiles launches: at most 16 warps (at
-/// about 119 registers a thread, 1024 threads would not fit an SM's registers and the launch
-/// would fail). The bound on the splits the environment sets, dense and grouped.
-fn block_fits(ks: usize, tb: usize) -> bool {
-    ks >= 1 && tb >= 1 && ks * tb <= 16
-}
-
-/// `UNMASK_GEMV_SPLIT` = `NxK=KS/TB/U[;...]` (`KS` warps on a tile's K, `TB` tiles a block, `U`
-/// steps a batch, 4 or 8), for the products of `N` rows of `K` inputs of either form: the
-/// dense splits changed on the GPU host without a rebuild, as `UNMASK_MOE_SPLIT` changes the
-/// grouped ones (the GPU host has no cargo, and the harness sweeps time a product beside
-/// stand-ins, not beside the model's own kernels). An entry that does not parse, asks for a batch
-/// no kernel has, more warps on a tile than it has steps, or a block [`block_fits`] refuses is
-/// left out.
-pub fn parse_splits(v: &str) -> Vec<Measured> {
-    let entry = |e: &str| -> Option<[usize; 5]> {
-        let (shape, split) = e.split_once('=')?;
-        let (n, k) = shape.split_once('x')?;
-        let f: Vec<usize> = [n, k].into_iter().chain(split.split('/')).map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
-        <[usize; 5]>::try_from(f).ok()
-    };
-    let forms = [Epilogue::Plain, Epilogue::SiluMul];
-    v.split(';')
-        .filter_map(entry)
-        .filter(|&[_, k, ks, tb, u]| block_fits(ks, tb) && ks <= k / K_STEP && matches!(u, 4 | 8))
-        .flat_map(|[n, k, ks, tb, u]| forms.map(|epilogue| Measured { n, k, epilogue, ks, tb, u }))
-        .collect()
-}
-
-/// `UNMASK_GEMV_SPLIT`'s splits (read once; empty when unset).
-pub fn split_overrides() -> &'static [Measured] {
-    static SET: OnceLock<Vec<Measured>> = OnceLock::new();
-    SET.get_or_init(|| std::env::var("UNMASK_GEMV_SPLIT").map(|v| parse_splits(&v)).unwrap_or_default())
 }
 
 /// The split a table lists for `(n, k, epilogue)`.
@@ -371,32 +332,19 @@ fn measured(table: &[Measured], n: usize, k: usize, epilogue: Epilogue) -> Optio
 
 /// The split of a grouped expert product (kernels/gemv.cu's GRP forms, `n` rows of `k` inputs
 /// per expert), from scripts/moe_bench.cu's sweep at the SDAR-30B-A3B shape (9 distinct experts
-/// a pass) and the model's bench in the same call (docs/gpu-runs/2026-12-04-session9-moe):
+/// a pass) and the model's bench:
 /// - a short K (the down product's 768: 24 steps) takes 2 warps a tile and 4 tiles a block:
 ///   [`split`]'s 8 warps a tile had 3 steps each, and down ran at 1.35 TB/s against 2.2;
 /// - the gate|up product takes 4 warps a tile and 2 tiles a block, not [`split`]'s 8 and 1.
 ///
-/// With both, a sparse layer's route -> gate|up -> down -> combine went from 54.0 to about 41
-/// us and the 30B-A3B forward from 4.75 to 3.77 ms. `UNMASK_MOE_SPLIT` =
-/// `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block) overrides both, for
-/// trials on the GPU without a rebuild; a malformed value is ignored, and so is a block
-/// [`block_fits`] refuses.
+/// With both, a sparse layer's route -> gate|up -> down -> combine takes about a quarter less
+/// time.
 pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     let with = |s: Split, ks: usize, tb: usize| Split { ks: ks.min(k / K_STEP).max(1), tb, blocks: n.div_ceil(TILE_ROWS * tb), ..s };
-    let base = match split(n, k, epilogue) {
+    match split(n, k, epilogue) {
         s if epilogue == Epilogue::Plain && k / K_STEP <= 32 => with(s, 2, 4),
         s if epilogue == Epilogue::SiluMul => with(s, 4, 2),
         s => s,
-    };
-    let Ok(v) = std::env::var("UNMASK_MOE_SPLIT") else { return base };
-    let which = usize::from(epilogue == Epilogue::Plain);
-    let parsed = v.split(',').nth(which).and_then(|p| {
-        let (ks, tb) = p.split_once('/')?;
-        Some((ks.trim().parse::<usize>().ok()?, tb.trim().parse::<usize>().ok()?))
-    });
-    match parsed {
-        Some((ks, tb)) if block_fits(ks, tb) => with(base, ks, tb),
-        _ => base,
     }
 }
 
@@ -718,23 +666,6 @@ mod tests {
         assert_eq!(split(9728, 2560, Epilogue::SiluMul), Split { ks: 8, tb: 1, u: 4, blocks: 608 });
         // a shape not listed keeps the rule
         assert_eq!(split(2560, 4096, Epilogue::Plain), Split { ks: 16, tb: 1, u: 8, blocks: 160 });
-    }
-
-    #[test]
-    fn unmask_gemv_split_names_splits_for_both_forms_and_leaves_out_what_no_kernel_runs() {
-        let set = parse_splits("2048x4096=8/1/8; 5120x2048 = 4/2/4;1x2=3;x1=1/1/8;2048x4096=8/4/8;2048x4096=8/1/6;2048x64=4/1/8;2048x4096=8/1");
-        let rows: Vec<_> = set.iter().map(|m| (m.n, m.k, m.epilogue, m.ks, m.tb, m.u)).collect();
-        assert_eq!(
-            rows,
-            [
-                (2048, 4096, Epilogue::Plain, 8, 1, 8),
-                (2048, 4096, Epilogue::SiluMul, 8, 1, 8),
-                (5120, 2048, Epilogue::Plain, 4, 2, 4),
-                (5120, 2048, Epilogue::SiluMul, 4, 2, 4),
-            ]
-        );
-        assert_eq!(measured(&set, 2048, 4096, Epilogue::Plain), Some(Split { ks: 8, tb: 1, u: 8, blocks: 128 }));
-        assert!(parse_splits("").is_empty());
     }
 
     #[test]
