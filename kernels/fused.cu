@@ -30,8 +30,8 @@
 // waits until the kernel before it has finished and its writes are visible, then lets the next
 // kernel in the stream launch, so a kernel's launch overlaps the one before it, one kernel deep,
 // and nothing is read early. Launched the ordinary way (the default) the wait returns at once.
-// Neither order of the two, nor launching this way at all, changed the time of a forward on
-// the H200 (docs/perf.md). Both compile away before sm_90.
+// Neither order of the two, nor launching this way at all, changed the time of a forward
+// measurably. Both compile away before sm_90.
 __device__ __forceinline__ void pdl_enter() {
     dependency_wait();
     launch_dependents();
@@ -250,7 +250,7 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
 // quarter-warp, reading eight keys at the same offset, hit distinct banks. V is not staged:
 // K and V both take twice the shared memory, 184 KiB at 320 keys, more than the split the
 // gemvs ask for (132 KiB, src/model/cuda/launch.rs), so the SM's split would change under the
-// gemv blocks that follow on it; measured slower (docs/perf.md, session 6). Same arithmetic
+// gemv blocks that follow on it, which was slower. Same arithmetic
 // as the plain kernel: per key the same dot product order, max, exp and sums in f32; V summed
 // per half-warp then across warps.
 #define ATT_PITCH 136
@@ -636,9 +636,8 @@ SILU(unmask_silu_mul_bf16, unsigned short)
 // flight at once) and the q rows as B; then the V sum P V with the exponentials P (bf16, rows
 // padded to 16) as A and V as B, V's fragments transposed out of shared memory by ldmatrix (warp
 // w: d columns 16w .. 16w + 15). The chunk's V rows are copied into shared memory with cp.async
-// first and land while the scores are computed. The first version of this kernel did both
-// products on the CUDA cores, a thread a key, and read V from the L2 four keys at a time: at 32k
-// keys 111 us a layer (1.7B shape, ncu), compute- and latency-bound (docs/perf.md, session 18).
+// first and land while the scores are computed. Both products on the CUDA cores, a thread a
+// key, with V read from the L2 four keys at a time, were compute- and latency-bound.
 // Exponentials are rounded to bf16 for the tensor cores and their sum taken from the rounded
 // values, so numerator and denominator agree.
 #define SPLIT_KEYS 128
@@ -793,9 +792,8 @@ ATT_SPLIT(32)
 // 32 warps folds every 32nd chunk into a running (max, sum, V sum) with its lanes across d (4
 // values a lane), so a long cache's hundreds of chunks are read 32 at a time, not in one
 // serial loop; the warps' partials are then folded the same way through shared memory. (With
-// 8 warps, and a chunk's loads waiting on a branch on its max, the merge took 23 us a layer at
-// 32k keys, 1.7B shape, under ncu: each chunk two round trips to the L2, one after another;
-// 32 warps, 12 us; docs/perf.md, session 18.)
+// 8 warps, and a chunk's loads waiting on a branch on its max, each chunk took two round trips
+// to the L2, one after another: about twice as slow.)
 #define MERGE_WARPS 32
 extern "C" __global__ void __launch_bounds__(1024) unmask_attention_merge_bf16_d128(
     const float* __restrict__ part, unsigned short* __restrict__ out, int t_len, int heads, int kvh, int chunks) {

@@ -82,7 +82,7 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // sqrt(mean(x_t^2) + eps), the sum of squares taken from the B fragments (each lane's k slots
 // of its row g, over the K split: every x value exactly once) and reduced with the products.
 // (Normalising the staged x first, a block-wide pass between the staging and the first
-// product, cost 5 us a layer on the H200: docs/perf.md.)
+// product, was slower.)
 // ADD: y = res + (x . W^T), the product rounded to bf16 first, then the sum (as an unfused
 // projection then add rounds): the projection writes the next residual stream itself.
 // GRP (MoE experts, grouped: one launch for every expert a pass touched): blockIdx.y is a
@@ -98,8 +98,8 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // PACKED: W re-laid out tile by tile in the order the warps read it, [tile][step][A row g | row
 // g + 8][lane] 16-byte fragments (src/model/gemv.rs, `pack`: the tensor [N / 16, K / 32, 16, 32]),
 // so a warp's load is 512 contiguous bytes instead of 8 rows' 64-byte runs K apart, and a tile's
-// weights one contiguous run. Same fragments, same sums: equal results. On the H200 it made the
-// streamed layer's chain 1 % (1.7B), 9 % (4B) and 15 % (8B) faster (docs/perf.md, session 17).
+// weights one contiguous run. Same fragments, same sums: equal results, and the streamed layer's
+// chain is faster, the more so the larger the model.
 template <int U, bool PAIR, bool NORM, bool ADD, int GRP = GRP_NONE, bool PACKED = false>
 __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, unsigned short* __restrict__ y,
                      const unsigned short* __restrict__ res, int t_len, int n, int k8, int ks, float eps,
@@ -120,15 +120,13 @@ __device__ void gemv(const uint4* __restrict__ w, const uint4* __restrict__ x, u
     // kernel boundary with the writer's has passed that would have dropped this SM's L1 copy of
     // an older table; PDL promises visibility only after griddepcontrol.wait, so this rests on
     // the writer having finished, flushed, before this grid launched, and L2 being where global
-    // memory is coherent). Against waiting first: 3.64 ms a 30B-A3B forward for 3.79 (H100,
-    // docs/perf.md, session 20). The blocks past the count return at once (block 0 always
+    // memory is coherent). Faster than waiting first. The blocks past the count return at once (block 0 always
     // lives and waits, so this kernel's end still implies the previous one's).
     // GRP_UP asks for every table word it needs at once, after its wait: one round trip to the
     // L2 before its first weight load, where the count, then the expert, then the chosen rows'
     // slots took three, and through L1, so that the blocks without an expert (most of the grid)
-    // find the count there and leave their SM sooner: 3.612-3.621 ms a 30B-A3B forward against
-    // 3.643-3.649 (H100, docs/perf.md, session 23; through L2 alone it was slower, 3.708-3.717
-    // against 3.649-3.667: the grid's empty blocks each waited on the L2 before leaving).
+    // find the count there and leave their SM sooner (through L2 alone it was slower: the
+    // grid's empty blocks each waited on the L2 before leaving).
     int cols = t_len, slot_of[8], kc = 1;  // GRP_UP: kc, the choices a row
     if (GRP == GRP_UP) {
         dependency_wait();
@@ -312,8 +310,7 @@ GEMV(unmask_gemv_norm_silu_u8, 8, true, true, false)
 // product is four kernels. unmask_moe_route (one block of 32 T threads, its scratch in the
 // dynamic shared memory) writes the layer's table; gate|up and down multiply from it, grid
 // (tiles, T * k); unmask_moe_combine sums each row's slots plus the residual. (Folding the
-// routing into every gate|up block and the combine into down's last blocks was slower: 3.90
-// and 3.75 ms a 30B-A3B forward against 3.64, H100, docs/perf.md, session 20.)
+// routing into every gate|up block, or the combine into down's last blocks, was slower.)
 extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigned short* logits, MoeTable* tab,
                                                                    unsigned long long* stats, int t_len, int e,
                                                                    int k, int norm) {

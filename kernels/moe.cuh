@@ -58,11 +58,9 @@ __device__ __forceinline__ unsigned warp_max(unsigned v) {
 // softmax and the k rounds of the top-k (a lane's best untaken key, then one warp-wide max)
 // never go back to memory. Then one warp builds the table: each expert's first slot by an
 // atomic min in shared memory, the distinct experts numbered by a ballot.
-// (The first version re-read the logits every round and built the table on one thread in
-// global memory: 15 us a layer on the H200 under ncu. The second, float shuffles for each
-// round's best and a scan over the slots for the first of each expert: 6.57 us a layer in
-// scripts/moe_bench.cu on the H100, against 4.01 for this one, which writes the same tables;
-// docs/perf.md, session 18.)
+// (Re-reading the logits every round and building the table on one thread in global memory,
+// or float shuffles for each round's best and a scan over the slots for the first of each
+// expert, wrote the same tables more slowly.)
 // `scratch`: ROUTE_SCRATCH_WORDS(e) words of shared memory the caller lends (route_scratch: one
 // scratch for the three forms of route_any, where static arrays in each would take shared
 // memory three times).

@@ -910,7 +910,7 @@ mod tests {
     use super::*;
     use crate::model::random::shape_config;
 
-    /// issue 21's table: at 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
+    /// At 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
     /// 0.825 / 1.93 / 3.63 ms; the embedding counts 4 rows, lm_head whole.
     #[test]
     fn a_pass_reads_the_layers_the_head_and_b_embedding_rows() {

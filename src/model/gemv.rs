@@ -21,7 +21,7 @@ pub const TILE_ROWS: usize = 16;
 pub const K_STEP: usize = 32;
 
 /// Most output rows the kernel takes. Past that (lm_head's 151936) cuBLAS streams the weight
-/// faster: on the H200, 166.8 against 146.9 us at T = 4 (check-device, run 6 in docs/perf.md).
+/// faster (check-device times both).
 pub const MAX_N: usize = 32768;
 
 /// How a weight's values lie in memory; the tensor's shape says which, so that a packed weight
@@ -33,8 +33,8 @@ pub enum WeightLayout {
     /// `[N / 16, K / 32, 16, 32]`: each 16-row tile's K steps in turn, each step the 16 rows'
     /// 32 values, which is the order of the tensor-core fragments the kernel's warps load
     /// (kernels/gemv.cu, `PACKED`): a warp reads 512 contiguous bytes a step where rows have it
-    /// read 8 runs of 64 bytes K apart. On the H200 the streamed layer's chain ran 1 %, 9 % and
-    /// 15 % faster at SDAR-1.7B, 4B and 8B (docs/perf.md, session 17).
+    /// read 8 runs of 64 bytes K apart, and the streamed layer's chain runs faster, the more so
+    /// the larger the model.
     Packed,
 }
 
@@ -99,8 +99,8 @@ pub fn pack(rows: &Tensor) -> Result<Tensor> {
 
 /// A packed bf16 weight back to `[N, K]` rows (a new tensor): for products of more rows than
 /// the kernel takes, which go through cuBLAS. On the GPU one kernel (kernels/gemv.cu,
-/// `unmask_repack`) moves 16-byte fragments: candle's strided copy of the same transpose moved
-/// 2-byte values and took 2.6x the prefill's time (docs/perf.md, session 17).
+/// `unmask_repack`) moves 16-byte fragments, where candle's strided copy of the same transpose
+/// moves 2-byte values, several times slower.
 pub fn unpack(packed: &Tensor) -> Result<Tensor> {
     packed.apply_op1_no_bwd(&Repack { to: WeightLayout::Rows })
 }
@@ -222,11 +222,9 @@ impl Epilogue {
 }
 
 /// Splits `(ks, tb, u)` for `(output rows, k, form)` where scripts/gemv_bench.cu's sweep inside
-/// the streamed layer's chain (every projection under PDL, an 11 us stand-in for attention, one
-/// projection's split varied at a time) beat the rule in [`split`]: SDAR-4B and 8B, swept on an
-/// H100 in session 16 (docs/gpu-runs/2026-12-05-session16-h100-splits/; no H200 could be
-/// had). In the model, `unmask bench --random-init sdar-4b` went from 4.24-4.32 to 3.80-3.86 ms
-/// a forward (two calls of three alternating pairs), 8B from 6.33-6.35 to 6.26-6.33.
+/// the streamed layer's chain (every projection under PDL, a stand-in for attention, one
+/// projection's split varied at a time) beat the rule in [`split`]: SDAR-4B and 8B, whose
+/// shapes the rule was not tuned on, and whose forward these make faster in the model too.
 /// Projections not listed (o at both shapes, down at 8B) measured best at the rule's split.
 pub const MEASURED: [Measured; 5] = [
     // SDAR-4B: q|k|v (3815-3841 against 3939 us a forward in the sweep), gate|up (3564 against
@@ -241,19 +239,15 @@ pub const MEASURED: [Measured; 5] = [
 
 /// Splits for packed weights ([`WeightLayout::Packed`]) where scripts/packed_bench.cu's sweep (the
 /// same chain, every projection packed) beat [`MEASURED`] and the rule, on the H200 and the
-/// H100 of session 17 (docs/gpu-runs/2026-12-05-session17-*). Where the two cards' best
-/// differed (4B's o, 8B's q|k|v, o and gate|up), the H200's, against which docs/perf.md states
-/// the goals. Chain with the stand-in, rows at their splits -> packed at these: H200 1.7B
-/// 1250 -> 1235 us, 4B 2920 -> 2645, 8B 4718 -> 3992; H100 1414 -> 1344, 3340 -> 3057,
-/// 5419 -> 5089. A packed shape not listed takes the rows' split.
+/// H100. Where the two cards' best differed (4B's o, 8B's q|k|v, o and gate|up), the H200's,
+/// the card the performance goals are stated for. A packed shape not listed takes the rows'
+/// split.
 pub const MEASURED_PACKED: [Measured; 9] = [
     // SDAR-1.7B: q|k|v, 4 steps a batch over 16 warps (both cards)
     Measured { n: 4096, k: 2048, epilogue: Epilogue::Plain, ks: 16, tb: 1, u: 4 },
     // SDAR-30B-A3B: q|k|v, 4 warps a tile and 2 tiles a block (scripts/moe_bench.cu's dense
-    // sweep, H100, docs/gpu-runs/2026-12-05-session18-h100-route: 11.17 us a layer against the
-    // rule's 14.08), 8 steps a batch (in the model, where a block asks for half its weights
-    // before its wait, not a quarter: 1.4-2.2 % faster a forward in each of five H100 calls,
-    // docs/gpu-runs/2026-12-06-session24-h100-dense-splits). Its o and router keep the rule's:
+    // sweep: faster than the rule's), 8 steps a batch (in the model, where a block then asks
+    // for half its weights before its wait, not a quarter). Its o and router keep the rule's:
     // no other split was faster in the model.
     Measured { n: 5120, k: 2048, epilogue: Epilogue::Plain, ks: 4, tb: 2, u: 8 },
     // SDAR-4B: q|k|v (both cards), o, gate|up and down (as their rows)
@@ -279,13 +273,12 @@ pub struct Measured {
 }
 
 /// The split for `n` output rows of `k` inputs, from scripts/gemv_bench.cu's sweep on the H200
-/// (docs/gpu-runs/2026-12-03-gemv-sweep; each within 10 % of the best split for its shape): 8
-/// warps on a tile's K (8 steps each, one batch of loads) for the 2048-wide projections; 16 for
-/// K = 6144 (down); 4 warps and 2 tiles a block for gate|up, whose 12288 weight rows give
-/// blocks enough. Never more warps on a tile than it has steps. Inside the streamed layer's chain
-/// (the same harness, every projection under PDL with a stand-in for attention, 2026-12-04)
-/// these were the best splits again, except q|k|v (4096 rows): 2 tiles a block, 1305 against
-/// 1321-1324 us a forward (docs/gpu-runs/2026-12-04-session5-trials/gemv_sweep.txt).
+/// (each within 10 % of the best split for its shape): 8 warps on a tile's K (8 steps each, one
+/// batch of loads) for the 2048-wide projections; 16 for K = 6144 (down); 4 warps and 2 tiles
+/// a block for gate|up, whose 12288 weight rows give blocks enough. Never more warps on a tile
+/// than it has steps. Inside the streamed layer's chain (the same harness, every projection
+/// under PDL with a stand-in for attention) these were the best splits again, except q|k|v
+/// (4096 rows), which is faster with 2 tiles a block.
 ///
 /// SDAR-4B and 8B, which the rule was never tuned on, take the splits [`MEASURED`] lists.
 pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
