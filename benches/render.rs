@@ -36,7 +36,7 @@ fn frames(c: &mut Criterion) {
             let mut buf = Buffer::empty(area);
             b.iter(|| {
                 buf.reset();
-                ui::render(black_box(&a), area, &mut buf);
+                tui::render(black_box(&a), area, &mut buf);
             })
         });
         // After a resize (or a restart) the text view re-wraps the whole decode once.
@@ -45,7 +45,7 @@ fn frames(c: &mut Criterion) {
             b.iter(|| {
                 *a.text_cache.borrow_mut() = Default::default();
                 buf.reset();
-                ui::render(black_box(&a), area, &mut buf);
+                tui::render(black_box(&a), area, &mut buf);
             })
         });
         // The whole draw as the loop does it: render, diff against the last frame, flush.
@@ -57,7 +57,7 @@ fn frames(c: &mut Criterion) {
                 let k = if back { KeyCode::Left } else { KeyCode::Right };
                 a.on_key(KeyEvent::new(k, KeyModifiers::NONE));
                 back = !back;
-                term.draw(|f| ui::draw(f, &a)).unwrap();
+                term.draw(|f| tui::draw(f, &a)).unwrap();
             })
         });
     }
@@ -67,17 +67,17 @@ fn frames(c: &mut Criterion) {
 
 /// Each panel alone, to see where a frame's time goes.
 fn panels(c: &mut Criterion) {
-    type Panel = fn(&ui::app::View, Rect, &mut Buffer);
+    type Panel = fn(&tui::app::View, Rect, &mut Buffer);
     let mut g = c.benchmark_group("panel_10k_tokens_B4_S4");
     let mut a = app(4, 4);
     a.size = Rect::new(0, 0, 160, 48);
-    let areas = ui::layout::areas(a.size).unwrap();
+    let areas = tui::layout::areas(a.size).unwrap();
     let list: [(&str, Panel, Rect); 5] = [
-        ("grid", ui::grid::render, areas.grid),
-        ("text", ui::text::render, areas.text),
-        ("inspector", ui::inspector::render, areas.inspector),
-        ("stats", ui::stats::render, areas.stats),
-        ("timeline", ui::timeline::render, areas.timeline),
+        ("grid", tui::grid::render, areas.grid),
+        ("text", tui::text::render, areas.text),
+        ("inspector", tui::inspector::render, areas.inspector),
+        ("stats", tui::stats::render, areas.stats),
+        ("timeline", tui::timeline::render, areas.timeline),
     ];
     for (name, panel, area) in list {
         g.bench_function(name, |b| {

@@ -12,7 +12,7 @@ use crate::engine::{EngineThread, ModelDenoiser, Request};
 use crate::trace::events::ChatInfo;
 use crate::model::hub;
 use crate::model::config::block_size_from_name;
-use crate::model::{Checkpoint, Compute, DeviceSpec, GenerationConfig, Products, Source};
+use crate::model::{Checkpoint, Compute, DeviceSpec, GenerationConfig, PathChoices, Products, Source};
 use crate::model::tokenizer::Tok;
 
 /// The prompt decoded when none is given and the checkpoint suggests none.
@@ -40,12 +40,13 @@ impl Session {
     }
 
     pub fn open(args: &DecodeArgs) -> Result<Self> {
+        let paths = PathChoices::from_env()?;
         let (source, name) = model_source(args)?;
         let device = args.device.open()?;
         if args.routing {
             check_routing(&source)?;
         }
-        let compute = args.dtype.compute(&device);
+        let compute = Compute { paths, ..args.dtype.compute(&device) };
         let mut ckpt = Checkpoint::load(&source, &device, compute)?;
         if let (Some(id), Source::Dir(snapshot)) = (hub_id(args), &source) {
             // The snapshot's folder is its commit: which revision was decoded, for the record.
@@ -85,7 +86,7 @@ impl Session {
             candidates: args.candidates(),
             routing: args.routing,
         };
-        let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id());
+        let denoiser = ModelDenoiser::new(ckpt.model, ckpt.tokenizer.mask_id(), &paths);
         Ok(Session { denoiser, tokenizer: ckpt.tokenizer, request })
     }
 }

@@ -14,7 +14,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::fixed::FixedPass;
 use super::{Ask, Denoised, Denoiser, Pass, PassRouting};
-use crate::model::{KvCache, Model};
+use crate::model::{KvCache, Model, PathChoices};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, sample_ranked, PosSample};
 use crate::engine::settings::SamplerSpec;
@@ -31,17 +31,13 @@ pub struct RunOptions {
 }
 
 impl RunOptions {
-    /// CPU: the reference path. GPU: everything on. Then the environment overrides each:
-    /// `UNMASK_DEVICE_SAMPLER`, `UNMASK_FIXED_PASSES`, `UNMASK_CUDA_GRAPH` (`0` or `1`).
-    pub fn for_device(device: &Device) -> Self {
+    /// CPU: the reference path. GPU: everything on. Then `paths` turns each on or off where it
+    /// names it (`UNMASK_DEVICE_SAMPLER`, `UNMASK_FIXED_PASSES`, `UNMASK_CUDA_GRAPH`); each
+    /// still needs the one before it, and CUDA graphs a CUDA device.
+    pub fn for_device(device: &Device, paths: &PathChoices) -> Self {
         let gpu = !device.is_cpu();
-        let flag = |name: &str, default: bool| match std::env::var(name).as_deref() {
-            Ok("0") => false,
-            Ok("1") => true,
-            _ => default,
-        };
         #[allow(unused_mut)]
-        let mut device_sampler = flag("UNMASK_DEVICE_SAMPLER", gpu);
+        let mut device_sampler = paths.device_sampler.unwrap_or(gpu);
         #[cfg(feature = "cuda")]
         if device_sampler && device.is_cuda() {
             if let Err(e) = crate::sampler::cuda::ptx() {
@@ -49,8 +45,8 @@ impl RunOptions {
                 device_sampler = false;
             }
         }
-        let fixed_passes = flag("UNMASK_FIXED_PASSES", gpu) && device_sampler;
-        let cuda_graph = flag("UNMASK_CUDA_GRAPH", gpu) && fixed_passes && device.is_cuda();
+        let fixed_passes = paths.fixed_passes.unwrap_or(gpu) && device_sampler;
+        let cuda_graph = paths.cuda_graph.unwrap_or(gpu) && fixed_passes && device.is_cuda();
         RunOptions { device_sampler, fixed_passes, cuda_graph }
     }
 
@@ -88,8 +84,9 @@ pub struct ModelDenoiser {
 }
 
 impl ModelDenoiser {
-    pub fn new(model: Model, mask_id: u32) -> Self {
-        let opts = RunOptions::for_device(model.device());
+    /// A denoiser on the paths `paths` chooses for the model's device ([`RunOptions::for_device`]).
+    pub fn new(model: Model, mask_id: u32, paths: &PathChoices) -> Self {
+        let opts = RunOptions::for_device(model.device(), paths);
         Self::with_options(model, mask_id, opts)
     }
 
@@ -449,7 +446,7 @@ mod prefill_tests {
         };
         let greedy = SamplerSpec::default();
         let prompt: Vec<u32> = (0..16u32).map(|i| (i * 29 + 3) % 350).collect();
-        let mut d = ModelDenoiser::new(load(), cfg.vocab_size as u32 - 1);
+        let mut d = ModelDenoiser::new(load(), cfg.vocab_size as u32 - 1, &PathChoices::DEFAULT);
         assert!(d.model().packed());
         d.reset(64).unwrap();
         let block8 = [5u32; 8];
@@ -457,7 +454,7 @@ mod prefill_tests {
         assert!(!d.model().packed(), "16-row passes read rows");
         let mut rows = load();
         assert!(rows.set_packed(false).unwrap() && !rows.set_packed(false).unwrap(), "a change, then none");
-        let mut r = ModelDenoiser::new(rows, cfg.vocab_size as u32 - 1);
+        let mut r = ModelDenoiser::new(rows, cfg.vocab_size as u32 - 1, &PathChoices::DEFAULT);
         r.reset(64).unwrap();
         let want = r.denoise(Pass { store: &prompt, block: &block8 }, &greedy, &[0.0; 8]).unwrap();
         let tokens = |s: &[PosSample]| s.iter().map(|p| (p.token, p.conf.to_bits())).collect::<Vec<_>>();

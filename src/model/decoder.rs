@@ -16,7 +16,7 @@ use super::linear::Linear;
 use super::loader::Loader;
 use super::moe::{MoeBlock, Route};
 use super::ops;
-use super::paths::fused_here;
+use super::paths::{fused_here, PathChoices};
 use super::weights::WeightSource;
 use super::Compute;
 
@@ -69,6 +69,8 @@ pub struct Model {
     moe_tables: Option<Tensor>,
     /// How the streamed layer's projections lie: rows, until [`Model::relayout`].
     layout: WeightLayout,
+    /// The device paths it was loaded with (paths.rs).
+    paths: PathChoices,
 }
 
 impl Model {
@@ -122,7 +124,7 @@ impl Model {
             heads: Heads::of(cfg),
             vocab: cfg.vocab_size,
             tied,
-            fused: fused_here(device, dtype),
+            fused: fused_here(device, dtype, &compute.paths),
             norms_folded: false,
             eps: cfg.rms_norm_eps as f32,
             max_positions: cfg.max_position_embeddings,
@@ -130,10 +132,11 @@ impl Model {
             device: device.clone(),
             moe_tables: None,
             layout: WeightLayout::Rows,
+            paths: compute.paths,
         };
         if b.rows && m.streamable() {
             m.fold_norms()?;
-            if super::paths::packed_here() {
+            if m.paths.packed {
                 m.relayout(WeightLayout::Packed)?;
             }
         }
@@ -551,7 +554,7 @@ impl Model {
             }
         }
         self.fold_norms()?;
-        if super::paths::packed_here() {
+        if self.paths.packed {
             self.relayout(WeightLayout::Packed)?;
         }
         Ok(())
@@ -608,7 +611,7 @@ impl Model {
     /// memory). Packed weights serve the passes the gemv takes in one launch; the decode
     /// chooses (`ModelDenoiser`).
     pub fn set_packed(&mut self, on: bool) -> Result<bool> {
-        let want = if on && super::paths::packed_here() { WeightLayout::Packed } else { WeightLayout::Rows };
+        let want = if on && self.paths.packed { WeightLayout::Packed } else { WeightLayout::Rows };
         if !self.norms_folded || want == self.layout {
             return Ok(false);
         }

@@ -5,12 +5,11 @@
 //! A block pass multiplies 4 or 8 rows by every weight once, so it is bound by streaming the
 //! weights. Its paired form folds the MLP's silu(gate) * up into the gate|up product; its norm
 //! and residual forms ([`GemvInto`]) fold the layer's RMSNorms and residual adds in, which is
-//! what the GPU's streamed layer runs (qwen3.rs, `forward_streamed`; the default in bf16,
-//! `UNMASK_GEMV=0` for cuBLAS: docs/perf.md, run 7). [`Gemv::fits`] says where the kernel
-//! applies; elsewhere callers use candle's matmul.
+//! what the GPU's streamed layer runs (decoder.rs, `forward_streamed`; the default in bf16,
+//! `UNMASK_GEMV=0` for cuBLAS, paths.rs). [`Gemv::fits`] says where the kernel applies;
+//! elsewhere callers use candle's matmul.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
-use std::sync::OnceLock;
 
 /// Most rows one launch multiplies: the 8 columns of the m16n8k16 product's B operand.
 pub const MAX_ROWS: usize = 8;
@@ -22,7 +21,7 @@ pub const TILE_ROWS: usize = 16;
 pub const K_STEP: usize = 32;
 
 /// Most output rows the kernel takes. Past that (lm_head's 151936) cuBLAS streams the weight
-/// faster: on the H200, 166.8 against 146.9 us at T = 4 (check-device, run 6 in docs/perf.md).
+/// faster (check-device times both).
 pub const MAX_N: usize = 32768;
 
 /// How a weight's values lie in memory; the tensor's shape says which, so that a packed weight
@@ -34,8 +33,8 @@ pub enum WeightLayout {
     /// `[N / 16, K / 32, 16, 32]`: each 16-row tile's K steps in turn, each step the 16 rows'
     /// 32 values, which is the order of the tensor-core fragments the kernel's warps load
     /// (kernels/gemv.cu, `PACKED`): a warp reads 512 contiguous bytes a step where rows have it
-    /// read 8 runs of 64 bytes K apart. On the H200 the streamed layer's chain ran 1 %, 9 % and
-    /// 15 % faster at SDAR-1.7B, 4B and 8B (docs/perf.md, session 17).
+    /// read 8 runs of 64 bytes K apart, and the streamed layer's chain runs faster, the more so
+    /// the larger the model.
     Packed,
 }
 
@@ -100,8 +99,8 @@ pub fn pack(rows: &Tensor) -> Result<Tensor> {
 
 /// A packed bf16 weight back to `[N, K]` rows (a new tensor): for products of more rows than
 /// the kernel takes, which go through cuBLAS. On the GPU one kernel (kernels/gemv.cu,
-/// `unmask_repack`) moves 16-byte fragments: candle's strided copy of the same transpose moved
-/// 2-byte values and took 2.6x the prefill's time (docs/perf.md, session 17).
+/// `unmask_repack`) moves 16-byte fragments, where candle's strided copy of the same transpose
+/// moves 2-byte values, several times slower.
 pub fn unpack(packed: &Tensor) -> Result<Tensor> {
     packed.apply_op1_no_bwd(&Repack { to: WeightLayout::Rows })
 }
@@ -223,11 +222,9 @@ impl Epilogue {
 }
 
 /// Splits `(ks, tb, u)` for `(output rows, k, form)` where scripts/gemv_bench.cu's sweep inside
-/// the streamed layer's chain (every projection under PDL, an 11 us stand-in for attention, one
-/// projection's split varied at a time) beat the rule in [`split`]: SDAR-4B and 8B, swept on an
-/// H100 in session 16 (docs/gpu-runs/2026-12-05-session16-h100-splits/; no H200 could be
-/// had). In the model, `unmask bench --random-init sdar-4b` went from 4.24-4.32 to 3.80-3.86 ms
-/// a forward (two calls of three alternating pairs), 8B from 6.33-6.35 to 6.26-6.33.
+/// the streamed layer's chain (every projection under PDL, a stand-in for attention, one
+/// projection's split varied at a time) beat the rule in [`split`]: SDAR-4B and 8B, whose
+/// shapes the rule was not tuned on, and whose forward these make faster in the model too.
 /// Projections not listed (o at both shapes, down at 8B) measured best at the rule's split.
 pub const MEASURED: [Measured; 5] = [
     // SDAR-4B: q|k|v (3815-3841 against 3939 us a forward in the sweep), gate|up (3564 against
@@ -242,19 +239,15 @@ pub const MEASURED: [Measured; 5] = [
 
 /// Splits for packed weights ([`WeightLayout::Packed`]) where scripts/packed_bench.cu's sweep (the
 /// same chain, every projection packed) beat [`MEASURED`] and the rule, on the H200 and the
-/// H100 of session 17 (docs/gpu-runs/2026-12-05-session17-*). Where the two cards' best
-/// differed (4B's o, 8B's q|k|v, o and gate|up), the H200's, against which docs/perf.md states
-/// the goals. Chain with the stand-in, rows at their splits -> packed at these: H200 1.7B
-/// 1250 -> 1235 us, 4B 2920 -> 2645, 8B 4718 -> 3992; H100 1414 -> 1344, 3340 -> 3057,
-/// 5419 -> 5089. A packed shape not listed takes the rows' split.
+/// H100. Where the two cards' best differed (4B's o, 8B's q|k|v, o and gate|up), the H200's,
+/// the card the performance goals are stated for. A packed shape not listed takes the rows'
+/// split.
 pub const MEASURED_PACKED: [Measured; 9] = [
     // SDAR-1.7B: q|k|v, 4 steps a batch over 16 warps (both cards)
     Measured { n: 4096, k: 2048, epilogue: Epilogue::Plain, ks: 16, tb: 1, u: 4 },
     // SDAR-30B-A3B: q|k|v, 4 warps a tile and 2 tiles a block (scripts/moe_bench.cu's dense
-    // sweep, H100, docs/gpu-runs/2026-12-05-session18-h100-route: 11.17 us a layer against the
-    // rule's 14.08), 8 steps a batch (in the model, where a block asks for half its weights
-    // before its wait, not a quarter: 1.4-2.2 % faster a forward in each of five H100 calls,
-    // docs/gpu-runs/2026-12-06-session24-h100-dense-splits). Its o and router keep the rule's:
+    // sweep: faster than the rule's), 8 steps a batch (in the model, where a block then asks
+    // for half its weights before its wait, not a quarter). Its o and router keep the rule's:
     // no other split was faster in the model.
     Measured { n: 5120, k: 2048, epilogue: Epilogue::Plain, ks: 4, tb: 2, u: 8 },
     // SDAR-4B: q|k|v (both cards), o, gate|up and down (as their rows)
@@ -280,13 +273,12 @@ pub struct Measured {
 }
 
 /// The split for `n` output rows of `k` inputs, from scripts/gemv_bench.cu's sweep on the H200
-/// (docs/gpu-runs/2026-12-03-gemv-sweep; each within 10 % of the best split for its shape): 8
-/// warps on a tile's K (8 steps each, one batch of loads) for the 2048-wide projections; 16 for
-/// K = 6144 (down); 4 warps and 2 tiles a block for gate|up, whose 12288 weight rows give
-/// blocks enough. Never more warps on a tile than it has steps. Inside the streamed layer's chain
-/// (the same harness, every projection under PDL with a stand-in for attention, 2026-12-04)
-/// these were the best splits again, except q|k|v (4096 rows): 2 tiles a block, 1305 against
-/// 1321-1324 us a forward (docs/gpu-runs/2026-12-04-session5-trials/gemv_sweep.txt).
+/// (each within 10 % of the best split for its shape): 8 warps on a tile's K (8 steps each, one
+/// batch of loads) for the 2048-wide projections; 16 for K = 6144 (down); 4 warps and 2 tiles
+/// a block for gate|up, whose 12288 weight rows give blocks enough. Never more warps on a tile
+/// than it has steps. Inside the streamed layer's chain (the same harness, every projection
+/// under PDL with a stand-in for attention) these were the best splits again, except q|k|v
+/// (4096 rows), which is faster with 2 tiles a block.
 ///
 /// SDAR-4B and 8B, which the rule was never tuned on, take the splits [`MEASURED`] lists.
 pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
@@ -316,51 +308,13 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     Split { ks, tb, u, blocks: n.div_ceil(TILE_ROWS * tb) }
 }
 
-/// The split of a product whose weight lies in `layout`: `UNMASK_GEMV_SPLIT`'s first (see
-/// [`parse_splits`]), then [`MEASURED_PACKED`] for packed weights, then [`split`].
+/// The split of a product whose weight lies in `layout`: [`MEASURED_PACKED`]'s for packed
+/// weights, else [`split`].
 pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -> Split {
-    if let Some(s) = measured(split_overrides(), n, k, epilogue) {
-        return s;
-    }
     match layout {
         WeightLayout::Packed => measured(&MEASURED_PACKED, n, k, epilogue).unwrap_or_else(|| split(n, k, epilogue)),
         WeightLayout::Rows => split(n, k, epilogue),
     }
-}
-
-/// Whether a block of `ks` warps on a tile's K and `tb` tiles launches: at most 16 warps (at
-/// about 119 registers a thread, 1024 threads would not fit an SM's registers and the launch
-/// would fail). The bound on the splits the environment sets, dense and grouped.
-fn block_fits(ks: usize, tb: usize) -> bool {
-    ks >= 1 && tb >= 1 && ks * tb <= 16
-}
-
-/// `UNMASK_GEMV_SPLIT` = `NxK=KS/TB/U[;...]` (`KS` warps on a tile's K, `TB` tiles a block, `U`
-/// steps a batch, 4 or 8), for the products of `N` rows of `K` inputs of either form: the
-/// dense splits changed on the GPU host without a rebuild, as `UNMASK_MOE_SPLIT` changes the
-/// grouped ones (the GPU host has no cargo, and the harness sweeps time a product beside
-/// stand-ins, not beside the model's own kernels). An entry that does not parse, asks for a batch
-/// no kernel has, more warps on a tile than it has steps, or a block [`block_fits`] refuses is
-/// left out.
-pub fn parse_splits(v: &str) -> Vec<Measured> {
-    let entry = |e: &str| -> Option<[usize; 5]> {
-        let (shape, split) = e.split_once('=')?;
-        let (n, k) = shape.split_once('x')?;
-        let f: Vec<usize> = [n, k].into_iter().chain(split.split('/')).map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
-        <[usize; 5]>::try_from(f).ok()
-    };
-    let forms = [Epilogue::Plain, Epilogue::SiluMul];
-    v.split(';')
-        .filter_map(entry)
-        .filter(|&[_, k, ks, tb, u]| block_fits(ks, tb) && ks <= k / K_STEP && matches!(u, 4 | 8))
-        .flat_map(|[n, k, ks, tb, u]| forms.map(|epilogue| Measured { n, k, epilogue, ks, tb, u }))
-        .collect()
-}
-
-/// `UNMASK_GEMV_SPLIT`'s splits (read once; empty when unset).
-pub fn split_overrides() -> &'static [Measured] {
-    static SET: OnceLock<Vec<Measured>> = OnceLock::new();
-    SET.get_or_init(|| std::env::var("UNMASK_GEMV_SPLIT").map(|v| parse_splits(&v)).unwrap_or_default())
 }
 
 /// The split a table lists for `(n, k, epilogue)`.
@@ -371,32 +325,19 @@ fn measured(table: &[Measured], n: usize, k: usize, epilogue: Epilogue) -> Optio
 
 /// The split of a grouped expert product (kernels/gemv.cu's GRP forms, `n` rows of `k` inputs
 /// per expert), from scripts/moe_bench.cu's sweep at the SDAR-30B-A3B shape (9 distinct experts
-/// a pass) and the model's bench in the same call (docs/gpu-runs/2026-12-04-session9-moe):
+/// a pass) and the model's bench:
 /// - a short K (the down product's 768: 24 steps) takes 2 warps a tile and 4 tiles a block:
 ///   [`split`]'s 8 warps a tile had 3 steps each, and down ran at 1.35 TB/s against 2.2;
 /// - the gate|up product takes 4 warps a tile and 2 tiles a block, not [`split`]'s 8 and 1.
 ///
-/// With both, a sparse layer's route -> gate|up -> down -> combine went from 54.0 to about 41
-/// us and the 30B-A3B forward from 4.75 to 3.77 ms. `UNMASK_MOE_SPLIT` =
-/// `UP_KS/UP_TB,DOWN_KS/DOWN_TB` (warps on a tile's K / tiles a block) overrides both, for
-/// trials on the GPU without a rebuild; a malformed value is ignored, and so is a block
-/// [`block_fits`] refuses.
+/// With both, a sparse layer's route -> gate|up -> down -> combine takes about a quarter less
+/// time.
 pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
     let with = |s: Split, ks: usize, tb: usize| Split { ks: ks.min(k / K_STEP).max(1), tb, blocks: n.div_ceil(TILE_ROWS * tb), ..s };
-    let base = match split(n, k, epilogue) {
+    match split(n, k, epilogue) {
         s if epilogue == Epilogue::Plain && k / K_STEP <= 32 => with(s, 2, 4),
         s if epilogue == Epilogue::SiluMul => with(s, 4, 2),
         s => s,
-    };
-    let Ok(v) = std::env::var("UNMASK_MOE_SPLIT") else { return base };
-    let which = usize::from(epilogue == Epilogue::Plain);
-    let parsed = v.split(',').nth(which).and_then(|p| {
-        let (ks, tb) = p.split_once('/')?;
-        Some((ks.trim().parse::<usize>().ok()?, tb.trim().parse::<usize>().ok()?))
-    });
-    match parsed {
-        Some((ks, tb)) if block_fits(ks, tb) => with(base, ks, tb),
-        _ => base,
     }
 }
 
@@ -718,23 +659,6 @@ mod tests {
         assert_eq!(split(9728, 2560, Epilogue::SiluMul), Split { ks: 8, tb: 1, u: 4, blocks: 608 });
         // a shape not listed keeps the rule
         assert_eq!(split(2560, 4096, Epilogue::Plain), Split { ks: 16, tb: 1, u: 8, blocks: 160 });
-    }
-
-    #[test]
-    fn unmask_gemv_split_names_splits_for_both_forms_and_leaves_out_what_no_kernel_runs() {
-        let set = parse_splits("2048x4096=8/1/8; 5120x2048 = 4/2/4;1x2=3;x1=1/1/8;2048x4096=8/4/8;2048x4096=8/1/6;2048x64=4/1/8;2048x4096=8/1");
-        let rows: Vec<_> = set.iter().map(|m| (m.n, m.k, m.epilogue, m.ks, m.tb, m.u)).collect();
-        assert_eq!(
-            rows,
-            [
-                (2048, 4096, Epilogue::Plain, 8, 1, 8),
-                (2048, 4096, Epilogue::SiluMul, 8, 1, 8),
-                (5120, 2048, Epilogue::Plain, 4, 2, 4),
-                (5120, 2048, Epilogue::SiluMul, 4, 2, 4),
-            ]
-        );
-        assert_eq!(measured(&set, 2048, 4096, Epilogue::Plain), Some(Split { ks: 8, tb: 1, u: 8, blocks: 128 }));
-        assert!(parse_splits("").is_empty());
     }
 
     #[test]

@@ -24,10 +24,14 @@ pub struct Loader<'a> {
 }
 
 impl<'a> Loader<'a> {
-    /// A loader for `device` and compute `dtype`, which picks the projections' layout (paths.rs).
+    /// A loader for `device` and `compute` (its dtype and device paths), which picks the
+    /// projections' layout (paths.rs).
+    /// On a GPU it also hands the kernels' launch choices over (`PathChoices::launch_on`).
     pub fn new(w: &'a dyn WeightSource, compute: impl Into<Compute>, device: &'a Device) -> Self {
-        let Compute { dtype, products } = compute.into();
-        Loader { w, dtype, products, device, bf16_panels: bf16_weights_here(device, dtype), rows: gemv_here(device, dtype) }
+        let Compute { dtype, products, paths } = compute.into();
+        paths.launch_on(device);
+        let (bf16_panels, rows) = (bf16_weights_here(device, dtype, &paths), gemv_here(device, dtype, &paths));
+        Loader { w, dtype, products, device, bf16_panels, rows }
     }
 
     /// A tensor that is not a projection (a norm weight, the embedding), in the compute dtype.

@@ -46,6 +46,7 @@ use config::OneOrMany;
 pub use attention::{KvCache, PassInput};
 pub use decoder::Model;
 pub use linear::Products;
+pub use paths::PathChoices;
 use weights::Weights;
 
 /// A checkpoint compiled into the binary: file name -> bytes.
@@ -494,17 +495,19 @@ fn cuda_device(n: usize) -> Result<Device> {
 pub struct Compute {
     pub dtype: DType,
     pub products: Products,
+    /// The device paths the model takes (paths.rs).
+    pub paths: PathChoices,
 }
 
 impl From<DType> for Compute {
     fn from(dtype: DType) -> Self {
-        Compute { dtype, products: Products::F32 }
+        Compute { dtype, products: Products::F32, paths: PathChoices::DEFAULT }
     }
 }
 
 impl Compute {
     /// `--dtype bf16` on the CPU: f32 tensors, projections in bf16 (bf16_products.rs).
-    pub const CPU_BF16: Compute = Compute { dtype: DType::F32, products: Products::Bf16 };
+    pub const CPU_BF16: Compute = Compute { dtype: DType::F32, products: Products::Bf16, paths: PathChoices::DEFAULT };
 
     /// As `--dtype` says it.
     pub fn label(&self) -> &'static str {

@@ -1,8 +1,9 @@
 //! Fused layer pieces as candle custom ops: one implementation per backend, the CUDA one in
 //! kernels/fused.cu (launched from `cuda/ops.rs`), the CPU one here, written as the kernel's
-//! algorithm in Rust. [`Model`](super::Model) calls these on every device; with
-//! `UNMASK_FUSED=0` it uses the equivalent chains of generic candle ops instead (the path the
-//! fused ops are checked against, on the CPU by tests and on the GPU by `unmask check-device`).
+//! algorithm in Rust. [`Model`](super::Model) calls these on every device; with the fused path
+//! turned off (`UNMASK_FUSED=0`, paths.rs) it uses the equivalent chains of generic candle ops
+//! instead (the path the fused ops are checked against, on the CPU by tests and on the GPU by
+//! `unmask check-device`).
 //!
 //! - [`qkv_prep`]: `[T, (H + 2 KV) * d]` (the stacked q/k/v projection) -> `[H + 2 KV, T, d]`:
 //!   q and k heads RMS-normalised (their own weights) and rotated (RoPE), v heads copied.
@@ -13,16 +14,6 @@
 //! - [`kv_write`]: a pass's K/V into its cache slots, in place (every path uses it).
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
-
-/// `UNMASK_FUSED=1` / `=0` forces the fused ops on or off; unset, the device decides
-/// (see `fused_here` in qwen3.rs).
-pub fn fused_override() -> Option<bool> {
-    match std::env::var("UNMASK_FUSED").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
-        _ => None,
-    }
-}
 
 /// Dtypes the CUDA kernels take.
 pub fn cuda_dtype_ok(dt: DType) -> bool {

@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 use unmask::engine::{decode, Denoiser, ModelDenoiser, Request};
 use unmask::trace::events::{Event, FinishReason, ModelInfo};
-use unmask::model::{Checkpoint, Source};
+use unmask::model::{Checkpoint, PathChoices, Source};
 use unmask::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -119,7 +119,7 @@ pub fn run_case(case: &Case, ck: Checkpoint, routing: bool) -> Vec<Event> {
     };
     settings.validate().unwrap();
     let req = Request { eos_ids: case.eos_ids.clone(), routing, ..request(&case.prompt_ids, settings, ck.tokenizer.mask_id(), ck.info.clone()) };
-    let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id()));
+    let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id(), &PathChoices::DEFAULT));
     let mut events = vec![];
     decode(denoiser.as_mut(), &ck.tokenizer, &req, &mut |e| events.push(e), None);
     events

@@ -26,7 +26,7 @@ use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser
 use crate::trace::events::{Event, ModelInfo};
 use crate::model::config::ModelConfig;
 use crate::model::random::RandomWeights;
-use crate::model::{Checkpoint, Compute, GenerationConfig, Model, Products};
+use crate::model::{Checkpoint, Compute, GenerationConfig, Model, PathChoices, Products};
 use crate::sampler::PosSample;
 use crate::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
 
@@ -480,8 +480,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         crate::cli::output::check_report_path("bench", p)?;
         crate::cli::session::check_decode_outputs(&args.decode, &[("--json", p)])?;
     }
+    let paths = PathChoices::from_env()?;
     let device = args.decode.device.open()?;
-    let compute = args.decode.dtype.compute(&device);
+    let compute = Compute { paths, ..args.decode.dtype.compute(&device) };
     let dtype = compute.dtype;
     let t0 = Instant::now();
     let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
@@ -541,7 +542,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let b = base.block_length;
     let mut elems = Elems { weight: elem, kv: dtype.size_in_bytes(), experts: 0.0 };
     let floor = Floor::new(pass_costs(&cfg, args, base.max_new_tokens, b, &elems), device.is_cpu(), compute.products);
-    let mut den = ModelDenoiser::new(model, mask_id);
+    let mut den = ModelDenoiser::new(model, mask_id, &paths);
     eprintln!(
         "unmask bench: {} on {} ({}), {:.2} GB of weights, loaded in {load_s:.1} s; {}",
         info.source,
@@ -909,7 +910,7 @@ mod tests {
     use super::*;
     use crate::model::random::shape_config;
 
-    /// issue 21's table: at 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
+    /// At 4.17 TB/s the SDAR shapes' block passes (B = 4, bf16) take at least
     /// 0.825 / 1.93 / 3.63 ms; the embedding counts 4 rows, lm_head whole.
     #[test]
     fn a_pass_reads_the_layers_the_head_and_b_embedding_rows() {

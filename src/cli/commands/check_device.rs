@@ -4,7 +4,8 @@
 //! 1. Logits of the test checkpoint on the device (bf16 and f32) against the CPU in f32: a
 //!    block-causal prefill, a cached denoising pass, and the same denoising pass in the
 //!    fixed-shape form that CUDA graphs replay (whole-cache window, mask); with real head
-//!    geometry also through the streamed layer (`Model::use_row_weights`).
+//!    geometry also through the streamed layer (`Model::use_row_weights`), and the streamed
+//!    layer's attention kernels alone (staged, split, plain) against the CPU's.
 //! 2. The device sampler against the reference sampler on the same logits: the model's, and
 //!    synthetic rows of a real vocabulary (bf16 ties included) for greedy and for
 //!    temperature / top-k / top-p settings.
@@ -24,7 +25,7 @@ use serde::Serialize;
 
 use crate::cli::CheckDeviceArgs;
 use crate::model::random::{check_config, RandomWeights};
-use crate::model::{Checkpoint, Model, PassInput, Source};
+use crate::model::{Checkpoint, Compute, Model, PassInput, PathChoices, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
 use crate::engine::settings::{Confidence, SamplerSpec, Sampling, TopK};
@@ -52,6 +53,12 @@ impl Report {
         println!("{} {name}: {value:.3e} (limit {limit:.1e}) {detail}", if pass { "PASS" } else { "FAIL" });
         self.checks.push(Check { name, value, limit, pass, detail });
     }
+}
+
+/// `dtype` on the paths the environment chose: every model here, the CPU's references too, loads
+/// as a decode would.
+fn with(dtype: DType, paths: PathChoices) -> Compute {
+    Compute { paths, ..dtype.into() }
 }
 
 fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
@@ -88,7 +95,7 @@ fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Re
 /// layer between two sparse ones: the GPU in bf16 (the streamed layer: router gemv, routing
 /// table, grouped expert products, combine) and in f32 (the standard layer: per-expert
 /// products) against the CPU in f32.
-fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
+fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize, paths: PathChoices) -> Result<()> {
     let cfg = crate::model::random::three_layer_moe((1024, 16, 4, 32000, 3072), (32, 8, 512));
     let weights = || {
         let mut w = RandomWeights::on_host(&cfg, 11);
@@ -97,10 +104,10 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
     };
     let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
     let block = [5u32, 31999, 31999, 7];
-    let cpu_m = Model::load(&cfg, &weights(), DType::F32, &Device::Cpu)?;
+    let cpu_m = Model::load(&cfg, &weights(), with(DType::F32, paths), &Device::Cpu)?;
     let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
     for (dt, limit) in [(DType::BF16, 5e-2), (DType::F32, 1e-4)] {
-        let g = Model::load(&cfg, &weights(), dt, dev)?;
+        let g = Model::load(&cfg, &weights(), with(dt, paths), dev)?;
         let path = if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
         if dt == DType::BF16 && dev.is_cuda() && path == "standard" {
             bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
@@ -120,22 +127,47 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize) -> Result<()> {
 /// than 512 keys (the split-K kernels on the GPU), in bf16 against the CPU in f32. Each block of
 /// the split kernel takes the query rows of one KV head: 8 (1.7B's heads, 4 rows), 16 (4B's, 4
 /// rows) and 32 (4B's, a storing pass of 8 rows; 30B-A3B's group of 8 at 4 rows), its three forms.
-fn long_cache_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+fn long_cache_checks(rep: &mut Report, dev: &Device, paths: PathChoices) -> Result<()> {
     let prompt: Vec<u32> = (0..1900u32).map(|i| (i * 7919 + 13) % 31990).collect();
     let blocks = [5u32, 31999, 31999, 7, 9, 31999, 31999, 11];
     let cap = 2048;
     for (heads, kv, rows) in [(32, 8, 4), (32, 8, 8), (16, 8, 4)] {
         let cfg = check_config(1024, 2, heads, kv, 128, 3072, 32000)?;
         let block = &blocks[..rows];
-        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::F32, paths), &Device::Cpu)?;
         let want = three_passes(&cpu_m, &prompt, block, cap)?;
-        let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::BF16, dev)?;
+        let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::BF16, paths), dev)?;
         let path = if g.streams(block.len(), cap) { "streamed" } else { "standard" };
         let got = three_passes(&g, &prompt, block, cap)?;
         for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
             let label = format!("logits {heads}/{kv} heads, {rows} rows, cache {cap}, 1900 committed, BF16 {path} {name}");
             rep.check(label, rel_err(a, b)?, 4e-2, "rel. L2 error vs CPU f32");
         }
+    }
+    Ok(())
+}
+
+/// The streamed layer's attention kernels on their own (ops.rs, `attention_into`), against the
+/// CPU body of the attention op on the same bf16 values: the staged kernel (heads of 128, up to
+/// 512 keys), which a model reaches only where the GPU cannot fold q/k prep into it; the split
+/// kernels (more keys); the plain kernel (another head size). Each with a mask hiding keys.
+fn attention_into_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+    use crate::model::ops::{attention, attention_into, Attention};
+    for (label, d, keys) in [("staged", 128, 320), ("split", 128, 1900), ("plain", 64, 320)] {
+        let (h, kv, t, cap) = (16, 8, 4, 2048);
+        let op = Attention { heads: h, kv_heads: kv, head_dim: d, keys, scale: 1.0 / (d as f32).sqrt() };
+        let q = Tensor::randn(0f32, 1.0, (h, t, d), dev)?.to_dtype(DType::BF16)?;
+        let cache = Tensor::randn(0f32, 1.0, (2, kv, cap, d), dev)?.to_dtype(DType::BF16)?;
+        // the pass's own slots are the last `t` keys; every third key hidden
+        let mask: Vec<f32> = (0..t * keys).map(|i| if i % 3 == 1 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let mask = Tensor::from_vec(mask, (t, keys), dev)?.to_dtype(DType::BF16)?;
+        let positions = Tensor::from_vec(((keys - t) as u32..keys as u32).collect::<Vec<_>>(), t, dev)?;
+        let out = Tensor::zeros((t, h * d), DType::BF16, dev)?;
+        attention_into(&out, &q, &cache, Some(&mask), &positions, &op)?;
+        let cpu = |x: &Tensor| x.to_device(&Device::Cpu);
+        let want = attention(&cpu(&q)?, &cpu(&cache)?, Some(&cpu(&mask)?), &op)?;
+        let what = format!("attention-into {label} {h}/{kv} heads of {d}, {t} rows, {keys} keys vs CPU");
+        rep.check(what, rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
     }
     Ok(())
 }
@@ -276,12 +308,11 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
 /// The streamed layer's forms at the shapes whose split was measured rather than ruled
 /// (`gemv::MEASURED`: SDAR-4B and 8B; `gemv::MEASURED_PACKED`: their packed splits and
 /// 1.7B's), some with kernels no other shape runs (the paired form with 8 steps a batch, the
-/// normed and adding forms with 4), at T = 4 and 8, rows and packed; and the shapes
-/// `UNMASK_GEMV_SPLIT` names, so that a split tried on the GPU host is checked there first.
+/// normed and adding forms with 4), at T = 4 and 8, rows and packed.
 fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
-    use crate::model::gemv::{split_overrides, Epilogue, Measured, MEASURED, MEASURED_PACKED};
+    use crate::model::gemv::{Epilogue, Measured, MEASURED, MEASURED_PACKED};
     // every form runs rows and packed: each table's shapes take their split in both layouts
-    for &Measured { n, k, epilogue, .. } in MEASURED.iter().chain(&MEASURED_PACKED).chain(split_overrides()) {
+    for &Measured { n, k, epilogue, .. } in MEASURED.iter().chain(&MEASURED_PACKED) {
         let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
         let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
         let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };
@@ -370,14 +401,17 @@ fn packed_checks(rep: &mut Report, label: &str, epilogue: crate::model::gemv::Ep
 }
 
 pub fn run(args: &CheckDeviceArgs) -> Result<()> {
+    let paths = PathChoices::from_env()?;
     let dev = args.decode.device.open()?;
+    // the kernel checks below that run without a model launch as the models do
+    paths.launch_on(&dev);
     let dir = args.decode.model.clone().context("check-device needs --model DIR (the test checkpoint)")?;
     if let Some(p) = &args.json {
         crate::cli::output::check_report_path("check-device", p)?;
         crate::cli::session::check_decode_outputs(&args.decode, &[("--json", p)])?;
     }
     let mut rep = Report { device: args.decode.device.to_string(), ..Default::default() };
-    let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, DType::F32)?;
+    let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, with(DType::F32, paths))?;
     let mask = cpu.tokenizer.mask_id();
     let vocab = cpu.config.vocab_size;
     let prompt: Vec<u32> = (0..10u32).map(|i| (i * 37 + 5) % vocab as u32).filter(|&t| t != mask).collect();
@@ -389,7 +423,7 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     // 1 + 2a: logits and sampler on the model's logits; fused kernels and generic chains
     // bf16: the CPU in bf16 lands at ~1.9e-2 on this checkpoint (weights and activations rounded)
     for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-        let mut g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, dt)?;
+        let mut g = Checkpoint::load(&Source::Dir(dir.clone()), &dev, with(dt, paths))?;
         for fused in [true, false] {
             g.model.set_fused(fused);
             let path = if g.model.fused() { "fused" } else { "generic" };
@@ -419,12 +453,12 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     ] {
         let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
         let block = [5u32, 31999, 31999, 7];
-        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu)?;
+        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::F32, paths), &Device::Cpu)?;
         // 320: the bench's cache, so the fixed window's mask hides most of its slots
         for cap in [capacity, 320] {
             let want = three_passes(&cpu_m, &prompt, &block, cap)?;
             for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-                let mut g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), dt, &dev)?;
+                let mut g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(dt, paths), &dev)?;
                 for fused in [true, false] {
                     g.set_fused(fused);
                     let path = if g.fused() { "fused" } else { "generic" };
@@ -453,8 +487,9 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     }
 
     // 1c: the MoE block (grouped kernels on the streamed layer) and long caches (split-K attention)
-    moe_checks(&mut rep, &dev, capacity)?;
-    long_cache_checks(&mut rep, &dev)?;
+    moe_checks(&mut rep, &dev, capacity, paths)?;
+    long_cache_checks(&mut rep, &dev, paths)?;
+    attention_into_checks(&mut rep, &dev)?;
 
     // 2b: synthetic rows of a real vocabulary
     let rows = 16;
@@ -519,6 +554,15 @@ mod tests {
 
     /// The repack checks hold on the host too (where pack and unpack are the CPU bodies), and
     /// fail on a weight that is not what was packed.
+    /// The attention-into checks run on the host too (where the op is the CPU body's copy).
+    #[test]
+    fn attention_into_checks_pass_on_the_cpu() {
+        let mut rep = Report::default();
+        attention_into_checks(&mut rep, &Device::Cpu).unwrap();
+        assert_eq!(rep.checks.len(), 3);
+        assert!(rep.checks.iter().all(|c| c.pass && c.value == 0.0), "{:?}", rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>());
+    }
+
     #[test]
     fn repack_checks_pass_on_the_cpu() {
         let mut rep = Report::default();

@@ -22,7 +22,7 @@ pub(super) fn ptx(dev: &CudaDevice) -> Result<&'static str> {
     let r = PTX.get_or_init(|| {
         // mma.sync on bf16 is sm_80 and later; the driver JITs this PTX for the card in hand.
         let arch = super::launch::nvrtc_arch(dev, Some("compute_80")).map_err(|e| e.to_string())?;
-        super::nvrtc::compile_ptx(SOURCE, "gemv.cu", arch)
+        super::nvrtc::compile_ptx(SOURCE, "gemv.cu", arch, super::launch::chosen().kernels)
     });
     match r {
         Ok(s) => Ok(s.as_str()),

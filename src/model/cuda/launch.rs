@@ -1,10 +1,8 @@
 //! Launching the fused kernels (kernels/fused.cu) and the gemv kernel (kernels/gemv.cu), on
-//! compute capability 9.0+ with programmatic dependent launch unless `UNMASK_PDL=0`.
-//!
-//! Measured on the H200 (docs/perf.md, run 7, 128-token decodes): the streamed layer (six
-//! kernels a layer, every one launched here) takes 1.560 ms per forward with it against 1.796
-//! without; on the standard layer, whose projections are cuBLAS's and launched normally, it
-//! gained little (1.739 against 1.781; in run 6 1.786 against 1.750, i.e. noise).
+//! compute capability 9.0+ with programmatic dependent launch unless the start-up choices turn
+//! it off (`UNMASK_PDL=0`, paths.rs). It matters most to the streamed layer, whose six kernels a
+//! layer are all launched here; the standard layer's projections are cuBLAS's, launched
+//! normally, so it gains little.
 //!
 //! A block pass is a chain of short kernels; each one's launch (block scheduling, its
 //! prologue) normally starts only when the kernel before it has finished. Launched this way, a
@@ -20,6 +18,7 @@
 
 use std::ffi::c_void;
 use std::ops::Deref;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys;
@@ -46,35 +45,55 @@ pub fn nvrtc_arch_tensor(dev: &CudaDevice) -> Result<Option<&'static str>> {
     nvrtc_arch(dev, (major >= 8).then_some("compute_80"))
 }
 
-/// Whether kernels launch with programmatic dependent launch on `stream`: on a GPU that has
-/// it, unless `UNMASK_PDL=0`. The GPU is only asked when the switch is on (this runs at every
-/// launch).
-fn pdl(stream: &CudaStream) -> Result<bool> {
-    static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("UNMASK_PDL").as_deref() != Ok("0"));
-    Ok(on && has_pdl(stream)?)
+/// What the kernels' launches and their NVRTC compile take from the start-up choices
+/// (paths.rs, `PathChoices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchChoices {
+    /// Programmatic dependent launch where the GPU has it.
+    pub pdl: bool,
+    /// The folder the kernel sources come from, else the copy built into the binary.
+    pub kernels: Option<&'static Path>,
 }
 
-/// Sets the preferred split of `f`'s SMs between L1 and shared memory: 58 % of the most
-/// shared memory (132 KiB on an H200; `UNMASK_CARVEOUT=P` another percentage, `none` the
-/// driver's choice). The streamed layer's gemv and attention kernels set it. The driver
+static CHOSEN: OnceLock<LaunchChoices> = OnceLock::new();
+
+/// Sets the process's launch choices (each model load on a GPU hands its own over). One set a
+/// process: the kernels compile once and candle keeps each loaded module, so choices that
+/// differ from the first are refused with the reason, and the first stay.
+pub fn choose(want: LaunchChoices) -> std::result::Result<(), String> {
+    let have = *CHOSEN.get_or_init(|| want);
+    if have != want {
+        return Err(format!("kernel launch choices {want:?} ignored: this process already launches with {have:?}"));
+    }
+    Ok(())
+}
+
+/// The process's launch choices: those [`choose`] was given first, else every path on and the
+/// built-in kernels.
+pub fn chosen() -> LaunchChoices {
+    *CHOSEN.get_or_init(|| LaunchChoices { pdl: true, kernels: None })
+}
+
+/// Whether kernels launch with programmatic dependent launch on `stream`: on a GPU that has
+/// it, unless [`chosen`] turns it off. The GPU is only asked when it is on (this runs at every
+/// launch).
+fn pdl(stream: &CudaStream) -> Result<bool> {
+    Ok(chosen().pdl && has_pdl(stream)?)
+}
+
+/// The preferred split of an SM between L1 and shared memory that the streamed layer's gemv
+/// and attention kernels ask for, in percent of the most shared memory (132 KiB on an H200).
+/// The gemvs need L1 (their loads in flight pass through it) and room for several blocks: the
+/// largest L1 and the largest shared memory were both slower than the driver's choice, this
+/// split faster.
+const CARVEOUT_PERCENT: i32 = 58;
+
+/// Sets `f`'s split of its SMs between L1 and shared memory to [`CARVEOUT_PERCENT`]. The driver
 /// otherwise picks a split per kernel from the shared memory it takes, and an SM keeps a split
 /// while any block runs on it, so under PDL a kernel's blocks ran under whatever split the
-/// kernel before them on that SM had asked for. On the H200 (docs/perf.md, run 9 and session
-/// 6's trials): 1.427 ms a forward against 1.571 with the driver's choice (128 tokens); for
-/// the gemvs 44-58 % was best, the largest L1 (0 %) and the largest shared memory (100 %) both
-/// slower than the driver's choice: the gemvs need L1 (their loads in flight pass through it)
-/// and room for several blocks.
+/// kernel before them on that SM had asked for.
 pub fn carveout(f: &CudaFunction) -> Result<()> {
-    static PCT: OnceLock<Option<i32>> = OnceLock::new();
-    let pct = *PCT.get_or_init(|| match std::env::var("UNMASK_CARVEOUT").as_deref() {
-        Ok("none") => None,
-        Ok(v) => Some(v.parse().unwrap_or(58).clamp(0, 100)),
-        Err(_) => Some(58),
-    });
-    if let Some(p) = pct {
-        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p).w()?;
-    }
+    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, CARVEOUT_PERCENT).w()?;
     Ok(())
 }
 

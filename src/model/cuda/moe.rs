@@ -5,8 +5,8 @@
 //! A sparse layer after its router product is four kernels: the routing, gate|up and down from
 //! its table, the combine. The down kernel reads the table and loads its first weights before
 //! waiting for gate|up (kernels/gemv.cu, GRP). Two shorter chains, the routing in every gate|up
-//! block and the combine in the down kernel's last blocks, were slower (docs/perf.md, session
-//! 20).
+//! block and the combine in the down kernel's last blocks, were slower than these four
+//! kernels.
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};

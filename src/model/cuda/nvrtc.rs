@@ -5,11 +5,12 @@
 //! name, which cudarc's `compile_ptx_with_opts` leaves empty, hence this.
 //! scripts/nvrtc_check.py does the same.
 //!
-//! `UNMASK_KERNELS=DIR` compiles the sources and headers found in DIR (a copy of kernels/) in
-//! place of the built-in ones (paths.rs, `kernel_source`).
+//! With a kernel folder chosen at start-up (`UNMASK_KERNELS=DIR`, paths.rs) it compiles the
+//! sources and headers found there (a copy of kernels/) in place of the built-in ones.
 
 use std::ffi::{c_char, CString};
 use std::mem::MaybeUninit;
+use std::path::Path;
 
 use candle_core::cuda_backend::cudarc::nvrtc::{result, sys};
 
@@ -38,11 +39,12 @@ fn text(buf: &[c_char]) -> String {
 }
 
 /// The PTX of the source `src` (`name`: its file name, for NVRTC's messages) for `arch`, or
-/// NVRTC's default target without one; on failure NVRTC's error, the options and the log.
-pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>) -> Result<String, String> {
+/// NVRTC's default target without one, the source and headers read from `kernels` where it
+/// names a folder; on failure NVRTC's error, the options and the log.
+pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>, kernels: Option<&Path>) -> Result<String, String> {
     let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
-    let (src, file) = (c(&kernel_source(name, src)?)?, c(name)?);
-    let texts = HEADERS.iter().map(|(n, t)| c(&kernel_source(n, t)?)).collect::<Result<Vec<_>, _>>()?;
+    let (src, file) = (c(&kernel_source(kernels, name, src)?)?, c(name)?);
+    let texts = HEADERS.iter().map(|(n, t)| c(&kernel_source(kernels, n, t)?)).collect::<Result<Vec<_>, _>>()?;
     let names = HEADERS.iter().map(|(n, _)| c(n)).collect::<Result<Vec<_>, _>>()?;
     let headers: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
     let includes: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();

@@ -23,7 +23,7 @@ fn ptx(dev: &CudaDevice) -> Result<&'static str> {
         // compute_90 where the kernels can let the next one launch early (see fused.cu), compute_80
         // where the split attention's tensor-core products exist
         let arch = super::launch::nvrtc_arch_tensor(dev).map_err(|e| e.to_string())?;
-        super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch)
+        super::nvrtc::compile_ptx(SOURCE, "fused.cu", arch, super::launch::chosen().kernels)
     });
     match r {
         Ok(s) => Ok(s.as_str()),
@@ -357,12 +357,6 @@ pub struct PrepAttentionInto<'a> {
     pub sin: &'a Tensor,
 }
 
-/// The staged attention kernels' switch: on unless `UNMASK_ATTENTION_STAGED=0` (read once).
-fn staged_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_STAGED").as_deref() != Ok("0"))
-}
-
 /// Whether a block of `dev` may take `bytes` of dynamic shared memory (opted in past 48 KiB).
 fn smem_fits(dev: &CudaDevice, bytes: usize) -> Result<bool> {
     let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).w()?;
@@ -377,15 +371,12 @@ fn prep_smem(keys: usize) -> usize {
 
 impl PrepAttentionInto<'_> {
     /// Whether the fused kernel runs this pass: bf16 heads of 128 on the GPU, at most 512 keys
-    /// and 15 rows, its shared memory within the GPU's, unless `UNMASK_ATTENTION_PREP=0` or
-    /// `UNMASK_ATTENTION_STAGED=0` (q/k prep, then the attention kernel: for comparisons).
+    /// and 15 rows, its shared memory within the GPU's. Any other pass runs q/k prep, then the
+    /// attention kernel ([`AttentionInto`]).
     pub fn fits(prep: &QkvPrep, op: &Attention, qkv: &Tensor, out: &Tensor) -> bool {
-        static ON: OnceLock<bool> = OnceLock::new();
-        let on = *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_PREP").as_deref() != Ok("0"));
         let (Device::Cuda(dev), Ok(t)) = (qkv.device(), qkv.dim(0)) else { return false };
         let ok = |x: &Tensor| x.dtype() == DType::BF16 && x.is_contiguous() && x.layout().start_offset().is_multiple_of(8);
-        on && staged_on()
-            && prep.head_dim == 128
+        prep.head_dim == 128
             && op.head_dim == 128
             && op.keys <= 512
             && t <= 15
@@ -511,11 +502,11 @@ impl<'a> AttentionViews<'a> {
 
 impl AttentionInto<'_> {
     /// Whether the staged kernel runs this attention: bf16 heads of 128, at most 512 keys (a
-    /// thread a key) and 16 rows (a warp a row re-reads its slot), unless
-    /// `UNMASK_ATTENTION_STAGED=0`.
+    /// thread a key) and 16 rows (a warp a row re-reads its slot), its shared memory within the
+    /// GPU's.
     fn staged(&self, dev: &CudaDevice, t_len: usize) -> Result<bool> {
         let op = self.op;
-        if !staged_on() || op.head_dim != 128 || op.keys > 512 || t_len > 16 || self.positions.dims() != [t_len] {
+        if op.head_dim != 128 || op.keys > 512 || t_len > 16 || self.positions.dims() != [t_len] {
             return Ok(false);
         }
         smem_fits(dev, staged_smem(op.keys))
@@ -557,12 +548,10 @@ impl AttentionInto<'_> {
 }
 
 /// Whether the streamed layer's attention over `op.keys` keys runs the split-K kernels
-/// (kernels/fused.cu, attention_split): bf16 heads of 128 over more than 512 keys, unless
-/// `UNMASK_ATTENTION_SPLIT=0`. They take any number of keys, so the streamed layer does too.
+/// (kernels/fused.cu, attention_split): bf16 heads of 128 over more than the staged kernel's
+/// 512 keys. They take any number of keys, so the streamed layer does too.
 pub fn split_applies(op: &Attention) -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("UNMASK_ATTENTION_SPLIT").as_deref() != Ok("0"));
-    on && op.head_dim == 128 && op.keys > 512
+    op.head_dim == 128 && op.keys > 512
 }
 
 /// Keys one block of the split kernel takes (kernels/fused.cu's SPLIT_KEYS).
@@ -652,6 +641,8 @@ impl candle_core::InplaceOp3 for AttentionInto<'_> {
         if split_applies(op) {
             return self.launch_split(&dev, (so, lo), (sq, lq), (skv, lkv), (t_len, cap));
         }
+        // what neither takes (another head size, more rows, a GPU whose blocks have less
+        // shared memory than the staged kernel's): the plain kernel, within its own limits
         let cfg = attention_cfg(op, t_len)?;
         let f = dev.get_or_load_custom_func("unmask_attention_bf16", MODULE, ptx(&dev)?)?;
         let stream = dev.cuda_stream();
