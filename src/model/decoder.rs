@@ -75,7 +75,7 @@ impl Decoder {
     fn check(&self) -> Result<()> {
         let Some(first) = self.layers.first() else { bail!("a model needs at least one layer") };
         let (heads, rope) = (first.attn.heads, first.attn.rope);
-        if let Some(l) = self.layers.iter().position(|l| (l.attn.heads.heads, l.attn.heads.kv_heads, l.attn.heads.head_dim) != (heads.heads, heads.kv_heads, heads.head_dim) || l.attn.rope != rope) {
+        if let Some(l) = self.layers.iter().position(|l| l.attn.heads != heads || l.attn.rope != rope) {
             bail!("layer {l}: its attention's shape or rotary embedding differs from layer 0's");
         }
         if rope.dims != heads.head_dim {
@@ -162,23 +162,32 @@ impl Model {
     /// blocks of `block` positions counted from position 0. The K/V of the first `keep` ids
     /// are committed (the rest stay scratch).
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<Tensor> {
-        Ok(self.forward_routed(ids, cache, block, keep)?.0)
+        let input = self.input_after(cache, ids, block, keep)?;
+        let (h, _) = self.run(&input, cache, true)?;
+        cache.len += keep;
+        Ok(h)
     }
 
     /// [`Model::forward`], and the pass's routing in every sparse layer (none for a dense
     /// model). The routes are the host-side values the MoE block computes with, so keeping
     /// them costs nothing beyond these vectors.
     pub fn forward_routed(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<(Tensor, Vec<LayerRoutes>)> {
+        let input = self.input_after(cache, ids, block, keep)?;
+        let routed = self.run(&input, cache, true)?;
+        cache.len += keep;
+        Ok(routed)
+    }
+
+    /// The input of a pass over `ids` after the cache's committed positions, block-causal with
+    /// blocks of `block`, that commits `keep` of them.
+    fn input_after(&self, cache: &KvCache, ids: &[u32], block: usize, keep: usize) -> Result<PassInput> {
         let (start, t) = (cache.len, ids.len());
         if keep > t {
             bail!("a pass over {t} positions cannot store {keep}");
         }
         cache.room_for(t)?;
         let mask = super::layers::attention::block_causal_mask(start, t, block, start + t);
-        let input = PassInput::new(ids, start, mask, self.dtype, &self.device)?;
-        let routed = self.run(&input, cache, true)?;
-        cache.len += keep;
-        Ok(routed)
+        PassInput::new(ids, start, mask, self.dtype, &self.device)
     }
 
     /// The forward pass over device-side inputs. Writes the pass's K/V into the cache slots

@@ -15,7 +15,7 @@ use crate::model::loader::Loader;
 use crate::model::ops;
 
 /// The shape of a layer's attention: what the fused ops and the generic chains need to know.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Heads {
     pub heads: usize,
     pub kv_heads: usize,

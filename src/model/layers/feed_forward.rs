@@ -5,8 +5,8 @@
 use anyhow::Result;
 use candle_core::Tensor;
 
-use super::swiglu::SwiGlu;
 use super::moe::{MoeBlock, Route};
+use super::swiglu::SwiGlu;
 
 /// A layer's feed-forward block.
 pub enum FeedForward {

@@ -7,8 +7,9 @@ use candle_core::{DType, Device, Tensor};
 
 use super::attention::block_causal_mask;
 
-/// The device-side inputs of one forward pass. [`Model::forward`](crate::model::Model::forward) builds them from host ids;
-/// a caller that replays a captured CUDA graph keeps them in fixed buffers and rewrites them.
+/// The device-side inputs of one forward pass.
+/// [`Model::forward`](crate::model::Model::forward) builds them from host ids; a caller that
+/// replays a captured CUDA graph keeps them in fixed buffers and rewrites them.
 pub struct PassInput {
     /// Token ids `[T]` u32.
     pub ids: Tensor,
@@ -19,14 +20,6 @@ pub struct PassInput {
     pub keys: usize,
     /// Additive `[T, keys]` mask (0 or -inf) in the model's dtype; `None`: every key visible.
     pub mask: Option<Tensor>,
-}
-
-/// An additive mask of `shape` on `device`, in `dtype`.
-pub fn mask_tensor(mask: Option<Vec<f32>>, shape: (usize, usize), dtype: DType, device: &Device) -> Result<Option<Tensor>> {
-    Ok(match mask {
-        None => None,
-        Some(m) => Some(Tensor::from_vec(m, shape, device)?.to_dtype(dtype)?),
-    })
 }
 
 /// K/V of every committed position, per layer, preallocated for the whole decode: one
@@ -114,6 +107,14 @@ impl PassInput {
         let mask = block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
         (positions, mask)
     }
+}
+
+/// An additive mask of `shape` on `device`, in `dtype`.
+pub fn mask_tensor(mask: Option<Vec<f32>>, shape: (usize, usize), dtype: DType, device: &Device) -> Result<Option<Tensor>> {
+    Ok(match mask {
+        None => None,
+        Some(m) => Some(Tensor::from_vec(m, shape, device)?.to_dtype(dtype)?),
+    })
 }
 
 /// Rotary position embedding in the rotate-half convention: base `theta` over the first `dims`
