@@ -94,7 +94,7 @@ pub struct PassRouting {
 
 impl PassRouting {
     /// From the routes of every row of a forward whose last `b` rows are the block.
-    pub fn of(layers: Vec<crate::model::decoder::LayerRoutes>, b: usize) -> Self {
+    pub fn of(layers: Vec<crate::model::LayerRoutes>, b: usize) -> Self {
         let distinct = layers.iter().map(|l| l.distinct_experts() as u32).collect();
         let mut block = vec![Vec::with_capacity(layers.len()); b];
         for layer in layers {

@@ -506,7 +506,7 @@ mod tests {
         let op = Attention { heads: h, kv_heads: kvh, head_dim: d, keys, scale: 1.0 / (d as f32).sqrt() };
         let q: Vec<f32> = values(h * t * d, 1).iter().map(|v| v * 3.0).collect();
         let kv = values(2 * kvh * cap * d, 2);
-        let mask = masked.then(|| crate::model::attention::block_causal_mask(keys - t, t, 4, keys).unwrap());
+        let mask = masked.then(|| crate::model::layers::attention::block_causal_mask(keys - t, t, 4, keys).unwrap());
         f(&Job { op: &op, q: &q, kv: &kv, mask: mask.as_deref(), t_len: t, cap });
     }
 

@@ -5,7 +5,7 @@
 //! A block pass multiplies 4 or 8 rows by every weight once, so it is bound by streaming the
 //! weights. Its paired form folds the MLP's silu(gate) * up into the gate|up product; its norm
 //! and residual forms ([`GemvInto`]) fold the layer's RMSNorms and residual adds in, which is
-//! what the GPU's streamed layer runs (decoder.rs, `forward_streamed`; the default in bf16,
+//! what the GPU's streamed layer runs (fast/streamed.rs; the default in bf16,
 //! `UNMASK_GEMV=0` for cuBLAS, paths.rs). [`Gemv::fits`] says where the kernel applies;
 //! elsewhere callers use candle's matmul.
 
@@ -456,9 +456,9 @@ pub fn silu_mul_rows(gu: &[half::bf16], t: usize, i: usize) -> Vec<half::bf16> {
 /// The product with what surrounds it, written into an existing `[T, N]` tensor (`out`):
 /// `out = residual + epilogue(r ⊙ (x · Wᵀ))`, each part optional. With `rms = Some(eps)`, `r`
 /// is each row's `1 / sqrt(mean(x²) + eps)`: an RMSNorm of `x` whose weight the caller has
-/// folded into `W` (columns scaled, see qwen3.rs, `fold_norms`). A block pass of the GPU's
+/// folded into `W` (columns scaled, see fast/fold.rs). A block pass of the GPU's
 /// streamed layer runs every projection this way, into buffers allocated once for the pass, so
-/// a captured graph holds no allocation between its kernels (see qwen3.rs, `Workspace`).
+/// a captured graph holds no allocation between its kernels (see fast/streamed.rs, `Workspace`).
 #[derive(Clone, Copy, Debug)]
 pub struct GemvInto<'a> {
     pub epilogue: Epilogue,
@@ -789,7 +789,7 @@ mod tests {
         let (t, k, n) = (4, 256, 48);
         let (x, w) = (bf((t, k), 0.1), bf((n, k), 0.7));
         let nw = (bf((1, k), 2.0).flatten_all().unwrap() * 0.5).unwrap();
-        // the norm weight folded into W's columns, as qwen3.rs does for the streamed layer
+        // the norm weight folded into W's columns, as fast/fold.rs does for the streamed layer
         let folded = w.broadcast_mul(&nw.unsqueeze(0).unwrap()).unwrap();
         for (epilogue, rows) in [(Epilogue::Plain, n), (Epilogue::SiluMul, n / 2)] {
             let op = GemvInto { epilogue, rms: Some(1e-6), residual: None };

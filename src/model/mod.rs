@@ -1,10 +1,9 @@
 //! Loading an SDAR / Qwen3 checkpoint (Hugging Face layout) from a folder or from the bytes
 //! embedded in the binary, through one code path.
 
-// How the folder is organised (docs/architecture.md): the shared decoder and its blocks,
-// one file per family over them, the registry that picks one, the CPU kernels, and the CUDA
-// launchers in cuda/.
-pub mod attention;
+// How the folder is organised (docs/architecture.md): one file per family, the registry that
+// picks one, the decoder and `Model`, the shared blocks in layers/, the device fast paths in
+// fast/, the projections and CPU kernels, and the CUDA launchers in cuda/.
 pub mod bf16_products;
 pub mod chat;
 pub mod config;
@@ -13,15 +12,13 @@ pub mod cpu_attention;
 mod cuda;
 pub mod decoder;
 pub mod embedded;
+pub mod fast;
 pub mod fastmath;
-pub mod ffn;
 pub mod gemv;
 pub mod hub;
+pub mod layers;
 pub mod linear;
 pub mod loader;
-pub mod mlp;
-pub mod moe;
-pub mod moe_grouped;
 pub mod ops;
 mod paths;
 pub mod qwen3;
@@ -29,7 +26,6 @@ pub mod qwen3_moe;
 pub mod random;
 pub mod registry;
 pub mod tokenizer;
-pub mod topk;
 pub mod weights;
 
 use std::path::{Path, PathBuf};
@@ -43,8 +39,9 @@ use crate::trace::events::ModelInfo;
 use crate::model::tokenizer::Tok;
 pub use config::ModelConfig;
 use config::OneOrMany;
-pub use attention::{KvCache, PassInput};
 pub use decoder::Model;
+pub use layers::kv_cache::{KvCache, PassInput};
+pub use layers::moe::LayerRoutes;
 pub use linear::Products;
 pub use paths::PathChoices;
 use weights::Weights;
@@ -380,7 +377,8 @@ impl Checkpoint {
 /// config.json's layer count against the checkpoint's tensors, before anything is sized by it.
 fn check_layers(config: &ModelConfig, weights: &Weights, label: &str) -> Result<()> {
     let n = config.num_hidden_layers;
-    let has = |l: usize| weights.contains(&format!("model.layers.{l}.input_layernorm.weight"));
+    let layer_tensor = registry::family(config)?.layer_tensor;
+    let has = |l: usize| weights.contains(&layer_tensor(l));
     if !has(n - 1) || has(n) {
         let real = (0..=crate::limits::MAX_LAYERS).find(|&l| !has(l)).unwrap_or(0);
         bail!("{label}: field `num_hidden_layers` is {n}, but the weights hold {real} layers");

@@ -546,7 +546,7 @@ mod tests {
             let op = Attention { heads: h, kv_heads: kvh, head_dim: d, keys, scale: 0.25 };
             let q = Tensor::randn(0f32, 1.0, (h, t, d), &dev).unwrap();
             let kv = Tensor::randn(0f32, 1.0, (2, kvh, cap, d), &dev).unwrap();
-            let mask = crate::model::attention::block_causal_mask(keys - t, t, 4, keys).unwrap();
+            let mask = crate::model::layers::attention::block_causal_mask(keys - t, t, 4, keys).unwrap();
             let got = attention(&q, &kv, Some(&Tensor::from_slice(&mask, (t, keys), &dev).unwrap()), &op).unwrap();
             assert_eq!(got.dims(), &[t, h * d]);
             let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();

@@ -1,25 +1,28 @@
-//! Qwen3-MoE and SDAR-MoE (SDAR-30B-A3B): a layer's feed-forward block is a sparse mixture of
-//! `num_experts` SwiGLUs of `moe_intermediate_size` (moe.rs) under `model.layers.N.mlp.gate`
-//! and `model.layers.N.mlp.experts.E`, except the layers listed in `mlp_only_layers` or off the
-//! `decoder_sparse_step`, which are dense SwiGLUs of `intermediate_size` (qwen3.rs's).
+//! Qwen3-MoE and SDAR-MoE (SDAR-30B-A3B): Qwen3's architecture (qwen3.rs: attention, layer,
+//! model, tensor names) with a sparse feed-forward block in most layers: a mixture of
+//! `num_experts` SwiGLUs of `moe_intermediate_size` (layers/moe.rs) under
+//! `model.layers.N.mlp.gate` and `model.layers.N.mlp.experts.E`, except the layers listed in
+//! `mlp_only_layers` or off the `decoder_sparse_step`, which are dense SwiGLUs of
+//! `intermediate_size` (qwen3.rs's).
 
 use anyhow::{bail, Result};
 
 use super::config::ModelConfig;
-use super::ffn::Mlp;
+use super::layers::feed_forward::FeedForward;
+use super::layers::moe::MoeBlock;
 use super::loader::Loader;
-use super::mlp::SwiGlu;
-use super::moe::MoeBlock;
+use super::qwen3;
 use super::registry::Family;
 
 pub const FAMILY: Family = Family {
     model_types: &["sdar_moe", "qwen3_moe"],
     architectures: &["SDARMoeForCausalLM", "Qwen3MoeForCausalLM"],
     check,
-    mlp,
+    layer_tensor: qwen3::FAMILY.layer_tensor,
+    load: |cfg, b| qwen3::model(cfg, b, ffn),
 };
 
-/// The MoE fields, bounded (crate::limits) before experts are allocated from them.
+/// Config: the MoE fields, bounded (crate::limits) before experts are allocated from them.
 fn check(cfg: &ModelConfig) -> Result<()> {
     let m = &cfg.moe;
     let required = [
@@ -47,12 +50,14 @@ fn check(cfg: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
-fn mlp(cfg: &ModelConfig, b: &Loader, l: usize) -> Result<Mlp> {
-    let prefix = format!("model.layers.{l}.mlp");
+/// Feed-forward of layer `l` under `prefix` (`model.layers.N.mlp`): where the layer is sparse
+/// ([`ModelConfig::is_sparse`]), the router `gate` over `num_experts` experts, each row's
+/// `num_experts_per_tok` best renormalised where `norm_topk_prob`; else qwen3.rs's dense SwiGLU.
+fn ffn(cfg: &ModelConfig, b: &Loader, prefix: &str, l: usize) -> Result<FeedForward> {
     let m = &cfg.moe;
     if !cfg.is_sparse(l) {
-        return Ok(Mlp::Dense(SwiGlu::load(b, &prefix, cfg.hidden_size, cfg.intermediate_size)?));
+        return qwen3::dense(cfg, b, prefix, l);
     }
     let shape = (m.num_experts.unwrap_or(0), m.num_experts_per_tok.unwrap_or(0), m.moe_intermediate_size.unwrap_or(0));
-    Ok(Mlp::Sparse(MoeBlock::load(b, &prefix, cfg.hidden_size, shape, m.norm_topk_prob)?))
+    Ok(FeedForward::Sparse(MoeBlock::load(b, prefix, cfg.hidden_size, shape, m.norm_topk_prob)?))
 }

@@ -326,7 +326,7 @@ pub fn check_config(hidden: usize, layers: usize, heads: usize, kv_heads: usize,
 pub(crate) mod passes {
     use candle_core::{Device, Tensor};
 
-    use crate::model::decoder::LayerRoutes;
+    use crate::model::LayerRoutes;
     use crate::model::{Model, PassInput};
 
     /// The logits of four passes over a 24-slot cache, on the CPU: a 10-row prefill (storing

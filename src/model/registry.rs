@@ -1,14 +1,15 @@
 //! The families unmask runs, and the one place that picks a checkpoint's family from its
 //! config.json. A new family is a file beside qwen3.rs with a [`Family`] constant, listed in
-//! [`FAMILIES`].
+//! [`FAMILIES`]: it checks its own config fields and builds its [`Decoder`] from its own
+//! tensor names, out of the blocks of layers/ (and any block of its own).
 
 use anyhow::{bail, Context, Result};
 
 use super::config::ModelConfig;
-use super::ffn::Mlp;
+use super::decoder::Decoder;
 use super::loader::Loader;
 
-/// What a family adds to the shared decoder (decoder.rs).
+/// A family: which checkpoints it takes, and how it builds the network from one.
 pub struct Family {
     /// config.json `model_type` values it takes.
     pub model_types: &'static [&'static str],
@@ -16,8 +17,13 @@ pub struct Family {
     pub architectures: &'static [&'static str],
     /// Checks of its own config fields, after the shared ones; errors name the field and value.
     pub check: fn(&ModelConfig) -> Result<()>,
-    /// Layer `l`'s feed-forward block, from its tensors.
-    pub mlp: fn(&ModelConfig, &Loader, usize) -> Result<Mlp>,
+    /// The name of a tensor layer `l` has (its input norm's): how many layers a checkpoint
+    /// holds is checked against `num_hidden_layers` by it, before anything is loaded.
+    pub layer_tensor: fn(usize) -> String,
+    /// The network from the checkpoint's tensors: embedding, layers, final norm, lm_head. A
+    /// random weight source draws tensors in the order they are read (random.rs,
+    /// `tensor_order`).
+    pub load: fn(&ModelConfig, &Loader) -> Result<Decoder>,
 }
 
 pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY, super::qwen3_moe::FAMILY];

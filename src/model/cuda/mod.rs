@@ -4,7 +4,7 @@
 //! - [`ops`]: kernels/fused.cu, the fused ops of `model/ops.rs`.
 //! - [`gemv`]: kernels/gemv.cu, the tensor-core gemv of `model/gemv.rs` (the streamed layer).
 //! - [`moe`]: the grouped forms of kernels/gemv.cu around kernels/moe.cuh, the MoE block of
-//!   `model/moe_grouped.rs`.
+//!   `model/fast/moe_grouped.rs`.
 //! - [`launch`]: launching either under programmatic dependent launch, and their NVRTC target.
 //! - [`nvrtc`]: compiling the three sources, with kernels/common.cuh as a named header.
 //!

@@ -17,7 +17,7 @@ use half::bf16;
 
 use super::launch::{aligned, held_aligned, held_storage, Args};
 use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
-use crate::model::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
+use crate::model::fast::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
 /// The words `[at, at + len)` of the tables buffer, from its guard (`storage_and_layout`: the
 /// ops hold the buffer, it is not an operand): a layer's table, the counters. The kernels write

@@ -1,94 +1,21 @@
-//! Block-causal self-attention over the preallocated KV cache, as every SDAR family has it
-//! (Qwen3's: q/k/v stacked into one product, q/k RMSNorm, RoPE in the rotate-half convention,
-//! grouped KV heads): the cache, the pass inputs, the mask, the RoPE tables and the block.
+//! Block-causal self-attention over the preallocated KV cache, the form every SDAR family has:
+//! q, k and v as one product (stacked from three tensors, or one fused tensor), q/k RMSNorm
+//! per head, rotary embedding (kv_cache.rs's [`Rope`]), grouped KV heads; and the block-causal
+//! masks. A family's file says which tensors make up the q|k|v product ([`AttentionTensors`]).
 
-use anyhow::{bail, Result};
-use candle_core::{DType, Device, Tensor};
+use anyhow::Result;
+use candle_core::Tensor;
 use candle_nn::ops::{rms_norm, softmax_last_dim};
 use candle_nn::rotary_emb::rope;
 
-use super::config::ModelConfig;
-use super::loader::Loader;
-use super::linear::Linear;
-use super::ops;
-
-/// The device-side inputs of one forward pass. [`Model::forward`](super::Model::forward) builds them from host ids;
-/// a caller that replays a captured CUDA graph keeps them in fixed buffers and rewrites them.
-pub struct PassInput {
-    /// Token ids `[T]` u32.
-    pub ids: Tensor,
-    /// Absolute position of each id `[T]` u32: RoPE angle and the cache slot its K/V go to.
-    pub positions: Tensor,
-    /// Cache slots `[0, keys)` the queries attend over (at least every committed one and the
-    /// pass's own).
-    pub keys: usize,
-    /// Additive `[T, keys]` mask (0 or -inf) in the model's dtype; `None`: every key visible.
-    pub mask: Option<Tensor>,
-}
-
-/// K/V of every committed position, per layer, preallocated for the whole decode: one
-/// `[2, kv_heads, capacity, head_dim]` tensor per layer (K then V), written in place.
-/// Positions `[len, len + T)` are scratch for a pass that does not store.
-pub struct KvCache {
-    pub(super) kv: Vec<Tensor>,
-    /// RoPE cos/sin rows for every position the cache can hold.
-    pub(super) cos: Tensor,
-    pub(super) sin: Tensor,
-    pub(super) len: usize,
-    pub(super) capacity: usize,
-}
-
-impl KvCache {
-    /// Whether `t` more positions fit after the committed ones: an error saying how many do not.
-    pub(super) fn room_for(&self, t: usize) -> anyhow::Result<()> {
-        if self.len + t > self.capacity {
-            bail!("KV cache overflow: {} + {t} positions > capacity {}", self.len, self.capacity);
-        }
-        Ok(())
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Forgets every committed position; the stale K/V are overwritten before they are read.
-    pub fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// Commits the `t` positions after the prefix, whose K/V a pass over [`PassInput`]s has
-    /// already written (see [`Model::forward_input`](super::Model::forward_input)).
-    pub fn advance(&mut self, t: usize) -> Result<()> {
-        if self.len + t > self.capacity {
-            bail!("KV cache overflow: {} + {t} positions > capacity {}", self.len, self.capacity);
-        }
-        self.len += t;
-        Ok(())
-    }
-}
-
-impl PassInput {
-    /// Host-side contents of a pass of `t` positions at `start` that attends over the whole
-    /// cache (`keys == capacity`): its positions and its `[t, capacity]` mask, which hides the
-    /// slots not written yet (`>= start + t`) and later blocks. Its shape depends only on `t`
-    /// and `capacity`, so one captured graph serves every block of a decode.
-    pub fn window(start: usize, t: usize, block: usize, capacity: usize) -> (Vec<u32>, Vec<f32>) {
-        let positions = (start..start + t).map(|p| p as u32).collect();
-        let mask = block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
-        (positions, mask)
-    }
-}
+use super::kv_cache::{PassInput, Rope};
+use crate::model::config::ModelConfig;
+use crate::model::linear::Linear;
+use crate::model::loader::Loader;
+use crate::model::ops;
 
 /// The shape of a layer's attention: what the fused ops and the generic chains need to know.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Heads {
     pub heads: usize,
     pub kv_heads: usize,
@@ -98,8 +25,15 @@ pub struct Heads {
 }
 
 impl Heads {
+    /// The fields every Qwen3-style config.json spells alike: `num_attention_heads`,
+    /// `num_key_value_heads`, `head_dim`, and `rms_norm_eps` for the q/k norms.
     pub fn of(cfg: &ModelConfig) -> Self {
         Heads { heads: cfg.num_attention_heads, kv_heads: cfg.kv_heads(), head_dim: cfg.head_dim(), eps: cfg.rms_norm_eps as f32 }
+    }
+
+    /// Rows of the q product and of each of the k and v products: `(heads d, kv_heads d)`.
+    pub fn widths(&self) -> (usize, usize) {
+        (self.heads * self.head_dim, self.kv_heads * self.head_dim)
     }
 
     /// The attention op over `keys` cache slots.
@@ -109,34 +43,44 @@ impl Heads {
     }
 }
 
-/// One layer's self-attention: `self_attn.{q,k,v,o}_proj` and `self_attn.{q,k}_norm`.
+/// A checkpoint's names for one layer's attention tensors (each `[out, in]`).
+pub struct AttentionTensors {
+    /// The parts of the q|k|v product, stacked along `out` in this order: `(name, rows)`. Three
+    /// (q, k, v: Qwen3's `q_proj`, `k_proj`, `v_proj`) or one already fused (`[q | k | v]`).
+    pub qkv: Vec<(String, usize)>,
+    pub o: String,
+    /// The q and k RMSNorm weights `[head_dim]`, shared by every head.
+    pub q_norm: String,
+    pub k_norm: String,
+}
+
+/// One layer's self-attention.
 pub struct SelfAttention {
     /// q, k and v projections stacked: one matmul, `[hidden, heads*d + 2*kv_heads*d]`.
     pub qkv_proj: Linear,
     pub o_proj: Linear,
     pub q_norm: Tensor,
     pub k_norm: Tensor,
+    pub heads: Heads,
+    pub rope: Rope,
 }
 
 impl SelfAttention {
-    /// The tensors under `prefix` (`model.layers.N.self_attn`).
-    pub fn load(b: &Loader, prefix: &str, cfg: &ModelConfig) -> Result<Self> {
-        let (h, d) = (cfg.hidden_size, cfg.head_dim());
-        let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
-        let qkv = [
-            (format!("{prefix}.q_proj.weight"), q_out),
-            (format!("{prefix}.k_proj.weight"), kv_out),
-            (format!("{prefix}.v_proj.weight"), kv_out),
-        ];
+    /// The tensors `names` (in that order) of an attention over `hidden` wide rows.
+    pub fn load(b: &Loader, names: &AttentionTensors, hidden: usize, heads: Heads, rope: Rope) -> Result<Self> {
+        let (d, (q_out, _)) = (heads.head_dim, heads.widths());
         Ok(SelfAttention {
-            qkv_proj: b.proj(&qkv, h)?,
-            o_proj: b.proj(&[(format!("{prefix}.o_proj.weight"), h)], q_out)?,
-            q_norm: b.get(&format!("{prefix}.q_norm.weight"), &[d])?,
-            k_norm: b.get(&format!("{prefix}.k_norm.weight"), &[d])?,
+            qkv_proj: b.proj(&names.qkv, hidden)?,
+            o_proj: b.proj(&[(names.o.clone(), hidden)], q_out)?,
+            q_norm: b.get(&names.q_norm, &[d])?,
+            k_norm: b.get(&names.k_norm, &[d])?,
+            heads,
+            rope,
         })
     }
 
-    pub fn qkv_op(&self, s: &Heads) -> ops::QkvPrep {
+    pub fn qkv_op(&self) -> ops::QkvPrep {
+        let s = &self.heads;
         ops::QkvPrep {
             heads: s.heads,
             kv_heads: s.kv_heads,
@@ -150,12 +94,13 @@ impl SelfAttention {
     /// The block's output `[T, hidden]` for the normed input `x`, writing the pass's K/V into
     /// `kv` (this layer's cache) at `input.positions`. `fused`: the fused ops of ops.rs, else
     /// the generic candle chains they are checked against.
-    pub fn forward(&self, x: &Tensor, (cos, sin): (&Tensor, &Tensor), kv: &Tensor, input: &PassInput, s: &Heads, fused: bool) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, (cos, sin): (&Tensor, &Tensor), kv: &Tensor, input: &PassInput, fused: bool) -> Result<Tensor> {
+        let s = &self.heads;
         let (t, d, kvh, heads) = (x.dim(0)?, s.head_dim, s.kv_heads, s.heads);
         // One matmul for q, k, v, then every head as [H + 2 KV, T, d]: q and k normalised and
         // rotated, v as is.
         let qkv = self.qkv_proj.forward(x)?;
-        let all = if fused { ops::qkv_prep(&qkv, cos, sin, &self.qkv_op(s))? } else { self.qkv_prep_generic(&qkv, cos, sin, s)? };
+        let all = if fused { ops::qkv_prep(&qkv, cos, sin, &self.qkv_op())? } else { self.qkv_prep_generic(&qkv, cos, sin, s)? };
         let q = all.narrow(0, 0, heads)?;
         // k|v heads are the [2, KV, T, d] block of this pass: to their slots in place; only the
         // caller's commit makes them part of the prefix.
@@ -173,7 +118,7 @@ impl SelfAttention {
     /// `None` where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SelfAttention>> {
         let Some((qkv_proj, o_proj)) = Linear::unpacked_pair(&self.qkv_proj, &self.o_proj)? else { return Ok(None) };
-        Ok(Some(SelfAttention { qkv_proj, o_proj, q_norm: self.q_norm.clone(), k_norm: self.k_norm.clone() }))
+        Ok(Some(SelfAttention { qkv_proj, o_proj, q_norm: self.q_norm.clone(), k_norm: self.k_norm.clone(), heads: self.heads, rope: self.rope }))
     }
 
     /// [`ops::qkv_prep`] as generic candle ops.
@@ -247,26 +192,6 @@ pub fn block_causal_inner(start: usize, t: usize, block: usize) -> Option<Vec<f3
         }
     }
     Some(m)
-}
-
-/// cos/sin tables `[positions, d/2]` in the rotate-half convention, computed in f32 the way
-/// transformers does so that parity holds at long positions too.
-pub(super) fn rope_tables(theta: f64, d: usize, positions: usize, dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
-    let half = d / 2;
-    let inv_freq: Vec<f32> =
-        (0..half).map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / d as f32)).collect();
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for &f in &inv_freq {
-            let a = p as f32 * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
-        }
-    }
-    let cos = Tensor::from_vec(cos, (positions, half), device)?.to_dtype(dtype)?;
-    let sin = Tensor::from_vec(sin, (positions, half), device)?.to_dtype(dtype)?;
-    Ok((cos, sin))
 }
 
 #[cfg(test)]

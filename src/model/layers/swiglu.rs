@@ -1,12 +1,13 @@
 //! The dense feed-forward block every SDAR family has somewhere: SwiGLU,
-//! `down(silu(gate(x)) * up(x))`, with gate and up stacked into one product.
+//! `down(silu(gate(x)) * up(x))`, with gate and up stacked into one product; also each expert
+//! of a [`MoeBlock`](super::moe::MoeBlock).
 
 use anyhow::Result;
 use candle_core::Tensor;
 
-use super::loader::Loader;
-use super::linear::Linear;
-use super::ops;
+use crate::model::linear::Linear;
+use crate::model::loader::Loader;
+use crate::model::ops;
 
 pub struct SwiGlu {
     /// gate and up projections stacked: one matmul, `[hidden, 2*intermediate]`.

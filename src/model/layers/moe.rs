@@ -10,10 +10,10 @@
 use anyhow::Result;
 use candle_core::Tensor;
 
-use super::gemv::{experts_dims, pack_experts, packable, unpack_experts, WeightLayout};
-use super::loader::Loader;
-use super::linear::Linear;
-use super::mlp::SwiGlu;
+use super::swiglu::SwiGlu;
+use crate::model::gemv::{experts_dims, pack_experts, packable, unpack_experts, WeightLayout};
+use crate::model::linear::Linear;
+use crate::model::loader::Loader;
 
 pub struct MoeBlock {
     /// `mlp.gate.weight` `[experts, hidden]` as a projection: `x -> [T, experts]` logits.
@@ -21,7 +21,7 @@ pub struct MoeBlock {
     experts: Vec<SwiGlu>,
     top_k: usize,
     norm_topk_prob: bool,
-    /// The experts stacked for the streamed layer's grouped kernels (moe_grouped.rs), where the
+    /// The experts stacked for the streamed layer's grouped kernels (fast/moe_grouped.rs), where the
     /// projections are kept `[out, in]` for the gemv kernel; each expert's projections are then
     /// views into these.
     grouped: Option<Grouped>,
@@ -39,6 +39,24 @@ pub struct Grouped {
 /// The experts one row was routed to at one layer, best first, with their weights: the step
 /// events' type, which `--routing` records as the block computes it.
 pub use crate::trace::events::Route;
+
+/// One sparse layer's routing of a pass: each row's experts and weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerRoutes {
+    pub layer: usize,
+    pub rows: Vec<Route>,
+}
+
+impl LayerRoutes {
+    /// How many distinct experts the rows were routed to: the experts whose weights the layer
+    /// read.
+    pub fn distinct_experts(&self) -> usize {
+        let mut all: Vec<u32> = self.rows.iter().flat_map(|r| r.experts.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all.len()
+    }
+}
 
 impl MoeBlock {
     /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`.

@@ -20,7 +20,7 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use super::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
+use crate::model::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -33,8 +33,8 @@ pub const MAX_EXPERTS: usize = 1024;
 /// u32 words of one routing table: kernels/gemv.cu's `MoeTable`, field by field.
 pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_SLOTS + MAX_SLOTS;
 // The u64 counters follow the tables (`tables_len`) and the route kernel adds to them with
-// 64-bit atomics: an odd table would misalign them after an odd number of layers (a trial's
-// CUDA_ERROR_MISALIGNED_ADDRESS, docs/perf.md, session 21).
+// 64-bit atomics: an odd table would misalign them after an odd number of layers
+// (CUDA_ERROR_MISALIGNED_ADDRESS).
 const _: () = assert!(TABLE_WORDS.is_multiple_of(2), "a routing table must be an even number of u32 words");
 /// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
 /// passes.
@@ -358,7 +358,7 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
         lw: &Layout,
     ) -> Result<()> {
         let dims = self.dims(la, lx, lw)?;
-        super::cuda::moe::experts_up(self, dims, (sa, la), (sx, lx), (sw, lw))
+        crate::model::cuda::moe::experts_up(self, dims, (sa, la), (sx, lx), (sw, lw))
     }
 }
 
@@ -464,7 +464,7 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
         lw: &Layout,
     ) -> Result<()> {
         let dims = self.dims(lo, la, lw)?;
-        super::cuda::moe::experts_down(self, dims, (so, lo), (sa, la), (sw, lw))
+        crate::model::cuda::moe::experts_down(self, dims, (so, lo), (sa, la), (sw, lw))
     }
 }
 
