@@ -5,20 +5,16 @@
 //! where they committed the same token at different steps of its block `≈` (a glyph, so the
 //! marks read without colour too).
 //!
-//! This module is the state and what every key does to it, and [`run`], its loop; [`render`]
-//! draws it.
+//! This module is the state and what every key does to it. Pure: no terminal, no drawing;
+//! [`render`] draws it, and the TUI's loop ([`crate::tui::run`]) runs it, as it runs the
+//! single view.
 
 pub mod render;
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use futures::{Stream, StreamExt};
-use ratatui::backend::Backend;
 use ratatui::layout::Rect;
-use ratatui::Terminal;
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::app::App;
 use super::cursor::Mode;
@@ -317,7 +313,8 @@ impl CompareApp {
         self.sync();
     }
 
-    /// Advances playback; true if the view changed.
+    /// Advances playback; true if the screen changed: a step on, or the end reached (both
+    /// sides then follow their heads, and the title says LIVE).
     pub fn tick(&mut self, now: Instant) -> bool {
         let (Mode::Playing, Some(last)) = (self.mode, self.last_tick) else { return false };
         self.carry += now.saturating_duration_since(last).as_secs_f64() * SPEED;
@@ -325,11 +322,11 @@ impl CompareApp {
         let mut changed = false;
         while self.carry >= 1.0 {
             self.carry -= 1.0;
+            changed = true;
             if !self.forward() {
                 (self.mode, self.last_tick) = (Mode::Live, None);
                 break;
             }
-            changed = true;
         }
         self.sync();
         changed
@@ -388,69 +385,6 @@ fn step_in_block(run: &Run, block: usize, step: usize) -> usize {
         return if past { 0 } else { run.head().unwrap_or(0) };
     }
     r.start + step.min(r.len() - 1)
-}
-
-/// Runs the compare screen until `q` or the input ends; `events` are A's and B's engines
-/// (`None` once one is done or for recorded runs).
-pub async fn run<B, S>(terminal: &mut Terminal<B>, app: &mut CompareApp, mut events: [Option<UnboundedReceiver<Event>>; 2], mut input: S) -> Result<()>
-where
-    B: Backend,
-    B::Error: Send + Sync + 'static,
-    S: Stream<Item = std::io::Result<TermEvent>> + Unpin,
-{
-    // As the live screen's loop (super::run): a draw only when something changed, at most
-    // FPS a second; a key is handled the moment it comes.
-    let frame = Duration::from_secs_f64(1.0 / super::FPS);
-    let mut last_draw: Option<Instant> = None;
-    let mut dirty = true;
-    while !app.quit {
-        let now = Instant::now();
-        if dirty && last_draw.is_none_or(|t| now >= t + frame) {
-            let size = terminal.size()?;
-            app.size = Rect::new(0, 0, size.width, size.height);
-            terminal.draw(|f| render::render(app, f.area(), f.buffer_mut()))?;
-            (last_draw, dirty) = (Some(now), false);
-            continue;
-        }
-        let draw_at = dirty.then(|| last_draw.map_or(now, |t| t + frame));
-        let wake = [draw_at, app.next_tick(frame)].into_iter().flatten().min();
-        let [ea, eb] = &mut events;
-        tokio::select! {
-            ev = super::next_event(ea) => match ev {
-                Some(ev) => app.ingest(0, ev),
-                None => *ea = None,
-            },
-            ev = super::next_event(eb) => match ev {
-                Some(ev) => app.ingest(1, ev),
-                None => *eb = None,
-            },
-            key = input.next() => match key {
-                Some(Ok(ev)) => {
-                    if matches!(ev, TermEvent::Resize(..)) {
-                        super::forget_screen(terminal)?;
-                    }
-                    app.on_input(ev, Instant::now());
-                }
-                Some(Err(e)) => return Err(e.into()),
-                None => break,
-            },
-            _ = super::sleep_until(wake) => {}
-        }
-        drain(app, &mut events);
-        app.tick(Instant::now());
-        // (a wake for the frame cap alone changes nothing, but redrawing then is harmless)
-        dirty = true;
-    }
-    Ok(())
-}
-
-/// Takes every event already queued, so one draw shows the newest state of both sides.
-fn drain(app: &mut CompareApp, events: &mut [Option<UnboundedReceiver<Event>>; 2]) {
-    for (side, rx) in events.iter_mut().enumerate() {
-        while let Some(ev) = rx.as_mut().and_then(|r| r.try_recv().ok()) {
-            app.ingest(side, ev);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -533,6 +467,23 @@ mod tests {
         if let Some(i) = c.first_divergence {
             assert_eq!(d.first(), Some(&(a.prompt_len() + i)));
         }
+    }
+
+    /// Playing into the end turns to following the heads: that tick changes the title.
+    #[test]
+    fn the_tick_that_reaches_the_end_changes_the_screen() {
+        let mut app = pair();
+        press(&mut app, KeyCode::Home);
+        for _ in 0..app.max_head() - 1 {
+            press(&mut app, KeyCode::Right);
+        }
+        let t0 = Instant::now();
+        app.on_input(TermEvent::Key(KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE)), t0);
+        assert!(app.tick(t0 + Duration::from_millis(50)), "the last step");
+        assert_eq!(app.mode, Mode::Playing);
+        assert!(app.tick(t0 + Duration::from_millis(100)), "the end reached");
+        assert_eq!(app.mode, Mode::Live);
+        assert!(!app.tick(t0 + Duration::from_millis(150)));
     }
 
     #[test]
