@@ -1,7 +1,9 @@
 //! The live TUI. The engine thread sends events over a channel; they go into the store; the
 //! screen is a function of (store, cursor, view state), drawn at most `FPS` times a second and
 //! only when something changed. Keys and mouse come from any `Stream` of crossterm events, and
-//! the loop is generic over ratatui's `Backend`, so tests drive it on a `TestBackend`.
+//! the loop is generic over ratatui's `Backend`, so tests drive it on a `TestBackend`. One loop
+//! ([`run`]) runs both screens, the single view ([`App`], drawn by [`render`]) and compare
+//! ([`compare::CompareApp`], drawn by [`compare::render`]), through [`Screen`].
 
 pub mod app;
 pub mod cast;
@@ -26,6 +28,7 @@ pub mod timeline;
 #[cfg(test)]
 mod testing;
 
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -112,12 +115,120 @@ pub fn forget_screen<B: Backend>(terminal: &mut Terminal<B>) -> Result<(), B::Er
     Ok(())
 }
 
-/// Waits for the next engine event, or forever once there is no engine.
-async fn next_event(events: &mut Option<UnboundedReceiver<Event>>) -> Option<Event> {
-    match events {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+/// A screen the loop ([`run`]) can run: the single view ([`App`]) and compare
+/// ([`compare::CompareApp`]). Each is pure state; the loop owns the terminal, the engines'
+/// channels, the input and the clock, and tells the state what came.
+pub trait Screen {
+    /// What the screen asks of its engines (compare asks nothing of them).
+    type Cmd;
+    /// The loop starts at `now` (playback measures time from there).
+    fn start(&mut self, now: Instant);
+    /// Whether the screen is done: the loop ends before its next draw.
+    fn quit(&self) -> bool;
+    /// One event from engine `engine` (its index in the loop's `events`).
+    fn ingest(&mut self, engine: usize, ev: Event) -> Vec<Self::Cmd>;
+    /// Engine `engine`'s channel closed.
+    fn engine_gone(&mut self, engine: usize);
+    /// A key, mouse action or resize.
+    fn on_input(&mut self, ev: crossterm::event::Event, now: Instant) -> Vec<Self::Cmd>;
+    /// A warning raised away from the screen ([`crate::notice`]); true if the screen shows it.
+    fn notice(&mut self, text: &str) -> bool;
+    /// When playback next needs a [`Screen::tick`], if it is playing; never sooner than
+    /// `frame` after the last.
+    fn next_tick(&self, now: Instant, frame: Duration) -> Option<Instant>;
+    /// Advances playback to `now`; true if the screen changed.
+    fn tick(&mut self, now: Instant) -> bool;
+    /// The terminal's size, just before each draw.
+    fn set_size(&mut self, size: Rect);
+    /// The whole screen, a pure function of the state.
+    fn render(&self, area: Rect, buf: &mut Buffer);
+}
+
+/// The single view: one engine, steered with [`EngineCmd`]s (none for a replay).
+impl Screen for App {
+    type Cmd = EngineCmd;
+    fn start(&mut self, now: Instant) {
+        self.sync_clock(now);
     }
+    fn quit(&self) -> bool {
+        self.quit
+    }
+    fn ingest(&mut self, _engine: usize, ev: Event) -> Vec<EngineCmd> {
+        App::ingest(self, ev)
+    }
+    fn engine_gone(&mut self, _engine: usize) {
+        App::engine_gone(self);
+    }
+    fn on_input(&mut self, ev: crossterm::event::Event, now: Instant) -> Vec<EngineCmd> {
+        App::on_input(self, ev, now)
+    }
+    fn notice(&mut self, text: &str) -> bool {
+        App::notice(self, text);
+        true
+    }
+    fn next_tick(&self, now: Instant, frame: Duration) -> Option<Instant> {
+        App::next_tick(self, now, frame)
+    }
+    fn tick(&mut self, now: Instant) -> bool {
+        App::tick(self, now)
+    }
+    fn set_size(&mut self, size: Rect) {
+        self.size = size;
+    }
+    fn render(&self, area: Rect, buf: &mut Buffer) {
+        render(self, area, buf);
+    }
+}
+
+/// Compare: engines A (0) and B (1), never steered; notices wait for the terminal's return.
+impl Screen for compare::CompareApp {
+    type Cmd = std::convert::Infallible;
+    fn start(&mut self, _now: Instant) {}
+    fn quit(&self) -> bool {
+        self.quit
+    }
+    fn ingest(&mut self, engine: usize, ev: Event) -> Vec<Self::Cmd> {
+        compare::CompareApp::ingest(self, engine, ev);
+        Vec::new()
+    }
+    fn engine_gone(&mut self, _engine: usize) {}
+    fn on_input(&mut self, ev: crossterm::event::Event, now: Instant) -> Vec<Self::Cmd> {
+        compare::CompareApp::on_input(self, ev, now);
+        Vec::new()
+    }
+    fn notice(&mut self, _text: &str) -> bool {
+        false
+    }
+    fn next_tick(&self, _now: Instant, frame: Duration) -> Option<Instant> {
+        compare::CompareApp::next_tick(self, frame)
+    }
+    fn tick(&mut self, now: Instant) -> bool {
+        compare::CompareApp::tick(self, now)
+    }
+    fn set_size(&mut self, size: Rect) {
+        self.size = size;
+    }
+    fn render(&self, area: Rect, buf: &mut Buffer) {
+        compare::render::render(self, area, buf);
+    }
+}
+
+/// The engines' channels, one a screen's engine; `None` for one that is gone, or that there
+/// never was (a replay).
+pub type Engines<const N: usize> = [Option<UnboundedReceiver<Event>>; N];
+
+/// Waits for the next event of any engine, with its index (`None`: that channel closed), or
+/// forever once there is no engine.
+async fn next_event<const N: usize>(events: &mut Engines<N>) -> (usize, Option<Event>) {
+    std::future::poll_fn(|cx| {
+        for (i, rx) in events.iter_mut().enumerate() {
+            if let Some(Poll::Ready(ev)) = rx.as_mut().map(|rx| rx.poll_recv(cx)) {
+                return Poll::Ready((i, ev));
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -127,56 +238,60 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Runs the TUI until the app quits or the input ends. `events` is `None` for a replay;
-/// `steer` takes what the app asks of the engine.
-pub async fn run<B, S>(
+/// Runs a screen until it quits or the input ends: the single view with its one engine
+/// (`[None]` for a replay), compare with its two. A draw only when something changed, at most
+/// [`FPS`] a second; a key is handled the moment it comes; `steer` takes what the screen asks
+/// of its engines.
+pub async fn run<B, S, V, const N: usize>(
     terminal: &mut Terminal<B>,
-    app: &mut App,
-    mut events: Option<UnboundedReceiver<Event>>,
+    screen: &mut V,
+    mut events: Engines<N>,
     mut input: S,
-    steer: &mut dyn FnMut(EngineCmd),
+    steer: &mut dyn FnMut(V::Cmd),
 ) -> Result<()>
 where
     B: Backend,
     B::Error: Send + Sync + 'static,
     S: Stream<Item = std::io::Result<crossterm::event::Event>> + Unpin,
+    V: Screen,
 {
     let frame = Duration::from_secs_f64(1.0 / FPS);
     let mut last_draw: Option<Instant> = None;
     let mut dirty = true;
     let mut notices_seen = 0;
-    app.sync_clock(Instant::now());
-    while !app.quit {
+    screen.start(Instant::now());
+    while !screen.quit() {
         // Warnings the engine or the model raised while the screen is ours (crate::notice)
         for text in crate::notice::since(notices_seen) {
-            app.notice(&text);
+            dirty |= screen.notice(&text);
             notices_seen += 1;
-            dirty = true;
         }
         let now = Instant::now();
         if dirty && last_draw.is_none_or(|t| now >= t + frame) {
             let size = terminal.size()?;
-            app.size = Rect::new(0, 0, size.width, size.height);
-            terminal.draw(|f| draw(f, app))?;
+            screen.set_size(Rect::new(0, 0, size.width, size.height));
+            terminal.draw(|f| screen.render(f.area(), f.buffer_mut()))?;
             (last_draw, dirty) = (Some(now), false);
             continue;
         }
         let draw_at = dirty.then(|| last_draw.map_or(now, |t| t + frame));
-        let wake = [draw_at, app.next_tick(now, frame)].into_iter().flatten().min();
+        let wake = [draw_at, screen.next_tick(now, frame)].into_iter().flatten().min();
         tokio::select! {
-            ev = next_event(&mut events) => match ev {
+            (engine, ev) = next_event(&mut events) => match ev {
                 Some(ev) => {
-                    let mut cmds = app.ingest(ev);
-                    // Take everything queued: one redraw shows the newest state.
-                    while let Some(ev) = events.as_mut().and_then(|rx| rx.try_recv().ok()) {
-                        cmds.extend(app.ingest(ev));
+                    let mut cmds = screen.ingest(engine, ev);
+                    // Take everything queued, of every engine: one redraw shows the newest state.
+                    for (engine, rx) in events.iter_mut().enumerate() {
+                        while let Some(ev) = rx.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                            cmds.extend(screen.ingest(engine, ev));
+                        }
                     }
                     cmds.into_iter().for_each(&mut *steer);
                     dirty = true;
                 }
                 None => {
-                    events = None;
-                    app.engine_gone();
+                    events[engine] = None;
+                    screen.engine_gone(engine);
                 }
             },
             key = input.next() => match key {
@@ -184,7 +299,7 @@ where
                     if matches!(ev, crossterm::event::Event::Resize(..)) {
                         forget_screen(terminal)?;
                     }
-                    for cmd in app.on_input(ev, Instant::now()) {
+                    for cmd in screen.on_input(ev, Instant::now()) {
                         steer(cmd);
                     }
                     dirty = true;
@@ -192,7 +307,7 @@ where
                 Some(Err(e)) => return Err(e.into()),
                 None => break,
             },
-            _ = sleep_until(wake) => dirty |= app.tick(Instant::now()),
+            _ = sleep_until(wake) => dirty |= screen.tick(Instant::now()),
         }
     }
     Ok(())
@@ -331,7 +446,7 @@ mod tests {
                 keys.unbounded_send(key(k)).unwrap();
             }
         };
-        let looped = tokio::time::timeout(Duration::from_secs(10), run(&mut term, &mut app, Some(rx), input, &mut steer));
+        let looped = tokio::time::timeout(Duration::from_secs(10), run(&mut term, &mut app, [Some(rx)], input, &mut steer));
         let (res, ()) = tokio::join!(looped, typing);
         res.expect("the loop quits on q").unwrap();
         assert!(app.quit);
@@ -348,10 +463,40 @@ mod tests {
         drop(_keys);
         let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
         let mut app = App::live();
-        tokio::time::timeout(Duration::from_secs(5), run(&mut term, &mut app, None, input, &mut |_| {}))
+        tokio::time::timeout(Duration::from_secs(5), run(&mut term, &mut app, [None], input, &mut |_| {}))
             .await
             .expect("ends")
             .unwrap();
+    }
+
+    /// Compare runs through the same loop: both engines' events go to their sides, keys act,
+    /// an engine that is done changes nothing, and q quits.
+    #[tokio::test]
+    async fn the_loop_runs_compare_over_both_engines() {
+        let (ta, ra) = tokio::sync::mpsc::unbounded_channel();
+        let (tb, rb) = tokio::sync::mpsc::unbounded_channel();
+        synth::trace(&Synth::small()).into_iter().for_each(|e| ta.send(e).unwrap());
+        synth::trace(&Synth { steps: 2, ..Synth::small() }).into_iter().for_each(|e| tb.send(e).unwrap());
+        drop(ta);
+        let (keys, input) = unbounded();
+        let mut term = Terminal::new(TestBackend::new(120, 36)).unwrap();
+        let mut app = compare::CompareApp::live();
+        let typing = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for k in [KeyCode::Char(' '), KeyCode::Home, KeyCode::Char('a'), KeyCode::Char('q')] {
+                keys.unbounded_send(key(k)).unwrap();
+            }
+        };
+        let mut steer = |never| match never {};
+        let looped = tokio::time::timeout(Duration::from_secs(10), run(&mut term, &mut app, [Some(ra), Some(rb)], input, &mut steer));
+        let (res, ()) = tokio::join!(looped, typing);
+        res.expect("the loop quits on q").unwrap();
+        drop(tb);
+        assert!(app.quit && app.comparison().is_some(), "both sides finished");
+        assert_eq!((app.mode, app.align), (cursor::Mode::Paused, compare::Align::Block));
+        let s = snapshot_text(term.backend().buffer());
+        // (the last frame came before the last keys: q quits without another draw)
+        assert!(s.contains("unmask compare") && s.matches("ended: length").count() == 2, "{s}");
     }
 
     #[tokio::test]
@@ -362,7 +507,7 @@ mod tests {
         // 1000 steps/s: the 26 steps play in well under a second.
         app.cursor.pace = cursor::Pace::PerSecond(1000.0);
         let mut steer = |_| {};
-        let task = run(&mut term, &mut app, None, input, &mut steer);
+        let task = run(&mut term, &mut app, [None], input, &mut steer);
         let quit_later = async {
             tokio::time::sleep(Duration::from_millis(400)).await;
             keys.unbounded_send(key(KeyCode::Char('q'))).unwrap();

@@ -88,7 +88,8 @@ fn serve(app: &mut CompareApp, events: [Option<Events>; 2]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
     let mut guard = crate::tui::terminal::Guard::enter()?;
     let (_signals, input) = crate::tui::terminal::input()?;
-    let result = rt.block_on(crate::tui::compare::run(&mut guard.terminal, app, events, input));
+    // Compare cannot steer its engines: it asks nothing of them.
+    let result = rt.block_on(crate::tui::run(&mut guard.terminal, app, events, input, &mut |never| match never {}));
     drop(guard);
     result
 }

@@ -92,7 +92,7 @@ pub fn serve(
         panic!("UNMASK_E2E_PANIC: a panic on the UI thread, as asked");
     }
     let (_signals, input) = crate::tui::terminal::input()?;
-    let result = rt.block_on(tui::run(&mut guard.terminal, app, events, input, steer));
+    let result = rt.block_on(tui::run(&mut guard.terminal, app, [events], input, steer));
     drop(guard);
     result
 }
