@@ -19,14 +19,23 @@ const D: usize = 128;
 
 /// Values spread over [-1, 1).
 fn values(n: usize, seed: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i.wrapping_mul(104_729).wrapping_add(seed * 7919)) % 1000) as f32 / 500.0 - 1.0).collect()
+    (0..n)
+        .map(|i| ((i.wrapping_mul(104_729).wrapping_add(seed * 7919)) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
 }
 
 /// Best of 3, per layer: (ms, cache GB/s, GFLOP/s).
 fn run(rows: usize, keys: usize, layers: usize) -> (f64, f64, f64) {
-    let op = Attention { heads: HEADS, kv_heads: KV_HEADS, head_dim: D, keys, scale: 1.0 / (D as f32).sqrt() };
+    let op = Attention {
+        heads: HEADS,
+        kv_heads: KV_HEADS,
+        head_dim: D,
+        keys,
+        scale: 1.0 / (D as f32).sqrt(),
+    };
     let q = values(HEADS * rows * D, 1);
-    let caches: Vec<Vec<f32>> = (0..layers).map(|l| values(2 * KV_HEADS * keys * D, l + 2)).collect();
+    let caches: Vec<Vec<f32>> =
+        (0..layers).map(|l| values(2 * KV_HEADS * keys * D, l + 2)).collect();
     let mut best = f64::MAX;
     for _ in 0..3 {
         let start = std::time::Instant::now();
@@ -44,9 +53,17 @@ fn run(rows: usize, keys: usize, layers: usize) -> (f64, f64, f64) {
 }
 
 fn main() {
-    println!("cpu_attention on {} threads (RAYON_NUM_THREADS), {HEADS}/{KV_HEADS} heads, d = {D}", rayon::current_num_threads());
+    println!(
+        "cpu_attention on {} threads (RAYON_NUM_THREADS), {HEADS}/{KV_HEADS} heads, d = {D}",
+        rayon::current_num_threads()
+    );
     println!("| shape | rows | keys | ms a layer | cache GB/s | GFLOP/s |\n|---|---:|---:|---:|---:|---:|");
-    for (shape, rows, keys, layers) in [("block pass, cache in L3", 4, 1024, 1), ("block pass", 4, 4096, 6), ("block pass", 4, 16384, 6), ("prefill chunk", 512, 2048, 1)] {
+    for (shape, rows, keys, layers) in [
+        ("block pass, cache in L3", 4, 1024, 1),
+        ("block pass", 4, 4096, 6),
+        ("block pass", 4, 16384, 6),
+        ("prefill chunk", 512, 2048, 1),
+    ] {
         let (ms, gbs, gflops) = run(rows, keys, layers);
         println!("| {shape} | {rows} | {keys} | {ms:.2} | {gbs:.1} | {gflops:.1} |");
     }

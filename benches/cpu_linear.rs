@@ -17,16 +17,30 @@ const LAYER: [(usize, usize); 4] = [(4096, 1024), (1024, 2048), (6144, 1024), (1
 const HEAD: (usize, usize) = (151_936, 1024);
 
 fn weights(out: usize, inp: usize, products: Products, seed: usize) -> Bf16Panels {
-    let bits: Vec<u16> = (0..out * inp).map(|i| 0x3c00 + ((i.wrapping_mul(2_654_435_761) ^ seed) % 0x700) as u16).collect();
+    let bits: Vec<u16> = (0..out * inp)
+        .map(|i| 0x3c00 + ((i.wrapping_mul(2_654_435_761) ^ seed) % 0x700) as u16)
+        .collect();
     Bf16Panels::from_out_in(&bits, out, inp, products)
 }
 
 fn main() {
     let bw = host_read_bandwidth();
-    println!("cpu_linear on {} threads: read bandwidth {:.1} GB/s", rayon::current_num_threads(), bw / 1e9);
+    println!(
+        "cpu_linear on {} threads: read bandwidth {:.1} GB/s",
+        rayon::current_num_threads(),
+        bw / 1e9
+    );
     println!("| products | rows | ms a pass | GB read | read floor ms | x floor |\n|---|---:|---:|---:|---:|---:|");
     for products in [Products::F32, Products::Bf16] {
-        let layers: Vec<Vec<Bf16Panels>> = (0..LAYERS).map(|l| LAYER.iter().enumerate().map(|(j, &(o, i))| weights(o, i, products, l * 4 + j)).collect()).collect();
+        let layers: Vec<Vec<Bf16Panels>> = (0..LAYERS)
+            .map(|l| {
+                LAYER
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &(o, i))| weights(o, i, products, l * 4 + j))
+                    .collect()
+            })
+            .collect();
         let head = weights(HEAD.0, HEAD.1, products, 999);
         let bytes: usize = layers.iter().flatten().chain([&head]).map(|p| p.bytes()).sum();
         for rows in [4, 8, 64] {
@@ -46,7 +60,13 @@ fn main() {
                 best = best.min(t.elapsed().as_secs_f64());
             }
             let floor = bytes as f64 / bw;
-            println!("| {products:?} | {rows} | {:.1} | {:.2} | {:.1} | {:.2} |", best * 1e3, bytes as f64 / 1e9, floor * 1e3, best / floor);
+            println!(
+                "| {products:?} | {rows} | {:.1} | {:.2} | {:.1} | {:.2} |",
+                best * 1e3,
+                bytes as f64 / 1e9,
+                floor * 1e3,
+                best / floor
+            );
         }
     }
 }

@@ -21,7 +21,8 @@ const TOKENS: usize = 10_000;
 const SHAPES: [(usize, usize); 2] = [(4, 4), (32, 32)];
 
 fn app(block: usize, steps: usize) -> App {
-    let mut app = App::replay(synth::trace(&Synth::long(TOKENS, block, steps)), "bench".into(), None);
+    let mut app =
+        App::replay(synth::trace(&Synth::long(TOKENS, block, steps)), "bench".into(), None);
     app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
     app
 }

@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use unmask::sampler::sample_ranked;
 use unmask::engine::settings::{SamplerSpec, Sampling};
+use unmask::sampler::sample_ranked;
 
 const VOCAB: usize = 151_936;
 
@@ -23,7 +23,11 @@ fn row(seed: u64) -> Vec<f32> {
             h ^= h << 17;
             let u = (h >> 40) as f32 / (1u64 << 24) as f32;
             // a normal-ish bulk around -4, a handful of likely tokens near +12
-            if i % 9973 == 0 { 10.0 + 4.0 * u } else { -4.0 + 6.0 * (u - 0.5) }
+            if i % 9973 == 0 {
+                10.0 + 4.0 * u
+            } else {
+                -4.0 + 6.0 * (u - 0.5)
+            }
         })
         .collect()
 }
@@ -32,7 +36,10 @@ fn main() {
     let rows: Vec<Vec<f32>> = (0..8).map(row).collect();
     let settings = [
         ("greedy", Sampling::default()),
-        ("T 0.6, top-k 20, top-p 0.95", Sampling { temperature: 0.6, top_k: 20, top_p: 0.95, seed: 0 }),
+        (
+            "T 0.6, top-k 20, top-p 0.95",
+            Sampling { temperature: 0.6, top_k: 20, top_p: 0.95, seed: 0 },
+        ),
         ("T 1.0", Sampling { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 0 }),
     ];
     println!("| sampling | candidates | us a row (median of 9 x 8 rows) |\n|---|---:|---:|");
@@ -42,7 +49,12 @@ fn main() {
                 .map(|_| {
                     let t = Instant::now();
                     for (i, r) in rows.iter().enumerate() {
-                        std::hint::black_box(sample_ranked(r, &SamplerSpec::from(s), 0.1 * i as f32 + 0.05, k));
+                        std::hint::black_box(sample_ranked(
+                            r,
+                            &SamplerSpec::from(s),
+                            0.1 * i as f32 + 0.05,
+                            k,
+                        ));
                     }
                     t.elapsed().as_secs_f64() * 1e6 / rows.len() as f64
                 })

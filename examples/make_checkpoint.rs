@@ -17,11 +17,23 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (shape, dir, seed) = match args.as_slice() {
         [s, d] => (s, PathBuf::from(d), 0),
-        [s, d, seed] => (s, PathBuf::from(d), seed.parse().with_context(|| format!("seed `{seed}`: not a number"))?),
-        _ => bail!("usage: make_checkpoint SHAPE DIR [SEED]; shapes: {}", shape_names().collect::<Vec<_>>().join(", ")),
+        [s, d, seed] => (
+            s,
+            PathBuf::from(d),
+            seed.parse().with_context(|| format!("seed `{seed}`: not a number"))?,
+        ),
+        _ => bail!(
+            "usage: make_checkpoint SHAPE DIR [SEED]; shapes: {}",
+            shape_names().collect::<Vec<_>>().join(", ")
+        ),
     };
     let t0 = Instant::now();
     let bytes = write_checkpoint(shape, seed, &dir)?;
-    println!("{}: {shape}, seed {seed}, {:.2} GB of bf16 weights, written in {:.1} s", dir.display(), bytes as f64 / 1e9, t0.elapsed().as_secs_f64());
+    println!(
+        "{}: {shape}, seed {seed}, {:.2} GB of bf16 weights, written in {:.1} s",
+        dir.display(),
+        bytes as f64 / 1e9,
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -28,7 +28,8 @@ const EVIL_NUMBERS: [&str; 14] = [
 ];
 
 /// Strings that break naive text handling.
-const EVIL_TEXT: [&str; 6] = ["\\u001b]0;x\\u0007", "=cmd", "\\n\\r\\t", "\\u0000", "\\u202e", "\\ud800"];
+const EVIL_TEXT: [&str; 6] =
+    ["\\u001b]0;x\\u0007", "=cmd", "\\n\\r\\t", "\\u0000", "\\u202e", "\\ud800"];
 
 /// One random edit of a JSON Lines trace: a number, a string, a byte or a whole line.
 pub fn mutate_trace(text: &str, rng: &mut impl Rng) -> String {
@@ -82,11 +83,15 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 fn replace_number(line: &str, rng: &mut impl Rng) -> String {
     let starts: Vec<usize> = line
         .char_indices()
-        .filter(|&(i, c)| c.is_ascii_digit() && (i == 0 || !line.as_bytes()[i - 1].is_ascii_digit()))
+        .filter(|&(i, c)| {
+            c.is_ascii_digit() && (i == 0 || !line.as_bytes()[i - 1].is_ascii_digit())
+        })
         .map(|(i, _)| i)
         .collect();
     let Some(&s) = starts.choose(rng) else { return line.to_string() };
-    let e = s + line[s..].find(|c: char| !c.is_ascii_digit() && c != '.' && c != 'e' && c != '-').unwrap_or(line.len() - s);
+    let e = s + line[s..]
+        .find(|c: char| !c.is_ascii_digit() && c != '.' && c != 'e' && c != '-')
+        .unwrap_or(line.len() - s);
     let n = EVIL_NUMBERS.choose(rng).expect("not empty");
     format!("{}{}{}", &line[..s], n, &line[e..])
 }
@@ -126,8 +131,22 @@ pub fn exercise_trace(bytes: &[u8], render: bool) -> usize {
     let _ = serde_json::to_string(&t);
     let _ = store.run().map(|r| (r.head(), r.max_blocks(), r.step_span()));
     if render {
-        let pacing = crate::tui::record::Pacing { fps: 30.0, step_delay: 0.05, width: 80, height: 24, theme: &crate::tui::theme::DARK };
-        let _ = crate::tui::record::record(read.events, Some("fuzz".into()), read.stopped, &pacing, "fuzz", std::io::sink(), "sink");
+        let pacing = crate::tui::record::Pacing {
+            fps: 30.0,
+            step_delay: 0.05,
+            width: 80,
+            height: 24,
+            theme: &crate::tui::theme::DARK,
+        };
+        let _ = crate::tui::record::record(
+            read.events,
+            Some("fuzz".into()),
+            read.stopped,
+            &pacing,
+            "fuzz",
+            std::io::sink(),
+            "sink",
+        );
     }
     n
 }
@@ -135,10 +154,17 @@ pub fn exercise_trace(bytes: &[u8], render: bool) -> usize {
 /// What a read trace guarantees its tables: each generated position at most once, all of them
 /// inside the decode.
 fn check_tables(t: &crate::trace::export::Tables, events: &[Event]) {
-    let Some(h) = events.iter().rev().find_map(|e| if let Event::Header(h) = e { Some(h) } else { None }) else { return };
+    let Some(h) =
+        events.iter().rev().find_map(|e| if let Event::Header(h) = e { Some(h) } else { None })
+    else {
+        return;
+    };
     let mut seen = std::collections::HashSet::new();
     for r in &t.tokens {
-        assert!(r.pos >= h.prompt_ids.len() && r.pos < h.max_len, "token row outside the decode: {r:?}");
+        assert!(
+            r.pos >= h.prompt_ids.len() && r.pos < h.max_len,
+            "token row outside the decode: {r:?}"
+        );
         assert!(seen.insert(r.pos), "position {} exported twice", r.pos);
     }
 }

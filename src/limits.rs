@@ -12,9 +12,11 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::trace::events::{BlockEvent, Event, FinishEvent, Header, MoeInfo, Route, StepEvent, TopCandidate};
-pub use crate::sampler::MAX_CANDIDATES;
 use crate::engine::settings::DecodeSettings;
+pub use crate::sampler::MAX_CANDIDATES;
+use crate::trace::events::{
+    BlockEvent, Event, FinishEvent, Header, MoeInfo, Route, StepEvent, TopCandidate,
+};
 
 /// Positions per block (`--block-length`, `settings.block_length`, `block_size`).
 pub const MAX_BLOCK_LENGTH: usize = 4096;
@@ -70,7 +72,8 @@ pub fn at_most(what: &str, value: usize, max: usize) -> Result<()> {
 /// went wrong (missing, a symlink loop, permission denied), never just "cannot open".
 pub fn regular_file(path: &Path) -> Result<Metadata> {
     let label = crate::glyph::escape_line(&path.display().to_string()).into_owned();
-    let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("{label}: {}", io_reason(&e)))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| anyhow::anyhow!("{label}: {}", io_reason(&e)))?;
     if !meta.is_file() {
         bail!("{label}: not a regular file ({})", file_kind(&meta));
     }
@@ -106,8 +109,14 @@ fn file_kind(meta: &Metadata) -> &'static str {
 /// Refuses an allocation of `bytes` (`None`: more than a usize holds) on the CPU when it is more
 /// than the memory available now: the allocator would abort the process instead of failing.
 /// Device memory is not checked here: candle reports a failed CUDA allocation as an error.
-pub fn fits_in_memory(what: &str, bytes: Option<usize>, device: &candle_core::Device) -> Result<()> {
-    let Some(bytes) = bytes else { bail!("{what} would need more bytes than this machine can address") };
+pub fn fits_in_memory(
+    what: &str,
+    bytes: Option<usize>,
+    device: &candle_core::Device,
+) -> Result<()> {
+    let Some(bytes) = bytes else {
+        bail!("{what} would need more bytes than this machine can address")
+    };
     if !device.is_cpu() {
         return Ok(());
     }
@@ -207,13 +216,19 @@ fn probability(field: impl FnOnce() -> String, p: f32) -> Result<(), String> {
 /// layers ascending and inside the model.
 fn moe_info(m: MoeInfo, layers: usize) -> Result<MoeInfo, String> {
     if m.experts == 0 || m.experts > MAX_EXPERTS {
-        return Err(format!("field `model.moe.experts` is {}, outside 1 to {MAX_EXPERTS}", m.experts));
+        return Err(format!(
+            "field `model.moe.experts` is {}, outside 1 to {MAX_EXPERTS}",
+            m.experts
+        ));
     }
     let max_k = MAX_EXPERTS_PER_TOK.min(m.experts);
     if m.top_k == 0 || m.top_k > max_k {
         return Err(format!("field `model.moe.top_k` is {}, outside 1 to {max_k}", m.top_k));
     }
-    if m.sparse_layers.len() > layers || m.sparse_layers.windows(2).any(|w| w[0] >= w[1]) || m.sparse_layers.iter().any(|&l| l >= layers) {
+    if m.sparse_layers.len() > layers
+        || m.sparse_layers.windows(2).any(|w| w[0] >= w[1])
+        || m.sparse_layers.iter().any(|&l| l >= layers)
+    {
         return Err(format!("field `model.moe.sparse_layers` is not an ascending list of layers below model.num_layers {layers}"));
     }
     Ok(m)
@@ -224,24 +239,39 @@ fn header(h: &Header) -> Result<RunShape, String> {
     let b = h.settings.block_length;
     let p = h.prompt_ids.len();
     if p > MAX_PROMPT_TOKENS {
-        return Err(format!("field `prompt_ids` holds {p} tokens, more than the limit of {MAX_PROMPT_TOKENS}"));
+        return Err(format!(
+            "field `prompt_ids` holds {p} tokens, more than the limit of {MAX_PROMPT_TOKENS}"
+        ));
     }
     if h.prompt_pieces.len() != p {
-        return Err(format!("field `prompt_pieces` holds {} pieces for {p} prompt ids", h.prompt_pieces.len()));
+        return Err(format!(
+            "field `prompt_pieces` holds {} pieces for {p} prompt ids",
+            h.prompt_pieces.len()
+        ));
     }
     if h.first_block != p / b {
-        return Err(format!("field `first_block` is {}, but {p} prompt tokens in blocks of {b} start at block {}", h.first_block, p / b));
+        return Err(format!(
+            "field `first_block` is {}, but {p} prompt tokens in blocks of {b} start at block {}",
+            h.first_block,
+            p / b
+        ));
     }
     let want = p + h.settings.max_new_tokens; // both bounded above: cannot wrap
     if h.max_len != want {
-        return Err(format!("field `max_len` is {}, but prompt {p} + max_new_tokens {} is {want}", h.max_len, h.settings.max_new_tokens));
+        return Err(format!(
+            "field `max_len` is {}, but prompt {p} + max_new_tokens {} is {want}",
+            h.max_len, h.settings.max_new_tokens
+        ));
     }
     let vocab = h.model.vocab_size;
     if vocab == 0 || vocab > MAX_VOCAB {
         return Err(format!("field `model.vocab_size` is {vocab}, outside 1 to {MAX_VOCAB}"));
     }
     if h.mask_token_id as usize >= vocab {
-        return Err(format!("field `mask_token_id` is {}, outside the vocabulary of {vocab}", h.mask_token_id));
+        return Err(format!(
+            "field `mask_token_id` is {}, outside the vocabulary of {vocab}",
+            h.mask_token_id
+        ));
     }
     if let Some((i, t)) = h.prompt_ids.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
         return Err(format!("field `prompt_ids[{i}]` is {t}, outside the vocabulary of {vocab}"));
@@ -264,7 +294,11 @@ fn header(h: &Header) -> Result<RunShape, String> {
 impl RunShape {
     fn block_in_range(&self, block: usize) -> Result<(), String> {
         if block < self.first_block || block >= self.end_block {
-            return Err(format!("field `block` is {block}, outside this decode's blocks {} to {}", self.first_block, self.end_block - 1));
+            return Err(format!(
+                "field `block` is {block}, outside this decode's blocks {} to {}",
+                self.first_block,
+                self.end_block - 1
+            ));
         }
         Ok(())
     }
@@ -272,7 +306,11 @@ impl RunShape {
     /// `field` names the token, made only for the error (this runs for every position).
     fn token(&self, field: impl FnOnce() -> String, t: u32) -> Result<(), String> {
         if t as usize >= self.vocab {
-            return Err(format!("field `{}` is {t}, outside the vocabulary of {}", field(), self.vocab));
+            return Err(format!(
+                "field `{}` is {t}, outside the vocabulary of {}",
+                field(),
+                self.vocab
+            ));
         }
         Ok(())
     }
@@ -280,7 +318,10 @@ impl RunShape {
     /// A `top` list (`--candidates`): bounded, tokens of the vocabulary, probabilities.
     fn top(&self, list: &str, top: &[TopCandidate]) -> Result<(), String> {
         if top.len() > MAX_CANDIDATES {
-            return Err(format!("field `{list}.top` holds {} candidates, more than the limit of {MAX_CANDIDATES}", top.len()));
+            return Err(format!(
+                "field `{list}.top` holds {} candidates, more than the limit of {MAX_CANDIDATES}",
+                top.len()
+            ));
         }
         for t in top {
             self.token(|| format!("{list}.top.token"), t.token)?;
@@ -293,10 +334,15 @@ impl RunShape {
     /// layer of the header's `model.moe`.
     fn layout(&self, field: &str, entries: usize) -> Result<&MoeInfo, String> {
         let Some(m) = &self.moe else {
-            return Err(format!("field `{field}` is present, but the header's model has no `moe` layout"));
+            return Err(format!(
+                "field `{field}` is present, but the header's model has no `moe` layout"
+            ));
         };
         if entries != m.sparse_layers.len() {
-            return Err(format!("field `{field}` holds {entries} entries for {} sparse layers", m.sparse_layers.len()));
+            return Err(format!(
+                "field `{field}` holds {entries} entries for {} sparse layers",
+                m.sparse_layers.len()
+            ));
         }
         Ok(m)
     }
@@ -311,13 +357,23 @@ impl RunShape {
         for (r, &layer) in routes.iter().zip(&m.sparse_layers) {
             let at = format!("position {pos} layer {layer}");
             if r.experts.len() > m.top_k || r.weights.len() != r.experts.len() {
-                return Err(format!("field `committed.routes` of {at} holds {} experts and {} weights; top_k is {}", r.experts.len(), r.weights.len(), m.top_k));
+                return Err(format!(
+                    "field `committed.routes` of {at} holds {} experts and {} weights; top_k is {}",
+                    r.experts.len(),
+                    r.weights.len(),
+                    m.top_k
+                ));
             }
             if let Some(e) = r.experts.iter().find(|&&e| e as usize >= m.experts) {
-                return Err(format!("field `committed.routes.experts` of {at} is {e}, outside the {} experts", m.experts));
+                return Err(format!(
+                    "field `committed.routes.experts` of {at} is {e}, outside the {} experts",
+                    m.experts
+                ));
             }
             if let Some(w) = r.weights.iter().find(|w| !(0.0..=1.0).contains(*w)) {
-                return Err(format!("field `committed.routes.weights` of {at} is {w}, not a weight from 0 to 1"));
+                return Err(format!(
+                    "field `committed.routes.weights` of {at} is {w}, not a weight from 0 to 1"
+                ));
             }
         }
         Ok(())
@@ -329,7 +385,10 @@ impl RunShape {
         }
         let m = self.layout("distinct_experts", counts.len())?;
         match counts.iter().find(|&&n| n as usize > m.experts) {
-            Some(n) => Err(format!("field `distinct_experts` holds {n}, more than the {} experts", m.experts)),
+            Some(n) => Err(format!(
+                "field `distinct_experts` holds {n}, more than the {} experts",
+                m.experts
+            )),
             None => Ok(()),
         }
     }
@@ -349,7 +408,13 @@ impl RunShape {
         let generated = self.prompt_len.max(span.start)..span.end;
         for (i, c) in s.committed.iter().enumerate() {
             if !generated.contains(&c.pos) {
-                return Err(format!("committed position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
+                return Err(format!(
+                    "committed position {} is outside block {}'s generated positions {} to {}",
+                    c.pos,
+                    s.block,
+                    generated.start,
+                    generated.end - 1
+                ));
             }
             self.token(|| format!("committed[{i}].token"), c.token)?;
             probability(|| format!("committed[{i}].conf"), c.conf)?;
@@ -365,7 +430,13 @@ impl RunShape {
         }
         for (i, c) in s.masked.iter().enumerate() {
             if !generated.contains(&c.pos) {
-                return Err(format!("masked position {} is outside block {}'s generated positions {} to {}", c.pos, s.block, generated.start, generated.end - 1));
+                return Err(format!(
+                    "masked position {} is outside block {}'s generated positions {} to {}",
+                    c.pos,
+                    s.block,
+                    generated.start,
+                    generated.end - 1
+                ));
             }
             self.token(|| format!("masked[{i}].token"), c.token)?;
             probability(|| format!("masked[{i}].conf"), c.conf)?;
@@ -373,7 +444,10 @@ impl RunShape {
         }
         self.distinct_experts(&s.distinct_experts)?;
         if s.forward <= self.last_forward {
-            return Err(format!("field `forward` is {}, not more than the previous step's {}", s.forward, self.last_forward));
+            return Err(format!(
+                "field `forward` is {}, not more than the previous step's {}",
+                s.forward, self.last_forward
+            ));
         }
         self.last_forward = s.forward;
         Ok(())
@@ -387,7 +461,10 @@ impl RunShape {
             _ => 0,
         };
         if s.step != want {
-            return Err(format!("field `step` is {}, but block {}'s steps so far call for step {want}", s.step, s.block));
+            return Err(format!(
+                "field `step` is {}, but block {}'s steps so far call for step {want}",
+                s.step, s.block
+            ));
         }
         let budget = self.settings.step_budget();
         if s.step >= budget {
@@ -400,7 +477,11 @@ impl RunShape {
     fn block(&self, b: &BlockEvent) -> Result<(), String> {
         self.block_in_range(b.block)?;
         if b.tokens.len() > self.block_length {
-            return Err(format!("field `tokens` holds {} tokens for a block of {}", b.tokens.len(), self.block_length));
+            return Err(format!(
+                "field `tokens` holds {} tokens for a block of {}",
+                b.tokens.len(),
+                self.block_length
+            ));
         }
         Ok(())
     }
@@ -408,7 +489,10 @@ impl RunShape {
     fn finish(&self, f: &FinishEvent) -> Result<(), String> {
         let most = self.max_len - self.prompt_len;
         if f.output_ids.len() > most {
-            return Err(format!("field `output_ids` holds {} tokens, more than max_new_tokens {most}", f.output_ids.len()));
+            return Err(format!(
+                "field `output_ids` holds {} tokens, more than max_new_tokens {most}",
+                f.output_ids.len()
+            ));
         }
         Ok(())
     }
@@ -442,7 +526,10 @@ mod tests {
     fn each_inconsistency_is_named() {
         let good = synth::trace(&Synth::small());
         let Event::Header(h) = &good[0] else { panic!() };
-        let step_at = good.iter().position(|e| matches!(e, Event::Step(s) if !s.committed.is_empty())).unwrap();
+        let step_at = good
+            .iter()
+            .position(|e| matches!(e, Event::Step(s) if !s.committed.is_empty()))
+            .unwrap();
         type Edit = Box<dyn Fn(&mut Vec<Event>)>;
         let cases: Vec<(Edit, String)> = vec![
             (

@@ -16,18 +16,28 @@ fn main() -> ExitCode {
         return fail(&format!("cannot handle signals: {e}"));
     }
     let result = match &cli.command {
-        Some(Command::Trace { decode, out }) => unmask::cli::commands::trace::run(decode, out.as_deref()),
+        Some(Command::Trace { decode, out }) => {
+            unmask::cli::commands::trace::run(decode, out.as_deref())
+        }
         Some(Command::Compare { decode, a, b, headless: true }) => {
             unmask::cli::commands::compare::headless(&a.apply(decode), &b.apply(decode))
         }
         Some(Command::Compare { decode, a, b, headless: false }) => {
-            unmask::cli::commands::compare::tui(&a.apply(decode), &b.apply(decode), cli.look.theme())
+            unmask::cli::commands::compare::tui(
+                &a.apply(decode),
+                &b.apply(decode),
+                cli.look.theme(),
+            )
         }
         Some(Command::Export { trace, format, table, out }) => {
             unmask::cli::commands::export::run(trace, *format, *table, out.as_deref())
         }
-        Some(Command::Replay { file, cast: None, .. }) => unmask::cli::commands::replay::run(file, &cli.look),
-        Some(Command::Replay { file, cast: Some(cast), pacing }) => unmask::cli::commands::record::from_trace(file, cast, pacing, &cli.look),
+        Some(Command::Replay { file, cast: None, .. }) => {
+            unmask::cli::commands::replay::run(file, &cli.look)
+        }
+        Some(Command::Replay { file, cast: Some(cast), pacing }) => {
+            unmask::cli::commands::record::from_trace(file, cast, pacing, &cli.look)
+        }
         Some(Command::Record { decode, cast, trace, pacing }) => {
             unmask::cli::commands::record::run(decode, cast, trace.as_deref(), pacing, &cli.look)
         }
@@ -57,7 +67,8 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     use std::io::ErrorKind::BrokenPipe;
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == BrokenPipe)
-            || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
     })
 }
 
@@ -74,7 +85,12 @@ fn fail(msg: &str) -> ExitCode {
 /// quietly); usage errors shrink to one line that keeps the list of accepted values.
 fn clap_exit(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         return match e.print().and_then(|()| std::io::Write::flush(&mut std::io::stdout())) {
             Ok(()) => ExitCode::SUCCESS,
             Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
@@ -91,7 +107,8 @@ fn clap_exit(e: clap::Error) -> ExitCode {
     }
     let text = e.render().to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let mut first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    let mut first =
+        lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
     if first.ends_with(':') {
         // "the argument '[TRACE]' cannot be used with:" lists the other arguments below.
         let listed: Vec<&str> = lines.clone().take_while(|l| !l.starts_with("Usage:")).collect();

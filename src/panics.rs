@@ -33,12 +33,18 @@ pub fn install() {
         let previous = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
             if catching() {
-                let msg = match (info.payload().downcast_ref::<&str>(), info.payload().downcast_ref::<String>()) {
+                let msg = match (
+                    info.payload().downcast_ref::<&str>(),
+                    info.payload().downcast_ref::<String>(),
+                ) {
                     (Some(s), _) => s.to_string(),
                     (_, Some(s)) => s.clone(),
                     _ => "unknown panic".to_string(),
                 };
-                let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+                let at = info
+                    .location()
+                    .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
                 CAUGHT.with(|c| *c.borrow_mut() = Some(format!("{msg}{at}")));
             } else {
                 previous(info);

@@ -60,14 +60,16 @@ pub fn exit_status(sig: i32) -> u8 {
 pub fn install() -> std::io::Result<()> {
     let mut result = Ok(());
     INSTALL.call_once(|| {
-        result = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT, SIGQUIT]).and_then(|mut signals| {
-            std::thread::Builder::new().name("unmask-signals".into()).spawn(move || {
-                for sig in signals.forever() {
-                    on_signal(sig);
-                }
-            })?;
-            Ok(())
-        });
+        result = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT, SIGQUIT]).and_then(
+            |mut signals| {
+                std::thread::Builder::new().name("unmask-signals".into()).spawn(move || {
+                    for sig in signals.forever() {
+                        on_signal(sig);
+                    }
+                })?;
+                Ok(())
+            },
+        );
     });
     result
 }

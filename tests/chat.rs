@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 use candle_core::{DType, Device};
 use serde::Deserialize;
 use unmask::model::chat::{ChatTemplate, Message};
-use unmask::trace::events::{Event, Header};
 use unmask::model::{Checkpoint, Source};
+use unmask::trace::events::{Event, Header};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -48,8 +48,13 @@ fn case(name: &str) -> Case {
 #[test]
 fn prompt_ids_equal_transformers_apply_chat_template() {
     let ck = Checkpoint::load(&Source::Dir(chat_model()), &Device::Cpu, DType::F32).unwrap();
-    let template: &ChatTemplate = ck.chat_template.as_ref().expect("the fixture ships chat_template.jinja");
-    assert!(template.origin().ends_with("tiny-sdar-chat/chat_template.jinja"), "{}", template.origin());
+    let template: &ChatTemplate =
+        ck.chat_template.as_ref().expect("the fixture ships chat_template.jinja");
+    assert!(
+        template.origin().ends_with("tiny-sdar-chat/chat_template.jinja"),
+        "{}",
+        template.origin()
+    );
     let cases = golden();
     assert_eq!(cases.len(), 7);
     for c in cases {
@@ -89,7 +94,9 @@ fn header_with(model: &str, extra: &[&str], stdin: Option<&str>, env: &[(&str, &
     let out = unmask(&args, stdin, env);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let first = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().to_string();
-    let Event::Header(h) = serde_json::from_str(&first).unwrap() else { panic!("first event is the header") };
+    let Event::Header(h) = serde_json::from_str(&first).unwrap() else {
+        panic!("first event is the header")
+    };
     *h
 }
 
@@ -111,7 +118,10 @@ fn the_template_is_applied_by_default_and_the_header_keeps_the_users_message() {
     let want = case("plain");
     assert_eq!((h.prompt.as_str(), &h.prompt_ids), (want.text.as_str(), &want.ids));
     let chat = h.chat.as_ref().unwrap();
-    assert_eq!((chat.user.as_str(), chat.system.as_deref(), chat.template_applied), ("What is 12 * 7?", None, true));
+    assert_eq!(
+        (chat.user.as_str(), chat.system.as_deref(), chat.template_applied),
+        ("What is 12 * 7?", None, true)
+    );
     assert_eq!(h.shown_prompt(), "What is 12 * 7?");
     assert_eq!(h.prompt_pieces.concat(), h.prompt);
     assert_eq!(h.eos_ids, vec![151645, 151643]);
@@ -125,7 +135,11 @@ fn the_template_is_applied_by_default_and_the_header_keeps_the_users_message() {
 
 #[test]
 fn a_chat_checkpoint_without_prompt_gets_a_question_and_its_sampling_defaults() {
-    let out = unmask(&["trace", "--model", chat_model().to_str().unwrap(), "--max-new-tokens", "4"], None, &[]);
+    let out = unmask(
+        &["trace", "--model", chat_model().to_str().unwrap(), "--max-new-tokens", "4"],
+        None,
+        &[],
+    );
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let first = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().to_string();
     let Event::Header(h) = serde_json::from_str(&first).unwrap() else { panic!() };
@@ -177,7 +191,13 @@ fn chat_flags_without_a_template_are_one_line_errors() {
             base.display()
         )
     );
-    let e = error(&["trace", "--model", chat_model().to_str().unwrap(), "--chat-arg", "enable_thinking"]);
+    let e = error(&[
+        "trace",
+        "--model",
+        chat_model().to_str().unwrap(),
+        "--chat-arg",
+        "enable_thinking",
+    ]);
     assert_eq!(e, "unmask: error: --chat-arg \"enable_thinking\": expected KEY=VALUE");
     let e = error(&["trace", "--prompt-file", "/nonexistent/q.txt"]);
     assert!(e.starts_with("unmask: error: --prompt-file /nonexistent/q.txt: cannot read: "), "{e}");
@@ -195,7 +215,8 @@ fn edited_copy(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
 }
 
 fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     f(v.as_object_mut().unwrap());
     std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
@@ -210,7 +231,8 @@ fn stops_on_im_end_when_only_tokenizer_config_names_it_and_mask_comes_from_the_t
         });
         std::fs::remove_file(d.join("generation_config.json")).unwrap();
     });
-    let ck = Checkpoint::load(&Source::Dir(dir.path().to_path_buf()), &Device::Cpu, DType::F32).unwrap();
+    let ck =
+        Checkpoint::load(&Source::Dir(dir.path().to_path_buf()), &Device::Cpu, DType::F32).unwrap();
     assert_eq!(ck.eos_ids, vec![151645]);
     assert_eq!(ck.tokenizer.mask_id(), 151669);
     let h = header_with(dir.path().to_str().unwrap(), &[], None, &[]);
@@ -236,7 +258,8 @@ fn hub_cache(name: &str) -> tempfile::TempDir {
         let f = f.unwrap().path();
         let blob = repo.join("blobs").join(format!("b{i}"));
         std::fs::copy(&f, &blob).unwrap();
-        std::os::unix::fs::symlink(format!("../../blobs/b{i}"), snap.join(f.file_name().unwrap())).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/b{i}"), snap.join(f.file_name().unwrap()))
+            .unwrap();
     }
     let config = snap.join("config.json");
     let real = std::fs::canonicalize(&config).unwrap();
@@ -252,7 +275,10 @@ fn model_ids_resolve_from_the_hub_cache() {
     let cache = hub_cache("tiny-sdar-chat-b8");
     let env = [("HF_HUB_CACHE", cache.path())];
     let h = header_with("Org/tiny-sdar-chat-b8", &["--prompt", "What is 12 * 7?"], None, &env);
-    assert_eq!(h.model.source, "Org/tiny-sdar-chat-b8@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d", "the commit decoded");
+    assert_eq!(
+        h.model.source, "Org/tiny-sdar-chat-b8@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d",
+        "the commit decoded"
+    );
     assert_eq!(h.prompt_ids, case("plain").ids);
     assert_eq!(h.settings.block_length, 8);
     assert_eq!(h.sources["block_length"], "-b8 in the name \"tiny-sdar-chat-b8\"");
@@ -261,16 +287,27 @@ fn model_ids_resolve_from_the_hub_cache() {
     let want = "models--Org--missing; set HF_HUB_CACHE or HF_HOME, or download it with `hf download Org/missing`)\n";
     assert!(!out.status.success() && e.ends_with(want) && e.lines().count() == 1, "{e}");
     // a revision of a folder names nothing: refused, not ignored
-    let out = unmask(&["trace", "--model", chat_model().to_str().unwrap(), "--revision", "v2"], None, &[]);
+    let out = unmask(
+        &["trace", "--model", chat_model().to_str().unwrap(), "--revision", "v2"],
+        None,
+        &[],
+    );
     let e = String::from_utf8(out.stderr).unwrap();
-    assert!(!out.status.success() && e.contains("--revision v2: ") && e.contains("is a folder"), "{e}");
+    assert!(
+        !out.status.success() && e.contains("--revision v2: ") && e.contains("is a folder"),
+        "{e}"
+    );
 }
 
 #[test]
 fn a_block_size_in_the_name_out_of_range_is_blamed_on_the_name() {
     let cache = hub_cache("tiny-sdar-chat-b9999");
     let env = [("HF_HUB_CACHE", cache.path())];
-    let out = unmask(&["trace", "--model", "Org/tiny-sdar-chat-b9999", "--max-new-tokens", "4"], None, &env);
+    let out = unmask(
+        &["trace", "--model", "Org/tiny-sdar-chat-b9999", "--max-new-tokens", "4"],
+        None,
+        &env,
+    );
     let e = String::from_utf8(out.stderr).unwrap();
     let want = "unmask: error: block length 9999 from -b9999 in the name \"tiny-sdar-chat-b9999\" must be within 1 to 4096; pass --block-length\n";
     assert!(!out.status.success() && e == want, "{e}");

@@ -14,7 +14,15 @@ fn unmask(args: &[&str]) -> Output {
 
 fn trace(extra: &[&str]) -> Vec<Event> {
     let model = fixture("tiny-random");
-    let mut args = vec!["trace", "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "24"];
+    let mut args = vec![
+        "trace",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The cat sat",
+        "--max-new-tokens",
+        "24",
+    ];
     args.extend_from_slice(extra);
     let out = unmask(&args);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
@@ -31,7 +39,8 @@ fn steps(events: &[Event]) -> Vec<&unmask::trace::events::StepEvent> {
 
 #[test]
 fn static_b4_s4_commits_exactly_one_token_per_step() {
-    let events = trace(&["--block-length", "4", "--steps", "4", "--strategy", "low_confidence_static"]);
+    let events =
+        trace(&["--block-length", "4", "--steps", "4", "--strategy", "low_confidence_static"]);
     assert!(matches!(events[0], Event::Header(_)));
     assert!(matches!(events.last(), Some(Event::Finish(_))));
     let steps = steps(&events);
@@ -42,7 +51,8 @@ fn static_b4_s4_commits_exactly_one_token_per_step() {
 #[test]
 fn sequential_commits_left_to_right() {
     let events = trace(&["--strategy", "sequential"]);
-    let order: Vec<usize> = steps(&events).iter().flat_map(|s| s.committed.iter().map(|c| c.pos)).collect();
+    let order: Vec<usize> =
+        steps(&events).iter().flat_map(|s| s.committed.iter().map(|c| c.pos)).collect();
     let mut sorted = order.clone();
     sorted.sort();
     assert_eq!(order, sorted);
@@ -58,7 +68,11 @@ fn the_step_map_reads_straight_from_the_trace() {
     let mut map = std::collections::BTreeMap::new();
     for s in steps(&events) {
         for c in &s.committed {
-            assert!(map.insert(c.pos, (s.block, s.step, c.token)).is_none(), "position {} twice", c.pos);
+            assert!(
+                map.insert(c.pos, (s.block, s.step, c.token)).is_none(),
+                "position {} twice",
+                c.pos
+            );
         }
     }
     for (i, &tok) in f.output_ids.iter().enumerate() {
@@ -73,19 +87,40 @@ fn out_file_holds_the_same_events_as_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.jsonl");
     let model = fixture("tiny-random");
-    let args = ["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "8", "--out", path.to_str().unwrap()];
+    let args = [
+        "trace",
+        "--model",
+        model.to_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+        "--out",
+        path.to_str().unwrap(),
+    ];
     assert!(unmask(&args).status.success());
     let file = unmask::trace::file::read_file(&path).unwrap();
     assert!(file.stopped.is_none());
     let stdout = unmask(&args[..5]);
-    let lines: Vec<Event> = String::from_utf8(stdout.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Event> = String::from_utf8(stdout.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     // Timings differ between runs; everything else must not.
     let strip = |evs: &[Event]| -> Vec<String> {
         evs.iter()
             .map(|e| match e.clone() {
-                Event::Step(mut s) => { s.t_ms = 0.0; serde_json::to_string(&s).unwrap() }
-                Event::Block(mut b) => { b.t_ms = 0.0; serde_json::to_string(&b).unwrap() }
-                Event::Finish(mut f) => { f.elapsed_ms = 0.0; serde_json::to_string(&f).unwrap() }
+                Event::Step(mut s) => {
+                    s.t_ms = 0.0;
+                    serde_json::to_string(&s).unwrap()
+                }
+                Event::Block(mut b) => {
+                    b.t_ms = 0.0;
+                    serde_json::to_string(&b).unwrap()
+                }
+                Event::Finish(mut f) => {
+                    f.elapsed_ms = 0.0;
+                    serde_json::to_string(&f).unwrap()
+                }
                 Event::Header(h) => serde_json::to_string(&h).unwrap(),
             })
             .collect()
@@ -119,11 +154,22 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
     let d = copy_model(|p| std::fs::remove_file(p.join("config.json")).unwrap());
     assert!(error_for(d.path(), &[]).contains("config.json: missing"));
 
-    let d = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"hidden_size\": 64", "\"hidden_size\": \"x\"")));
+    let d = copy_model(|p| {
+        rewrite(&p.join("config.json"), |t| {
+            t.replace("\"hidden_size\": 64", "\"hidden_size\": \"x\"")
+        })
+    });
     let e = error_for(d.path(), &[]);
-    assert!(e.contains("config.json: invalid config: field `hidden_size`: invalid type: string \"x\""), "{e}");
+    assert!(
+        e.contains("config.json: invalid config: field `hidden_size`: invalid type: string \"x\""),
+        "{e}"
+    );
 
-    let d = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"intermediate_size\": 160", "\"intermediate_size\": 128")));
+    let d = copy_model(|p| {
+        rewrite(&p.join("config.json"), |t| {
+            t.replace("\"intermediate_size\": 160", "\"intermediate_size\": 128")
+        })
+    });
     let e = error_for(d.path(), &[]);
     assert!(e.contains("model.safetensors: tensor `model.layers.0.mlp.gate_proj.weight` has shape [160, 64], expected [128, 64]"), "{e}");
 
@@ -142,7 +188,9 @@ fn bad_checkpoints_give_one_line_errors_naming_file_and_field() {
     assert!(e.contains("model.safetensors: not a valid safetensors file"), "{e}");
 
     let d = copy_model(|p| std::fs::remove_file(p.join("model.safetensors")).unwrap());
-    assert!(error_for(d.path(), &[]).contains("no model.safetensors or model.safetensors.index.json"));
+    assert!(
+        error_for(d.path(), &[]).contains("no model.safetensors or model.safetensors.index.json")
+    );
 }
 
 #[test]
@@ -157,11 +205,24 @@ fn bad_flags_give_one_line_errors() {
     assert!(e.contains("--top-p must be within (0, 1]"), "{e}");
     // --device and --dtype are refused as the command line is read, naming the flag
     let e = error_for(&model, &["--device", "tpu"]);
-    assert!(e.contains("invalid value 'tpu' for '--device <DEV>': expected cpu, cuda or cuda:N"), "{e}");
+    assert!(
+        e.contains("invalid value 'tpu' for '--device <DEV>': expected cpu, cuda or cuda:N"),
+        "{e}"
+    );
     let e = error_for(&model, &["--device", "cuda:first"]);
-    assert!(e.contains("invalid value 'cuda:first' for '--device <DEV>': expected cuda:N with N a GPU index"), "{e}");
+    assert!(
+        e.contains(
+            "invalid value 'cuda:first' for '--device <DEV>': expected cuda:N with N a GPU index"
+        ),
+        "{e}"
+    );
     let e = error_for(&model, &["--dtype", "f64"]);
-    assert!(e.contains("invalid value 'f64' for '--dtype <DT>' [possible values: auto, f32, bf16, f16]"), "{e}");
+    assert!(
+        e.contains(
+            "invalid value 'f64' for '--dtype <DT>' [possible values: auto, f32, bf16, f16]"
+        ),
+        "{e}"
+    );
     // A negative number is the flag's value, checked like any other (not "unexpected argument").
     let e = error_for(&model, &["--threshold", "-1"]);
     assert!(e.contains("--threshold must be within [0, 1] (got -1)"), "{e}");
@@ -184,15 +245,26 @@ fn flags_the_command_would_ignore_give_one_line_errors() {
         e
     };
     let e = one_line(&["export", t, "--model", "/nonexistent", "--steps", "0"]);
-    assert!(e.starts_with("unmask: error: export reads a recorded trace: --model applies only when decoding"), "{e}");
+    assert!(
+        e.starts_with(
+            "unmask: error: export reads a recorded trace: --model applies only when decoding"
+        ),
+        "{e}"
+    );
     let e = one_line(&["replay", t, "--block-length", "0", "--cast", "/dev/null"]);
-    assert!(e.contains("replay reads a recorded trace: --block-length applies only when decoding"), "{e}");
+    assert!(
+        e.contains("replay reads a recorded trace: --block-length applies only when decoding"),
+        "{e}"
+    );
     let e = one_line(&["trace", "--revision", "foo", "--max-new-tokens", "2"]);
     assert!(e.contains("--revision picks a revision of --model ORG/NAME; give --model too"), "{e}");
     let e = one_line(&["--pace", "nan", "--max-new-tokens", "2"]);
     assert!(e.contains("--pace NaN: must be 0"), "{e}");
     let e = one_line(&["bench", "--prompt", "hi", "--repeat", "1"]);
-    assert!(e.contains("bench decodes a prompt of --prompt-len tokens: --prompt has no effect there"), "{e}");
+    assert!(
+        e.contains("bench decodes a prompt of --prompt-len tokens: --prompt has no effect there"),
+        "{e}"
+    );
     let e = one_line(&["export", t, "--format", "json", "--table", "steps"]);
     assert!(e.contains("--table picks one CSV table"), "{e}");
     // what the commands do take still works
@@ -217,26 +289,55 @@ fn look_and_pace_flags_are_refused_where_nothing_uses_them() {
     };
     let screens = "applies only to the screens (the TUI, replay, compare, record)";
     let pace = "--pace applies only to the TUI and replay on a terminal";
-    refused(&["export", t, "--format", "svg", "--theme", "dark"], &format!("export draws no screen: --theme {screens}; the SVG figure has one look"));
+    refused(
+        &["export", t, "--format", "svg", "--theme", "dark"],
+        &format!("export draws no screen: --theme {screens}; the SVG figure has one look"),
+    );
     refused(&["export", t, "--mono"], &format!("export draws no screen: --mono {screens}"));
-    refused(&["--theme", "light", "export", t], &format!("export draws no screen: --theme {screens}"));
+    refused(
+        &["--theme", "light", "export", t],
+        &format!("export draws no screen: --theme {screens}"),
+    );
     refused(&["export", t, "--pace", "3"], &format!("export plays nothing: {pace}"));
-    refused(&["trace", "--mono", "--max-new-tokens", "2"], &format!("trace draws no screen: --mono {screens}"));
-    refused(&["trace", "--theme", "light", "--max-new-tokens", "2"], &format!("trace draws no screen: --theme {screens}"));
-    refused(&["trace", "--pace", "5", "--max-new-tokens", "2"], &format!("trace plays nothing: {pace}"));
+    refused(
+        &["trace", "--mono", "--max-new-tokens", "2"],
+        &format!("trace draws no screen: --mono {screens}"),
+    );
+    refused(
+        &["trace", "--theme", "light", "--max-new-tokens", "2"],
+        &format!("trace draws no screen: --theme {screens}"),
+    );
+    refused(
+        &["trace", "--pace", "5", "--max-new-tokens", "2"],
+        &format!("trace plays nothing: {pace}"),
+    );
     refused(&["steps", t, "--mono"], &format!("steps draws no screen: --mono {screens}"));
     refused(&["bench", "--theme", "light"], &format!("bench draws no screen: --theme {screens}"));
-    refused(&["record", "--pace", "3", "--cast", "/dev/null"], &format!("record writes a cast: {pace}; a cast's pace is --step-delay"));
-    refused(&["replay", t, "--cast", "/dev/null", "--pace", "3"], &format!("replay --cast writes a cast: {pace}"));
+    refused(
+        &["record", "--pace", "3", "--cast", "/dev/null"],
+        &format!("record writes a cast: {pace}; a cast's pace is --step-delay"),
+    );
+    refused(
+        &["replay", t, "--cast", "/dev/null", "--pace", "3"],
+        &format!("replay --cast writes a cast: {pace}"),
+    );
     refused(&["replay", t, "--fps", "3"], "replay: --fps applies only with --cast");
-    refused(&["compare", "--pace", "2"], &format!("compare follows both decodes as they come: {pace}"));
-    refused(&["compare", "--headless", "--mono"], &format!("compare --headless prints a table: --mono {screens}"));
+    refused(
+        &["compare", "--pace", "2"],
+        &format!("compare follows both decodes as they come: {pace}"),
+    );
+    refused(
+        &["compare", "--headless", "--mono"],
+        &format!("compare --headless prints a table: --mono {screens}"),
+    );
     refused(
         &["steps", t, "--temperature", "0.5"],
         "steps TRACE reads a recorded trace: --temperature applies only when decoding (trace, steps without a TRACE, record, compare, bench)",
     );
     // where they apply they are taken
-    assert!(unmask(&["replay", t, "--cast", "/dev/null", "--mono", "--theme", "light"]).status.success());
+    assert!(unmask(&["replay", t, "--cast", "/dev/null", "--mono", "--theme", "light"])
+        .status
+        .success());
     assert!(unmask(&["steps", t]).status.success());
 }
 
@@ -249,7 +350,15 @@ fn help_lists_only_the_flags_a_command_takes() {
         assert!(o.status.success(), "{args:?}");
         String::from_utf8(o.stdout).unwrap()
     };
-    let decode = ["--model", "--temperature", "--candidates", "--max-new-tokens", "--device", "--routing", "--prompt"];
+    let decode = [
+        "--model",
+        "--temperature",
+        "--candidates",
+        "--max-new-tokens",
+        "--device",
+        "--routing",
+        "--prompt",
+    ];
     for cmd in ["export", "replay"] {
         let h = help(&[cmd, "--help"]);
         for flag in decode {
@@ -261,11 +370,20 @@ fn help_lists_only_the_flags_a_command_takes() {
     for flag in ["--mono", "--theme", "--pace"] {
         assert!(!export.contains(flag), "{flag}:\n{export}");
     }
-    assert!(export.contains("--format") && export.contains("--out") && export.contains("--table"), "{export}");
+    assert!(
+        export.contains("--format") && export.contains("--out") && export.contains("--table"),
+        "{export}"
+    );
     let replay = help(&["replay", "--help"]);
-    assert!(["--cast", "--fps", "--mono", "--theme", "--pace"].iter().all(|f| replay.contains(f)), "{replay}");
+    assert!(
+        ["--cast", "--fps", "--mono", "--theme", "--pace"].iter().all(|f| replay.contains(f)),
+        "{replay}"
+    );
     let trace = help(&["trace", "--help"]);
-    assert!(trace.contains("--temperature") && !trace.contains("--mono") && !trace.contains("--pace"), "{trace}");
+    assert!(
+        trace.contains("--temperature") && !trace.contains("--mono") && !trace.contains("--pace"),
+        "{trace}"
+    );
     assert!(!help(&["record", "--help"]).contains("--pace"));
     let bench = help(&["bench", "--help"]);
     for flag in ["--prompt ", "--prompt-file", "--system", "--chat-arg", "--raw"] {
@@ -273,7 +391,10 @@ fn help_lists_only_the_flags_a_command_takes() {
     }
     assert!(bench.contains("--prompt-len") && bench.contains("--temperature"), "{bench}");
     let top = help(&["--help"]);
-    assert!(decode.iter().chain(&["--mono", "--theme", "--pace"]).all(|f| top.contains(f)), "{top}");
+    assert!(
+        decode.iter().chain(&["--mono", "--theme", "--pace"]).all(|f| top.contains(f)),
+        "{top}"
+    );
 }
 
 /// `--help` and `--version` whose output cannot be written fail with one line, as the data
@@ -284,11 +405,17 @@ fn help_that_cannot_be_written_is_an_error_but_a_closed_pipe_is_not() {
     let bin = env!("CARGO_BIN_EXE_unmask");
     for args in ["--help", "--version", "export --help", "help trace"] {
         // a shell redirection: the test never opens /dev/full itself
-        let o = Command::new("sh").args(["-c", &format!("\"$0\" {args} > /dev/full"), bin]).output().unwrap();
+        let o = Command::new("sh")
+            .args(["-c", &format!("\"$0\" {args} > /dev/full"), bin])
+            .output()
+            .unwrap();
         let e = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args}: {e}");
         assert_eq!(e.lines().count(), 1, "{args}: {e}");
-        assert!(e.starts_with("unmask: error: stdout: cannot write: No space left on device"), "{args}: {e}");
+        assert!(
+            e.starts_with("unmask: error: stdout: cannot write: No space left on device"),
+            "{args}: {e}"
+        );
         let mut child = Command::new(bin)
             .args(args.split(' '))
             .stdout(std::process::Stdio::piped())
@@ -316,7 +443,8 @@ fn a_trace_from_stdin_reads_as_the_file_does() {
         std::mem::take(&mut c.stdout)
     };
     for args in [&["export", "-"][..], &["export", "-", "--format", "json"], &["steps", "-"]] {
-        let from_file: Vec<&str> = args.iter().map(|a| if *a == "-" { trace.to_str().unwrap() } else { a }).collect();
+        let from_file: Vec<&str> =
+            args.iter().map(|a| if *a == "-" { trace.to_str().unwrap() } else { a }).collect();
         assert_eq!(piped(args), unmask(&from_file).stdout, "{args:?}");
     }
     let d = tempfile::tempdir().unwrap();
@@ -329,9 +457,20 @@ fn a_trace_from_stdin_reads_as_the_file_does() {
 fn compare_headless_prints_both_sides_and_where_they_differ() {
     let model = fixture("tiny-random");
     let out = unmask(&[
-        "compare", "--headless", "--model", model.to_str().unwrap(), "--prompt", "The cat sat",
-        "--max-new-tokens", "16", "--strategy-a", "sequential", "--strategy-b", "low_confidence_dynamic",
-        "--threshold-b", "0.5",
+        "compare",
+        "--headless",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The cat sat",
+        "--max-new-tokens",
+        "16",
+        "--strategy-a",
+        "sequential",
+        "--strategy-b",
+        "low_confidence_dynamic",
+        "--threshold-b",
+        "0.5",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
@@ -347,7 +486,9 @@ fn compare_headless_prints_both_sides_and_where_they_differ() {
         .map(|x| x.parse().unwrap())
         .collect();
     assert!(fwd[1] < fwd[0], "{text}");
-    assert!(text.contains("outputs diverge at output token") || text.contains("outputs are identical"));
+    assert!(
+        text.contains("outputs diverge at output token") || text.contains("outputs are identical")
+    );
 }
 
 /// `compare --headless` with the run-dependent timing blanked.
@@ -357,15 +498,29 @@ fn compare_headless(args: &[&str]) -> String {
     let out = unmask(&all);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    text.lines().map(|l| if l.starts_with("elapsed ms") { "elapsed ms" } else { l }).collect::<Vec<_>>().join("\n") + "\n"
+    text.lines()
+        .map(|l| if l.starts_with("elapsed ms") { "elapsed ms" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
 }
 
 #[test]
 fn compare_headless_counts_cells_at_other_steps_and_other_tokens_exactly() {
     let model = fixture("tiny-random");
     let text = compare_headless(&[
-        "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "16",
-        "--strategy-a", "low_confidence_static", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The cat sat",
+        "--max-new-tokens",
+        "16",
+        "--strategy-a",
+        "low_confidence_static",
+        "--strategy-b",
+        "low_confidence_dynamic",
+        "--threshold-b",
+        "0.5",
     ]);
     let expected = "                   A                                              B
 settings           low_confidence_static block 4 steps 4 greedy   low_confidence_dynamic block 4 steps 4 thr=0.50 greedy
@@ -396,28 +551,59 @@ fn compare_is_greedy_unless_a_temperature_is_given() {
     let settings = text.lines().find(|l| l.starts_with("settings")).unwrap();
     assert_eq!(settings.matches(" greedy").count(), 2, "{text}");
     assert!(!text.contains("random draws"), "{text}");
-    let text = compare_headless(&["--max-new-tokens", "4", "--strategy-a", "sequential", "--temperature-b", "0.7"]);
+    let text = compare_headless(&[
+        "--max-new-tokens",
+        "4",
+        "--strategy-a",
+        "sequential",
+        "--temperature-b",
+        "0.7",
+    ]);
     let settings = text.lines().find(|l| l.starts_with("settings")).unwrap();
     assert!(settings.contains(" greedy") && settings.contains(" T=0.7"), "{text}");
-    assert!(text.contains("\nsampled (temperature > 0): the sides also differ by their random draws\n"), "{text}");
+    assert!(
+        text.contains("\nsampled (temperature > 0): the sides also differ by their random draws\n"),
+        "{text}"
+    );
 }
 
 #[test]
 fn bench_with_events_both_reports_an_on_and_an_off_row_per_strategy() {
     let json = std::env::temp_dir().join(format!("unmask-bench-{}.json", std::process::id()));
     let out = unmask(&[
-        "bench", "--strategy", "sequential", "--max-new-tokens", "4", "--prompt-len", "4", "--warmup", "0",
-        "--repeat", "2", "--events", "both", "--json", json.to_str().unwrap(),
+        "bench",
+        "--strategy",
+        "sequential",
+        "--max-new-tokens",
+        "4",
+        "--prompt-len",
+        "4",
+        "--warmup",
+        "0",
+        "--repeat",
+        "2",
+        "--events",
+        "both",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).ok();
     let rows = report["rows"].as_array().unwrap();
-    let modes: Vec<(&str, &str)> = rows.iter().map(|r| (r["strategy"].as_str().unwrap(), r["events"].as_str().unwrap())).collect();
+    let modes: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["strategy"].as_str().unwrap(), r["events"].as_str().unwrap()))
+        .collect();
     assert_eq!(modes, [("sequential", "on"), ("sequential", "off")]);
     for r in rows {
         assert!(r["ms_per_forward"].as_f64().unwrap() > 0.0);
-        assert_eq!(r["tokens_per_forward"].as_f64().unwrap(), 1.0, "sequential commits one token a forward");
+        assert_eq!(
+            r["tokens_per_forward"].as_f64().unwrap(),
+            1.0,
+            "sequential commits one token a forward"
+        );
     }
     assert!(String::from_utf8_lossy(&out.stdout).contains("# events cost, sequential:"));
 }
@@ -472,7 +658,17 @@ fn candidates_3_round_trip_through_a_trace_and_leave_the_decode_alone() {
     let dir = tempfile::tempdir().unwrap();
     let (with, without) = (dir.path().join("k3.jsonl"), dir.path().join("k1.jsonl"));
     let model = fixture("tiny-random");
-    let base = ["trace", "--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "12", "--temperature", "0"];
+    let base = [
+        "trace",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The cat sat",
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+    ];
     for (path, k) in [(&with, "3"), (&without, "1")] {
         let mut args = base.to_vec();
         args.extend(["--candidates", k, "--out", path.to_str().unwrap()]);
@@ -490,14 +686,20 @@ fn candidates_3_round_trip_through_a_trace_and_leave_the_decode_alone() {
     let mut w = unmask::trace::file::TraceWriter::new(&mut again, "again");
     read.events.iter().for_each(|e| w.write(e).unwrap());
     assert_eq!(unmask::trace::file::read(again.as_slice(), "again").unwrap().events, read.events);
-    assert_eq!(String::from_utf8(again).unwrap().matches("\"top\":[").count(), text.matches("\"top\":[").count());
+    assert_eq!(
+        String::from_utf8(again).unwrap().matches("\"top\":[").count(),
+        text.matches("\"top\":[").count()
+    );
     // Every sampled entry has its 3 most probable tokens, most probable first; greedy, the
     // first is the token itself with its confidence.
     let k3 = steps(&read.events);
     let entries: Vec<(u32, f32, &Vec<unmask::trace::events::TopCandidate>)> = k3
         .iter()
         .flat_map(|s| {
-            s.committed.iter().map(|c| (c.token, c.conf, &c.top)).chain(s.masked.iter().map(|c| (c.token, c.conf, &c.top)))
+            s.committed
+                .iter()
+                .map(|c| (c.token, c.conf, &c.top))
+                .chain(s.masked.iter().map(|c| (c.token, c.conf, &c.top)))
         })
         .collect();
     assert!(entries.len() > 12);
@@ -514,7 +716,10 @@ fn candidates_3_round_trip_through_a_trace_and_leave_the_decode_alone() {
         let m: Vec<(usize, u32)> = s.masked.iter().map(|c| (c.pos, c.token)).collect();
         (s.block, s.step, c, m)
     };
-    assert_eq!(k3.iter().map(|s| strip(s)).collect::<Vec<_>>(), steps(&k1).iter().map(|s| strip(s)).collect::<Vec<_>>());
+    assert_eq!(
+        k3.iter().map(|s| strip(s)).collect::<Vec<_>>(),
+        steps(&k1).iter().map(|s| strip(s)).collect::<Vec<_>>()
+    );
     assert!(!std::fs::read_to_string(&without).unwrap().contains("\"top\""));
 }
 
@@ -543,7 +748,8 @@ fn dtype_bf16_on_the_cpu_runs_bf16_products_and_says_so() {
         Event::Header(h) => h.device.clone(),
         other => panic!("first event {other:?}"),
     };
-    let (f32_run, bf16_run) = (trace(&["--temperature", "0"]), trace(&["--temperature", "0", "--dtype", "bf16"]));
+    let (f32_run, bf16_run) =
+        (trace(&["--temperature", "0"]), trace(&["--temperature", "0", "--dtype", "bf16"]));
     assert_eq!(header(&f32_run), "cpu");
     assert_eq!(header(&bf16_run), "cpu (bf16 products)");
     // Any compute dtype that is not the device's own is recorded: its tokens are its own.
@@ -558,9 +764,18 @@ fn dtype_bf16_on_the_cpu_runs_bf16_products_and_says_so() {
 #[test]
 fn bench_refuses_a_prompt_len_past_the_model() {
     for (args, want) in [
-        (vec!["bench", "--random-init", "tiny", "--prompt-len", "18446744073709551615"], "--prompt-len 18446744073709551615: the prompt's"),
-        (vec!["bench", "--prompt-len", "600"], "--prompt-len 600: the prompt's 600 tokens fill the model's 512 positions"),
-        (vec!["bench", "--prompt-len", "500", "--max-new-tokens", "64"], "--prompt-len 500: --max-new-tokens 64"),
+        (
+            vec!["bench", "--random-init", "tiny", "--prompt-len", "18446744073709551615"],
+            "--prompt-len 18446744073709551615: the prompt's",
+        ),
+        (
+            vec!["bench", "--prompt-len", "600"],
+            "--prompt-len 600: the prompt's 600 tokens fill the model's 512 positions",
+        ),
+        (
+            vec!["bench", "--prompt-len", "500", "--max-new-tokens", "64"],
+            "--prompt-len 500: --max-new-tokens 64",
+        ),
     ] {
         let out = unmask(&args);
         let err = String::from_utf8_lossy(&out.stderr);

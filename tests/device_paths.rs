@@ -8,10 +8,10 @@ mod common;
 use std::path::Path;
 
 use candle_core::{DType, Device};
-use unmask::engine::{decode, ModelDenoiser, Request, RunOptions};
-use unmask::trace::events::Event;
-use unmask::model::{Checkpoint, Source};
 use unmask::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use unmask::engine::{decode, ModelDenoiser, Request, RunOptions};
+use unmask::model::{Checkpoint, Source};
+use unmask::trace::events::Event;
 
 use common::request;
 
@@ -64,7 +64,10 @@ fn assert_same(a: &[Event], b: &[Event], what: &str) {
                 let c2: Vec<_> = t.committed.iter().map(|c| (c.pos, c.token)).collect();
                 assert_eq!(c1, c2, "{what}: block {} step {}", s.block, s.step);
                 for (c, d) in s.committed.iter().zip(&t.committed) {
-                    assert!((c.conf - d.conf).abs() < 1e-5 && (c.entropy - d.entropy).abs() < 1e-4, "{what}: {c:?} {d:?}");
+                    assert!(
+                        (c.conf - d.conf).abs() < 1e-5 && (c.entropy - d.entropy).abs() < 1e-4,
+                        "{what}: {c:?} {d:?}"
+                    );
                 }
                 let m1: Vec<_> = s.masked.iter().map(|c| (c.pos, c.token)).collect();
                 let m2: Vec<_> = t.masked.iter().map(|c| (c.pos, c.token)).collect();
@@ -77,7 +80,8 @@ fn assert_same(a: &[Event], b: &[Event], what: &str) {
 
 #[test]
 fn device_sampler_and_fixed_passes_decode_like_the_reference() {
-    let device_sampler = RunOptions { device_sampler: true, fixed_passes: false, cuda_graph: false };
+    let device_sampler =
+        RunOptions { device_sampler: true, fixed_passes: false, cuda_graph: false };
     let fixed = RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false };
     let sampled = Sampling { temperature: 0.9, top_k: 20, top_p: 0.9, seed: 5 };
     let unbounded = Sampling { temperature: 1.1, top_k: 0, top_p: 1.0, seed: 6 };
@@ -92,7 +96,11 @@ fn device_sampler_and_fixed_passes_decode_like_the_reference() {
             let s = settings(strategy, sampling);
             let want = run(RunOptions::reference(), &s, &prompt);
             let what = format!("{strategy:?} {sampling:?} prompt {}", prompt.len());
-            assert_same(&run(device_sampler, &s, &prompt), &want, &format!("device sampler, {what}"));
+            assert_same(
+                &run(device_sampler, &s, &prompt),
+                &want,
+                &format!("device sampler, {what}"),
+            );
             assert_same(&run(fixed, &s, &prompt), &want, &format!("fixed passes, {what}"));
         }
     }
@@ -126,7 +134,14 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
     let req = request(&[3, 1, 4, 1, 5, 9], s.clone(), mask, ck.info.clone());
     let mut den = ModelDenoiser::with_options(ck.model, mask, RunOptions::reference());
     let mut sent = vec![];
-    let off = unmask::engine::decode_with_events(&mut den, &ck.tokenizer, &req, &mut |e| sent.push(e), None, false);
+    let off = unmask::engine::decode_with_events(
+        &mut den,
+        &ck.tokenizer,
+        &req,
+        &mut |e| sent.push(e),
+        None,
+        false,
+    );
     assert_eq!(sent.len(), 1, "only the finish event");
     assert!(off.text.is_empty());
     let on = decode(&mut den, &ck.tokenizer, &req, &mut |_| {}, None);
@@ -139,22 +154,45 @@ fn events_off_decodes_the_same_tokens_and_sends_only_the_finish() {
 fn candidates_above_1_take_the_host_path_and_decode_the_same() {
     let ck = load();
     let device = RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false };
-    let sampled = settings(Strategy::LowConfidenceDynamic, Sampling { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3 });
+    let sampled = settings(
+        Strategy::LowConfidenceDynamic,
+        Sampling { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3 },
+    );
     let reference = run(RunOptions::reference(), &sampled, &[5, 6, 7, 8, 9]);
-    let req = Request { candidates: 3, ..request(&[5, 6, 7, 8, 9], sampled, ck.tokenizer.mask_id(), ck.info.clone()) };
+    let req = Request {
+        candidates: 3,
+        ..request(&[5, 6, 7, 8, 9], sampled, ck.tokenizer.mask_id(), ck.info.clone())
+    };
     let mut den = ModelDenoiser::with_options(ck.model, ck.tokenizer.mask_id(), device);
     let mut events = vec![];
     let fin = decode(&mut den, &ck.tokenizer, &req, &mut |e| events.push(e), None);
-    assert_eq!(den.status().host_rows, fin.forwards * 4, "every position of every pass on the host");
+    assert_eq!(
+        den.status().host_rows,
+        fin.forwards * 4,
+        "every position of every pass on the host"
+    );
     let tokens = |ev: &[Event]| -> Vec<Vec<(usize, u32)>> {
         ev.iter()
             .filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None })
-            .map(|s| s.committed.iter().map(|c| (c.pos, c.token)).chain(s.masked.iter().map(|c| (c.pos, c.token))).collect())
+            .map(|s| {
+                s.committed
+                    .iter()
+                    .map(|c| (c.pos, c.token))
+                    .chain(s.masked.iter().map(|c| (c.pos, c.token)))
+                    .collect()
+            })
             .collect()
     };
     assert_eq!(tokens(&events), tokens(&reference));
-    let lists = events.iter().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None }).flat_map(|s| &s.committed);
+    let lists = events
+        .iter()
+        .filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None })
+        .flat_map(|s| &s.committed);
     for c in lists {
-        assert!(!c.top.is_empty() && c.top.len() <= 3 && c.top.windows(2).all(|w| w[0].p >= w[1].p), "{:?}", c.top);
+        assert!(
+            !c.top.is_empty() && c.top.len() <= 3 && c.top.windows(2).all(|w| w[0].p >= w[1].p),
+            "{:?}",
+            c.top
+        );
     }
 }

@@ -44,17 +44,37 @@ impl Tmux {
     fn start_env(name: &str, env: &[(&str, &str)], args: &[&str], size: (u16, u16)) -> Tmux {
         let socket = format!("unmask-e2e-{name}-{}", std::process::id());
         let vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={}", quote(v))).collect();
-        let cmd: Vec<String> = std::iter::once(BIN).chain(args.iter().copied()).map(quote).collect();
+        let cmd: Vec<String> =
+            std::iter::once(BIN).chain(args.iter().copied()).map(quote).collect();
         let shell = format!("{} {}; echo EXIT=$?; sleep 600", vars.join(" "), cmd.join(" "));
         let t = Tmux { socket };
         let (w, h) = (size.0.to_string(), size.1.to_string());
         let dir = root().display().to_string();
-        t.tmux(&["-f", "/dev/null", "new-session", "-d", "-s", "e2e", "-x", &w, "-y", &h, "-c", &dir, &shell]);
+        t.tmux(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "e2e",
+            "-x",
+            &w,
+            "-y",
+            &h,
+            "-c",
+            &dir,
+            &shell,
+        ]);
         t
     }
 
     fn tmux(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("running tmux");
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux");
         assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         out
     }
@@ -67,7 +87,8 @@ impl Tmux {
     }
 
     fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "e2e"]).stdout).into_owned()
+        String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-t", "e2e"]).stdout)
+            .into_owned()
     }
 
     fn alternate_on(&self) -> bool {
@@ -114,7 +135,10 @@ impl Tmux {
         let s = self.wait_text("EXIT=");
         assert!(s.contains("EXIT=0"), "non-zero exit:\n{s}");
         assert!(!self.alternate_on(), "still in the alternate screen");
-        assert!(!s.contains("Blocks") && !s.contains("Timeline"), "TUI remnants on the normal screen:\n{s}");
+        assert!(
+            !s.contains("Blocks") && !s.contains("Timeline"),
+            "TUI remnants on the normal screen:\n{s}"
+        );
     }
 }
 
@@ -126,8 +150,12 @@ impl Drop for Tmux {
 
 /// `overall N/M` from the timeline.
 fn overall(screen: &str) -> (usize, usize) {
-    let at = screen.find("overall ").unwrap_or_else(|| panic!("no `overall` on the timeline:\n{screen}")) + "overall ".len();
-    let field: String = screen[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
+    let at = screen
+        .find("overall ")
+        .unwrap_or_else(|| panic!("no `overall` on the timeline:\n{screen}"))
+        + "overall ".len();
+    let field: String =
+        screen[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
     let (n, m) = field.split_once('/').expect("N/M");
     (n.parse().unwrap(), m.parse().unwrap())
 }
@@ -137,7 +165,10 @@ fn forwards(screen: &str) -> usize {
     if screen.contains("no step yet") {
         return 0;
     }
-    let at = screen.find("forwards ").unwrap_or_else(|| panic!("no `forwards` on the timeline:\n{screen}")) + "forwards ".len();
+    let at = screen
+        .find("forwards ")
+        .unwrap_or_else(|| panic!("no `forwards` on the timeline:\n{screen}"))
+        + "forwards ".len();
     screen[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
 }
 
@@ -154,7 +185,15 @@ fn live_run_pause_step_strategy_restart_quit() {
     }
     let t = Tmux::start("live", &live_args("64"), (120, 40));
     let s = t.wait_settled("finished: ");
-    for panel in ["Blocks", "Text", "Inspector", "Stats", "Timeline", "● LIVE", "strategy low_confidence_dynamic"] {
+    for panel in [
+        "Blocks",
+        "Text",
+        "Inspector",
+        "Stats",
+        "Timeline",
+        "● LIVE",
+        "strategy low_confidence_dynamic",
+    ] {
         assert!(s.contains(panel), "missing {panel:?}:\n{s}");
     }
     let (n, m) = overall(&s);
@@ -169,7 +208,9 @@ fn live_run_pause_step_strategy_restart_quit() {
     t.keys(&["m"]);
     t.wait_text("pending entropy_bounded");
     t.keys(&["R"]);
-    let s = t.wait_for("the restarted decode", |s| s.contains("strategy entropy_bounded") && s.contains("finished: "));
+    let s = t.wait_for("the restarted decode", |s| {
+        s.contains("strategy entropy_bounded") && s.contains("finished: ")
+    });
     assert!(s.contains("● LIVE"), "a restart follows the new run:\n{s}");
 
     t.quit_cleanly(&["q"]);
@@ -216,7 +257,11 @@ fn state(pid: &str) -> char {
 fn wait_state(pid: &str, want: char) {
     let start = Instant::now();
     while state(pid) != want {
-        assert!(start.elapsed() < WAIT, "process {pid} never reached state {want} (is {})", state(pid));
+        assert!(
+            start.elapsed() < WAIT,
+            "process {pid} never reached state {want} (is {})",
+            state(pid)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -239,7 +284,9 @@ fn ctrl_z_and_sigtstp_give_the_terminal_back_and_sigcont_draws_it_again() {
         wait_state(&pid, 'T');
         assert!(!t.alternate_on(), "{how}: stopped with the alternate screen still on");
         assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
-        t.wait_for("the screen back after SIGCONT", |s| s.contains("Blocks") && s.contains("Timeline"));
+        t.wait_for("the screen back after SIGCONT", |s| {
+            s.contains("Blocks") && s.contains("Timeline")
+        });
         assert!(t.alternate_on(), "{how}: the TUI is back on the alternate screen");
     }
     // raw mode again: a key quits at once
@@ -251,7 +298,8 @@ fn write_trace(dir: &Path) -> PathBuf {
     let mut args = vec!["trace"];
     // the same decode, without the view's --pace (trace refuses it: it plays nothing)
     args.extend(live_args("64").into_iter().filter(|a| !["--pace", "0"].contains(a)));
-    let out = Command::new(BIN).current_dir(root()).args(&args).arg("--out").arg(&path).output().unwrap();
+    let out =
+        Command::new(BIN).current_dir(root()).args(&args).arg("--out").arg(&path).output().unwrap();
     assert!(out.status.success(), "unmask trace: {}", String::from_utf8_lossy(&out.stderr));
     path
 }
@@ -262,7 +310,12 @@ fn write_trace(dir: &Path) -> PathBuf {
 fn comparable(screen: &str) -> String {
     // (the timeline's badge: ● LIVE at a live head, ■ END of trace at a replay's)
     let badge = |l: &str| l.contains("● LIVE") || l.contains("■ END");
-    screen.lines().skip(1).filter(|l| !l.contains("tok/s") && !l.contains("? help") && !badge(l)).collect::<Vec<_>>().join("\n")
+    screen
+        .lines()
+        .skip(1)
+        .filter(|l| !l.contains("tok/s") && !l.contains("? help") && !badge(l))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -280,7 +333,8 @@ fn replay_of_a_trace_shows_the_live_screens() {
     // A replay starts playing from the first step; End jumps to the head.
     replay.wait_for("the replay", |s| s.contains("· pace ") || s.contains("■ END"));
     replay.keys(&["End"]);
-    let replay_screen = replay.wait_for("the head", |s| s.contains("■ END") && s.contains("finished: "));
+    let replay_screen =
+        replay.wait_for("the head", |s| s.contains("■ END") && s.contains("finished: "));
     assert!(replay_screen.contains("replay "), "{replay_screen}");
     assert_eq!(comparable(&live_screen), comparable(&replay_screen));
 
@@ -308,7 +362,10 @@ fn truncated_trace_replays_to_the_last_good_event() {
     t.keys(&["End"]);
     let s = t.wait_for("the last good step", |s| s.contains("■ END") && s.contains("overall "));
     assert_eq!(overall(&s), (steps, steps), "{s}");
-    assert!(s.contains("trace stopped early") && s.contains(&format!("cut.jsonl:{}:", keep + 1)), "{s}");
+    assert!(
+        s.contains("trace stopped early") && s.contains(&format!("cut.jsonl:{}:", keep + 1)),
+        "{s}"
+    );
     assert!(s.contains("unfinished"), "{s}");
     t.quit_cleanly(&["q"]);
 }
@@ -343,10 +400,18 @@ fn a_panic_restores_the_terminal_before_printing() {
     // The debug binary panics on the UI thread right after its first frame when asked to.
     let dir = tempfile::tempdir().unwrap();
     let trace = write_trace(dir.path());
-    let t = Tmux::start_env("panic", &[("UNMASK_E2E_PANIC", "1")], &["replay", trace.to_str().unwrap()], (120, 40));
+    let t = Tmux::start_env(
+        "panic",
+        &[("UNMASK_E2E_PANIC", "1")],
+        &["replay", trace.to_str().unwrap()],
+        (120, 40),
+    );
     let s = t.wait_text("EXIT=");
     assert!(s.contains("EXIT=101"), "a panic exits 101:\n{s}");
-    assert!(s.contains("UNMASK_E2E_PANIC: a panic on the UI thread"), "the message shows on the normal screen:\n{s}");
+    assert!(
+        s.contains("UNMASK_E2E_PANIC: a panic on the UI thread"),
+        "the message shows on the normal screen:\n{s}"
+    );
     assert!(!t.alternate_on(), "still in the alternate screen");
     assert!(!s.contains("Timeline"), "{s}");
 }
@@ -358,13 +423,22 @@ fn a_decode_that_stops_on_an_error_fails_the_run_once_the_screen_is_gone() {
     if !have_tmux() {
         return;
     }
-    let m = common::copy_model(|p| common::poison_tensor(&p.join("model.safetensors"), "model.norm.weight", f32::NAN));
-    let t = Tmux::start("engine-error", &["--model", m.path().to_str().unwrap(), "--max-new-tokens", "8"], (200, 40));
+    let m = common::copy_model(|p| {
+        common::poison_tensor(&p.join("model.safetensors"), "model.norm.weight", f32::NAN)
+    });
+    let t = Tmux::start(
+        "engine-error",
+        &["--model", m.path().to_str().unwrap(), "--max-new-tokens", "8"],
+        (200, 40),
+    );
     t.wait_text("engine error");
     t.keys(&["q"]);
     let s = t.wait_text("EXIT=");
     assert!(s.contains("EXIT=1"), "{s}");
-    assert!(s.contains("unmask: error: decode failed: block 1 step 0 (forward 1): non-finite logits"), "{s}");
+    assert!(
+        s.contains("unmask: error: decode failed: block 1 step 0 (forward 1): non-finite logits"),
+        "{s}"
+    );
     assert!(!t.alternate_on(), "still in the alternate screen");
 }
 
@@ -383,8 +457,10 @@ fn without_a_terminal_it_says_so_in_one_line() {
 /// `step N/M` from a compare screen's side line (`row` 1 is A, 2 is B).
 fn side_step(screen: &str, row: usize) -> (usize, usize) {
     let line = screen.lines().nth(row).unwrap_or_default();
-    let at = line.find(" step ").unwrap_or_else(|| panic!("no `step` on row {row}:\n{screen}")) + " step ".len();
-    let field: String = line[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
+    let at = line.find(" step ").unwrap_or_else(|| panic!("no `step` on row {row}:\n{screen}"))
+        + " step ".len();
+    let field: String =
+        line[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '/').collect();
     let (n, m) = field.split_once('/').expect("N/M");
     (n.parse().unwrap(), m.parse().unwrap())
 }
@@ -394,15 +470,28 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
     if !have_tmux() {
         return;
     }
-    let mut args = vec!["compare", "--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", "32"];
-    args.extend(["--strategy-a", "sequential", "--strategy-b", "low_confidence_dynamic", "--threshold-b", "0.5"]);
+    let mut args =
+        vec!["compare", "--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", "32"];
+    args.extend([
+        "--strategy-a",
+        "sequential",
+        "--strategy-b",
+        "low_confidence_dynamic",
+        "--threshold-b",
+        "0.5",
+    ]);
     let t = Tmux::start("compare", &args, (120, 40));
     let s = t.wait_for("both settings and both finishes", |s| {
         // (a side line too wide for "finished:" says "ended:")
         let ends = s.matches("finished: ").count() + s.matches("ended: ").count();
-        s.contains(" A sequential block ") && s.contains(" B low_confidence_dynamic block ") && ends >= 2
+        s.contains(" A sequential block ")
+            && s.contains(" B low_confidence_dynamic block ")
+            && ends >= 2
     });
-    assert!(s.contains("thr=0.50") && s.contains("lock-step by step") && s.contains("● LIVE"), "{s}");
+    assert!(
+        s.contains("thr=0.50") && s.contains("lock-step by step") && s.contains("● LIVE"),
+        "{s}"
+    );
     assert!(s.contains("outputs "), "no comparison line:\n{s}");
     let (a, b) = (side_step(&s, 1), side_step(&s, 2));
     assert!(a.0 == a.1 && b.0 == b.1, "both at their heads: {a:?} {b:?}");
@@ -419,7 +508,9 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
 fn colour_codes(escaped: &str) -> Vec<String> {
     let mut out = Vec::new();
     for seq in escaped.split("\x1b[").skip(1) {
-        let Some(end) = seq.find(|c: char| !(c.is_ascii_digit() || c == ';' || c == ':')) else { continue };
+        let Some(end) = seq.find(|c: char| !(c.is_ascii_digit() || c == ';' || c == ':')) else {
+            continue;
+        };
         if !seq[end..].starts_with('m') {
             continue;
         }
@@ -443,7 +534,9 @@ fn no_color_draws_no_colour_and_marks_steps_in_cells() {
     let t = Tmux::start_env("nocolor", &[("NO_COLOR", "1")], &live_args("24"), (120, 40));
     let s = t.wait_settled("finished: ");
     assert!(s.contains("¹") && s.contains("before the token"), "step marks and their legend:\n{s}");
-    let escaped = String::from_utf8_lossy(&t.tmux(&["capture-pane", "-e", "-p", "-t", "e2e"]).stdout).into_owned();
+    let escaped =
+        String::from_utf8_lossy(&t.tmux(&["capture-pane", "-e", "-p", "-t", "e2e"]).stdout)
+            .into_owned();
     assert!(escaped.contains("\x1b["), "capture-pane -e shows attributes (bold, reverse)");
     let codes = colour_codes(&escaped);
     assert!(codes.is_empty(), "colour escapes under NO_COLOR: {codes:?}");
@@ -487,7 +580,8 @@ impl Tmux {
     fn signal_restores(&self, signal: &str, number: i32) {
         let pid = self.binary_pid();
         assert!(self.alternate_on() && self.flag("mouse_any_flag") == "1", "the TUI is not up");
-        let ok = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap();
+        let ok =
+            Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap();
         assert!(ok.success());
         let s = self.wait_text("EXIT=");
         assert!(s.contains(&format!("EXIT={}", 128 + number)), "SIG{signal}:\n{s}");
@@ -528,7 +622,8 @@ fn signals_restore_the_terminal_of_replay_and_compare() {
     let t = Tmux::start("sig-replay", &["replay", trace.to_str().unwrap()], (120, 40));
     t.wait_text("Blocks");
     t.signal_restores("TERM", 15);
-    let mut args = vec!["compare", "--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", "1000"];
+    let mut args =
+        vec!["compare", "--model", MODEL, "--prompt", "The cat sat", "--max-new-tokens", "1000"];
     args.extend(["--block-length", "1", "--steps", "1"]);
     let t = Tmux::start("sig-compare", &args, (120, 40));
     t.wait_text(" A ");
@@ -542,7 +637,8 @@ fn an_unfinished_escape_sequence_does_not_swallow_q_or_ctrl_c() {
     }
     // ESC [ < (an SGR mouse report cut short), ESC [ ? and a bracketed-paste start, each with
     // the quitting key in the same write, and with the key a moment later.
-    let starts: [&[&str]; 3] = [&["1b", "5b", "3c"], &["1b", "5b", "3f"], &["1b", "5b", "32", "30", "30", "7e"]];
+    let starts: [&[&str]; 3] =
+        [&["1b", "5b", "3c"], &["1b", "5b", "3f"], &["1b", "5b", "32", "30", "30", "7e"]];
     for (i, start) in starts.iter().enumerate() {
         for (quit, apart) in [("71", false), ("03", true)] {
             let t = Tmux::start(&format!("wedge-{i}-{quit}"), &long_args(), (120, 40));
@@ -588,7 +684,10 @@ fn the_default_pace_unfolds_the_decode() {
     // The embedded model with every default: its first screen shows the first steps, not the end.
     let t = Tmux::start("pace", &[], (120, 40));
     let s = t.wait_text("overall ");
-    assert!(!(s.contains("finished: ") && s.contains("● LIVE")), "the first screen is already the end:\n{s}");
+    assert!(
+        !(s.contains("finished: ") && s.contains("● LIVE")),
+        "the first screen is already the end:\n{s}"
+    );
     let (n, m) = overall(&s);
     assert!(n < 20, "step {n}/{m} on the first screen:\n{s}");
     t.quit_cleanly(&["q"]);
@@ -636,7 +735,17 @@ fn routing_shows_in_the_inspector_and_stats_live() {
     if !have_tmux() {
         return;
     }
-    let args = ["--model", "tests/fixtures/tiny-sdar-moe", "--routing", "--prompt", "x ≈ ∑ 你好", "--max-new-tokens", "16", "--pace", "0"];
+    let args = [
+        "--model",
+        "tests/fixtures/tiny-sdar-moe",
+        "--routing",
+        "--prompt",
+        "x ≈ ∑ 你好",
+        "--max-new-tokens",
+        "16",
+        "--pace",
+        "0",
+    ];
     let t = Tmux::start("routing", &args, (120, 40));
     let s = t.wait_settled("finished: length");
     assert!(s.contains("route top-1 weight by layer · 3 of 8"), "{s}");
@@ -644,6 +753,9 @@ fn routing_shows_in_the_inspector_and_stats_live() {
     t.quit_cleanly(&["q"]);
     let dense = Tmux::start("routing-dense", &["--model", MODEL, "--routing"], (120, 40));
     let s = dense.wait_text("EXIT=");
-    assert!(s.contains("--routing:") && s.contains("describes a dense model") && s.contains("EXIT=1"), "{s}");
+    assert!(
+        s.contains("--routing:") && s.contains("describes a dense model") && s.contains("EXIT=1"),
+        "{s}"
+    );
     assert!(!dense.alternate_on());
 }

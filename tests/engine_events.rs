@@ -3,10 +3,10 @@
 use std::sync::mpsc;
 
 use anyhow::Result;
-use unmask::engine::{decode, Control, Denoiser, Detok, Pass, Request};
-use unmask::trace::events::{Event, FinishReason, ModelInfo};
-use unmask::sampler::PosSample;
 use unmask::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
+use unmask::engine::{decode, Control, Denoiser, Detok, Pass, Request};
+use unmask::sampler::PosSample;
+use unmask::trace::events::{Event, FinishReason, ModelInfo};
 
 const MASK: u32 = 99;
 
@@ -95,19 +95,32 @@ fn shape(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .map(|e| match e {
-            Event::Header(h) => format!("header first_block={} max_len={}", h.first_block, h.max_len),
+            Event::Header(h) => {
+                format!("header first_block={} max_len={}", h.first_block, h.max_len)
+            }
             Event::Step(s) => {
                 let pos: Vec<usize> = s.committed.iter().map(|c| c.pos).collect();
                 let masked: Vec<usize> = s.masked.iter().map(|c| c.pos).collect();
-                format!("step b{} s{} f{} {:?} masked {:?}", s.block, s.step, s.forward, pos, masked)
+                format!(
+                    "step b{} s{} f{} {:?} masked {:?}",
+                    s.block, s.step, s.forward, pos, masked
+                )
             }
-            Event::Block(b) => format!("block b{} start={} steps={} f{}", b.block, b.start, b.steps, b.forward),
-            Event::Finish(f) => format!("finish {:?} n={} f{}", f.reason, f.output_ids.len(), f.forwards),
+            Event::Block(b) => {
+                format!("block b{} start={} steps={} f{}", b.block, b.start, b.steps, b.forward)
+            }
+            Event::Finish(f) => {
+                format!("finish {:?} n={} f{}", f.reason, f.output_ids.len(), f.forwards)
+            }
         })
         .collect()
 }
 
-fn run(d: &mut ScriptedDenoiser, req: &Request, control: Option<&mpsc::Receiver<Control>>) -> Vec<Event> {
+fn run(
+    d: &mut ScriptedDenoiser,
+    req: &Request,
+    control: Option<&mpsc::Receiver<Control>>,
+) -> Vec<Event> {
     let mut events = vec![];
     decode(d, &Pieces, req, &mut |e| events.push(e), control);
     events
@@ -191,7 +204,13 @@ fn sdar_schedule_takes_generate_py_counts_in_the_block_holding_the_prompt_tail()
             let mut left = b - p % b;
             let want: Vec<usize> = counts
                 .iter()
-                .map_while(|&k| (left > 0).then(|| { let n = k.min(left); left -= n; n }))
+                .map_while(|&k| {
+                    (left > 0).then(|| {
+                        let n = k.min(left);
+                        left -= n;
+                        n
+                    })
+                })
                 .collect();
             assert_eq!(counts_of_block(&events, p / b), want, "B{b} S{s} P{p} {strategy:?}");
             // later blocks: the counts in full.
@@ -217,14 +236,26 @@ fn sequential_goes_left_to_right_whatever_the_confidence() {
     let mut d = ScriptedDenoiser::new(right_first);
     let events = run(&mut d, &request(4, settings(Strategy::Sequential, 4)), None);
     let s = shape(&events);
-    assert_eq!(s[1..5], ["step b1 s0 f1 [4] masked [5, 6, 7]", "step b1 s1 f2 [5] masked [6, 7]", "step b1 s2 f3 [6] masked [7]", "step b1 s3 f4 [7] masked []"]);
+    assert_eq!(
+        s[1..5],
+        [
+            "step b1 s0 f1 [4] masked [5, 6, 7]",
+            "step b1 s1 f2 [5] masked [6, 7]",
+            "step b1 s2 f3 [6] masked [7]",
+            "step b1 s3 f4 [7] masked []"
+        ]
+    );
 }
 
 #[test]
 fn dynamic_commits_everything_over_threshold_at_once() {
     // Pass 0: positions 4 and 6 are sure; later passes: everything is.
     fn conf(pass: usize, pos: usize) -> f32 {
-        if pass > 0 || pos.is_multiple_of(2) { 0.95 } else { 0.1 }
+        if pass > 0 || pos.is_multiple_of(2) {
+            0.95
+        } else {
+            0.1
+        }
     }
     let mut d = ScriptedDenoiser::new(conf);
     let events = run(&mut d, &request(4, settings(Strategy::LowConfidenceDynamic, 4)), None);
@@ -321,8 +352,15 @@ fn same_seed_same_events_different_seed_different_draws() {
     // uniforms handed to the denoiser are a pure function of the seed.
     struct Recorder(Vec<Vec<f32>>);
     impl Denoiser for Recorder {
-        fn reset(&mut self, _: usize) -> Result<()> { Ok(()) }
-        fn denoise(&mut self, pass: Pass<'_>, _: &SamplerSpec, u: &[f32]) -> Result<Vec<PosSample>> {
+        fn reset(&mut self, _: usize) -> Result<()> {
+            Ok(())
+        }
+        fn denoise(
+            &mut self,
+            pass: Pass<'_>,
+            _: &SamplerSpec,
+            u: &[f32],
+        ) -> Result<Vec<PosSample>> {
             self.0.push(u.to_vec());
             Ok(pass.block.iter().map(|_| PosSample { token: 5, conf: 0.5, entropy: 0.5 }).collect())
         }

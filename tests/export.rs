@@ -22,7 +22,8 @@ fn export(trace: &Path, args: &[&str]) -> (String, String) {
 fn csv_and_json_equal_the_committed_expectations() {
     let trace = traces().join("tiny-dynamic.jsonl");
     for table in ["tokens", "steps", "step_map"] {
-        let want = std::fs::read_to_string(traces().join(format!("tiny-dynamic.{table}.csv"))).unwrap();
+        let want =
+            std::fs::read_to_string(traces().join(format!("tiny-dynamic.{table}.csv"))).unwrap();
         assert_eq!(export(&trace, &["--table", table]).0, want, "table {table}");
     }
     let want = std::fs::read_to_string(traces().join("tiny-dynamic.json")).unwrap();
@@ -31,7 +32,8 @@ fn csv_and_json_equal_the_committed_expectations() {
 
 #[test]
 fn the_step_map_has_one_entry_per_output_token() {
-    let events = unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
+    let events =
+        unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
     let t = unmask::trace::export::tables(&events);
     let Some(unmask::trace::events::Event::Finish(f)) = events.last() else { panic!() };
     assert_eq!(t.step_map.len(), f.output_ids.len());
@@ -65,15 +67,20 @@ fn unmask(args: &[&std::ffi::OsStr]) -> std::process::Output {
 #[test]
 fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour() {
     use unmask::tui::theme::{pick, Depth, ThemeName};
-    let events = unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
+    let events =
+        unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
     let svg = unmask::tui::figure::step_map_svg(&events).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
     let root = doc.root_element();
-    assert_eq!((root.tag_name().name(), root.tag_name().namespace()), ("svg", Some("http://www.w3.org/2000/svg")));
+    assert_eq!(
+        (root.tag_name().name(), root.tag_name().namespace()),
+        ("svg", Some("http://www.w3.org/2000/svg"))
+    );
     let t = unmask::trace::export::tables(&events);
     let store = unmask::trace::store::Store::from_events(events.clone());
     let span = store.run().unwrap().step_span();
-    let cells: Vec<_> = doc.descendants().filter(|n| n.attribute("class") == Some("decoded")).collect();
+    let cells: Vec<_> =
+        doc.descendants().filter(|n| n.attribute("class") == Some("decoded")).collect();
     assert_eq!(cells.len(), t.tokens.len());
     let theme = pick(ThemeName::Light, Depth::TrueColor);
     for (g, row) in cells.iter().zip(&t.tokens) {
@@ -81,7 +88,12 @@ fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour
         assert_eq!(g.attribute("data-step"), Some((row.step + 1).to_string().as_str()), "1-based");
         let rect = g.children().find(|c| c.has_tag_name("rect")).unwrap();
         let (r, gr, b) = theme.cell_rgb(row.step, span).0;
-        assert_eq!(rect.attribute("fill"), Some(format!("#{r:02x}{gr:02x}{b:02x}").as_str()), "pos {}", row.pos);
+        assert_eq!(
+            rect.attribute("fill"),
+            Some(format!("#{r:02x}{gr:02x}{b:02x}").as_str()),
+            "pos {}",
+            row.pos
+        );
         let text = g.children().find(|c| c.has_tag_name("text")).unwrap().text().unwrap_or("");
         let shown = unmask::glyph::escape(&row.text, unmask::glyph::Mode::Cell);
         assert_eq!(text, unmask::glyph::fit(&shown, 5).0, "pos {}", row.pos);
@@ -94,16 +106,33 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
     let trace = traces().join("tiny-dynamic.jsonl");
     let dir = tempfile::tempdir().unwrap();
     let map = dir.path().join("map.svg");
-    let out = unmask(&["export".as_ref(), trace.as_os_str(), "--format".as_ref(), "svg".as_ref(), "--out".as_ref(), map.as_os_str()]);
+    let out = unmask(&[
+        "export".as_ref(),
+        trace.as_os_str(),
+        "--format".as_ref(),
+        "svg".as_ref(),
+        "--out".as_ref(),
+        map.as_os_str(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout.is_empty() && out.stderr.is_empty());
     let events = unmask::trace::file::read_file(&trace).unwrap().events;
-    assert_eq!(std::fs::read_to_string(&map).unwrap(), unmask::tui::figure::step_map_svg(&events).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(&map).unwrap(),
+        unmask::tui::figure::step_map_svg(&events).unwrap()
+    );
 
     // --out naming the trace itself is refused before anything is written.
     let copy = dir.path().join("t.jsonl");
     std::fs::copy(&trace, &copy).unwrap();
-    let out = unmask(&["export".as_ref(), copy.as_os_str(), "--format".as_ref(), "svg".as_ref(), "--out".as_ref(), copy.as_os_str()]);
+    let out = unmask(&[
+        "export".as_ref(),
+        copy.as_os_str(),
+        "--format".as_ref(),
+        "svg".as_ref(),
+        "--out".as_ref(),
+        copy.as_os_str(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("--out would overwrite the trace"), "{err}");
@@ -111,11 +140,22 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
 
     // PNG is not built in: the error says how to convert the SVG.
     let png = dir.path().join("map.png");
-    let out = unmask(&["export".as_ref(), trace.as_os_str(), "--format".as_ref(), "png".as_ref(), "--out".as_ref(), png.as_os_str()]);
+    let out = unmask(&[
+        "export".as_ref(),
+        trace.as_os_str(),
+        "--format".as_ref(),
+        "png".as_ref(),
+        "--out".as_ref(),
+        png.as_os_str(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("unmask: error: --format png is not built in") && err.contains("rsvg-convert"), "{err}");
+    assert!(
+        err.starts_with("unmask: error: --format png is not built in")
+            && err.contains("rsvg-convert"),
+        "{err}"
+    );
     assert!(!png.exists());
 
     // A trace with nothing decoded: a one-line error naming the file.
@@ -125,5 +165,10 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
     let out = unmask(&["export".as_ref(), head.as_os_str(), "--format".as_ref(), "svg".as_ref()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("head.jsonl: cannot draw the step map: the trace has no decoded token to draw"), "{err}");
+    assert!(
+        err.contains(
+            "head.jsonl: cannot draw the step map: the trace has no decoded token to draw"
+        ),
+        "{err}"
+    );
 }

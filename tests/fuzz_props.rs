@@ -8,7 +8,6 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-
 fn fixture(name: &str) -> String {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     std::fs::read_to_string(p).unwrap()
@@ -37,9 +36,18 @@ const CONFIG: &str = r#"{"model_type":"sdar","vocab_size":354,"hidden_size":64,"
     "max_position_embeddings":1024,"rms_norm_eps":1e-6,"rope_theta":1e6,"block_size":4,"mask_token_id":353}"#;
 
 const FIELDS: [&str; 12] = [
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
-    "block_size", "mask_token_id",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "rope_theta",
+    "block_size",
+    "mask_token_id",
 ];
 
 /// The sizes config.json may not exceed, written out here rather than taken from the checks,
@@ -63,7 +71,8 @@ fn number() -> impl Strategy<Value = serde_json::Value> {
         any::<u64>().prop_map(serde_json::Value::from),
         (0u64..5000).prop_map(serde_json::Value::from),
         any::<i64>().prop_map(serde_json::Value::from),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number)),
+        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number)),
         Just(serde_json::Value::from("12")),
         Just(serde_json::Value::Null),
     ]

@@ -44,7 +44,11 @@ fn logits_and_routing_match_transformers() {
             let want: Vec<u32> = experts[p][s].iter().map(|&e| e as u32).collect();
             assert_eq!(route.experts, want, "layer {} position {p}", layer.layer);
             for (got, want) in route.weights.iter().zip(&weights[p][s]) {
-                assert!((got - want).abs() <= 1e-5, "layer {} position {p}: weight {got} vs {want}", layer.layer);
+                assert!(
+                    (got - want).abs() <= 1e-5,
+                    "layer {} position {p}: weight {got} vs {want}",
+                    layer.layer
+                );
             }
         }
     }

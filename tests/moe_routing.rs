@@ -8,9 +8,9 @@ mod common;
 
 use candle_core::{DType, Device};
 use serde::Deserialize;
+use unmask::engine::settings::DecodeSettings;
 use unmask::engine::{decode, ModelDenoiser, Request};
 use unmask::trace::events::{Event, StepEvent};
-use unmask::engine::settings::DecodeSettings;
 
 use common::{cases, fixture, load, request, run_case};
 
@@ -43,14 +43,19 @@ fn step_events(events: &[Event]) -> Vec<&StepEvent> {
 #[test]
 fn routes_match_the_reference_router_step_for_step() {
     let cases = cases("golden_decodes_moe.json");
-    let goldens: Vec<Golden> = serde_json::from_str(&std::fs::read_to_string(fixture("golden_routing_moe.json")).unwrap()).unwrap();
+    let goldens: Vec<Golden> =
+        serde_json::from_str(&std::fs::read_to_string(fixture("golden_routing_moe.json")).unwrap())
+            .unwrap();
     assert_eq!(goldens.len(), 3);
     for g in &goldens {
         let case = cases.iter().find(|c| c.name == g.name).unwrap();
         let events = run_case(case, load("tiny-sdar-moe"), true);
         let Event::Header(h) = &events[0] else { panic!("no header") };
         let moe = h.model.moe.as_ref().expect("the header carries the routing layout");
-        assert_eq!((moe.sparse_layers.as_slice(), moe.experts, moe.top_k), (g.sparse_layers.as_slice(), 8, 3));
+        assert_eq!(
+            (moe.sparse_layers.as_slice(), moe.experts, moe.top_k),
+            (g.sparse_layers.as_slice(), 8, 3)
+        );
         let steps = step_events(&events);
         assert_eq!(steps.len(), g.steps.len(), "case {}", g.name);
         for (s, want) in steps.iter().zip(&g.steps) {
@@ -62,9 +67,17 @@ fn routes_match_the_reference_router_step_for_step() {
                 assert_eq!(c.pos, w.pos, "{at}");
                 assert_eq!(c.routes.len(), g.sparse_layers.len(), "{at} pos {}", c.pos);
                 for (l, r) in c.routes.iter().enumerate() {
-                    assert_eq!(r.experts, w.experts[l], "{at} pos {} layer {}", c.pos, g.sparse_layers[l]);
+                    assert_eq!(
+                        r.experts, w.experts[l],
+                        "{at} pos {} layer {}",
+                        c.pos, g.sparse_layers[l]
+                    );
                     for (got, want) in r.weights.iter().zip(&w.weights[l]) {
-                        assert!((got - want).abs() <= 1e-5, "{at} pos {}: weight {got} vs {want}", c.pos);
+                        assert!(
+                            (got - want).abs() <= 1e-5,
+                            "{at} pos {}: weight {got} vs {want}",
+                            c.pos
+                        );
                     }
                 }
             }
@@ -78,7 +91,8 @@ fn routes_match_the_reference_router_step_for_step() {
 fn routing_changes_nothing_else_and_round_trips_through_a_trace() {
     let cases = cases("golden_decodes_moe.json");
     let case = cases.iter().find(|c| c.name == "p8_s4_static_lmdeploy").unwrap();
-    let (on, off) = (run_case(case, load("tiny-sdar-moe"), true), run_case(case, load("tiny-sdar-moe"), false));
+    let (on, off) =
+        (run_case(case, load("tiny-sdar-moe"), true), run_case(case, load("tiny-sdar-moe"), false));
     assert_eq!(on.len(), off.len());
     for (a, b) in step_events(&on).into_iter().zip(step_events(&off)) {
         assert!(b.distinct_experts.is_empty() && b.committed.iter().all(|c| c.routes.is_empty()));
@@ -139,14 +153,21 @@ fn fixed_streamed_passes_report_the_eager_passes_routes() {
             dtype: "bf16".into(),
             moe: cfg.moe_info(),
         };
-        let settings = DecodeSettings { block_length: 4, steps: 4, max_new_tokens: 12, ..DecodeSettings::default() };
-        let req = Request { routing: true, ..request(&[11, 12, 13, 14, 15, 16], settings, mask, info) };
+        let settings = DecodeSettings {
+            block_length: 4,
+            steps: 4,
+            max_new_tokens: 12,
+            ..DecodeSettings::default()
+        };
+        let req =
+            Request { routing: true, ..request(&[11, 12, 13, 14, 15, 16], settings, mask, info) };
         let mut den = ModelDenoiser::with_options(model, mask, opts);
         let mut events = vec![];
         decode(&mut den, &Ids, &req, &mut |e| events.push(e), None);
         (events, den.status())
     };
-    let (fixed, status) = run(RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false });
+    let (fixed, status) =
+        run(RunOptions { device_sampler: true, fixed_passes: true, cuda_graph: false });
     assert!(status.streamed_layer, "the fixed passes must run the streamed layer");
     let (eager, _) = run(RunOptions::reference());
     let (a, b) = (step_events(&fixed), step_events(&eager));
@@ -160,7 +181,10 @@ fn fixed_streamed_passes_report_the_eager_passes_routes() {
             assert_eq!(p.routes.len(), 2);
             for (r, s) in p.routes.iter().zip(&q.routes) {
                 assert_eq!(r.experts, s.experts, "pos {}", p.pos);
-                assert!(r.weights.iter().zip(&s.weights).all(|(u, v)| (u - v).abs() < 2e-2), "{r:?} vs {s:?}");
+                assert!(
+                    r.weights.iter().zip(&s.weights).all(|(u, v)| (u - v).abs() < 2e-2),
+                    "{r:?} vs {s:?}"
+                );
                 routes += 1;
             }
         }

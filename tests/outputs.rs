@@ -50,8 +50,14 @@ fn an_output_that_is_the_input_is_refused_through_any_link() {
     let hard = d.path().join("hard.csv");
     std::fs::hard_link(&a, &hard).unwrap();
     for out in [&a, &link, &hard] {
-        refused(&["export", s(&a), "--out", s(out)], &format!("{}: --out would overwrite the trace ({})", s(out), s(&a)));
-        refused(&["replay", s(&a), "--cast", s(out)], &format!("{}: --cast would overwrite the trace", s(out)));
+        refused(
+            &["export", s(&a), "--out", s(out)],
+            &format!("{}: --out would overwrite the trace ({})", s(out), s(&a)),
+        );
+        refused(
+            &["replay", s(&a), "--cast", s(out)],
+            &format!("{}: --cast would overwrite the trace", s(out)),
+        );
     }
     // The input through a link, the output by its own name: the same file.
     refused(&["export", s(&link), "--out", s(&a)], "--out would overwrite the trace");
@@ -63,11 +69,25 @@ fn an_output_that_is_the_input_is_refused_through_any_link() {
 fn record_refuses_one_file_for_both_outputs_before_decoding() {
     let d = tempfile::tempdir().unwrap();
     let o = d.path().join("o");
-    refused(&["record", "--model", MODEL, "--cast", s(&o), "--trace", s(&o)], "--trace and --cast are the same file");
+    refused(
+        &["record", "--model", MODEL, "--cast", s(&o), "--trace", s(&o)],
+        "--trace and --cast are the same file",
+    );
     assert!(!o.exists(), "nothing was written");
     let (a, bytes) = input(d.path());
     std::fs::create_dir(d.path().join("sub")).unwrap();
-    refused(&["record", "--model", MODEL, "--cast", s(&a), "--trace", s(&d.path().join("sub/../a.jsonl"))], "same file");
+    refused(
+        &[
+            "record",
+            "--model",
+            MODEL,
+            "--cast",
+            s(&a),
+            "--trace",
+            s(&d.path().join("sub/../a.jsonl")),
+        ],
+        "same file",
+    );
     assert_eq!(std::fs::read(&a).unwrap(), bytes);
 }
 
@@ -84,7 +104,10 @@ fn export_and_replay_cast_write_whole_files_and_leave_no_temporary() {
     let out = unmask(&["replay", s(&a), "--cast", s(&cast)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     unmask::tui::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
-    let mut names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     names.sort();
     assert_eq!(names, ["a.jsonl", "t.cast", "t.csv"]);
 }
@@ -98,7 +121,10 @@ fn interrupt(mut child: Child, trace: &Path, lines: usize, signal: &str) -> (Opt
         assert!(child.try_wait().unwrap().is_none(), "the decode ended before the signal");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let ok = Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(ok.success());
     let t0 = Instant::now();
     let out = child.wait_with_output().unwrap();
@@ -107,11 +133,18 @@ fn interrupt(mut child: Child, trace: &Path, lines: usize, signal: &str) -> (Opt
 }
 
 fn spawn(args: &[&str]) -> Child {
-    Command::new(BIN).current_dir(root()).args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+    Command::new(BIN)
+        .current_dir(root())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// A long decode: one token per block, 1000 of them (tens of seconds).
-const LONG: [&str; 8] = ["--model", MODEL, "--max-new-tokens", "1000", "--block-length", "1", "--steps", "1"];
+const LONG: [&str; 8] =
+    ["--model", MODEL, "--max-new-tokens", "1000", "--block-length", "1", "--steps", "1"];
 
 /// The trace read back whole, ending on a `cancelled` finish.
 fn cancelled_trace(p: &Path) -> Vec<Event> {
@@ -139,10 +172,14 @@ fn an_interrupted_record_leaves_a_whole_trace_and_cast() {
         let steps = events.iter().filter(|e| matches!(e, Event::Step(_))).count();
         assert!(steps >= 20, "{steps} steps");
         // The cast is a valid asciicast of those steps, ending on the final screen.
-        let (header, frames) = unmask::tui::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
+        let (header, frames) =
+            unmask::tui::cast::parse(&std::fs::read_to_string(&cast).unwrap()).unwrap();
         assert_eq!(header.version, 2);
         assert!(frames.len() > 3, "{} frames", frames.len());
-        assert!(frames.iter().any(|f| f.2.contains("cancelled")), "the last screen says the decode was cancelled");
+        assert!(
+            frames.iter().any(|f| f.2.contains("cancelled")),
+            "the last screen says the decode was cancelled"
+        );
     }
 }
 
@@ -173,7 +210,9 @@ fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
         .collect();
     v.sort();
     v
@@ -198,19 +237,29 @@ fn a_decode_output_that_is_one_of_its_inputs_is_refused_before_loading() {
         let link = d.path().join(format!("link-{name}"));
         std::os::unix::fs::symlink(&f, &link).unwrap();
         for out in [&f, &dotted, &link] {
-            let want = |flag: &str| format!("{}: {flag} would overwrite the checkpoint file ({})", s(out), s(&f));
+            let want = |flag: &str| {
+                format!("{}: {flag} would overwrite the checkpoint file ({})", s(out), s(&f))
+            };
             refused(&[&["trace"][..], &model, &["--out", s(out)]].concat(), &want("--out"));
             refused(&[&["record"][..], &model, &["--cast", s(out)]].concat(), &want("--cast"));
-            refused(&[&["record"][..], &model, &["--cast", s(&cast), "--trace", s(out)]].concat(), &want("--trace"));
+            refused(
+                &[&["record"][..], &model, &["--cast", s(&cast), "--trace", s(out)]].concat(),
+                &want("--trace"),
+            );
             refused(&[&["bench"][..], &model, &["--json", s(out)]].concat(), &want("--json"));
         }
     }
     assert_eq!(contents(&c), before, "the checkpoint is untouched");
     let p = ["--prompt-file", s(&prompt)];
-    let want = |flag: &str| format!("{}: {flag} would overwrite the --prompt-file ({})", s(&prompt), s(&prompt));
+    let want = |flag: &str| {
+        format!("{}: {flag} would overwrite the --prompt-file ({})", s(&prompt), s(&prompt))
+    };
     refused(&[&["trace"][..], &model, &p, &["--out", s(&prompt)]].concat(), &want("--out"));
     refused(&[&["record"][..], &model, &p, &["--cast", s(&prompt)]].concat(), &want("--cast"));
-    refused(&[&["record"][..], &model, &p, &["--cast", s(&cast), "--trace", s(&prompt)]].concat(), &want("--trace"));
+    refused(
+        &[&["record"][..], &model, &p, &["--cast", s(&cast), "--trace", s(&prompt)]].concat(),
+        &want("--trace"),
+    );
     // the embedded model: only the prompt file is an input
     refused(&["trace", "--prompt-file", s(&prompt), "--out", s(&prompt)], &want("--out"));
     assert_eq!(std::fs::read_to_string(&prompt).unwrap(), "hello");
@@ -236,7 +285,8 @@ fn an_output_into_a_hub_snapshot_is_refused() {
         let f = f.unwrap().path();
         let blob = repo.join("blobs").join(format!("b{i}"));
         std::fs::copy(&f, &blob).unwrap();
-        std::os::unix::fs::symlink(format!("../../blobs/b{i}"), snap.join(f.file_name().unwrap())).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/b{i}"), snap.join(f.file_name().unwrap()))
+            .unwrap();
     }
     let run = |out: &Path| {
         Command::new(BIN)
@@ -247,14 +297,22 @@ fn an_output_into_a_hub_snapshot_is_refused() {
             .unwrap()
     };
     let ok = run(&d.path().join("t.jsonl"));
-    assert!(ok.status.success(), "the hub checkpoint decodes: {}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "the hub checkpoint decodes: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let blobs = contents(&repo.join("blobs"));
     let target = std::fs::canonicalize(snap.join("model.safetensors")).unwrap();
     for out in [snap.join("model.safetensors"), target.clone()] {
         let o = run(&out);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.contains("--out would overwrite the checkpoint file") && err.contains("model.safetensors"), "{err}");
+        assert!(
+            err.contains("--out would overwrite the checkpoint file")
+                && err.contains("model.safetensors"),
+            "{err}"
+        );
     }
     assert_eq!(contents(&repo.join("blobs")), blobs, "no blob was touched");
 }
@@ -288,11 +346,23 @@ fn every_output_is_checked_by_its_flag_before_the_work() {
     let missing = d.path().join("no/x.jsonl");
     let cast = d.path().join("x.cast");
     let trace = root().join("tests/fixtures/traces/tiny-dynamic.jsonl");
-    refused(&[&["trace", "--out", dir][..], &LONG[..]].concat(), &format!("--out {dir}: is a folder; name a file"));
-    refused(&[&["trace", "--out", s(&missing)][..], &LONG[..]].concat(), &format!("--out {}: the folder", s(&missing)));
-    refused(&[&["record", "--cast", s(&cast), "--trace", dir][..], &LONG[..]].concat(), &format!("--trace {dir}: is a folder; name a file"));
+    refused(
+        &[&["trace", "--out", dir][..], &LONG[..]].concat(),
+        &format!("--out {dir}: is a folder; name a file"),
+    );
+    refused(
+        &[&["trace", "--out", s(&missing)][..], &LONG[..]].concat(),
+        &format!("--out {}: the folder", s(&missing)),
+    );
+    refused(
+        &[&["record", "--cast", s(&cast), "--trace", dir][..], &LONG[..]].concat(),
+        &format!("--trace {dir}: is a folder; name a file"),
+    );
     assert!(!cast.exists(), "refused before the decode");
-    refused(&["export", s(&trace), "--out", dir], &format!("--out {dir}: is a folder; name a file"));
+    refused(
+        &["export", s(&trace), "--out", dir],
+        &format!("--out {dir}: is a folder; name a file"),
+    );
 }
 
 /// A signal once the decode is done, while the cast renders, cut the run short and deleted
@@ -307,7 +377,9 @@ fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
     let mut child = spawn(&args);
     // The temporary cast appears when the rendering starts.
     let rendering = || {
-        std::fs::read_dir(d.path()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".unmask-tmp"))
+        std::fs::read_dir(d.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".unmask-tmp"))
     };
     let start = Instant::now();
     while !rendering() {
@@ -315,7 +387,11 @@ fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
         assert!(child.try_wait().unwrap().is_none(), "the record ended before the signal");
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let t0 = Instant::now();
     let out = child.wait_with_output().unwrap();
     assert!(t0.elapsed() < Duration::from_secs(3), "took {:?} to stop", t0.elapsed());
@@ -323,11 +399,19 @@ fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
     assert_eq!(out.status.code(), Some(143), "{err}");
     assert_eq!(err.trim(), "unmask: interrupted by SIGTERM");
     let t = unmask::trace::file::read_file(&trace).unwrap();
-    assert!(matches!(t.events.last(), Some(Event::Finish(f)) if f.reason != FinishReason::Cancelled), "the decode had finished");
-    let (header, frames) = unmask::tui::cast::parse(&std::fs::read_to_string(&cast).expect("a cast")).unwrap();
+    assert!(
+        matches!(t.events.last(), Some(Event::Finish(f)) if f.reason != FinishReason::Cancelled),
+        "the decode had finished"
+    );
+    let (header, frames) =
+        unmask::tui::cast::parse(&std::fs::read_to_string(&cast).expect("a cast")).unwrap();
     assert_eq!(header.version, 2);
     assert!(!frames.is_empty());
-    assert_eq!(frames.last().unwrap().2, "\x1b[0m\x1b[?25h", "the cast ends by showing the cursor again");
+    assert_eq!(
+        frames.last().unwrap().2,
+        "\x1b[0m\x1b[?25h",
+        "the cast ends by showing the cursor again"
+    );
     assert!(!rendering(), "no temporary file left");
 }
 
@@ -352,8 +436,15 @@ fn a_dash_output_is_stdout() {
     let cast = run(&["replay", s(&a), "--cast", "-"]);
     unmask::tui::cast::parse(&String::from_utf8(cast).unwrap()).unwrap();
     assert!(!d.path().join("-").exists(), "no file named -");
-    let out = Command::new(BIN).current_dir(d.path()).args(["record", "--cast", "-", "--trace", "-"]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "unmask: error: --trace - and --cast - would both write to stdout; give one of them a file");
+    let out = Command::new(BIN)
+        .current_dir(d.path())
+        .args(["record", "--cast", "-", "--trace", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "unmask: error: --trace - and --cast - would both write to stdout; give one of them a file"
+    );
 }
 
 /// `bench --json` and `check-device --json` are outputs like the others: checked before the
@@ -363,20 +454,47 @@ fn a_dash_output_is_stdout() {
 fn json_reports_are_checked_first_and_written_whole() {
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no/such/r.json");
-    let bench = ["bench", "--strategy", "sequential", "--max-new-tokens", "4", "--prompt-len", "4", "--warmup", "0", "--repeat", "1", "--events", "off"];
+    let bench = [
+        "bench",
+        "--strategy",
+        "sequential",
+        "--max-new-tokens",
+        "4",
+        "--prompt-len",
+        "4",
+        "--warmup",
+        "0",
+        "--repeat",
+        "1",
+        "--events",
+        "off",
+    ];
     let device = ["check-device", "--model", MODEL];
     for cmd in [&bench[..], &device[..]] {
         let name = cmd[0];
-        refused(&[cmd, &["--json", s(d.path())]].concat(), &format!("--json {}: is a folder; name a file", s(d.path())));
-        refused(&[cmd, &["--json", s(&missing)]].concat(), &format!("--json {}: the folder", s(&missing)));
-        refused(&[cmd, &["--json", "-"]].concat(), &format!("--json -: {name} prints its results on stdout; name a file for the JSON"));
+        refused(
+            &[cmd, &["--json", s(d.path())]].concat(),
+            &format!("--json {}: is a folder; name a file", s(d.path())),
+        );
+        refused(
+            &[cmd, &["--json", s(&missing)]].concat(),
+            &format!("--json {}: the folder", s(&missing)),
+        );
+        refused(
+            &[cmd, &["--json", "-"]].concat(),
+            &format!("--json -: {name} prints its results on stdout; name a file for the JSON"),
+        );
     }
     let json = d.path().join("r.json");
     std::fs::write(&json, "old").unwrap();
     let out = unmask(&[&bench[..], &["--json", s(&json)]].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["rows"].as_array().map(Vec::len), Some(1), "{report}");
-    let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names, ["r.json"], "no temporary file left");
 }

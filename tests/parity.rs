@@ -74,12 +74,17 @@ fn bf16_products_stay_within_bf16_rounding_of_the_reference() {
     use candle_core::Device;
     use unmask::model::{Compute, Source};
     for name in ["tiny-random", "tiny-random-sharded", "tiny-random-tied-bf16"] {
-        let ck = Checkpoint::load(&Source::Dir(common::fixture(name)), &Device::Cpu, Compute::CPU_BF16).unwrap();
+        let ck =
+            Checkpoint::load(&Source::Dir(common::fixture(name)), &Device::Cpu, Compute::CPU_BF16)
+                .unwrap();
         let g = golden(name);
         let prompt = ids(&g["prefill_ids"]);
         let e = rel_err(&prefill_logits(&ck, &prompt), &g["prefill_logits"]);
         assert!((1e-4..=2e-2).contains(&e), "{name}: prefill logits rel err {e:e}");
-        let e = rel_err(&denoise_logits(&ck, &prompt[..8], &ids(&g["denoise_ids"])), &g["denoise_logits"]);
+        let e = rel_err(
+            &denoise_logits(&ck, &prompt[..8], &ids(&g["denoise_ids"])),
+            &g["denoise_logits"],
+        );
         assert!((1e-4..=2e-2).contains(&e), "{name}: denoise logits rel err {e:e}");
     }
 }

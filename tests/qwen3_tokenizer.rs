@@ -85,8 +85,7 @@ fn load_cases() -> Vec<(String, Vec<u32>)> {
                 .split(' ')
                 .filter(|t| !t.is_empty())
                 .map(|t| {
-                    t.parse::<u32>()
-                        .unwrap_or_else(|e| panic!(".out line {}: {t:?}: {e}", i + 1))
+                    t.parse::<u32>().unwrap_or_else(|e| panic!(".out line {}: {t:?}: {e}", i + 1))
                 })
                 .collect()
         })
@@ -99,11 +98,7 @@ fn load_cases() -> Vec<(String, Vec<u32>)> {
         strings.len(),
         ids.len()
     );
-    assert_eq!(
-        strings.len(),
-        EXPECTED_CASES,
-        "unexpected number of test cases"
-    );
+    assert_eq!(strings.len(), EXPECTED_CASES, "unexpected number of test cases");
     strings.into_iter().zip(ids).collect()
 }
 
@@ -118,10 +113,7 @@ fn qwen3_tokenizer_loads_with_expected_vocab() {
     let mut ids: Vec<u32> = added.keys().copied().collect();
     ids.sort_unstable();
     let want: Vec<u32> = (BASE_VOCAB as u32..(BASE_VOCAB + ADDED_TOKENS) as u32).collect();
-    assert_eq!(
-        ids, want,
-        "added token ids must be contiguous after the base vocab"
-    );
+    assert_eq!(ids, want, "added token ids must be contiguous after the base vocab");
 
     for (content, id) in [
         ("<|endoftext|>", 151_643),
@@ -131,11 +123,7 @@ fn qwen3_tokenizer_loads_with_expected_vocab() {
         ("</think>", 151_668),
     ] {
         assert_eq!(tok.token_to_id(content), Some(id), "id of {content}");
-        assert_eq!(
-            tok.id_to_token(id).as_deref(),
-            Some(content),
-            "token of {id}"
-        );
+        assert_eq!(tok.id_to_token(id).as_deref(), Some(content), "token of {id}");
     }
 }
 
@@ -151,9 +139,7 @@ fn qwen3_tokenizer_matches_llama_cpp_reference_ids() {
             .get_ids()
             .to_vec();
         if &got != want {
-            failures.push(format!(
-                "case {i} {text:?}\n   got  {got:?}\n   want {want:?}"
-            ));
+            failures.push(format!("case {i} {text:?}\n   got  {got:?}\n   want {want:?}"));
         }
     }
     assert!(
@@ -170,9 +156,7 @@ fn qwen3_tokenizer_decode_round_trips() {
     let tok = tokenizer();
     let mut failures = Vec::new();
     for (i, (text, want)) in load_cases().iter().enumerate() {
-        let back = tok
-            .decode(want, false)
-            .unwrap_or_else(|e| panic!("decode case {i}: {e}"));
+        let back = tok.decode(want, false).unwrap_or_else(|e| panic!("decode case {i}: {e}"));
         if &back != text {
             failures.push(format!("case {i}: decode(ids) = {back:?}, want {text:?}"));
         }
@@ -180,70 +164,41 @@ fn qwen3_tokenizer_decode_round_trips() {
         let mut stream = tok.decode_stream(false);
         let mut streamed = String::new();
         for &id in want {
-            if let Some(piece) = stream
-                .step(id)
-                .unwrap_or_else(|e| panic!("stream case {i}: {e}"))
+            if let Some(piece) = stream.step(id).unwrap_or_else(|e| panic!("stream case {i}: {e}"))
             {
                 streamed.push_str(&piece);
             }
         }
         if &streamed != text {
-            failures.push(format!(
-                "case {i}: streamed decode = {streamed:?}, want {text:?}"
-            ));
+            failures.push(format!("case {i}: streamed decode = {streamed:?}, want {text:?}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "round-trip failures:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "round-trip failures:\n{}", failures.join("\n"));
 }
 
 #[test]
 fn sdar_mask_token_is_added_after_shipped_tokens() {
     let mut tok = tokenizer().clone();
+    assert_eq!(tok.token_to_id(MASK), None, "{MASK} must not be in the shipped Qwen3 vocab");
     assert_eq!(
-        tok.token_to_id(MASK),
-        None,
-        "{MASK} must not be in the shipped Qwen3 vocab"
-    );
-    assert_eq!(
-        tok.encode(format!("a{MASK}b").as_str(), false)
-            .unwrap()
-            .get_ids(),
+        tok.encode(format!("a{MASK}b").as_str(), false).unwrap().get_ids(),
         &[64, 27, 91, 49863, 91, 29, 65],
         "without the added token, {MASK} is split into ordinary BPE pieces"
     );
 
-    let n = tok
-        .add_special_tokens([AddedToken::from(MASK, true)])
-        .unwrap();
+    let n = tok.add_special_tokens([AddedToken::from(MASK, true)]).unwrap();
     assert_eq!(n, 1, "exactly one new token added");
     assert_eq!(tok.token_to_id(MASK), Some(MASK_ID));
     assert_eq!(tok.id_to_token(MASK_ID).as_deref(), Some(MASK));
     assert_eq!(tok.get_vocab_size(true), BASE_VOCAB + ADDED_TOKENS + 1);
 
-    let ids = tok
-        .encode(format!("a{MASK}b{MASK}{MASK}").as_str(), false)
-        .unwrap();
+    let ids = tok.encode(format!("a{MASK}b{MASK}{MASK}").as_str(), false).unwrap();
     assert_eq!(ids.get_ids(), &[64, MASK_ID, 65, MASK_ID, MASK_ID]);
-    assert_eq!(
-        tok.decode(ids.get_ids(), false).unwrap(),
-        format!("a{MASK}b{MASK}{MASK}")
-    );
-    assert_eq!(
-        tok.decode(ids.get_ids(), true).unwrap(),
-        "ab",
-        "special tokens skipped"
-    );
+    assert_eq!(tok.decode(ids.get_ids(), false).unwrap(), format!("a{MASK}b{MASK}{MASK}"));
+    assert_eq!(tok.decode(ids.get_ids(), true).unwrap(), "ab", "special tokens skipped");
 
     // Adding it again is a no-op and keeps the id.
-    assert_eq!(
-        tok.add_special_tokens([AddedToken::from(MASK, true)])
-            .unwrap(),
-        0
-    );
+    assert_eq!(tok.add_special_tokens([AddedToken::from(MASK, true)]).unwrap(), 0);
     assert_eq!(tok.token_to_id(MASK), Some(MASK_ID));
 }
 
@@ -251,21 +206,30 @@ fn sdar_mask_token_is_added_after_shipped_tokens() {
 /// token only where config.json expects it, and refuses otherwise with a one-line reason.
 #[test]
 fn unmask_loader_adds_the_missing_mask_token_only_at_the_configured_id() {
-    let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(fixture_dir().join("tokenizer.json.gz")).unwrap());
+    let mut gz = flate2::read::GzDecoder::new(
+        std::fs::File::open(fixture_dir().join("tokenizer.json.gz")).unwrap(),
+    );
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut gz, &mut bytes).unwrap();
-    let tok = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151669), None).unwrap();
+    let tok =
+        unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151669), None)
+            .unwrap();
     assert_eq!(tok.mask_id(), 151669);
     assert!(tok.mask_added);
     assert_eq!(tok.encode("a<|MASK|>b").unwrap(), vec![64, 151669, 65]);
     assert_eq!(tok.piece(151669), "<|MASK|>");
 
-    let err = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151700), None).err().unwrap();
+    let err =
+        unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", Some(151700), None)
+            .err()
+            .unwrap();
     assert_eq!(
         format!("{err:#}"),
         "tokenizer.json: no mask token; adding `<|MASK|>` would give id 151669, but config.json says mask_token_id 151700"
     );
-    let err = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", None, None).err().unwrap();
+    let err = unmask::model::tokenizer::Tok::from_bytes(&bytes, "tokenizer.json", None, None)
+        .err()
+        .unwrap();
     assert!(format!("{err:#}").contains("config.json has no `mask_token_id`"));
 }
 
@@ -276,7 +240,8 @@ fn unmask_tok() -> &'static unmask::model::tokenizer::Tok {
         let gz = std::fs::read(fixture_dir().join("tokenizer.json.gz")).unwrap();
         let mut json = Vec::new();
         flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut json).unwrap();
-        unmask::model::tokenizer::Tok::from_bytes(&json, "tokenizer.json", Some(MASK_ID), None).unwrap()
+        unmask::model::tokenizer::Tok::from_bytes(&json, "tokenizer.json", Some(MASK_ID), None)
+            .unwrap()
     })
 }
 
@@ -293,7 +258,10 @@ fn split_characters_land_whole_in_the_token_that_completes_them() {
     let text = "x ≈ ∑ 你好 🤖 café";
     let ids = unmask_tok().encode(text).unwrap();
     let own: Vec<String> = ids.iter().map(|&id| unmask_tok().piece(id)).collect();
-    assert!(own.iter().any(|p| p.contains('\u{FFFD}')), "the fixture must split a character: {own:?}");
+    assert!(
+        own.iter().any(|p| p.contains('\u{FFFD}')),
+        "the fixture must split a character: {own:?}"
+    );
     let texts = position_texts(&ids);
     assert_eq!(texts.concat(), text);
     assert!(texts.iter().all(|t| !t.contains('\u{FFFD}')), "{texts:?}");

@@ -32,7 +32,8 @@ fn unmask(args: &[&str]) -> Output {
 fn play(path: &Path, w: u16, h: u16) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
     for (i, line) in text.lines().enumerate() {
-        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
     }
     let (header, events) = cast::parse(&text).unwrap();
     assert_eq!((header.version, header.width, header.height), (2, w, h));
@@ -74,7 +75,13 @@ fn buffer_rows(buf: &Buffer) -> Vec<String> {
 fn final_screen(trace: &Path, label: Option<&str>, stopped: bool, w: u16, h: u16) -> Vec<String> {
     let t = unmask::trace::file::read_file(trace).unwrap();
     assert_eq!(t.stopped.is_some(), stopped);
-    let p = Pacing { fps: 30.0, step_delay: 0.05, width: w, height: h, theme: &unmask::tui::theme::DARK };
+    let p = Pacing {
+        fps: 30.0,
+        step_delay: 0.05,
+        width: w,
+        height: h,
+        theme: &unmask::tui::theme::DARK,
+    };
     let app = final_app(t.events, label.map(str::to_string), t.stopped, &p);
     let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
     unmask::tui::render(&app, buf.area, &mut buf);
@@ -88,19 +95,47 @@ fn tmp() -> tempfile::TempDir {
 #[test]
 fn record_writes_a_cast_that_replays_to_the_final_screen() {
     let dir = tmp();
-    let (cast_path, trace): (PathBuf, PathBuf) = (dir.path().join("out.cast"), dir.path().join("t.jsonl"));
+    let (cast_path, trace): (PathBuf, PathBuf) =
+        (dir.path().join("out.cast"), dir.path().join("t.jsonl"));
     let (c, t) = (cast_path.to_str().unwrap(), trace.to_str().unwrap());
-    let args = ["record", "--model", MODEL, "--prompt", "ROMEO:", "--max-new-tokens", "24", "--cast", c, "--trace", t];
+    let args = [
+        "record",
+        "--model",
+        MODEL,
+        "--prompt",
+        "ROMEO:",
+        "--max-new-tokens",
+        "24",
+        "--cast",
+        c,
+        "--trace",
+        t,
+    ];
     unmask(&[&args[..], &["--width", "100", "--height", "32"]].concat());
     let played = play(&cast_path, W, H);
     let expected = final_screen(&trace, None, false, W, H);
-    assert_eq!(played, expected, "cast screen:\n{}\nTUI screen:\n{}", played.join("\n"), expected.join("\n"));
+    assert_eq!(
+        played,
+        expected,
+        "cast screen:\n{}\nTUI screen:\n{}",
+        played.join("\n"),
+        expected.join("\n")
+    );
     assert!(played.iter().any(|l| l.contains("finished")), "{}", played.join("\n"));
     // A live decode, recorded: not a replay, and not of the cast it is written to.
-    assert!(played[0].contains("· recorded") && !played[0].contains("replay") && !played[0].contains("out.cast"), "{}", played[0]);
+    assert!(
+        played[0].contains("· recorded")
+            && !played[0].contains("replay")
+            && !played[0].contains("out.cast"),
+        "{}",
+        played[0]
+    );
     // The check can fail: the same decode at another size is another screen.
     assert_ne!(played, final_screen(&trace, None, false, W - 10, H));
-    assert!(std::panic::catch_unwind(|| play(&cast_path, W + 1, H)).is_err(), "a header of another size fails");
+    assert!(
+        std::panic::catch_unwind(|| play(&cast_path, W + 1, H)).is_err(),
+        "a header of another size fails"
+    );
 }
 
 #[test]
@@ -109,15 +144,36 @@ fn replay_cast_paces_by_step_delay_and_fps() {
     let path = dir.path().join("r.cast");
     let c = path.to_str().unwrap();
     // 0.01 s a step at 20 fps: at most one frame every 0.05 s, so steps are coalesced.
-    unmask(&["replay", TRACE, "--cast", c, "--width", "100", "--height", "32", "--step-delay", "0.01", "--fps", "20"]);
+    unmask(&[
+        "replay",
+        TRACE,
+        "--cast",
+        c,
+        "--width",
+        "100",
+        "--height",
+        "32",
+        "--step-delay",
+        "0.01",
+        "--fps",
+        "20",
+    ]);
     assert_eq!(play(&path, W, H), final_screen(Path::new(TRACE), Some(TRACE), false, W, H));
     let (_, events) = cast::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let times: Vec<f64> = events.iter().map(|e| e.0).collect();
     let frames = &times[..times.len() - 1];
     assert!(frames.windows(2).all(|p| p[1] - p[0] >= 0.05 - 1e-6), "{times:?}");
-    let steps = unmask::trace::file::read_file(Path::new(TRACE)).unwrap().events.iter().filter(|e| matches!(e, unmask::trace::events::Event::Step(_))).count();
+    let steps = unmask::trace::file::read_file(Path::new(TRACE))
+        .unwrap()
+        .events
+        .iter()
+        .filter(|e| matches!(e, unmask::trace::events::Event::Step(_)))
+        .count();
     assert!(frames.len() < steps, "{} frames for {steps} steps", frames.len());
-    assert!(events[0].2.starts_with("\x1b[0m\x1b[2J\x1b[H\x1b[?25l"), "the first frame clears the screen");
+    assert!(
+        events[0].2.starts_with("\x1b[0m\x1b[2J\x1b[H\x1b[?25l"),
+        "the first frame clears the screen"
+    );
     assert!(times.last().unwrap() - frames.last().unwrap() >= 1.0, "a hold at the end");
 }
 
@@ -129,7 +185,16 @@ fn a_corrupt_trace_records_up_to_its_last_good_event_and_warns() {
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, format!("{}\n{{oops\n", lines[..6].join("\n"))).unwrap();
     let path = dir.path().join("bad.cast");
-    let out = unmask(&["replay", bad.to_str().unwrap(), "--cast", path.to_str().unwrap(), "--width", "100", "--height", "32"]);
+    let out = unmask(&[
+        "replay",
+        bad.to_str().unwrap(),
+        "--cast",
+        path.to_str().unwrap(),
+        "--width",
+        "100",
+        "--height",
+        "32",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(&format!("{}:7", bad.display())), "{err}");
@@ -138,18 +203,32 @@ fn a_corrupt_trace_records_up_to_its_last_good_event_and_warns() {
 
 #[test]
 fn bad_pacing_is_refused() {
-    let out = Command::new(BIN).current_dir(root()).args(["replay", TRACE, "--cast", "/dev/null", "--fps", "0"]).output().unwrap();
+    let out = Command::new(BIN)
+        .current_dir(root())
+        .args(["replay", TRACE, "--cast", "/dev/null", "--fps", "0"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fps"));
 }
 
 #[test]
 fn pacing_that_would_write_timestamps_no_player_reads_is_refused() {
-    for (flag, value) in [("--step-delay", "1e308"), ("--fps", "1e-300"), ("--fps", "NaN"), ("--step-delay", "-1")] {
-        let out = Command::new(BIN).current_dir(root()).args(["replay", TRACE, "--cast", "/dev/null", flag, value]).output().unwrap();
+    for (flag, value) in
+        [("--step-delay", "1e308"), ("--fps", "1e-300"), ("--fps", "NaN"), ("--step-delay", "-1")]
+    {
+        let out = Command::new(BIN)
+            .current_dir(root())
+            .args(["replay", TRACE, "--cast", "/dev/null", flag, value])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{flag} {value}: {err}");
-        assert!(err.starts_with(&format!("unmask: error: {flag} must be within")) && err.lines().count() == 1, "{err}");
+        assert!(
+            err.starts_with(&format!("unmask: error: {flag} must be within"))
+                && err.lines().count() == 1,
+            "{err}"
+        );
     }
 }
 
@@ -163,7 +242,11 @@ fn casts_take_the_look_flags() {
     let cast = |name: &str, env: Option<(&str, &str)>, flags: &[&str]| {
         let path = d.path().join(name);
         let mut cmd = Command::new(BIN);
-        cmd.current_dir(root()).args(["replay", TRACE, "--cast", path.to_str().unwrap()]).args(flags).env_remove("COLORTERM").env_remove("NO_COLOR");
+        cmd.current_dir(root())
+            .args(["replay", TRACE, "--cast", path.to_str().unwrap()])
+            .args(flags)
+            .env_remove("COLORTERM")
+            .env_remove("NO_COLOR");
         if let Some((k, v)) = env {
             cmd.env(k, v);
         }
@@ -174,8 +257,13 @@ fn casts_take_the_look_flags() {
     let dark = cast("dark.cast", None, &[]);
     let coloured = |c: &str| c.contains("\\u001b[38;5;") || c.contains("\\u001b[38;2;");
     assert!(coloured(&dark), "colour by default");
-    assert!(dark.contains("\\u001b[38;2;"), "24-bit whatever terminal records it (COLORTERM is not set here)");
-    for mono in [cast("mono.cast", None, &["--mono"]), cast("nocolor.cast", Some(("NO_COLOR", "1")), &[])] {
+    assert!(
+        dark.contains("\\u001b[38;2;"),
+        "24-bit whatever terminal records it (COLORTERM is not set here)"
+    );
+    for mono in
+        [cast("mono.cast", None, &["--mono"]), cast("nocolor.cast", Some(("NO_COLOR", "1")), &[])]
+    {
         assert!(!coloured(&mono) && !mono.contains("\\u001b[;m"), "no colour codes, empty or not");
         assert!(mono.contains('¹') && mono.contains('²'), "step marks");
     }

@@ -62,7 +62,14 @@ fn a_temperature_of_1e_38_decodes_instead_of_panicking() {
     let out = dir.path().join("r.jsonl");
     let model = fixture("tiny-random");
     let o = unmask(&[
-        "trace", "--model", model.to_str().unwrap(), "--temperature", "1e-38", "--max-new-tokens", "16", "--out",
+        "trace",
+        "--model",
+        model.to_str().unwrap(),
+        "--temperature",
+        "1e-38",
+        "--max-new-tokens",
+        "16",
+        "--out",
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -83,33 +90,68 @@ fn a_temperature_of_1e_38_decodes_instead_of_panicking() {
 #[test]
 fn nan_or_inf_weights_fail_the_decode_with_one_line_and_a_readable_trace() {
     for value in [f32::NAN, f32::INFINITY] {
-        let m = copy_model(|p| poison_tensor(&p.join("model.safetensors"), "model.norm.weight", value));
+        let m =
+            copy_model(|p| poison_tensor(&p.join("model.safetensors"), "model.norm.weight", value));
         let out = m.path().join("r.jsonl");
-        let o = unmask(&["trace", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "8", "--out", out.to_str().unwrap()]);
+        let o = unmask(&[
+            "trace",
+            "--model",
+            m.path().to_str().unwrap(),
+            "--max-new-tokens",
+            "8",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         let e = one_line_error(&o);
-        assert!(e.contains("decode failed: block 1 step 0 (forward 1): non-finite logits at position 4"), "{value}: {e}");
+        assert!(
+            e.contains(
+                "decode failed: block 1 step 0 (forward 1): non-finite logits at position 4"
+            ),
+            "{value}: {e}"
+        );
         // What was written reads back: a header and the error finish, no `null`.
         let text = std::fs::read_to_string(&out).unwrap();
         assert!(!text.contains("null"), "{text}");
         let events = read_trace(&out);
         assert!(matches!(events.last(), Some(Event::Finish(f)) if f.reason == FinishReason::Error));
         // The other headless commands fail the same way.
-        let o = unmask(&["compare", "--headless", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "8"]);
+        let o = unmask(&[
+            "compare",
+            "--headless",
+            "--model",
+            m.path().to_str().unwrap(),
+            "--max-new-tokens",
+            "8",
+        ]);
         assert!(one_line_error(&o).contains("non-finite logits"));
         let cast = m.path().join("c.cast");
-        let o = unmask(&["record", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "8", "--cast", cast.to_str().unwrap()]);
+        let o = unmask(&[
+            "record",
+            "--model",
+            m.path().to_str().unwrap(),
+            "--max-new-tokens",
+            "8",
+            "--cast",
+            cast.to_str().unwrap(),
+        ]);
         assert!(one_line_error(&o).contains("non-finite logits"));
     }
 }
 
 #[test]
 fn a_config_with_rope_theta_0_or_rms_norm_eps_minus_1_is_refused_at_load() {
-    for (field, from, to) in [("rope_theta", "\"rope_theta\": 1000000.0", "\"rope_theta\": 0"), ("rms_norm_eps", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1")] {
+    for (field, from, to) in [
+        ("rope_theta", "\"rope_theta\": 1000000.0", "\"rope_theta\": 0"),
+        ("rms_norm_eps", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1"),
+    ] {
         let m = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace(from, to)));
         let o = unmask(&["trace", "--model", m.path().to_str().unwrap()]);
         let e = one_line_error(&o);
         let value = to.rsplit(' ').next().unwrap();
-        assert!(e.contains(&format!("config.json: invalid config: field `{field}` is {value};")), "{e}");
+        assert!(
+            e.contains(&format!("config.json: invalid config: field `{field}` is {value};")),
+            "{e}"
+        );
         assert!(o.stdout.is_empty(), "nothing decoded");
     }
 }
@@ -132,9 +174,21 @@ fn edited_trace(dir: &Path, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
 fn trace_headers_with_huge_sizes_are_refused_naming_field_and_value() {
     let dir = tempfile::tempdir().unwrap();
     let cases: [(&str, serde_json::Value, &str); 4] = [
-        ("block_length", 1_000_000_000u64.into(), "field `settings.block_length` is 1000000000, outside 1 to 4096"),
-        ("block_length", (1u64 << 63).into(), "field `settings.block_length` is 9223372036854775808, outside 1 to 4096"),
-        ("first_block", 100_000_000u64.into(), "field `first_block` is 100000000, but 5 prompt tokens in blocks of 4 start at block 1"),
+        (
+            "block_length",
+            1_000_000_000u64.into(),
+            "field `settings.block_length` is 1000000000, outside 1 to 4096",
+        ),
+        (
+            "block_length",
+            (1u64 << 63).into(),
+            "field `settings.block_length` is 9223372036854775808, outside 1 to 4096",
+        ),
+        (
+            "first_block",
+            100_000_000u64.into(),
+            "field `first_block` is 100000000, but 5 prompt tokens in blocks of 4 start at block 1",
+        ),
         ("max_len", 5u64.into(), "field `max_len` is 5, but prompt 5 + max_new_tokens 12 is 17"),
     ];
     for (field, value, want) in cases {
@@ -144,7 +198,10 @@ fn trace_headers_with_huge_sizes_are_refused_naming_field_and_value() {
         });
         let cast = dir.path().join("o.cast");
         let start = Instant::now();
-        for args in [vec!["export", t.to_str().unwrap()], vec!["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap()]] {
+        for args in [
+            vec!["export", t.to_str().unwrap()],
+            vec!["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap()],
+        ] {
             let e = one_line_error(&unmask(&args));
             assert!(e.contains(&format!("t.jsonl:1: {want}")), "{args:?}: {e}");
         }
@@ -175,7 +232,9 @@ fn a_trace_committing_a_position_twice_is_cut_there() {
     // The first step again as its block's next step, right after it: it commits its
     // positions a second time.
     let first_step = lines.iter().position(|l| l.contains("\"event\":\"step\"")).unwrap();
-    let Event::Step(mut again) = serde_json::from_str::<Event>(lines[first_step]).unwrap() else { panic!() };
+    let Event::Step(mut again) = serde_json::from_str::<Event>(lines[first_step]).unwrap() else {
+        panic!()
+    };
     (again.step, again.forward) = (again.step + 1, again.forward + 1);
     let again = serde_json::to_string(&Event::Step(again)).unwrap();
     let mut doubled: Vec<&str> = lines.clone();
@@ -185,18 +244,37 @@ fn a_trace_committing_a_position_twice_is_cut_there() {
     let o = unmask(&["export", t.to_str().unwrap(), "--format", "csv", "--table", "tokens"]);
     assert!(o.status.success());
     let warn = String::from_utf8_lossy(&o.stderr);
-    assert!(warn.contains(&format!("d.jsonl:{}: committed position", first_step + 2)) && warn.contains("a second time"), "{warn}");
+    assert!(
+        warn.contains(&format!("d.jsonl:{}: committed position", first_step + 2))
+            && warn.contains("a second time"),
+        "{warn}"
+    );
     let rows = String::from_utf8(o.stdout).unwrap().lines().count() - 1;
-    let Event::Step(s) = serde_json::from_str::<Event>(lines[first_step]).unwrap() else { panic!() };
-    assert_eq!(rows, s.committed.len(), "each position once, only from the events before the bad line");
+    let Event::Step(s) = serde_json::from_str::<Event>(lines[first_step]).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        rows,
+        s.committed.len(),
+        "each position once, only from the events before the bad line"
+    );
 }
 
 #[test]
 fn max_new_tokens_of_2_pow_64_minus_1_is_an_error_not_a_wrap() {
     let model = fixture("tiny-random");
-    let o = unmask(&["trace", "--model", model.to_str().unwrap(), "--max-new-tokens", "18446744073709551615"]);
+    let o = unmask(&[
+        "trace",
+        "--model",
+        model.to_str().unwrap(),
+        "--max-new-tokens",
+        "18446744073709551615",
+    ]);
     let e = one_line_error(&o);
-    assert!(e.contains("--max-new-tokens must be within 1 to 1048576 (got 18446744073709551615)"), "{e}");
+    assert!(
+        e.contains("--max-new-tokens must be within 1 to 1048576 (got 18446744073709551615)"),
+        "{e}"
+    );
     assert!(o.stdout.is_empty());
 }
 
@@ -205,19 +283,40 @@ fn cast_sizes_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let cast = dir.path().join("o.cast");
     let t = fixture("traces/tiny-dynamic.jsonl");
-    let o = unmask(&["replay", t.to_str().unwrap(), "--cast", cast.to_str().unwrap(), "--width", "65535", "--height", "65535"]);
-    assert!(one_line_error(&o).contains("--width must be within 60 to 1000, the TUI's smallest to largest (got 65535)"));
+    let o = unmask(&[
+        "replay",
+        t.to_str().unwrap(),
+        "--cast",
+        cast.to_str().unwrap(),
+        "--width",
+        "65535",
+        "--height",
+        "65535",
+    ]);
+    assert!(one_line_error(&o)
+        .contains("--width must be within 60 to 1000, the TUI's smallest to largest (got 65535)"));
 }
 
 #[test]
 fn a_config_with_a_billion_layers_is_refused_before_allocating() {
-    let m = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000")));
+    let m = copy_model(|p| {
+        rewrite(&p.join("config.json"), |t| {
+            t.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000")
+        })
+    });
     let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
     assert!(e.contains("config.json: invalid config: field `num_hidden_layers` is 1000000000, more than the limit of 1024"), "{e}");
     // Within the bound but more than the weights hold: named against the weights.
-    let m = copy_model(|p| rewrite(&p.join("config.json"), |t| t.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 900")));
+    let m = copy_model(|p| {
+        rewrite(&p.join("config.json"), |t| {
+            t.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 900")
+        })
+    });
     let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
-    assert!(e.contains("config.json: field `num_hidden_layers` is 900, but the weights hold 2 layers"), "{e}");
+    assert!(
+        e.contains("config.json: field `num_hidden_layers` is 900, but the weights hold 2 layers"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -230,7 +329,12 @@ fn devices_and_fifos_are_refused_before_reading() {
     let e = one_line_error(&unmask(&["export", fifo.to_str().unwrap()]));
     assert!(e.contains("fifo.jsonl: not a regular file (a FIFO)"), "{e}");
     let cast = dir.path().join("o.cast");
-    let e = one_line_error(&unmask(&["replay", fifo.to_str().unwrap(), "--cast", cast.to_str().unwrap()]));
+    let e = one_line_error(&unmask(&[
+        "replay",
+        fifo.to_str().unwrap(),
+        "--cast",
+        cast.to_str().unwrap(),
+    ]));
     assert!(e.contains("not a regular file (a FIFO)"), "{e}");
     // A FIFO in place of a checkpoint file.
     for name in ["config.json", "model.safetensors", "tokenizer.json"] {
@@ -248,10 +352,18 @@ fn devices_and_fifos_are_refused_before_reading() {
 #[test]
 fn error_messages_show_control_characters_instead_of_sending_them() {
     let e = one_line_error(&unmask(&["trace", "--device", "\x1b]0;pwned\x07\nx"]));
-    assert!(e.contains("invalid value '␛]0;pwned␇↵x' for '--device <DEV>': expected cpu, cuda or cuda:N"), "{e}");
+    assert!(
+        e.contains(
+            "invalid value '␛]0;pwned␇↵x' for '--device <DEV>': expected cpu, cuda or cuda:N"
+        ),
+        "{e}"
+    );
     // a value clap refuses itself (not one of a list) is shown the same way
     let e = one_line_error(&unmask(&["trace", "--strategy", "\x1b[2Jx\ny"]));
-    assert!(e.contains("invalid value '␛[2Jx↵y' for '--strategy <STRATEGY>' [possible values:"), "{e}");
+    assert!(
+        e.contains("invalid value '␛[2Jx↵y' for '--strategy <STRATEGY>' [possible values:"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -266,7 +378,13 @@ fn a_pre_tokenizer_regex_that_exhausts_the_regex_engine_is_a_one_line_error() {
         })
     });
     let prompt = format!("{}b", "a".repeat(5000));
-    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap(), "--prompt", &prompt]));
+    let e = one_line_error(&unmask(&[
+        "trace",
+        "--model",
+        m.path().to_str().unwrap(),
+        "--prompt",
+        &prompt,
+    ]));
     assert!(e.contains("tokenizer.json: cannot tokenize the prompt"), "{e}");
 }
 
@@ -282,7 +400,11 @@ fn export_to_a_terminal_shows_control_characters_as_the_tui_does() {
     // `script` gives unmask a pseudo-terminal as stdout; its transcript is what the terminal got.
     let log = dir.path().join("typescript");
     let cmd = format!("{} export {} --format csv", env!("CARGO_BIN_EXE_unmask"), t.display());
-    let o = Command::new("script").args(["-qec", &cmd, log.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
+    let o = Command::new("script")
+        .args(["-qec", &cmd, log.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let seen = std::fs::read_to_string(&log).unwrap();
     assert!(seen.contains("␛]0;pwned␇"), "{seen}");
@@ -301,7 +423,10 @@ fn a_symlink_loop_is_reported_as_such_not_as_missing() {
         std::os::unix::fs::symlink(p.join("tokenizer.json"), p.join("tokenizer.json")).unwrap();
     });
     let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
-    assert!(e.contains("tokenizer.json: is a symlink loop (Too many levels of symbolic links"), "{e}");
+    assert!(
+        e.contains("tokenizer.json: is a symlink loop (Too many levels of symbolic links"),
+        "{e}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let looped = dir.path().join("loop");
     std::os::unix::fs::symlink(&looped, &looped).unwrap();
@@ -384,11 +509,31 @@ fn a_bad_generation_config_value_names_the_file_and_field_not_a_flag() {
     let h = header(m.path(), &["--temperature", "0", "--max-new-tokens", "4"]);
     assert_eq!((h.settings.sampling.temperature, h.settings.max_new_tokens), (0.0, 4));
     // Flags keep their own messages.
-    let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap(), "--temperature", "-1", "--max-new-tokens", "4"]));
-    assert!(e.ends_with("invalid settings: --temperature must be a finite number >= 0 (got -1)\n"), "{e}");
+    let e = one_line_error(&unmask(&[
+        "trace",
+        "--model",
+        m.path().to_str().unwrap(),
+        "--temperature",
+        "-1",
+        "--max-new-tokens",
+        "4",
+    ]));
+    assert!(
+        e.ends_with("invalid settings: --temperature must be a finite number >= 0 (got -1)\n"),
+        "{e}"
+    );
     let plain = fixture("tiny-random");
-    let e = one_line_error(&unmask(&["trace", "--model", plain.to_str().unwrap(), "--max-new-tokens", "0"]));
-    assert!(e.ends_with("invalid settings: --max-new-tokens must be within 1 to 1048576 (got 0)\n"), "{e}");
+    let e = one_line_error(&unmask(&[
+        "trace",
+        "--model",
+        plain.to_str().unwrap(),
+        "--max-new-tokens",
+        "0",
+    ]));
+    assert!(
+        e.ends_with("invalid settings: --max-new-tokens must be within 1 to 1048576 (got 0)\n"),
+        "{e}"
+    );
 }
 
 /// A field of the wrong type or out of its type's range is named, with the file, as the trace
@@ -407,13 +552,26 @@ fn a_config_field_that_does_not_parse_is_named_with_its_file() {
         let m = model_with("config.json", &config.replace(from, to));
         let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
         let file = m.path().join("config.json");
-        assert!(e.contains(&format!("{}: invalid config: field `{field}`: ", file.display())), "{to}: {e}");
+        assert!(
+            e.contains(&format!("{}: invalid config: field `{field}`: ", file.display())),
+            "{to}: {e}"
+        );
     }
-    for (json, field) in [(r#"{"eos_token_id":"x"}"#, "eos_token_id"), (r#"{"top_k":-3}"#, "top_k"), (r#"{"do_sample":"no"}"#, "do_sample")] {
+    for (json, field) in [
+        (r#"{"eos_token_id":"x"}"#, "eos_token_id"),
+        (r#"{"top_k":-3}"#, "top_k"),
+        (r#"{"do_sample":"no"}"#, "do_sample"),
+    ] {
         let m = model_with("generation_config.json", json);
         let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap()]));
         let file = m.path().join("generation_config.json");
-        assert!(e.contains(&format!("{}: invalid generation config: field `{field}`: ", file.display())), "{json}: {e}");
+        assert!(
+            e.contains(&format!(
+                "{}: invalid generation config: field `{field}`: ",
+                file.display()
+            )),
+            "{json}: {e}"
+        );
         assert!(!e.contains("untagged enum"), "{e}");
     }
 }
@@ -425,8 +583,17 @@ fn a_checkpoint_json_file_that_is_not_an_object_is_refused() {
     for file in ["generation_config.json", "config.json", "tokenizer_config.json"] {
         for text in ["[1,2]", "[]", "7", "null", "\"x\""] {
             let m = model_with(file, text);
-            let e = one_line_error(&unmask(&["trace", "--model", m.path().to_str().unwrap(), "--max-new-tokens", "4"]));
-            assert!(e.contains(&format!("{}: not a JSON object", m.path().join(file).display())), "{file} {text}: {e}");
+            let e = one_line_error(&unmask(&[
+                "trace",
+                "--model",
+                m.path().to_str().unwrap(),
+                "--max-new-tokens",
+                "4",
+            ]));
+            assert!(
+                e.contains(&format!("{}: not a JSON object", m.path().join(file).display())),
+                "{file} {text}: {e}"
+            );
         }
     }
 }
@@ -435,7 +602,10 @@ fn a_checkpoint_json_file_that_is_not_an_object_is_refused() {
 /// unless --temperature says so; `do_sample: true` is its sampling, defaults included.
 #[test]
 fn do_sample_false_in_generation_config_decodes_greedily() {
-    let m = model_with("generation_config.json", r#"{"eos_token_id":352,"do_sample":false,"temperature":0.7,"top_k":5}"#);
+    let m = model_with(
+        "generation_config.json",
+        r#"{"eos_token_id":352,"do_sample":false,"temperature":0.7,"top_k":5}"#,
+    );
     let h = header(m.path(), &["--max-new-tokens", "4"]);
     assert_eq!(h.settings.sampling.temperature, 0.0);
     assert_eq!(h.sources["sampling"], "generation_config.json (do_sample false: greedy)");
@@ -446,7 +616,8 @@ fn do_sample_false_in_generation_config_decodes_greedily() {
     let m = model_with("generation_config.json", r#"{"do_sample":false,"temperature":-1}"#);
     assert_eq!(header(m.path(), &["--max-new-tokens", "4"]).settings.sampling.temperature, 0.0);
     // do_sample true keeps the file's temperature and top-k,
-    let m = model_with("generation_config.json", r#"{"do_sample":true,"temperature":0.7,"top_k":5}"#);
+    let m =
+        model_with("generation_config.json", r#"{"do_sample":true,"temperature":0.7,"top_k":5}"#);
     let h = header(m.path(), &["--max-new-tokens", "4"]);
     assert_eq!((h.settings.sampling.temperature, h.settings.sampling.top_k), (0.7, 5));
     assert_eq!(h.sources["sampling"], "generation_config.json");
@@ -454,11 +625,17 @@ fn do_sample_false_in_generation_config_decodes_greedily() {
     let m = model_with("generation_config.json", r#"{"do_sample":true,"temperature":0.7}"#);
     let h = header(m.path(), &["--max-new-tokens", "4"]);
     assert_eq!((h.settings.sampling.temperature, h.settings.sampling.top_k), (0.7, 50));
-    assert_eq!(h.sources["sampling"], "generation_config.json (do_sample true: transformers' top_k 50)");
+    assert_eq!(
+        h.sources["sampling"],
+        "generation_config.json (do_sample true: transformers' top_k 50)"
+    );
     let m = model_with("generation_config.json", r#"{"do_sample":true}"#);
     let h = header(m.path(), &["--max-new-tokens", "4", "--top-k", "3"]);
     assert_eq!((h.settings.sampling.temperature, h.settings.sampling.top_k), (1.0, 3));
-    assert_eq!(h.sources["sampling"], "flags over generation_config.json (do_sample true: transformers' temperature 1.0)");
+    assert_eq!(
+        h.sources["sampling"],
+        "flags over generation_config.json (do_sample true: transformers' temperature 1.0)"
+    );
 }
 
 /// A config.json whose `model_type` unmask does not know, found by its `architectures` alone,
@@ -468,12 +645,16 @@ fn do_sample_false_in_generation_config_decodes_greedily() {
 fn a_model_type_found_by_architecture_alone_is_named_in_a_warning() {
     let dir = copy_model(|d| {
         let p = d.join("config.json");
-        let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         cfg["model_type"] = "llama".into();
         std::fs::write(&p, cfg.to_string()).unwrap();
     });
     let o = unmask(&["trace", "--model", dir.path().to_str().unwrap(), "--max-new-tokens", "4"]);
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("model_type \"llama\" is not one unmask knows; decoding it as sdar/qwen3"), "{err}");
+    assert!(
+        err.contains("model_type \"llama\" is not one unmask knows; decoding it as sdar/qwen3"),
+        "{err}"
+    );
 }

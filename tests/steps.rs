@@ -25,7 +25,12 @@ fn steps_on_a_pipe() -> std::process::Child {
 }
 
 fn stdout(o: Output) -> String {
-    assert!(o.status.success(), "exit {:?}, stderr: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "exit {:?}, stderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap()
 }
@@ -68,7 +73,8 @@ fn a_dash_reads_the_trace_from_stdin() {
 fn live_steps_are_the_steps_of_the_same_decode_traced() {
     // The settings tiny-dynamic.jsonl was recorded with (tests/fixtures/README.md).
     let model = fixture("tiny-random");
-    let decode = ["--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "12"];
+    let decode =
+        ["--model", model.to_str().unwrap(), "--prompt", "The cat sat", "--max-new-tokens", "12"];
     let flags = ["--strategy", "low_confidence_dynamic", "--threshold", "0.5"];
     let live = stdout(unmask(&[&["steps"][..], &decode, &flags].concat()));
     // The same decode traced, then listed: the same lines.
@@ -80,7 +86,11 @@ fn live_steps_are_the_steps_of_the_same_decode_traced() {
     // And the fixture's steps, block by block and token by token (the fixture predates the
     // forward count's current accounting, so `fwd` is left out).
     let no_fwd = |s: &str| -> Vec<String> {
-        s.lines().map(|l| l.split(" · fwd ").next().unwrap().to_string() + l.split_once("  [").unwrap().1).collect()
+        s.lines()
+            .map(|l| {
+                l.split(" · fwd ").next().unwrap().to_string() + l.split_once("  [").unwrap().1
+            })
+            .collect()
     };
     // The fixture also predates `bytes`: it spells a token that is no character on its own
     // (0xF7, 0xFF in this tokenizer) as its lossy text `"�"`, where the list now shows the bytes
@@ -130,14 +140,19 @@ fn steps_from_a_stream_print_each_step_as_its_line_arrives() {
     // The header and the first step only; the rest is held back.
     stdin.write_all((lines[..=first_step].join("\n") + "\n").as_bytes()).unwrap();
     stdin.flush().unwrap();
-    let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the first step's line before the input ends");
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the first step's line before the input ends");
     assert_eq!(got, TINY_DYNAMIC.lines().next().unwrap());
     stdin.write_all((lines[first_step + 1..].join("\n") + "\n").as_bytes()).unwrap();
     drop(stdin);
     assert!(child.wait().unwrap().success());
     reader.join().unwrap();
     let rest: Vec<String> = rx.try_iter().collect();
-    assert_eq!(std::iter::once(got).chain(rest).map(|l| l + "\n").collect::<String>(), TINY_DYNAMIC);
+    assert_eq!(
+        std::iter::once(got).chain(rest).map(|l| l + "\n").collect::<String>(),
+        TINY_DYNAMIC
+    );
 }
 
 /// A trace of two runs (two traces end to end): each run listed from step 1, the second after
@@ -171,7 +186,10 @@ fn a_trace_and_decode_flags_together_are_refused() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("steps TRACE reads a recorded trace: --steps applies only when decoding"), "{err}");
+    assert!(
+        err.contains("steps TRACE reads a recorded trace: --steps applies only when decoding"),
+        "{err}"
+    );
 }
 
 /// Runs `unmask ARGS | head -1`: reads the first line (none with `read: false`, the reader
@@ -220,7 +238,10 @@ fn piped_into_head_trace_and_steps_end_quietly_with_exit_0() {
     let bench = ["bench", "--model", m, "--max-new-tokens", "8", "--warmup", "0", "--repeat", "1"];
     for args in [&compare[..], &bench[..]] {
         let (_, status, err) = into_head(args, false);
-        assert!(status.success() && !err.contains("panicked"), "{args:?}: exit {status:?}, stderr {err:?}");
+        assert!(
+            status.success() && !err.contains("panicked"),
+            "{args:?}: exit {status:?}, stderr {err:?}"
+        );
     }
 }
 
@@ -228,5 +249,8 @@ fn piped_into_head_trace_and_steps_end_quietly_with_exit_0() {
 fn a_trace_that_is_not_a_regular_file_is_refused_before_reading() {
     let out = unmask(&["steps", "/dev/zero"]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(String::from_utf8_lossy(&out.stderr), "unmask: error: /dev/zero: not a regular file (a character device)\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "unmask: error: /dev/zero: not a regular file (a character device)\n"
+    );
 }

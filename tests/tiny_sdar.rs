@@ -6,11 +6,11 @@ use std::path::Path;
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 use serde::Deserialize;
+use unmask::cli::session::Session;
 use unmask::cli::DecodeArgs;
 use unmask::engine::decode;
-use unmask::trace::events::Event;
 use unmask::model::{Checkpoint, Source};
-use unmask::cli::session::Session;
+use unmask::trace::events::Event;
 
 fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
@@ -23,16 +23,20 @@ fn embedded_model_logits_match_the_pytorch_training_model() {
     let embedded = unmask::model::embedded::default_model().unwrap();
     let ck = Checkpoint::load(&Source::Embedded(embedded), &Device::Cpu, DType::F32).unwrap();
     assert_eq!((ck.tokenizer.mask_id(), ck.eos_ids.as_slice()), (4095, &[4094][..]));
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-sdar-golden.safetensors");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-sdar-golden.safetensors");
     let g = candle_core::safetensors::load(path, &Device::Cpu).unwrap();
     let (ids, want) = (&g["input_ids"], &g["logits"]);
     for row in 0..2 {
-        let ids: Vec<u32> = ids.i(row).unwrap().to_vec1::<i64>().unwrap().iter().map(|&x| x as u32).collect();
+        let ids: Vec<u32> =
+            ids.i(row).unwrap().to_vec1::<i64>().unwrap().iter().map(|&x| x as u32).collect();
         // Five whole blocks prefilled, then one denoising pass over the last (masked) block.
         let mut cache = ck.model.new_cache(24).unwrap();
         let pre = ck.model.forward(&ids[..20], &mut cache, 4, 20).unwrap();
         let last = ck.model.forward(&ids[20..], &mut cache, 4, 0).unwrap();
-        let got = Tensor::cat(&[ck.model.logits(&pre).unwrap(), ck.model.logits(&last).unwrap()], 0).unwrap();
+        let got =
+            Tensor::cat(&[ck.model.logits(&pre).unwrap(), ck.model.logits(&last).unwrap()], 0)
+                .unwrap();
         let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let want = want.i(row).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let e = rel_err(&got, &want);
@@ -63,7 +67,10 @@ fn embedded_model_decodes_the_fixed_prompt_exactly() {
         ..DecodeArgs::default()
     };
     let mut s = Session::open(&args).unwrap();
-    assert_eq!(s.request.settings.sampling.temperature, 0.7, "defaults come from generation_config.json");
+    assert_eq!(
+        s.request.settings.sampling.temperature, 0.7,
+        "defaults come from generation_config.json"
+    );
     let mut events = vec![];
     let fin = decode(&mut s.denoiser, &s.tokenizer, &s.request, &mut |e| events.push(e), None);
     assert_eq!(fin.output_ids, exp.output_ids);

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use crate::model::{DeviceSpec, DtypeSpec, GenerationConfig};
 use crate::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use crate::model::{DeviceSpec, DtypeSpec, GenerationConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,26 +32,38 @@ impl Cli {
     /// flags are global (every command takes them), but a command that would ignore one
     /// refuses it ([`ignored_flag`]); `--revision` without `--model` names nothing. Each gets a
     /// clap error, as a wrong flag does.
-    pub fn parse_checked(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    pub fn parse_checked(
+        args: impl IntoIterator<Item = std::ffi::OsString>,
+    ) -> Result<Cli, clap::Error> {
         use clap::parser::ValueSource;
         use clap::FromArgMatches;
         let mut cmd = Cli::checked_command();
         let m = cmd.try_get_matches_from_mut(args)?;
-        let given = |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
-        let refuse = |msg: String| Err(Cli::checked_command().error(clap::error::ErrorKind::ArgumentConflict, msg));
+        let given =
+            |m: &clap::ArgMatches, id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+        let refuse = |msg: String| {
+            Err(Cli::checked_command().error(clap::error::ErrorKind::ArgumentConflict, msg))
+        };
         let sub = m.subcommand();
         let at = sub.map_or(&m, |(_, s)| s);
         if given(at, "revision") && !given(at, "model") {
-            return refuse("--revision picks a revision of --model ORG/NAME; give --model too".into());
+            return refuse(
+                "--revision picks a revision of --model ORG/NAME; give --model too".into(),
+            );
         }
         if let Some(("bench", s)) = sub {
             // bench decodes a prompt of --prompt-len tokens it makes itself
             if let Some(flag) = BENCH_REFUSES.into_iter().find(|id| given(s, id)) {
-                return refuse(format!("bench decodes a prompt of --prompt-len tokens: --{} has no effect there", flag.replace('_', "-")));
+                return refuse(format!(
+                    "bench decodes a prompt of --prompt-len tokens: --{} has no effect there",
+                    flag.replace('_', "-")
+                ));
             }
         }
         if let Some(("export", s)) = sub {
-            if given(s, "table") && s.get_one::<ExportFormat>("format").is_some_and(|f| *f != ExportFormat::Csv) {
+            if given(s, "table")
+                && s.get_one::<ExportFormat>("format").is_some_and(|f| *f != ExportFormat::Csv)
+            {
                 return refuse("export: --table picks one CSV table (JSON holds all three; SVG draws the step map)".into());
             }
         }
@@ -67,8 +79,10 @@ impl Cli {
     pub fn checked_command() -> clap::Command {
         use clap::CommandFactory;
         let mut cmd = Cli::command();
-        let globals: Vec<clap::Arg> = cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
-        let names: Vec<String> = cmd.get_subcommands().map(|sc| sc.get_name().to_string()).collect();
+        let globals: Vec<clap::Arg> =
+            cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
+        let names: Vec<String> =
+            cmd.get_subcommands().map(|sc| sc.get_name().to_string()).collect();
         for name in names {
             let ids = refused(&name);
             cmd = cmd.mut_subcommand(name, |mut sc| {
@@ -79,7 +93,9 @@ impl Cli {
             });
         }
         // bench's own prompt flags (its decode flags are its own, not global): refused, hidden
-        cmd.mut_subcommand("bench", |sc| BENCH_REFUSES.into_iter().fold(sc, |sc, id| sc.mut_arg(id, |a| a.hide(true))))
+        cmd.mut_subcommand("bench", |sc| {
+            BENCH_REFUSES.into_iter().fold(sc, |sc, id| sc.mut_arg(id, |a| a.hide(true)))
+        })
     }
 }
 
@@ -88,7 +104,10 @@ const BENCH_REFUSES: [&str; 5] = ["prompt", "prompt_file", "system", "chat_arg",
 
 /// The ids of a group of flags (`DecodeArgs`, `LookArgs`, `CastArgs`).
 fn ids<A: Args>() -> Vec<String> {
-    A::augment_args(clap::Command::new("group")).get_arguments().map(|a| a.get_id().to_string()).collect()
+    A::augment_args(clap::Command::new("group"))
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect()
 }
 
 /// The global flags subcommand `name` refuses whatever else is given, hidden from its help.
@@ -108,14 +127,17 @@ fn refused(name: &str) -> Vec<String> {
 /// terminal (a cast is paced by `--step-delay`, compare plays at its own speed); the decode
 /// flags to what decodes; the cast flags to `replay` only with `--cast`.
 fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
-    let flag = |ids: &[&str]| ids.iter().find(|id| given(id)).map(|id| format!("--{}", id.replace('_', "-")));
+    let flag = |ids: &[&str]| {
+        ids.iter().find(|id| given(id)).map(|id| format!("--{}", id.replace('_', "-")))
+    };
     let decode = ids::<DecodeArgs>();
     let decode: Vec<&str> = decode.iter().map(String::as_str).collect();
     let cast = ids::<CastArgs>();
     let cast: Vec<&str> = cast.iter().map(String::as_str).collect();
     const SCREENS: &str = "applies only to the screens (the TUI, replay, compare, record)";
     const PACE: &str = "--pace applies only to the TUI and replay on a terminal";
-    let decoding = "applies only when decoding (trace, steps without a TRACE, record, compare, bench)";
+    let decoding =
+        "applies only when decoding (trace, steps without a TRACE, record, compare, bench)";
     match name {
         "export" | "replay" => {
             if let Some(f) = flag(&decode) {
@@ -160,7 +182,13 @@ pub struct LookArgs {
     /// Steps per second the view walks through the decode from its first step until it
     /// catches up with the decode, which never waits for it (`+`/`-` change it live); 0: as
     /// fast as the steps come. The TUI and `replay`.
-    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 10.0, global = true)]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_name = "N",
+        default_value_t = 10.0,
+        global = true
+    )]
     pub pace: f64,
 }
 
@@ -333,7 +361,13 @@ pub struct CastArgs {
 impl CastArgs {
     /// The pacing, drawn in `theme` (the look flags').
     pub fn pacing(&self, theme: &'static crate::tui::theme::Theme) -> crate::tui::record::Pacing {
-        crate::tui::record::Pacing { fps: self.fps, step_delay: self.step_delay, width: self.width, height: self.height, theme }
+        crate::tui::record::Pacing {
+            fps: self.fps,
+            step_delay: self.step_delay,
+            width: self.width,
+            height: self.height,
+            theme,
+        }
     }
 }
 
@@ -466,7 +500,9 @@ fn parse_candidates(s: &str) -> Result<usize, String> {
     let max = crate::sampler::MAX_CANDIDATES;
     match s.parse::<usize>() {
         Ok(k) if (1..=max).contains(&k) => Ok(k),
-        _ => Err(format!("expected a whole number from 1 to {max} (candidates kept per masked position)")),
+        _ => Err(format!(
+            "expected a whole number from 1 to {max} (candidates kept per masked position)"
+        )),
     }
 }
 
@@ -486,7 +522,11 @@ impl DecodeArgs {
     /// no flag overrides are checked first, alone, so that a bad one names the file and its
     /// field (`DIR/generation_config.json: field `temperature` is -1; ...`), not a flag the
     /// user never gave. config.json's `block_size` is checked when config.json is read.
-    pub fn settings(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
+    pub fn settings(
+        &self,
+        gen: &GenerationConfig,
+        block_size: Option<usize>,
+    ) -> Result<DecodeSettings> {
         let taken = self.taken_from(gen);
         if let Err(e) = DecodeArgs::default().merge(&taken, None)?.validate() {
             use crate::engine::settings::SettingsError::*;
@@ -542,15 +582,24 @@ impl DecodeArgs {
         let d = DecodeSettings::default();
         let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
             (Some(s), _) => s,
-            (None, Some(name)) => <Strategy as clap::ValueEnum>::from_str(name, true)
-                .map_err(|_| anyhow::anyhow!("{}: field `remasking_strategy`: unknown strategy {name:?}", gen.label()))?,
+            (None, Some(name)) => {
+                <Strategy as clap::ValueEnum>::from_str(name, true).map_err(|_| {
+                    anyhow::anyhow!(
+                        "{}: field `remasking_strategy`: unknown strategy {name:?}",
+                        gen.label()
+                    )
+                })?
+            }
             (None, None) => d.strategy,
         };
         let (gen_temperature, gen_top_k) = match gen.do_sample {
             Some(false) => (Some(0.0), gen.top_k),
             // A file that asks to sample and leaves a field out gets transformers' default for
             // it, as transformers would: sampling at temperature 1.0 over the top 50.
-            Some(true) => (gen.temperature.or(Some(TRANSFORMERS_TEMPERATURE)), gen.top_k.or(Some(TRANSFORMERS_TOP_K))),
+            Some(true) => (
+                gen.temperature.or(Some(TRANSFORMERS_TEMPERATURE)),
+                gen.top_k.or(Some(TRANSFORMERS_TOP_K)),
+            ),
             None => (gen.temperature, gen.top_k),
         };
         Ok(DecodeSettings {
@@ -558,7 +607,11 @@ impl DecodeArgs {
             schedule: self.schedule.unwrap_or(d.schedule),
             threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
             eb_threshold: self.eb_threshold.or(gen.eb_threshold).unwrap_or(d.eb_threshold),
-            block_length: self.block_length.or(gen.block_length).or(block_size).unwrap_or(d.block_length),
+            block_length: self
+                .block_length
+                .or(gen.block_length)
+                .or(block_size)
+                .unwrap_or(d.block_length),
             steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
                 temperature: self.temperature.or(gen_temperature).unwrap_or(d.sampling.temperature),
@@ -638,14 +691,22 @@ mod tests {
             Ok(cli) => Ok(cli.decode.strategy.unwrap()),
             Err(e) => Err(e.kind()),
         };
-        for s in ["low_confidence_dynamic", "low-confidence-dynamic", "Low-Confidence-Dynamic", "LOW_CONFIDENCE_DYNAMIC", "dynamic"] {
+        for s in [
+            "low_confidence_dynamic",
+            "low-confidence-dynamic",
+            "Low-Confidence-Dynamic",
+            "LOW_CONFIDENCE_DYNAMIC",
+            "dynamic",
+        ] {
             assert_eq!(parse(s), Ok(Strategy::LowConfidenceDynamic), "{s}");
         }
         assert_eq!(parse("low-confidence-static"), Ok(Strategy::LowConfidenceStatic));
         assert_eq!(parse("Entropy-Bounded"), Ok(Strategy::EntropyBounded));
         assert_eq!(parse("Sequential"), Ok(Strategy::Sequential));
         assert_eq!(parse("lowconfidence"), Err(clap::error::ErrorKind::InvalidValue));
-        let cli = Cli::try_parse_from(["unmask", "compare", "--strategy-a", "Low-Confidence-Static"]).unwrap();
+        let cli =
+            Cli::try_parse_from(["unmask", "compare", "--strategy-a", "Low-Confidence-Static"])
+                .unwrap();
         let Some(Command::Compare { a, .. }) = cli.command else { panic!() };
         assert_eq!(a.strategy, Some(Strategy::LowConfidenceStatic));
     }
@@ -658,16 +719,40 @@ mod tests {
             Ok::<_, clap::error::ErrorKind>((cli.decode.device, cli.decode.dtype))
         };
         assert_eq!(parse(&[]), Ok((DeviceSpec::Cpu, DtypeSpec::Auto)));
-        for (dev, want) in [("cpu", DeviceSpec::Cpu), ("cuda", DeviceSpec::Cuda(None)), ("cuda:0", DeviceSpec::Cuda(Some(0))), ("cuda:3", DeviceSpec::Cuda(Some(3)))] {
+        for (dev, want) in [
+            ("cpu", DeviceSpec::Cpu),
+            ("cuda", DeviceSpec::Cuda(None)),
+            ("cuda:0", DeviceSpec::Cuda(Some(0))),
+            ("cuda:3", DeviceSpec::Cuda(Some(3))),
+        ] {
             assert_eq!(parse(&["--device", dev]).map(|p| p.0), Ok(want), "{dev}");
             assert_eq!(want.to_string(), dev, "shown as given");
         }
-        for (dt, want) in [("auto", DtypeSpec::Auto), ("", DtypeSpec::Auto), ("f32", DtypeSpec::F32), ("bf16", DtypeSpec::Bf16), ("f16", DtypeSpec::F16)] {
+        for (dt, want) in [
+            ("auto", DtypeSpec::Auto),
+            ("", DtypeSpec::Auto),
+            ("f32", DtypeSpec::F32),
+            ("bf16", DtypeSpec::Bf16),
+            ("f16", DtypeSpec::F16),
+        ] {
             assert_eq!(parse(&["--dtype", dt]).map(|p| p.1), Ok(want), "{dt:?}");
         }
-        for bad in [&["--device", "gpu"][..], &["--device", "cuda:"], &["--device", "cuda:-1"], &["--device", "CPU"], &["--dtype", "fp16"], &["--dtype", "BF16"]] {
+        for bad in [
+            &["--device", "gpu"][..],
+            &["--device", "cuda:"],
+            &["--device", "cuda:-1"],
+            &["--device", "CPU"],
+            &["--dtype", "fp16"],
+            &["--dtype", "BF16"],
+        ] {
             let kind = parse(bad).unwrap_err();
-            assert!(matches!(kind, clap::error::ErrorKind::ValueValidation | clap::error::ErrorKind::InvalidValue), "{bad:?}: {kind:?}");
+            assert!(
+                matches!(
+                    kind,
+                    clap::error::ErrorKind::ValueValidation | clap::error::ErrorKind::InvalidValue
+                ),
+                "{bad:?}: {kind:?}"
+            );
         }
     }
 
@@ -675,11 +760,14 @@ mod tests {
     /// shape included (it was once built as a dense model).
     #[test]
     fn random_init_takes_a_known_shape() {
-        let shape = |name: &str| match Cli::try_parse_from(["unmask", "bench", "--random-init", name]) {
-            Ok(Cli { command: Some(Command::Bench(b)), .. }) => Ok(b.random_init.map(|s| s.name)),
-            Ok(_) => panic!("not bench"),
-            Err(e) => Err(e),
-        };
+        let shape =
+            |name: &str| match Cli::try_parse_from(["unmask", "bench", "--random-init", name]) {
+                Ok(Cli { command: Some(Command::Bench(b)), .. }) => {
+                    Ok(b.random_init.map(|s| s.name))
+                }
+                Ok(_) => panic!("not bench"),
+                Err(e) => Err(e),
+            };
         for s in crate::model::random::shape_names() {
             assert_eq!(shape(s).unwrap(), Some(s));
         }
@@ -707,32 +795,62 @@ mod tests {
             (r#"{"temperature":-1}"#, "field `temperature` is -1; it must be a finite number >= 0"),
             (r#"{"top_p":5}"#, "field `top_p` is 5; it must be within (0, 1]"),
             (r#"{"block_length":0}"#, "field `block_length` is 0; it must be within 1 to 4096"),
-            (r#"{"denoising_steps":0}"#, "field `denoising_steps` is 0; it must be within 1 to 4096"),
-            (r#"{"confidence_threshold":3}"#, "field `confidence_threshold` is 3; it must be within [0, 1]"),
+            (
+                r#"{"denoising_steps":0}"#,
+                "field `denoising_steps` is 0; it must be within 1 to 4096",
+            ),
+            (
+                r#"{"confidence_threshold":3}"#,
+                "field `confidence_threshold` is 3; it must be within [0, 1]",
+            ),
             (r#"{"threshold":3}"#, "field `threshold` is 3; it must be within [0, 1]"),
-            (r#"{"eb_threshold":-1}"#, "field `eb_threshold` is -1; it must be a finite number >= 0"),
-            (r#"{"max_new_tokens":0}"#, "field `max_new_tokens` is 0; it must be within 1 to 1048576"),
-            (r#"{"remasking_strategy":"zz"}"#, "field `remasking_strategy`: unknown strategy \"zz\""),
+            (
+                r#"{"eb_threshold":-1}"#,
+                "field `eb_threshold` is -1; it must be a finite number >= 0",
+            ),
+            (
+                r#"{"max_new_tokens":0}"#,
+                "field `max_new_tokens` is 0; it must be within 1 to 1048576",
+            ),
+            (
+                r#"{"remasking_strategy":"zz"}"#,
+                "field `remasking_strategy`: unknown strategy \"zz\"",
+            ),
         ];
         for (json, want) in cases {
-            assert_eq!(settings_err(&none, json), format!("m/generation_config.json: {want}"), "{json}");
+            assert_eq!(
+                settings_err(&none, json),
+                format!("m/generation_config.json: {want}"),
+                "{json}"
+            );
         }
         let flags = DecodeArgs { temperature: Some(-1.0), ..DecodeArgs::default() };
-        assert_eq!(settings_err(&flags, "{}"), "invalid settings: --temperature must be a finite number >= 0 (got -1)");
-        let flags = DecodeArgs { temperature: Some(0.5), max_new_tokens: Some(4), ..DecodeArgs::default() };
+        assert_eq!(
+            settings_err(&flags, "{}"),
+            "invalid settings: --temperature must be a finite number >= 0 (got -1)"
+        );
+        let flags =
+            DecodeArgs { temperature: Some(0.5), max_new_tokens: Some(4), ..DecodeArgs::default() };
         let s = flags.settings(&gen(r#"{"temperature":-1,"max_new_tokens":0}"#), None).unwrap();
         assert_eq!((s.sampling.temperature, s.max_new_tokens), (0.5, 4));
         // a file's good value over a flag's bad one: still the flag's message
         let flags = DecodeArgs { top_p: Some(0.0), ..DecodeArgs::default() };
-        assert_eq!(settings_err(&flags, r#"{"top_p":0.9}"#), "invalid settings: --top-p must be within (0, 1] (got 0)");
+        assert_eq!(
+            settings_err(&flags, r#"{"top_p":0.9}"#),
+            "invalid settings: --top-p must be within (0, 1] (got 0)"
+        );
     }
 
     /// Either spelling of the threshold is taken; both at once is an error naming the file.
     #[test]
     fn threshold_is_taken_in_either_spelling_not_both() {
-        let s = DecodeArgs::default().settings(&gen(r#"{"confidence_threshold":0.7}"#), None).unwrap();
+        let s =
+            DecodeArgs::default().settings(&gen(r#"{"confidence_threshold":0.7}"#), None).unwrap();
         assert_eq!(s.threshold, 0.7);
-        let both = GenerationConfig::parse(r#"{"threshold":0.7,"confidence_threshold":0.8}"#, "m/generation_config.json");
+        let both = GenerationConfig::parse(
+            r#"{"threshold":0.7,"confidence_threshold":0.8}"#,
+            "m/generation_config.json",
+        );
         assert_eq!(
             format!("{:#}", both.unwrap_err()),
             "m/generation_config.json: both `threshold` and `confidence_threshold` are given; keep one"
@@ -744,7 +862,9 @@ mod tests {
     #[test]
     fn do_sample_false_is_greedy_unless_a_flag_sets_the_temperature() {
         let none = DecodeArgs::default();
-        let t = |args: &DecodeArgs, json: &str| args.settings(&gen(json), None).unwrap().sampling.temperature;
+        let t = |args: &DecodeArgs, json: &str| {
+            args.settings(&gen(json), None).unwrap().sampling.temperature
+        };
         assert_eq!(t(&none, r#"{"do_sample":false,"temperature":0.7}"#), 0.0);
         assert_eq!(t(&none, r#"{"do_sample":false,"temperature":-1}"#), 0.0);
         assert_eq!(t(&none, r#"{"do_sample":true,"temperature":0.7}"#), 0.7);
@@ -763,7 +883,10 @@ mod tests {
             (s.temperature, s.top_k, s.top_p)
         };
         assert_eq!(s(&none, r#"{"do_sample":true}"#), (1.0, 50, 1.0));
-        assert_eq!(s(&none, r#"{"do_sample":true,"temperature":0.6,"top_k":20,"top_p":0.95}"#), (0.6, 20, 0.95));
+        assert_eq!(
+            s(&none, r#"{"do_sample":true,"temperature":0.6,"top_k":20,"top_p":0.95}"#),
+            (0.6, 20, 0.95)
+        );
         assert_eq!(s(&none, r#"{"do_sample":true,"top_k":0}"#), (1.0, 0, 1.0));
         assert_eq!(s(&none, r#"{}"#), (0.0, 0, 1.0));
         let flags = DecodeArgs { temperature: Some(0.5), top_k: Some(7), ..DecodeArgs::default() };
@@ -773,7 +896,14 @@ mod tests {
     #[test]
     fn compare_sides_override_the_shared_flags() {
         let cli = Cli::try_parse_from([
-            "unmask", "compare", "--steps", "8", "--strategy-a", "sequential", "--threshold-b", "0.95",
+            "unmask",
+            "compare",
+            "--steps",
+            "8",
+            "--strategy-a",
+            "sequential",
+            "--threshold-b",
+            "0.95",
         ])
         .unwrap();
         let Some(Command::Compare { decode, a, b, .. }) = cli.command else { panic!() };

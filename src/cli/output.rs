@@ -33,7 +33,9 @@ fn identity(path: &Path) -> Identity {
         return Identity::File { dev: m.dev(), ino: m.ino() };
     }
     // A dangling symlink names the file it would create.
-    let path = std::fs::read_link(path).map(|t| path.parent().unwrap_or(Path::new("")).join(t)).unwrap_or_else(|_| path.to_path_buf());
+    let path = std::fs::read_link(path)
+        .map(|t| path.parent().unwrap_or(Path::new("")).join(t))
+        .unwrap_or_else(|_| path.to_path_buf());
     let dir = folder_of(&path);
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     Identity::New(dir.join(path.file_name().unwrap_or_default()))
@@ -58,14 +60,22 @@ fn refuse_clashes(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result
         let id = identity(out);
         for (in_role, input) in inputs {
             if !is_stdout(input) && identity(input) == id {
-                bail!("{}: {role} would overwrite the {in_role} ({}); choose another path", out.display(), input.display());
+                bail!(
+                    "{}: {role} would overwrite the {in_role} ({}); choose another path",
+                    out.display(),
+                    input.display()
+                );
             }
         }
         // (/dev/null, or a terminal, may take two outputs)
-        let device = std::fs::metadata(out).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+        let device = std::fs::metadata(out)
+            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
         for (other_role, other) in &outputs[..i] {
             if !device && !is_stdout(other) && identity(other) == id {
-                bail!("{}: {role} and {other_role} are the same file; choose two paths", out.display());
+                bail!(
+                    "{}: {role} and {other_role} are the same file; choose two paths",
+                    out.display()
+                );
             }
         }
     }
@@ -92,7 +102,10 @@ fn check_writable(flag: &str, path: &Path) -> Result<()> {
     match std::fs::metadata(&target) {
         Ok(m) if m.is_dir() => bail!("{flag} {name}: is a folder; name a file"),
         Ok(m) if m.is_file() => {
-            std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("{flag} {name}: cannot write"))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&target)
+                .with_context(|| format!("{flag} {name}: cannot write"))?;
         }
         Ok(_) => return Ok(()),
         Err(_) => {}
@@ -155,7 +168,10 @@ fn forget(p: &Path) {
 /// which then replaces `path` (a symlink's target, if `path` is one). The new file keeps the
 /// permissions of the one it replaces, else gets rw-r--r--. A `path` that is not a file (a
 /// device, a FIFO) is written in place.
-pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<T>) -> Result<T> {
+pub fn write_atomically<T>(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<T>,
+) -> Result<T> {
     let name = path.display().to_string();
     // Write through a symlink to what it points at, as an ordinary open would.
     let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -172,7 +188,10 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
         // A rename needs only the folder's permission: a file the user may not write would be
         // replaced all the same (trace --out, which writes in place, is refused). Asked first.
         Ok(m) if m.is_file() => {
-            std::fs::OpenOptions::new().write(true).open(&target).with_context(|| format!("{name}: cannot write"))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&target)
+                .with_context(|| format!("{name}: cannot write"))?;
         }
         _ => {}
     }
@@ -189,12 +208,22 @@ pub fn write_atomically<T>(path: &Path, write: impl FnOnce(&mut BufWriter<std::f
             use std::os::unix::fs::PermissionsExt;
             std::fs::Permissions::from_mode(0o644)
         });
-        let mut w = BufWriter::new(tmp.reopen().map_err(|e| anyhow::anyhow!("{name}: cannot write: {}", without_temp_path(&e)))?);
+        let mut w = BufWriter::new(
+            tmp.reopen()
+                .map_err(|e| anyhow::anyhow!("{name}: cannot write: {}", without_temp_path(&e)))?,
+        );
         let value = write(&mut w)?;
-        let f = w.into_inner().map_err(|e| e.into_error()).with_context(|| format!("{name}: cannot write"))?;
+        let f = w
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| format!("{name}: cannot write"))?;
         f.sync_all().with_context(|| format!("{name}: cannot write"))?;
-        tmp.as_file().set_permissions(perms).with_context(|| format!("{name}: cannot set permissions"))?;
-        tmp.persist(&target).map_err(|e| e.error).with_context(|| format!("{name}: cannot replace"))?;
+        tmp.as_file()
+            .set_permissions(perms)
+            .with_context(|| format!("{name}: cannot set permissions"))?;
+        tmp.persist(&target)
+            .map_err(|e| e.error)
+            .with_context(|| format!("{name}: cannot replace"))?;
         Ok(value)
     })();
     forget(&tmp_path);
@@ -212,7 +241,10 @@ pub fn check_report_path(command: &str, path: &Path) -> Result<()> {
 
 /// `value` as pretty JSON into `path`, whole or not at all ([`write_atomically`]).
 pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
-    write_atomically(path, |w| serde_json::to_writer_pretty(w, value).with_context(|| format!("{}: cannot write", path.display())))
+    write_atomically(path, |w| {
+        serde_json::to_writer_pretty(w, value)
+            .with_context(|| format!("{}: cannot write", path.display()))
+    })
 }
 
 /// Writes a command's whole result to stdout in one write whose error is returned: a closed
@@ -228,7 +260,9 @@ pub fn create_streamed(path: &Path) -> Result<std::fs::File> {
         // the folder's fault said as every output says it ("the folder nodir does not exist")
         let dir = folder_of(path);
         match std::fs::metadata(dir) {
-            Ok(m) if m.is_dir() => anyhow::Error::new(e).context(format!("{}: cannot create", path.display())),
+            Ok(m) if m.is_dir() => {
+                anyhow::Error::new(e).context(format!("{}: cannot create", path.display()))
+            }
             _ => folder_error(&path.display().to_string(), dir, &e),
         }
     })
@@ -255,7 +289,14 @@ mod tests {
         let dotted = d.path().join(".").join("a.jsonl");
         for out in [&a, &link, &hard, &dotted] {
             let e = err(refuse_clashes(&[("--out", out)], &[("trace", &a)]));
-            assert_eq!(e, format!("{}: --out would overwrite the trace ({}); choose another path", out.display(), a.display()));
+            assert_eq!(
+                e,
+                format!(
+                    "{}: --out would overwrite the trace ({}); choose another path",
+                    out.display(),
+                    a.display()
+                )
+            );
         }
         let other = d.path().join("b.csv");
         refuse_clashes(&[("--out", &other)], &[("trace", &a)]).unwrap();
@@ -268,7 +309,10 @@ mod tests {
         let again = d.path().join("sub/../o");
         std::fs::create_dir(d.path().join("sub")).unwrap();
         let e = err(refuse_clashes(&[("--cast", &o), ("--trace", &again)], &[]));
-        assert_eq!(e, format!("{}: --trace and --cast are the same file; choose two paths", again.display()));
+        assert_eq!(
+            e,
+            format!("{}: --trace and --cast are the same file; choose two paths", again.display())
+        );
         refuse_clashes(&[("--cast", &o), ("--trace", &d.path().join("p"))], &[]).unwrap();
     }
 
@@ -288,7 +332,11 @@ mod tests {
         assert_eq!(e, format!("--cast {}: is a folder; name a file", d.path().display()));
         let missing = d.path().join("no/such/x.cast");
         let e = err(check_writable("--cast", &missing));
-        assert!(e.starts_with(&format!("--cast {}: the folder", missing.display())) && e.ends_with("does not exist"), "{e}");
+        assert!(
+            e.starts_with(&format!("--cast {}: the folder", missing.display()))
+                && e.ends_with("does not exist"),
+            "{e}"
+        );
         let file = d.path().join("f");
         std::fs::write(&file, "x").unwrap();
         let under_a_file = file.join("x.cast");
@@ -296,7 +344,8 @@ mod tests {
         check_writable("--cast", &d.path().join("new.cast")).unwrap();
         check_writable("--cast", &file).unwrap();
         check_writable("--cast", Path::new("/dev/null")).unwrap();
-        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> =
+            std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("f")], "nothing created, nothing left");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "x", "not truncated");
     }
@@ -314,7 +363,8 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "old");
         write_atomically(&p, |w| Ok(w.write_all(b"new")?)).unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "new");
-        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let left: Vec<_> =
+            std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from("out.csv")], "no temporary file left");
     }
 
@@ -324,12 +374,23 @@ mod tests {
     fn a_missing_folder_is_named_not_the_temporary_file() {
         let d = tempfile::tempdir().unwrap();
         let missing = d.path().join("nodir/x.csv");
-        let e = format!("{:#}", write_atomically(&missing, |w| Ok(w.write_all(b"x")?)).unwrap_err());
-        assert_eq!(e, format!("{}: the folder {} does not exist", missing.display(), d.path().join("nodir").display()));
+        let e =
+            format!("{:#}", write_atomically(&missing, |w| Ok(w.write_all(b"x")?)).unwrap_err());
+        assert_eq!(
+            e,
+            format!(
+                "{}: the folder {} does not exist",
+                missing.display(),
+                d.path().join("nodir").display()
+            )
+        );
         let file = d.path().join("f");
         std::fs::write(&file, "x").unwrap();
         let under_a_file = file.join("x.csv");
-        let e = format!("{:#}", write_atomically(&under_a_file, |w| Ok(w.write_all(b"x")?)).unwrap_err());
+        let e = format!(
+            "{:#}",
+            write_atomically(&under_a_file, |w| Ok(w.write_all(b"x")?)).unwrap_err()
+        );
         assert_eq!(e, format!("{}: {} is not a folder", under_a_file.display(), file.display()));
         let rel = Path::new("nodir-unmask-test/x.csv");
         let e = format!("{:#}", write_atomically(rel, |w| Ok(w.write_all(b"x")?)).unwrap_err());
@@ -369,9 +430,15 @@ mod tests {
         let null = d.path().join("null");
         std::os::unix::fs::symlink("/dev/null", &null).unwrap();
         write_atomically(&null, |w| Ok(w.write_all(b"gone")?)).unwrap();
-        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(), "/dev/null is still a device");
+        assert!(
+            std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(),
+            "/dev/null is still a device"
+        );
         assert!(std::fs::symlink_metadata(&null).unwrap().file_type().is_symlink());
-        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
         assert!(left.iter().all(|n| !n.ends_with(".unmask-tmp")), "no temporary file: {left:?}");
         refuse_clashes(&[("--cast", Path::new("/dev/null")), ("--trace", &null)], &[]).unwrap();
     }

@@ -6,14 +6,16 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::model::chat::{self, ChatTemplate};
 use crate::cli::DecodeArgs;
 use crate::engine::{EngineThread, ModelDenoiser, Request};
-use crate::trace::events::ChatInfo;
-use crate::model::hub;
+use crate::model::chat::{self, ChatTemplate};
 use crate::model::config::block_size_from_name;
-use crate::model::{Checkpoint, Compute, DeviceSpec, GenerationConfig, PathChoices, Products, Source};
+use crate::model::hub;
 use crate::model::tokenizer::Tok;
+use crate::model::{
+    Checkpoint, Compute, DeviceSpec, GenerationConfig, PathChoices, Products, Source,
+};
+use crate::trace::events::ChatInfo;
 
 /// The prompt decoded when none is given and the checkpoint suggests none.
 pub const DEFAULT_PROMPT: &str = "ROMEO:\n";
@@ -32,10 +34,11 @@ impl Session {
     /// hands back the request, not yet submitted.
     pub fn spawn(self) -> (EngineThread, Request, EventRx) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let engine = EngineThread::spawn(Box::new(self.denoiser), Box::new(self.tokenizer), move |ev| {
-            // The UI may be gone (quitting); the engine must not care.
-            let _ = tx.send(ev);
-        });
+        let engine =
+            EngineThread::spawn(Box::new(self.denoiser), Box::new(self.tokenizer), move |ev| {
+                // The UI may be gone (quitting); the engine must not care.
+                let _ = tx.send(ev);
+            });
         (engine, self.request, rx)
     }
 
@@ -50,7 +53,8 @@ impl Session {
         let mut ckpt = Checkpoint::load(&source, &device, compute)?;
         if let (Some(id), Source::Dir(snapshot)) = (hub_id(args), &source) {
             // The snapshot's folder is its commit: which revision was decoded, for the record.
-            let commit = snapshot.file_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            let commit =
+                snapshot.file_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
             ckpt.info.source = format!("{id}@{commit}");
         }
         single_thread_for_small_models(ckpt.info.num_params, ckpt.model.device());
@@ -61,7 +65,8 @@ impl Session {
         let settings = args.settings(&ckpt.generation, block.as_ref().map(|b| b.0))?;
         let user = user_message(args, &ckpt)?;
         let template = if args.raw { None } else { ckpt.chat_template.as_ref() };
-        let ask = PromptSpec { system: args.system.as_deref(), chat_args: &args.chat_arg, user: &user };
+        let ask =
+            PromptSpec { system: args.system.as_deref(), chat_args: &args.chat_arg, user: &user };
         let (prompt, chat) = render_prompt(template, &ckpt.template_vars, &ask, &source.label())?;
         let prompt_ids = ckpt.tokenizer.encode(&prompt)?;
         check_prompt_ids(&prompt_ids, ckpt.config.vocab_size, &ckpt.tokenizer)?;
@@ -123,21 +128,31 @@ pub fn require_moe(config: &crate::model::ModelConfig, label: &str) -> Result<()
 /// The decode's positions (whole blocks over prompt + `max_new_tokens`) must fit the model's
 /// `max_position_embeddings`: checked here, before a TUI takes the terminal, rather than when
 /// the engine sizes its cache (where it would end the decode with an error on screen).
-pub(crate) fn check_positions(prompt: usize, s: &crate::engine::settings::DecodeSettings, max: usize) -> Result<()> {
+pub(crate) fn check_positions(
+    prompt: usize,
+    s: &crate::engine::settings::DecodeSettings,
+    max: usize,
+) -> Result<()> {
     let (b, n) = (s.block_length.max(1), s.max_new_tokens);
     if positions(prompt, n, b).is_some_and(|need| need <= max) {
         return Ok(());
     }
     let limit = "config.json `max_position_embeddings`";
     if prompt >= max {
-        anyhow::bail!("the prompt's {} fill the model's {max} positions ({limit})", crate::format::count(prompt, "token"));
+        anyhow::bail!(
+            "the prompt's {} fill the model's {max} positions ({limit})",
+            crate::format::count(prompt, "token")
+        );
     }
     let fit = (max / b * b).saturating_sub(prompt);
     if fit == 0 {
         // No length helps: the blocks are too long. Say which block lengths fit this decode
         // (or, if it is too long for any, as many new tokens as the model has room for).
         let n = n.min(max - prompt);
-        let best = (1..=max).rev().find(|&c| positions(prompt, n, c).is_some_and(|need| need <= max)).unwrap_or(1);
+        let best = (1..=max)
+            .rev()
+            .find(|&c| positions(prompt, n, c).is_some_and(|need| need <= max))
+            .unwrap_or(1);
         anyhow::bail!(
             "--block-length {b}: in blocks of {b}, not one new token fits after the prompt's {} in the model's \
              {max} positions ({limit}); blocks of at most {best} fit {}",
@@ -171,7 +186,8 @@ fn check_prompt_ids(ids: &[u32], vocab: usize, tok: &Tok) -> Result<()> {
 }
 
 /// The question a chat checkpoint answers when no prompt is given: SDAR's users ask math.
-pub const DEFAULT_CHAT_PROMPT: &str = "What is the sum of the first 20 odd numbers? Explain briefly.";
+pub const DEFAULT_CHAT_PROMPT: &str =
+    "What is the sum of the first 20 odd numbers? Explain briefly.";
 
 /// `--model`: a folder that exists, else a hub id from the local cache, else the embedded
 /// model. Also the name a `-bN` block-size suffix is read from (the id's, not the snapshot
@@ -188,8 +204,9 @@ pub fn model_source(args: &DecodeArgs) -> Result<(Source, Option<String>)> {
         }
         return Ok((Source::Dir(model.clone()), folder_name(model)));
     };
-    let root = hub::cache_dir(|k| std::env::var(k).ok())
-        .context("--model: cannot find the Hugging Face cache (set HF_HUB_CACHE, HF_HOME or HOME)")?;
+    let root = hub::cache_dir(|k| std::env::var(k).ok()).context(
+        "--model: cannot find the Hugging Face cache (set HF_HUB_CACHE, HF_HOME or HOME)",
+    )?;
     let snapshot = hub::resolve(&root, &id, revision(args))?;
     let name = id.split('/').nth(1).map(str::to_string);
     Ok((Source::Dir(snapshot), name))
@@ -208,7 +225,9 @@ pub fn decode_inputs(args: &DecodeArgs) -> Result<Vec<(&'static str, std::path::
     if args.model.is_some() {
         if let (Source::Dir(dir), _) = model_source(args)? {
             match std::fs::read_dir(&dir) {
-                Ok(entries) => inputs.extend(entries.flatten().map(|e| ("checkpoint file", e.path()))),
+                Ok(entries) => {
+                    inputs.extend(entries.flatten().map(|e| ("checkpoint file", e.path())))
+                }
                 // Not a folder (loading it will say why); the path itself is still an input.
                 Err(_) => inputs.push(("checkpoint", dir)),
             }
@@ -254,10 +273,16 @@ fn checkpoint_block_size(config: Option<usize>, name: Option<&str>) -> Option<(u
 /// no `--block-length` to blame); config.json's was checked when config.json was read.
 fn check_name_block(block: Option<&(usize, String)>) -> Result<()> {
     let Some((b, from)) = block else { return Ok(()) };
-    crate::engine::settings::check_block_length(*b).map_err(|e| anyhow!("block length {b} from {from} {}; pass --block-length", e.requirement()))
+    crate::engine::settings::check_block_length(*b).map_err(|e| {
+        anyhow!("block length {b} from {from} {}; pass --block-length", e.requirement())
+    })
 }
 
-fn block_length_source(args: &DecodeArgs, gen: &GenerationConfig, block: Option<(usize, String)>) -> String {
+fn block_length_source(
+    args: &DecodeArgs,
+    gen: &GenerationConfig,
+    block: Option<(usize, String)>,
+) -> String {
     if args.block_length.is_some() {
         return "--block-length".into();
     }
@@ -274,8 +299,14 @@ fn sampling_source(args: &DecodeArgs, gen: &GenerationConfig) -> String {
     let greedy_by_file = gen.do_sample == Some(false) && !flags[0];
     let sampling_by_file = gen.do_sample == Some(true);
     let filled: Vec<String> = [
-        (sampling_by_file && gen.temperature.is_none() && !flags[0], format!("temperature {:?}", crate::cli::TRANSFORMERS_TEMPERATURE)),
-        (sampling_by_file && gen.top_k.is_none() && !flags[1], format!("top_k {}", crate::cli::TRANSFORMERS_TOP_K)),
+        (
+            sampling_by_file && gen.temperature.is_none() && !flags[0],
+            format!("temperature {:?}", crate::cli::TRANSFORMERS_TEMPERATURE),
+        ),
+        (
+            sampling_by_file && gen.top_k.is_none() && !flags[1],
+            format!("top_k {}", crate::cli::TRANSFORMERS_TOP_K),
+        ),
     ]
     .into_iter()
     .filter_map(|(on, what)| on.then_some(what))
@@ -327,15 +358,20 @@ pub fn read_prompt_file(path: &Path) -> Result<String> {
     let read = if path == Path::new("-") {
         std::io::stdin().take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes)
     } else {
-        let f = std::fs::File::open(path).with_context(|| format!("--prompt-file {label}: cannot read"))?;
+        let f = std::fs::File::open(path)
+            .with_context(|| format!("--prompt-file {label}: cannot read"))?;
         f.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes)
     };
     read.with_context(|| format!("--prompt-file {label}: cannot read"))?;
     if bytes.len() as u64 > MAX_PROMPT_BYTES {
-        bail!("--prompt-file {label}: more than {} MiB; no model's positions hold a prompt that long", MAX_PROMPT_BYTES >> 20);
+        bail!(
+            "--prompt-file {label}: more than {} MiB; no model's positions hold a prompt that long",
+            MAX_PROMPT_BYTES >> 20
+        );
     }
-    String::from_utf8(bytes)
-        .map_err(|e| anyhow!("--prompt-file {label}: not UTF-8 (byte {})", e.utf8_error().valid_up_to()))
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow!("--prompt-file {label}: not UTF-8 (byte {})", e.utf8_error().valid_up_to())
+    })
 }
 
 /// What the person asked for, before any template.

@@ -8,14 +8,14 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::{Ask, Control, Denoised, Denoiser, Detok, Pass};
-use crate::trace::detok::{self, End};
-use crate::trace::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, StepEvent, TopCandidate,
-    TRACE_VERSION,
-};
+use crate::engine::settings::DecodeSettings;
 use crate::sampler::strategy::{Cell, StepRule};
 use crate::sampler::{PosSample, Ranked, Uniforms};
-use crate::engine::settings::DecodeSettings;
+use crate::trace::detok::{self, End};
+use crate::trace::events::{
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo,
+    StepEvent, TopCandidate, TRACE_VERSION,
+};
 
 /// What stays fixed for one decode.
 #[derive(Clone)]
@@ -177,7 +177,14 @@ pub fn decode_measured(
 /// Refuses a pass whose samples are not a distribution (NaN or infinite logits: NaN/Inf
 /// weights, or activations that overflowed), naming the first bad position: decoding on would
 /// commit made-up tokens and write `null` confidences.
-fn check_samples(samples: &[PosSample], b: usize, start: usize, block: usize, step: usize, forward: usize) -> Result<()> {
+fn check_samples(
+    samples: &[PosSample],
+    b: usize,
+    start: usize,
+    block: usize,
+    step: usize,
+    forward: usize,
+) -> Result<()> {
     if samples.len() != b {
         anyhow::bail!("block {block} step {step} (forward {forward}): the model returned {} samples for {b} positions", samples.len());
     }
@@ -222,7 +229,12 @@ impl Loop<'_> {
         })));
     }
 
-    fn run(&mut self, req: &Request, output: &mut Vec<u32>, blocks: &mut usize) -> Result<FinishReason> {
+    fn run(
+        &mut self,
+        req: &Request,
+        output: &mut Vec<u32>,
+        blocks: &mut usize,
+    ) -> Result<FinishReason> {
         let b = self.settings.block_length;
         let p = req.prompt_ids.len();
         let n = self.settings.max_new_tokens;
@@ -246,11 +258,14 @@ impl Loop<'_> {
             let mut cells: Vec<u32> = (start..start + b)
                 .map(|pos| if pos < p { req.prompt_ids[pos] } else { req.mask_id })
                 .collect();
-            if let Interrupt::Cancel = self.block(req, block, &mut cells, &mut unstored, &mut uniforms)? {
+            if let Interrupt::Cancel =
+                self.block(req, block, &mut cells, &mut unstored, &mut uniforms)?
+            {
                 return Ok(FinishReason::Cancelled);
             }
             *blocks += 1;
-            let generated: Vec<u32> = (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
+            let generated: Vec<u32> =
+                (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
             let eos_at = generated.iter().position(|t| req.eos_ids.contains(t));
             if self.events {
                 // The output ends here at an EOS or in the last block; cells after it are dropped.
@@ -316,8 +331,13 @@ impl Loop<'_> {
             let pass = Pass { store: &store, block: cells };
             // Ranked lists and routes only when someone reads them: the decode never needs them.
             let Denoised { samples, ranked, mut routing } = match req.ask() {
-                ask if ask.any() && self.events => self.denoiser.denoise_asked(pass, &sampling, &u, ask)?,
-                _ => Denoised { samples: self.denoiser.denoise(pass, &sampling, &u)?, ..Denoised::default() },
+                ask if ask.any() && self.events => {
+                    self.denoiser.denoise_asked(pass, &sampling, &u, ask)?
+                }
+                _ => Denoised {
+                    samples: self.denoiser.denoise(pass, &sampling, &u)?,
+                    ..Denoised::default()
+                },
             };
             self.forwards += 1;
             check_samples(&samples, b, start, block, step, self.forwards)?;
@@ -339,10 +359,19 @@ impl Loop<'_> {
             let t0 = Instant::now();
             let top = |i: usize| ranked.get(i).map_or(&[][..], Vec::as_slice);
             // Each committed position's routes, moved out: a position is committed once.
-            let mut routes = |i: usize| routing.as_mut().and_then(|r| r.block.get_mut(i)).map(std::mem::take).unwrap_or_default();
+            let mut routes = |i: usize| {
+                routing
+                    .as_mut()
+                    .and_then(|r| r.block.get_mut(i))
+                    .map(std::mem::take)
+                    .unwrap_or_default()
+            };
             let committed = picked
                 .iter()
-                .map(|&i| Committed { routes: routes(i), ..self.committed(start + i, &samples[i], top(i)) })
+                .map(|&i| Committed {
+                    routes: routes(i),
+                    ..self.committed(start + i, &samples[i], top(i))
+                })
                 .collect();
             let candidates = (0..b)
                 .filter(|&i| masked[i])
@@ -400,7 +429,16 @@ impl Loop<'_> {
 
     fn committed(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Committed {
         let TokenText { text, bytes } = self.token(s.token);
-        Committed { pos, token: s.token, text, bytes, conf: s.conf, entropy: s.entropy, top: self.top(top), routes: Vec::new() }
+        Committed {
+            pos,
+            token: s.token,
+            text,
+            bytes,
+            conf: s.conf,
+            entropy: s.entropy,
+            top: self.top(top),
+            routes: Vec::new(),
+        }
     }
 
     fn candidate(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Candidate {

@@ -43,7 +43,13 @@ pub struct FixedPass {
 impl FixedPass {
     /// Buffers for passes that store `store` positions and sample the `block` after them, over
     /// a cache of `capacity` slots.
-    pub fn new(model: &Model, store: usize, block: usize, capacity: usize, capture: bool) -> Result<Self> {
+    pub fn new(
+        model: &Model,
+        store: usize,
+        block: usize,
+        capacity: usize,
+        capture: bool,
+    ) -> Result<Self> {
         let dev = model.device();
         let dt = model.dtype();
         let t = store + block;
@@ -59,7 +65,10 @@ impl FixedPass {
             samples: Tensor::zeros((block, 4), DType::F32, dev)?,
             written_start: None,
             // a MoE model off the streamed layer routes on the host (MoeBlock::forward): no graph
-            capture: capture && cfg!(feature = "cuda") && dev.is_cuda() && model.capturable(t, capacity),
+            capture: capture
+                && cfg!(feature = "cuda")
+                && dev.is_cuda()
+                && model.capturable(t, capacity),
             #[cfg(feature = "cuda")]
             graphs: Vec::new(),
             capture_error: None,
@@ -81,7 +90,13 @@ impl FixedPass {
     }
 
     /// Rewrites the input buffers for a pass at the cache's current length.
-    fn write(&mut self, model: &Model, pass: Pass<'_>, start: usize, uniforms: Option<&[f32]>) -> Result<()> {
+    fn write(
+        &mut self,
+        model: &Model,
+        pass: Pass<'_>,
+        start: usize,
+        uniforms: Option<&[f32]>,
+    ) -> Result<()> {
         let dev = model.device();
         if (pass.store.len(), pass.block.len()) != (self.store, self.block) {
             bail!(
@@ -153,7 +168,9 @@ impl FixedPass {
                 Err(e) => {
                     self.capture = false;
                     self.capture_error = Some(format!("{e:#}"));
-                    crate::notice::warn(format!("CUDA graph capture failed, running passes eagerly: {e:#}"));
+                    crate::notice::warn(format!(
+                        "CUDA graph capture failed, running passes eagerly: {e:#}"
+                    ));
                 }
             }
         }
@@ -174,7 +191,9 @@ impl FixedPass {
 #[cfg(feature = "cuda")]
 mod graph {
     use anyhow::{anyhow, Result};
-    use candle_core::cuda_backend::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use candle_core::cuda_backend::cudarc::driver::sys::{
+        CUgraphInstantiate_flags, CUstreamCaptureMode,
+    };
     use candle_core::cuda_backend::cudarc::driver::CudaGraph;
 
     use crate::model::Model;
@@ -205,7 +224,8 @@ mod graph {
         let r = body();
         let g = stream.end_capture(CUgraphInstantiate_flags(0));
         r?;
-        let g = g.map_err(|e| anyhow!("end capture: {e:?}"))?.ok_or_else(|| anyhow!("empty graph"))?;
+        let g =
+            g.map_err(|e| anyhow!("end capture: {e:?}"))?.ok_or_else(|| anyhow!("empty graph"))?;
         g.upload().map_err(|e| anyhow!("graph upload: {e:?}"))?;
         Ok(Graph(g))
     }

@@ -16,9 +16,9 @@ use anyhow::Result;
 pub use decode::{decode, decode_measured, decode_with_events, Request};
 pub use runner::{ModelDenoiser, RunOptions, RunStatus, PREFILL_CHUNK};
 
-use crate::trace::events::Event;
-use crate::sampler::{PosSample, Ranked};
 use crate::engine::settings::{DecodeSettings, SamplerSpec};
+use crate::sampler::{PosSample, Ranked};
+use crate::trace::events::Event;
 
 /// What one forward pass of a decode takes, placed right after the cached prefix.
 #[derive(Clone, Copy, Debug)]
@@ -46,12 +46,23 @@ pub trait Denoiser: Send {
     /// One denoising pass: stores `pass.store` (block-causal among themselves) and returns a
     /// sample for every position of `pass.block`. `uniforms` holds one draw per position of
     /// the block (unused when greedy).
-    fn denoise(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32]) -> Result<Vec<PosSample>>;
+    fn denoise(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &SamplerSpec,
+        uniforms: &[f32],
+    ) -> Result<Vec<PosSample>>;
     /// [`Denoiser::denoise`], and what `ask` asks for beyond the samples: for every position of
     /// the block its most probable tokens (`--candidates`), the pass's routing (`--routing`).
     /// A denoiser that has neither (a scripted one) returns the samples alone, as this default
     /// does.
-    fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_asked(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &SamplerSpec,
+        uniforms: &[f32],
+        ask: Ask,
+    ) -> Result<Denoised> {
         let _ = ask;
         Ok(Denoised { samples: self.denoise(pass, sampling, uniforms)?, ..Denoised::default() })
     }

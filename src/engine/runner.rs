@@ -14,10 +14,10 @@ use candle_core::{DType, Device, Tensor};
 
 use super::fixed::FixedPass;
 use super::{Ask, Denoised, Denoiser, Pass, PassRouting};
+use crate::engine::settings::SamplerSpec;
 use crate::model::{KvCache, Model, PathChoices};
 use crate::sampler::kernel::{native_dtype, sample_op, KernelParams, KernelSample};
 use crate::sampler::{sample, sample_ranked, PosSample};
-use crate::engine::settings::SamplerSpec;
 
 /// Which execution paths a [`ModelDenoiser`] takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -41,7 +41,9 @@ impl RunOptions {
         #[cfg(feature = "cuda")]
         if device_sampler && device.is_cuda() {
             if let Err(e) = crate::sampler::cuda::ptx() {
-                crate::notice::warn(format!("sampler kernel unavailable, sampling on the host: {e}"));
+                crate::notice::warn(format!(
+                    "sampler kernel unavailable, sampling on the host: {e}"
+                ));
                 device_sampler = false;
             }
         }
@@ -129,7 +131,8 @@ impl ModelDenoiser {
 
     /// The fixed buffers for passes storing `s` and sampling `b` positions, made on first use.
     fn fixed_index(&mut self, s: usize, b: usize) -> Result<usize> {
-        let capacity = self.cache.as_ref().ok_or_else(|| anyhow!("denoiser used before reset"))?.capacity();
+        let capacity =
+            self.cache.as_ref().ok_or_else(|| anyhow!("denoiser used before reset"))?.capacity();
         if let Some(i) = self.fixed.iter().position(|f| f.fits(s, b, capacity)) {
             return Ok(i);
         }
@@ -138,7 +141,13 @@ impl ModelDenoiser {
     }
 
     /// Fixed-buffer pass `i`; returns its buffers (samples and logits on the device).
-    fn fixed_pass(&mut self, i: usize, pass: Pass<'_>, head: &KernelParams, u: Option<&[f32]>) -> Result<&FixedPass> {
+    fn fixed_pass(
+        &mut self,
+        i: usize,
+        pass: Pass<'_>,
+        head: &KernelParams,
+        u: Option<&[f32]>,
+    ) -> Result<&FixedPass> {
         let cache = self.cache.as_mut().ok_or_else(|| anyhow!("denoiser used before reset"))?;
         self.fixed[i].run(&self.model, cache, pass, head, u)?;
         cache.advance(pass.store.len())?;
@@ -170,7 +179,12 @@ pub const PREFILL_CHUNK: usize = 512;
 /// are unpacked once for all of them), leaving at most [`PREFILL_CHUNK`] rows for the pass
 /// that follows; returns the rows stored. Chunks start on block boundaries, so the
 /// block-causal mask of each is the one the whole prompt would have had.
-pub fn prefill_chunks(model: &Model, store: &[u32], cache: &mut KvCache, block: usize) -> Result<usize> {
+pub fn prefill_chunks(
+    model: &Model,
+    store: &[u32],
+    cache: &mut KvCache,
+    block: usize,
+) -> Result<usize> {
     let chunk = (PREFILL_CHUNK / block).max(1) * block;
     let done = store.len().saturating_sub(1) / chunk * chunk;
     if done > 0 {
@@ -198,13 +212,24 @@ impl Denoiser for ModelDenoiser {
     /// per position. So such a decode runs eager passes and pulls `[B, vocab]` f32 logits every
     /// step (on a GPU, much slower than the default; its tokens are the reference sampler's).
     /// `--routing` alone keeps the pass the decode would run anyway.
-    fn denoise_asked(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_asked(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &SamplerSpec,
+        uniforms: &[f32],
+        ask: Ask,
+    ) -> Result<Denoised> {
         self.fit_layout(pass.block.len())?;
         let cpu = self.model.device().is_cpu();
         on_the_pool(cpu, || self.denoise_here(pass, sampling, uniforms, ask))
     }
 
-    fn denoise(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32]) -> Result<Vec<PosSample>> {
+    fn denoise(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &SamplerSpec,
+        uniforms: &[f32],
+    ) -> Result<Vec<PosSample>> {
         self.fit_layout(pass.block.len())?;
         let cpu = self.model.device().is_cpu();
         on_the_pool(cpu, || Ok(self.sampled(pass, sampling, uniforms, false)?.0))
@@ -236,7 +261,13 @@ impl ModelDenoiser {
         Ok(())
     }
 
-    fn denoise_here(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_here(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &SamplerSpec,
+        uniforms: &[f32],
+        ask: Ask,
+    ) -> Result<Denoised> {
         if ask.candidates <= 1 {
             let (samples, routing) = self.sampled(pass, sampling, uniforms, ask.routing)?;
             return Ok(Denoised { samples, ranked: Vec::new(), routing });
@@ -246,7 +277,11 @@ impl ModelDenoiser {
         if self.opts.device_sampler {
             self.host_rows += logits.len();
         }
-        let (samples, ranked) = sample_rows(&mut logits, uniforms, self.mask_id, |row, u| sample_ranked(row, sampling, u, ask.candidates)).into_iter().unzip();
+        let (samples, ranked) = sample_rows(&mut logits, uniforms, self.mask_id, |row, u| {
+            sample_ranked(row, sampling, u, ask.candidates)
+        })
+        .into_iter()
+        .unzip();
         Ok(Denoised { samples, ranked, routing })
     }
 }
@@ -255,7 +290,13 @@ impl ModelDenoiser {
     /// A pass sampled by the fastest path the options allow, and (`routed`) its routing. A pass
     /// replayed from fixed buffers reads its routing back from the device tables, which only the
     /// streamed layer fills; a routed pass that would not stream runs eagerly.
-    fn sampled(&mut self, pass: Pass<'_>, sampling: &SamplerSpec, uniforms: &[f32], routed: bool) -> Result<(Vec<PosSample>, Option<PassRouting>)> {
+    fn sampled(
+        &mut self,
+        pass: Pass<'_>,
+        sampling: &SamplerSpec,
+        uniforms: &[f32],
+        routed: bool,
+    ) -> Result<(Vec<PosSample>, Option<PassRouting>)> {
         let params = KernelParams::new(sampling, self.mask_id);
         let u = (!sampling.is_greedy()).then_some(uniforms);
         let (s, b) = (pass.store.len(), pass.block.len());
@@ -299,7 +340,8 @@ impl ModelDenoiser {
             for (r, (o, &u)) in out.iter().zip(uniforms).enumerate() {
                 let k = KernelSample::from_row(o);
                 samples.push(if k.overflow {
-                    let row = logits.narrow(0, r, 1)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+                    let row =
+                        logits.narrow(0, r, 1)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
                     self.host_sample(row, sampling, u)
                 } else {
                     to_pos(&k)
@@ -308,14 +350,22 @@ impl ModelDenoiser {
             return Ok((samples, routing));
         }
         let mut logits = self.model.logits(&hidden)?.to_vec2::<f32>()?;
-        Ok((sample_rows(&mut logits, uniforms, self.mask_id, |row, u| sample(row, sampling, u)), routing))
+        Ok((
+            sample_rows(&mut logits, uniforms, self.mask_id, |row, u| sample(row, sampling, u)),
+            routing,
+        ))
     }
 }
 
 /// `f` on every row of `logits` with its uniform, the mask suppressed first. Rows of a real
 /// vocabulary (a softmax over 152k logits takes about a millisecond) are shared out between
 /// the threads; each row's result depends only on the row, so the order is the same.
-fn sample_rows<T: Send>(logits: &mut [Vec<f32>], uniforms: &[f32], mask: u32, f: impl Fn(&[f32], f32) -> T + Sync) -> Vec<T> {
+fn sample_rows<T: Send>(
+    logits: &mut [Vec<f32>],
+    uniforms: &[f32],
+    mask: u32,
+    f: impl Fn(&[f32], f32) -> T + Sync,
+) -> Vec<T> {
     use rayon::prelude::*;
     let one = |(row, &u): (&mut Vec<f32>, &f32)| {
         if let Some(z) = row.get_mut(mask as usize) {
@@ -323,7 +373,8 @@ fn sample_rows<T: Send>(logits: &mut [Vec<f32>], uniforms: &[f32], mask: u32, f:
         }
         f(row, u)
     };
-    let wide = logits.len() > 1 && logits.iter().map(Vec::len).sum::<usize>() >= SAMPLE_PARALLEL_FROM;
+    let wide =
+        logits.len() > 1 && logits.iter().map(Vec::len).sum::<usize>() >= SAMPLE_PARALLEL_FROM;
     if wide && crate::model::linear::threads() > 1 {
         logits.par_iter_mut().zip(uniforms).map(one).collect()
     } else {
@@ -343,12 +394,19 @@ mod sample_tests {
     #[test]
     fn rows_sampled_on_the_pool_equal_rows_sampled_one_by_one() {
         let (vocab, mask) = (50_000, 7u32);
-        let mut logits: Vec<Vec<f32>> = (0..4).map(|r| (0..vocab).map(|i| ((i * 31 + r * 17) % 1009) as f32 / 100.0).collect()).collect();
+        let mut logits: Vec<Vec<f32>> = (0..4)
+            .map(|r| (0..vocab).map(|i| ((i * 31 + r * 17) % 1009) as f32 / 100.0).collect())
+            .collect();
         for row in &mut logits {
             row[mask as usize] = 1e3;
         }
         assert!(4 * vocab >= SAMPLE_PARALLEL_FROM, "wide enough for the pool");
-        let s = SamplerSpec::from(crate::engine::settings::Sampling { temperature: 0.7, top_k: 40, top_p: 0.95, seed: 0 });
+        let s = SamplerSpec::from(crate::engine::settings::Sampling {
+            temperature: 0.7,
+            top_k: 40,
+            top_p: 0.95,
+            seed: 0,
+        });
         let u = [0.1, 0.5, 0.9, 0.3];
         let want: Vec<PosSample> = logits
             .iter()
@@ -375,18 +433,28 @@ mod prefill_tests {
     #[test]
     fn a_long_prompt_is_stored_in_chunks_with_the_same_result() {
         let cfg = shape_config("tiny").unwrap();
-        let m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 4), DType::F32, &Device::Cpu).unwrap();
+        let m =
+            Model::load(&cfg, &RandomWeights::on_host(&cfg, 4), DType::F32, &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..604u32).map(|i| (i * 37 + 5) % 350).collect();
         let (store, block) = (&ids[..600], 4);
         let mut one = m.new_cache(608).unwrap();
-        let whole = m.logits(&m.forward(&ids, &mut one, block, 600).unwrap().narrow(0, 600, 4).unwrap()).unwrap();
+        let whole = m
+            .logits(&m.forward(&ids, &mut one, block, 600).unwrap().narrow(0, 600, 4).unwrap())
+            .unwrap();
         let mut cache = m.new_cache(608).unwrap();
         let done = prefill_chunks(&m, store, &mut cache, block).unwrap();
         assert_eq!((done, cache.len()), (512, 512));
-        let rest = m.forward(&ids[done..], &mut cache, block, 600 - done).unwrap().narrow(0, 600 - done, 4).unwrap();
+        let rest = m
+            .forward(&ids[done..], &mut cache, block, 600 - done)
+            .unwrap()
+            .narrow(0, 600 - done, 4)
+            .unwrap();
         let chunked = m.logits(&rest).unwrap();
         assert_eq!(cache.len(), 600);
-        let (a, b) = (whole.flatten_all().unwrap().to_vec1::<f32>().unwrap(), chunked.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let (a, b) = (
+            whole.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            chunked.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        );
         let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-4, "chunked prefill differs by {worst}");
         // a short prompt is not chunked
@@ -406,7 +474,9 @@ mod prefill_tests {
         for packed in [false, true] {
             let dtype = if packed { DType::BF16 } else { DType::F32 };
             let load = || {
-                let mut m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), dtype, &Device::Cpu).unwrap();
+                let mut m =
+                    Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), dtype, &Device::Cpu)
+                        .unwrap();
                 if packed {
                     m.use_row_weights().unwrap();
                     assert!(m.packed());
@@ -428,9 +498,13 @@ mod prefill_tests {
             assert_eq!((by_chunk.len(), by_layer.len()), (1024, 1024));
             assert_eq!(after(&a, &mut by_chunk), after(&b, &mut by_layer), "packed {packed}");
         }
-        let m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
+        let m =
+            Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
         let mut small = m.new_cache(600).unwrap();
-        assert!(m.store_chunks(&ids[..1024], chunk, &mut small, block).is_err(), "past the capacity");
+        assert!(
+            m.store_chunks(&ids[..1024], chunk, &mut small, block).is_err(),
+            "past the capacity"
+        );
         assert!(m.store_chunks(&ids[..8], 0, &mut small, block).is_err(), "chunks of no rows");
     }
 
@@ -440,7 +514,9 @@ mod prefill_tests {
     fn the_block_length_chooses_packed_weights_or_rows() {
         let cfg = shape_config("tiny").unwrap();
         let load = || {
-            let mut m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 3), DType::BF16, &Device::Cpu).unwrap();
+            let mut m =
+                Model::load(&cfg, &RandomWeights::on_host(&cfg, 3), DType::BF16, &Device::Cpu)
+                    .unwrap();
             m.use_row_weights().unwrap();
             m
         };
@@ -453,11 +529,15 @@ mod prefill_tests {
         let first = d.denoise(Pass { store: &prompt, block: &block8 }, &greedy, &[0.0; 8]).unwrap();
         assert!(!d.model().packed(), "16-row passes read rows");
         let mut rows = load();
-        assert!(rows.set_packed(false).unwrap() && !rows.set_packed(false).unwrap(), "a change, then none");
+        assert!(
+            rows.set_packed(false).unwrap() && !rows.set_packed(false).unwrap(),
+            "a change, then none"
+        );
         let mut r = ModelDenoiser::new(rows, cfg.vocab_size as u32 - 1, &PathChoices::DEFAULT);
         r.reset(64).unwrap();
         let want = r.denoise(Pass { store: &prompt, block: &block8 }, &greedy, &[0.0; 8]).unwrap();
-        let tokens = |s: &[PosSample]| s.iter().map(|p| (p.token, p.conf.to_bits())).collect::<Vec<_>>();
+        let tokens =
+            |s: &[PosSample]| s.iter().map(|p| (p.token, p.conf.to_bits())).collect::<Vec<_>>();
         assert_eq!(tokens(&first), tokens(&want));
         d.reset(64).unwrap();
         d.denoise(Pass { store: &prompt, block: &[5u32; 4] }, &greedy, &[0.0; 4]).unwrap();

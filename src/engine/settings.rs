@@ -212,7 +212,9 @@ impl SettingsError {
             SettingsError::BlockLength(_) => format!("must be within 1 to {MAX_BLOCK_LENGTH}"),
             SettingsError::Steps(_) => format!("must be within 1 to {MAX_STEPS}"),
             SettingsError::Threshold(_) => "must be within [0, 1]".into(),
-            SettingsError::EbThreshold(_) | SettingsError::Temperature(_) => "must be a finite number >= 0".into(),
+            SettingsError::EbThreshold(_) | SettingsError::Temperature(_) => {
+                "must be a finite number >= 0".into()
+            }
             SettingsError::TopP(_) => "must be within (0, 1]".into(),
             SettingsError::MaxNewTokens(_) => format!("must be within 1 to {MAX_NEW_TOKENS}"),
         }
@@ -221,10 +223,13 @@ impl SettingsError {
     /// The value refused, as given.
     pub fn value(&self) -> String {
         match self {
-            SettingsError::BlockLength(v) | SettingsError::Steps(v) | SettingsError::MaxNewTokens(v) => v.to_string(),
-            SettingsError::Threshold(v) | SettingsError::EbThreshold(v) | SettingsError::Temperature(v) | SettingsError::TopP(v) => {
-                v.to_string()
-            }
+            SettingsError::BlockLength(v)
+            | SettingsError::Steps(v)
+            | SettingsError::MaxNewTokens(v) => v.to_string(),
+            SettingsError::Threshold(v)
+            | SettingsError::EbThreshold(v)
+            | SettingsError::Temperature(v)
+            | SettingsError::TopP(v) => v.to_string(),
         }
     }
 }
@@ -250,7 +255,11 @@ impl DecodeSettings {
     /// What the sampler is handed: `sampling`, with the confidence and top-k rule of the
     /// schedule's reference.
     pub fn sampler(&self) -> SamplerSpec {
-        SamplerSpec { sampling: self.sampling, confidence: self.schedule.confidence(), top_k_rule: self.schedule.top_k() }
+        SamplerSpec {
+            sampling: self.sampling,
+            confidence: self.schedule.confidence(),
+            top_k_rule: self.schedule.top_k(),
+        }
     }
 
     /// The threshold the strategy reads, named as the flags name it: `threshold` for
@@ -316,15 +325,15 @@ impl DecodeSettings {
 
     /// A one-line summary for status bars and table headers.
     pub fn summary(&self) -> String {
-        let mut s = format!(
-            "{} block {} steps {}",
-            self.strategy.name(),
-            self.block_length,
-            self.steps
-        );
+        let mut s =
+            format!("{} block {} steps {}", self.strategy.name(), self.block_length, self.steps);
         match self.strategy {
-            Strategy::LowConfidenceDynamic => s += &format!(" thr={}", crate::format::fixed(self.threshold.into(), 2)),
-            Strategy::EntropyBounded => s += &format!(" eb={}", crate::format::fixed(self.eb_threshold.into(), 2)),
+            Strategy::LowConfidenceDynamic => {
+                s += &format!(" thr={}", crate::format::fixed(self.threshold.into(), 2))
+            }
+            Strategy::EntropyBounded => {
+                s += &format!(" eb={}", crate::format::fixed(self.eb_threshold.into(), 2))
+            }
             _ => {}
         }
         if self.schedule == Schedule::Lmdeploy {
@@ -357,7 +366,9 @@ mod tests {
     /// `B=4` read as compare's side B: the block length and steps are spelled out.
     #[test]
     fn the_summary_spells_out_block_and_steps() {
-        let s = DecodeSettings { strategy: Strategy::LowConfidenceStatic, ..DecodeSettings::default() }.summary();
+        let s =
+            DecodeSettings { strategy: Strategy::LowConfidenceStatic, ..DecodeSettings::default() }
+                .summary();
         assert_eq!(s, "low_confidence_static block 4 steps 4 greedy");
     }
 
@@ -386,7 +397,16 @@ mod tests {
     /// 3 steps takes 4 (2 a step); sdar's counts never exceed `steps`.
     #[test]
     fn the_step_budget_counts_the_steps_a_block_can_take() {
-        let with = |schedule, strategy, b, s| DecodeSettings { schedule, strategy, block_length: b, steps: s, ..DecodeSettings::default() }.step_budget();
+        let with = |schedule, strategy, b, s| {
+            DecodeSettings {
+                schedule,
+                strategy,
+                block_length: b,
+                steps: s,
+                ..DecodeSettings::default()
+            }
+            .step_budget()
+        };
         assert_eq!(with(Schedule::Lmdeploy, Strategy::LowConfidenceStatic, 8, 3), 4);
         assert_eq!(with(Schedule::Lmdeploy, Strategy::Sequential, 8, 8), 8);
         assert_eq!(with(Schedule::Lmdeploy, Strategy::Sequential, 4, 16), 4);
@@ -409,11 +429,20 @@ mod tests {
             (DecodeSettings { steps: 0, ..base.clone() }, SettingsError::Steps(0)),
             (DecodeSettings { threshold: 1.5, ..base.clone() }, SettingsError::Threshold(1.5)),
             (DecodeSettings { max_new_tokens: 0, ..base.clone() }, SettingsError::MaxNewTokens(0)),
-            (DecodeSettings { max_new_tokens: usize::MAX, ..base.clone() }, SettingsError::MaxNewTokens(usize::MAX)),
-            (DecodeSettings { block_length: 1 << 40, ..base.clone() }, SettingsError::BlockLength(1 << 40)),
+            (
+                DecodeSettings { max_new_tokens: usize::MAX, ..base.clone() },
+                SettingsError::MaxNewTokens(usize::MAX),
+            ),
+            (
+                DecodeSettings { block_length: 1 << 40, ..base.clone() },
+                SettingsError::BlockLength(1 << 40),
+            ),
             (DecodeSettings { steps: 5000, ..base.clone() }, SettingsError::Steps(5000)),
             (
-                DecodeSettings { sampling: Sampling { top_p: 0.0, ..base.sampling }, ..base.clone() },
+                DecodeSettings {
+                    sampling: Sampling { top_p: 0.0, ..base.sampling },
+                    ..base.clone()
+                },
                 SettingsError::TopP(0.0),
             ),
             (

@@ -138,7 +138,14 @@ pub mod avx512 {
     /// # Safety
     /// The CPU has AVX512F and AVX512-BF16 ([`super::native`]).
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn sweep(pw: &[u16], ahead: &[u16], xs: &[u32], rows: usize, k2: usize, acc: &mut [[f32; PANEL]]) {
+    pub unsafe fn sweep(
+        pw: &[u16],
+        ahead: &[u16],
+        xs: &[u32],
+        rows: usize,
+        k2: usize,
+        acc: &mut [[f32; PANEL]],
+    ) {
         assert!(rows <= ROWS && acc.len() >= rows);
         // One body per row count, so the sums are registers.
         match rows {
@@ -154,7 +161,13 @@ pub mod avx512 {
     }
 
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn rows_n<const R: usize>(pw: &[u16], ahead: &[u16], xs: &[u32], k2: usize, acc: &mut [[f32; PANEL]]) {
+    unsafe fn rows_n<const R: usize>(
+        pw: &[u16],
+        ahead: &[u16],
+        xs: &[u32],
+        k2: usize,
+        acc: &mut [[f32; PANEL]],
+    ) {
         const LINE: usize = 2 * PANEL; // u16 a pair row: 64 bytes, one cache line
         assert!(pw.len() >= k2 * LINE && ahead.len() >= k2 * LINE && xs.len() >= ROWS * k2);
         let mut a = [_mm512_setzero_ps(); R];
@@ -171,8 +184,16 @@ pub mod avx512 {
                 let w0 = bh(_mm512_loadu_si512(w.add(i * LINE).cast()));
                 let w1 = bh(_mm512_loadu_si512(w.add((i + 1) * LINE).cast()));
                 for r in 0..R {
-                    a[r] = _mm512_dpbf16_ps(a[r], w0, bh(_mm512_set1_epi32(*x.add(i * ROWS + r) as i32)));
-                    b[r] = _mm512_dpbf16_ps(b[r], w1, bh(_mm512_set1_epi32(*x.add((i + 1) * ROWS + r) as i32)));
+                    a[r] = _mm512_dpbf16_ps(
+                        a[r],
+                        w0,
+                        bh(_mm512_set1_epi32(*x.add(i * ROWS + r) as i32)),
+                    );
+                    b[r] = _mm512_dpbf16_ps(
+                        b[r],
+                        w1,
+                        bh(_mm512_set1_epi32(*x.add((i + 1) * ROWS + r) as i32)),
+                    );
                 }
             }
             i += 2;
@@ -182,7 +203,11 @@ pub mod avx512 {
             unsafe {
                 let w0 = bh(_mm512_loadu_si512(w.add(i * LINE).cast()));
                 for (r, s) in a.iter_mut().enumerate() {
-                    *s = _mm512_dpbf16_ps(*s, w0, bh(_mm512_set1_epi32(*x.add(i * ROWS + r) as i32)));
+                    *s = _mm512_dpbf16_ps(
+                        *s,
+                        w0,
+                        bh(_mm512_set1_epi32(*x.add(i * ROWS + r) as i32)),
+                    );
                 }
             }
         }
@@ -206,9 +231,9 @@ mod tests {
                 s ^= s >> 7;
                 s ^= s << 17;
                 let exp = match s % 16 {
-                    0 => 0,                                  // zero or a denormal
-                    1 => 1 + (s >> 8) as u16 % 40,           // tiny: products underflow
-                    _ => 120 + (s >> 8) as u16 % 14,         // ordinary activations and weights
+                    0 => 0,                          // zero or a denormal
+                    1 => 1 + (s >> 8) as u16 % 40,   // tiny: products underflow
+                    _ => 120 + (s >> 8) as u16 % 14, // ordinary activations and weights
                 };
                 ((s >> 20) as u16 & 0x8000) | exp << 7 | (s >> 32) as u16 & 0x7f
             })
@@ -228,7 +253,10 @@ mod tests {
         let got = pairs(&[1.0, -2.5, 3.0, 3.0, 1.0, -2.5], 2, 3);
         let mut want = [0u32; 2 * ROWS];
         [want[0], want[1], want[ROWS], want[ROWS + 1]] = [0xc020_3f80, 0x3f80_4040, 0x4040, 0xc020];
-        assert_eq!(got, want, "two rows of 3 inputs: pairs interleaved by row, a zero-padded last pair");
+        assert_eq!(
+            got, want,
+            "two rows of 3 inputs: pairs interleaved by row, a zero-padded last pair"
+        );
     }
 
     /// A sum that lands in the window below the smallest normal that the denormal grid rounds
@@ -240,7 +268,8 @@ mod tests {
     fn a_sum_just_below_the_smallest_normal_is_flushed_as_the_instruction_does() {
         let run = |lo_x: u16, lo_w: u16| {
             let xs = vec![0x2000u32 << 16 | lo_x as u32; ROWS];
-            let pw: Vec<u16> = (0..2 * PANEL).map(|i| if i % 2 == 0 { lo_w } else { 0x2000 }).collect();
+            let pw: Vec<u16> =
+                (0..2 * PANEL).map(|i| if i % 2 == 0 { lo_w } else { 0x2000 }).collect();
             let mut a = [[0f32; PANEL]; ROWS];
             portable(&pw, &xs, ROWS, 1, &mut a);
             #[cfg(target_arch = "x86_64")]
@@ -248,7 +277,11 @@ mod tests {
                 let mut b = [[0f32; PANEL]; ROWS];
                 // SAFETY: detected just above.
                 unsafe { avx512::sweep(&pw, &pw, &xs, ROWS, 1, &mut b) };
-                assert_eq!(a.map(|r| r.map(f32::to_bits)), b.map(|r| r.map(f32::to_bits)), "portable against the instruction");
+                assert_eq!(
+                    a.map(|r| r.map(f32::to_bits)),
+                    b.map(|r| r.map(f32::to_bits)),
+                    "portable against the instruction"
+                );
             }
             a[0][0]
         };
@@ -270,7 +303,10 @@ mod tests {
         for k2 in [1, 2, 3, 64, 67] {
             let pw: Vec<u16> = values(k2 * 2 * PANEL, 7 + k2 as u64).into_iter().map(daz).collect();
             // a group of ROWS rows, interleaved as `pairs` lays them out
-            let xs: Vec<u32> = values(2 * ROWS * k2, 3).chunks(2).map(|p| daz(p[0]) as u32 | (daz(p[1]) as u32) << 16).collect();
+            let xs: Vec<u32> = values(2 * ROWS * k2, 3)
+                .chunks(2)
+                .map(|p| daz(p[0]) as u32 | (daz(p[1]) as u32) << 16)
+                .collect();
             for rows in 1..=ROWS {
                 let (mut a, mut b) = ([[0f32; PANEL]; ROWS], [[0f32; PANEL]; ROWS]);
                 portable(&pw, &xs, rows, k2, &mut a);
@@ -299,7 +335,8 @@ mod tests {
                 pw[slot(c, i)] = round(w[c * k + i]);
             }
         }
-        let x: Vec<f32> = (0..2 * k).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0 + 1.0 / 1024.0).collect();
+        let x: Vec<f32> =
+            (0..2 * k).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0 + 1.0 / 1024.0).collect();
         let mut acc = [[0f32; PANEL]; ROWS];
         portable(&pw, &pairs(&x, 2, k), 2, k.div_ceil(2), &mut acc);
         for r in 0..2 {

@@ -30,7 +30,11 @@ impl Message {
 
 /// The conversation unmask decodes: an optional system message, then the user's message.
 pub fn conversation(system: Option<&str>, user: &str) -> Vec<Message> {
-    system.map(|s| Message::new("system", s)).into_iter().chain([Message::new("user", user)]).collect()
+    system
+        .map(|s| Message::new("system", s))
+        .into_iter()
+        .chain([Message::new("user", user)])
+        .collect()
 }
 
 /// Template variables (`--chat-arg`, special tokens): name -> JSON value.
@@ -61,7 +65,8 @@ impl ChatTemplate {
         let source = match v {
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Array(list) => {
-                let found = list.iter().find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"));
+                let found =
+                    list.iter().find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"));
                 let Some(t) = found else {
                     bail!("{origin}: field `chat_template` is a list without a template named \"default\"");
                 };
@@ -70,7 +75,9 @@ impl ChatTemplate {
                     _ => bail!("{origin}: field `chat_template`: the \"default\" entry has no string `template`"),
                 }
             }
-            other => bail!("{origin}: field `chat_template` must be a string or a list, not {other}"),
+            other => {
+                bail!("{origin}: field `chat_template` must be a string or a list, not {other}")
+            }
         };
         ChatTemplate::new(source, format!("{origin} (chat_template)"))
     }
@@ -90,9 +97,16 @@ impl ChatTemplate {
         };
         // not the variables unmask sets itself, nor the environment's functions (namespace, range)
         let globals: Vec<&str> = env.globals().map(|(name, _)| name).collect();
-        reads.retain(|r| !matches!(r.as_str(), "messages" | "add_generation_prompt") && !globals.contains(&r.as_str()));
+        reads.retain(|r| {
+            !matches!(r.as_str(), "messages" | "add_generation_prompt")
+                && !globals.contains(&r.as_str())
+        });
         reads.sort();
-        bail!("--chat-arg {key}: {} reads no variable of that name (it reads: {})", self.origin, reads.join(", "))
+        bail!(
+            "--chat-arg {key}: {} reads no variable of that name (it reads: {})",
+            self.origin,
+            reads.join(", ")
+        )
     }
 
     /// The prompt for `messages`, with a generation prompt, `vars` as extra variables (they
@@ -196,9 +210,8 @@ fn write_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &
 /// A `--chat-arg KEY=VALUE`: VALUE is JSON when it parses as JSON (`false`, `3`, `"x"`,
 /// `[1]`), else the plain string, so `enable_thinking=false` is the boolean Qwen3 tests for.
 pub fn parse_chat_arg(arg: &str) -> Result<(String, serde_json::Value)> {
-    let (key, value) = arg
-        .split_once('=')
-        .with_context(|| format!("--chat-arg {arg:?}: expected KEY=VALUE"))?;
+    let (key, value) =
+        arg.split_once('=').with_context(|| format!("--chat-arg {arg:?}: expected KEY=VALUE"))?;
     let key = key.trim();
     let valid = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid || key.starts_with(|c: char| c.is_ascii_digit()) {
@@ -217,7 +230,8 @@ pub fn parse_chat_arg(arg: &str) -> Result<(String, serde_json::Value)> {
     } {
         bail!("--chat-arg {arg:?}: {value} would be a string here; write {key}={json}");
     }
-    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    let value = serde_json::from_str(value)
+        .unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
     Ok((key.to_string(), value))
 }
 
@@ -233,7 +247,8 @@ mod tests {
 
     #[test]
     fn trim_and_lstrip_blocks_as_transformers() {
-        let got = tmpl(CHATML).render(&conversation(Some("Be brief."), "Hi\n"), &Vars::new()).unwrap();
+        let got =
+            tmpl(CHATML).render(&conversation(Some("Be brief."), "Hi\n"), &Vars::new()).unwrap();
         assert_eq!(got, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\n<|im_end|>\n<|im_start|>assistant\n");
     }
 
@@ -254,7 +269,10 @@ mod tests {
         let (k, v) = parse_chat_arg("enable_thinking=false").unwrap();
         vars.insert(k, v);
         assert_eq!(tmpl(src).render(&[], &vars).unwrap(), "off");
-        assert_eq!(parse_chat_arg("name=Ada Lovelace").unwrap().1, serde_json::json!("Ada Lovelace"));
+        assert_eq!(
+            parse_chat_arg("name=Ada Lovelace").unwrap().1,
+            serde_json::json!("Ada Lovelace")
+        );
         assert_eq!(parse_chat_arg("n=3").unwrap().1, serde_json::json!(3));
     }
 
@@ -278,7 +296,11 @@ mod tests {
     #[test]
     fn syntax_errors_are_caught_when_loading() {
         let e = ChatTemplate::new("{% if %}".into(), "m/chat_template.jinja".into()).unwrap_err();
-        assert!(format!("{e:#}").starts_with("m/chat_template.jinja: chat template failed (template line 1): "), "{e:#}");
+        assert!(
+            format!("{e:#}")
+                .starts_with("m/chat_template.jinja: chat template failed (template line 1): "),
+            "{e:#}"
+        );
     }
 
     #[test]
@@ -290,11 +312,20 @@ mod tests {
         assert_eq!(t.render(&[], &vars).unwrap(), want);
         // keys in the order given, as json.dumps(sort_keys=False) writes them (a tool's
         // schema and the messages came out sorted)
-        let (k, v) = parse_chat_arg(r#"x={"type": "function", "function": {"name": "f", "description": "d"}}"#).unwrap();
+        let (k, v) = parse_chat_arg(
+            r#"x={"type": "function", "function": {"name": "f", "description": "d"}}"#,
+        )
+        .unwrap();
         vars.insert(k, v);
-        assert_eq!(tmpl("{{ x | tojson }}").render(&[], &vars).unwrap(), r#"{"type": "function", "function": {"name": "f", "description": "d"}}"#);
+        assert_eq!(
+            tmpl("{{ x | tojson }}").render(&[], &vars).unwrap(),
+            r#"{"type": "function", "function": {"name": "f", "description": "d"}}"#
+        );
         let m = [Message { role: "user".into(), content: "hi".into() }];
-        assert_eq!(tmpl("{{ messages | tojson }}").render(&m, &Vars::new()).unwrap(), r#"[{"role": "user", "content": "hi"}]"#);
+        assert_eq!(
+            tmpl("{{ messages | tojson }}").render(&m, &Vars::new()).unwrap(),
+            r#"[{"role": "user", "content": "hi"}]"#
+        );
     }
 
     /// A variable the template never reads is a typo, and Python's False a string: both
@@ -303,26 +334,51 @@ mod tests {
     fn chat_args_the_template_cannot_use_are_refused() {
         let t = tmpl("{% if enable_thinking is defined and enable_thinking is false %}off{% endif %}{% set ns = namespace(a=1) %}{{ tools }}");
         t.check_reads(&["enable_thinking".to_string()]).unwrap();
-        let e = t.check_reads(&["enable_thinking".to_string(), "enable_thinkng".to_string()]).unwrap_err().to_string();
-        assert!(e.starts_with("--chat-arg enable_thinkng: ") && e.ends_with("reads no variable of that name (it reads: enable_thinking, tools)"), "{e}");
+        let e = t
+            .check_reads(&["enable_thinking".to_string(), "enable_thinkng".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--chat-arg enable_thinkng: ")
+                && e.ends_with("reads no variable of that name (it reads: enable_thinking, tools)"),
+            "{e}"
+        );
         let e = parse_chat_arg("enable_thinking=False").unwrap_err().to_string();
         assert_eq!(e, "--chat-arg \"enable_thinking=False\": False would be a string here; write enable_thinking=false");
     }
 
     #[test]
     fn an_empty_template_is_refused() {
-        let e = ChatTemplate::new(" \n".into(), "m/chat_template.jinja".into()).err().unwrap().to_string();
+        let e = ChatTemplate::new(" \n".into(), "m/chat_template.jinja".into())
+            .err()
+            .unwrap()
+            .to_string();
         assert_eq!(e, "m/chat_template.jinja: the chat template is empty (use --raw to decode the prompt as given)");
     }
 
     #[test]
     fn config_value_is_a_string_or_a_named_list() {
         let s = serde_json::json!("A{{ messages|length }}");
-        assert_eq!(ChatTemplate::from_config_value(&s, "tc.json").unwrap().render(&[], &Vars::new()).unwrap(), "A0");
+        assert_eq!(
+            ChatTemplate::from_config_value(&s, "tc.json")
+                .unwrap()
+                .render(&[], &Vars::new())
+                .unwrap(),
+            "A0"
+        );
         let list = serde_json::json!([{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]);
-        assert_eq!(ChatTemplate::from_config_value(&list, "tc.json").unwrap().render(&[], &Vars::new()).unwrap(), "D");
+        assert_eq!(
+            ChatTemplate::from_config_value(&list, "tc.json")
+                .unwrap()
+                .render(&[], &Vars::new())
+                .unwrap(),
+            "D"
+        );
         let none = serde_json::json!([{"name": "rag", "template": "R"}]);
         let e = format!("{:#}", ChatTemplate::from_config_value(&none, "tc.json").unwrap_err());
-        assert_eq!(e, "tc.json: field `chat_template` is a list without a template named \"default\"");
+        assert_eq!(
+            e,
+            "tc.json: field `chat_template` is a list without a template named \"default\""
+        );
     }
 }

@@ -8,8 +8,13 @@ use serde::Deserialize;
 /// as a struct, by position (`[1,2]` as the first two fields). A value that does not fit its
 /// field is named by its JSON path (`field `vocab_size`: invalid value: integer -1, ...`), as
 /// the trace reader names it, through serde_path_to_error.
-pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(text: &str, origin: &str, what: &str) -> Result<T> {
-    let value: serde_json::Value = serde_json::from_str(text).with_context(|| format!("{origin}: {what}"))?;
+pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+    what: &str,
+) -> Result<T> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).with_context(|| format!("{origin}: {what}"))?;
     if !value.is_object() {
         let kind = match value {
             serde_json::Value::Array(_) => "an array",
@@ -160,7 +165,8 @@ impl ModelConfig {
         }
         if let Some(scaling) = &self.rope_scaling {
             // transformers writes the unscaled case as rope_type (or type) "default"
-            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str());
+            let kind =
+                scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str());
             if kind != Some("default") {
                 bail!("field `rope_scaling` is {scaling}; unmask computes unscaled RoPE (SDAR's checkpoints have null)");
             }
@@ -172,7 +178,11 @@ impl ModelConfig {
         if let Some(act) = self.hidden_act.as_deref().filter(|a| !matches!(*a, "silu" | "swish")) {
             bail!("field `hidden_act` is {act:?}; unmask computes SwiGLU's silu (SDAR's checkpoints have \"silu\")");
         }
-        if let Some(e) = self.eos_token_id.as_ref().and_then(|e| e.to_vec().into_iter().find(|&e| e as usize >= self.vocab_size)) {
+        if let Some(e) = self
+            .eos_token_id
+            .as_ref()
+            .and_then(|e| e.to_vec().into_iter().find(|&e| e as usize >= self.vocab_size))
+        {
             bail!("field `eos_token_id` ({e}) is outside the vocabulary ({})", self.vocab_size);
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
@@ -193,7 +203,10 @@ impl ModelConfig {
         }
         if let Some(m) = self.mask_token_id {
             if m as usize >= self.vocab_size {
-                bail!("field `mask_token_id` ({m}) is outside the vocabulary ({})", self.vocab_size);
+                bail!(
+                    "field `mask_token_id` ({m}) is outside the vocabulary ({})",
+                    self.vocab_size
+                );
             }
         }
         Ok(())
@@ -203,7 +216,9 @@ impl ModelConfig {
     /// it, not listed in `mlp_only_layers`, experts configured, and on the `decoder_sparse_step`.
     pub fn is_sparse(&self, l: usize) -> bool {
         let m = &self.moe;
-        m.num_experts.unwrap_or(0) > 0 && !m.mlp_only_layers.contains(&l) && (l + 1).is_multiple_of(m.decoder_sparse_step.max(1))
+        m.num_experts.unwrap_or(0) > 0
+            && !m.mlp_only_layers.contains(&l)
+            && (l + 1).is_multiple_of(m.decoder_sparse_step.max(1))
     }
 
     /// The sizes every family shares, as `(field, value, largest value allowed)`: each must be
@@ -233,7 +248,8 @@ impl ModelConfig {
 
     /// The routing layout step events' `--routing` fields index; `None` for a dense model.
     pub fn moe_info(&self) -> Option<crate::trace::events::MoeInfo> {
-        let sparse_layers: Vec<usize> = (0..self.num_hidden_layers).filter(|&l| self.is_sparse(l)).collect();
+        let sparse_layers: Vec<usize> =
+            (0..self.num_hidden_layers).filter(|&l| self.is_sparse(l)).collect();
         (!sparse_layers.is_empty()).then(|| crate::trace::events::MoeInfo {
             experts: self.moe.num_experts.unwrap_or(0),
             top_k: self.moe.num_experts_per_tok.unwrap_or(0),
@@ -252,7 +268,9 @@ impl ModelConfig {
         let m = &self.moe;
         let (experts, moe_i) = (m.num_experts.unwrap_or(0), m.moe_intermediate_size.unwrap_or(0));
         let sparse = experts * h + experts * 3 * h * moe_i;
-        let mlps: usize = (0..self.num_hidden_layers).map(|l| if self.is_sparse(l) { sparse } else { dense }).sum();
+        let mlps: usize = (0..self.num_hidden_layers)
+            .map(|l| if self.is_sparse(l) { sparse } else { dense })
+            .sum();
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
         embed + head + self.num_hidden_layers * (attn + 2 * h) + mlps + h
@@ -262,15 +280,17 @@ impl ModelConfig {
 /// The block size a checkpoint's name states, as SGLang reads it: a `-bN` part of the folder
 /// or model name (`SDAR-4B-Chat-b32`), ending the name or followed by `-`, `_` or `.`.
 pub fn block_size_from_name(name: &str) -> Option<usize> {
-    name.match_indices("-b").filter_map(|(i, _)| {
-        let rest = &name[i + 2..];
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let ends = rest[digits..].chars().next().is_none_or(|c| "-_.".contains(c));
-        if digits == 0 || !ends {
-            return None;
-        }
-        rest[..digits].parse().ok().filter(|&n| n > 0)
-    }).last()
+    name.match_indices("-b")
+        .filter_map(|(i, _)| {
+            let rest = &name[i + 2..];
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let ends = rest[digits..].chars().next().is_none_or(|c| "-_.".contains(c));
+            if digits == 0 || !ends {
+                return None;
+            }
+            rest[..digits].parse().ok().filter(|&n| n > 0)
+        })
+        .last()
 }
 
 #[cfg(test)]
@@ -326,33 +346,76 @@ mod tests {
     fn sparse_layers_follow_mlp_only_layers_and_the_sparse_step() {
         let c = parse_config(MOE, "c").unwrap();
         assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [true; 4]);
-        let c = parse_config(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,3]"), "c").unwrap();
+        let c =
+            parse_config(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,3]"), "c")
+                .unwrap();
         assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [false, true, true, false]);
-        let c = parse_config(&MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2"), "c").unwrap();
+        let c = parse_config(
+            &MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":2"),
+            "c",
+        )
+        .unwrap();
         assert_eq!((0..4).map(|l| c.is_sparse(l)).collect::<Vec<_>>(), [false, true, false, true]);
         // Qwen3MoeConfig's defaults: norm_topk_prob false, step 1, no dense layers.
-        let bare = MOE.replace(",\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[]", "");
+        let bare = MOE.replace(
+            ",\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[]",
+            "",
+        );
         let c = parse_config(&bare, "c").unwrap();
-        assert_eq!((c.moe.norm_topk_prob, c.moe.decoder_sparse_step, c.moe.mlp_only_layers.len()), (false, 1, 0));
+        assert_eq!(
+            (c.moe.norm_topk_prob, c.moe.decoder_sparse_step, c.moe.mlp_only_layers.len()),
+            (false, 1, 0)
+        );
         // A dense family never has sparse layers.
         assert!(!parse_config(MIN, "c").unwrap().is_sparse(0));
         // Router + experts, per sparse layer, in the parameter count.
-        let dense = parse_config(&MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,1,2,3]"), "c").unwrap();
+        let dense = parse_config(
+            &MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[0,1,2,3]"),
+            "c",
+        )
+        .unwrap();
         let all = parse_config(MOE, "c").unwrap();
-        assert_eq!(all.num_params() + 4 * 3 * 8 * 16, dense.num_params() + 4 * (6 * 8 + 6 * 3 * 8 * 4));
+        assert_eq!(
+            all.num_params() + 4 * 3 * 8 * 16,
+            dense.num_params() + 4 * (6 * 8 + 6 * 3 * 8 * 4)
+        );
     }
 
     #[test]
     fn moe_fields_are_checked_with_their_names() {
         let cases = [
-            (MOE.replace("\"num_experts\":6,", ""), "field `num_experts` is missing; model_type \"sdar_moe\" needs it"),
-            (MOE.replace("\"num_experts_per_tok\":2", "\"num_experts_per_tok\":7"), "field `num_experts_per_tok` (7) is more than `num_experts` (6)"),
-            (MOE.replace("\"moe_intermediate_size\":4", "\"moe_intermediate_size\":0"), "field `moe_intermediate_size` must be positive"),
-            (MOE.replace("\"num_experts\":6", "\"num_experts\":100000"), "field `num_experts` is 100000, more than the limit of 1024"),
-            (MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":0"), "field `decoder_sparse_step` must be positive"),
-            (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[4]"), "field `mlp_only_layers` lists layer 4; the model has 4 layers"),
-            (MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[-1]"), "invalid config: field `mlp_only_layers[0]`: invalid value: integer `-1`"),
-            (MOE.replace("\"num_experts\":6", "\"num_experts\":-6"), "invalid config: field `num_experts`: invalid value: integer `-6`"),
+            (
+                MOE.replace("\"num_experts\":6,", ""),
+                "field `num_experts` is missing; model_type \"sdar_moe\" needs it",
+            ),
+            (
+                MOE.replace("\"num_experts_per_tok\":2", "\"num_experts_per_tok\":7"),
+                "field `num_experts_per_tok` (7) is more than `num_experts` (6)",
+            ),
+            (
+                MOE.replace("\"moe_intermediate_size\":4", "\"moe_intermediate_size\":0"),
+                "field `moe_intermediate_size` must be positive",
+            ),
+            (
+                MOE.replace("\"num_experts\":6", "\"num_experts\":100000"),
+                "field `num_experts` is 100000, more than the limit of 1024",
+            ),
+            (
+                MOE.replace("\"decoder_sparse_step\":1", "\"decoder_sparse_step\":0"),
+                "field `decoder_sparse_step` must be positive",
+            ),
+            (
+                MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[4]"),
+                "field `mlp_only_layers` lists layer 4; the model has 4 layers",
+            ),
+            (
+                MOE.replace("\"mlp_only_layers\":[]", "\"mlp_only_layers\":[-1]"),
+                "invalid config: field `mlp_only_layers[0]`: invalid value: integer `-1`",
+            ),
+            (
+                MOE.replace("\"num_experts\":6", "\"num_experts\":-6"),
+                "invalid config: field `num_experts`: invalid value: integer `-6`",
+            ),
         ];
         for (text, want) in cases {
             let e = err(&text);
@@ -379,7 +442,11 @@ mod tests {
             ("head_dim", MAX_HEAD_DIM),
             ("max_position_embeddings", MAX_POSITIONS),
         ];
-        let moe = [("num_experts", MAX_EXPERTS), ("num_experts_per_tok", MAX_EXPERTS_PER_TOK), ("moe_intermediate_size", MAX_MOE_INTERMEDIATE)];
+        let moe = [
+            ("num_experts", MAX_EXPERTS),
+            ("num_experts_per_tok", MAX_EXPERTS_PER_TOK),
+            ("moe_intermediate_size", MAX_MOE_INTERMEDIATE),
+        ];
         let c = parse_config(MIN, "c").unwrap();
         assert_eq!(c.sizes().map(|s| (s.0, s.2)), dense, "sizes() names every bound");
         let set = |text: &str, field: &str, v: usize| {
@@ -390,9 +457,17 @@ mod tests {
         for (text, bounds) in [(MIN, &dense[..]), (MOE, &moe[..])] {
             for &(field, max) in bounds {
                 let e = err(&set(text, field, max + 1));
-                assert!(e.ends_with(&format!("invalid config: field `{field}` is {}, more than the limit of {max}", max + 1)), "{e}");
+                assert!(
+                    e.ends_with(&format!(
+                        "invalid config: field `{field}` is {}, more than the limit of {max}",
+                        max + 1
+                    )),
+                    "{e}"
+                );
                 // the bound itself passes this check (a later one may still refuse the config)
-                let e = parse_config(&set(text, field, max), "c").map(|_| String::new()).unwrap_or_else(|e| format!("{e:#}"));
+                let e = parse_config(&set(text, field, max), "c")
+                    .map(|_| String::new())
+                    .unwrap_or_else(|e| format!("{e:#}"));
                 assert!(!e.contains("more than the limit"), "{field} = {max}: {e}");
             }
         }
@@ -417,14 +492,27 @@ mod tests {
         assert!(e.contains("`num_attention_heads` (2) is not a multiple"), "{e}");
         let e = err(&MIN.replace("\"hidden_size\":8", "\"hidden_size\":\"8\""));
         assert!(e.contains("invalid type"), "{e}");
-        for (field, bad) in [("rope_theta", "0"), ("rope_theta", "-5"), ("rms_norm_eps", "-1"), ("rms_norm_eps", "0")] {
+        for (field, bad) in [
+            ("rope_theta", "0"),
+            ("rope_theta", "-5"),
+            ("rms_norm_eps", "-1"),
+            ("rms_norm_eps", "0"),
+        ] {
             let e = err(&with(&format!("\"{field}\":{bad}")));
-            assert!(e.starts_with(&format!("m/config.json: invalid config: field `{field}` is {bad};")), "{e}");
+            assert!(
+                e.starts_with(&format!("m/config.json: invalid config: field `{field}` is {bad};")),
+                "{e}"
+            );
         }
         let e = err(&MIN.replace("\"num_hidden_layers\":1", "\"num_hidden_layers\":1000000000"));
         assert!(e.ends_with("invalid config: field `num_hidden_layers` is 1000000000, more than the limit of 1024"), "{e}");
         let e = err(&with("\"max_position_embeddings\":18446744073709551615"));
-        assert!(e.contains("field `max_position_embeddings` is 18446744073709551615, more than the limit"), "{e}");
+        assert!(
+            e.contains(
+                "field `max_position_embeddings` is 18446744073709551615, more than the limit"
+            ),
+            "{e}"
+        );
         // what unmask does not compute is refused, not ignored
         let e = err(&with("\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}"));
         assert!(e.ends_with("field `rope_scaling` is {\"rope_type\":\"yarn\",\"factor\":4.0}; unmask computes unscaled RoPE (SDAR's checkpoints have null)"), "{e}");
@@ -453,11 +541,20 @@ mod tests {
     /// `invalid value: integer -1, expected usize at line 1 column 158`).
     #[test]
     fn a_field_of_the_wrong_type_is_named() {
-        for (field, bad) in [("vocab_size", "-1"), ("vocab_size", "1e10"), ("rope_theta", "\"x\""), ("eos_token_id", "\"x\""), ("tie_word_embeddings", "1")] {
+        for (field, bad) in [
+            ("vocab_size", "-1"),
+            ("vocab_size", "1e10"),
+            ("rope_theta", "\"x\""),
+            ("eos_token_id", "\"x\""),
+            ("tie_word_embeddings", "1"),
+        ] {
             let mut j: serde_json::Value = serde_json::from_str(MIN).unwrap();
             j[field] = serde_json::from_str(bad).unwrap();
             let e = err(&j.to_string());
-            assert!(e.starts_with(&format!("m/config.json: invalid config: field `{field}`: ")), "{field} {bad}: {e}");
+            assert!(
+                e.starts_with(&format!("m/config.json: invalid config: field `{field}`: ")),
+                "{field} {bad}: {e}"
+            );
             assert!(!e.contains("untagged enum"), "{e}");
         }
         // a missing field is not a field's path
@@ -468,7 +565,12 @@ mod tests {
     /// serde's derive reads a JSON array as a struct by position; config.json must be an object.
     #[test]
     fn a_config_that_is_not_an_object_is_refused() {
-        let fields: Vec<serde_json::Value> = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(MIN).unwrap().into_iter().map(|(_, v)| v).collect();
+        let fields: Vec<serde_json::Value> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(MIN)
+                .unwrap()
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect();
         let as_array = serde_json::Value::Array(fields).to_string();
         for text in [as_array.as_str(), "[]", "3", "null"] {
             let e = err(text);

@@ -62,14 +62,22 @@ impl Job<'_> {
     /// its mask row leaves visible (a prefill chunk's later blocks: half its causal square).
     fn seen(&self, t: usize) -> usize {
         let keys = self.op.keys;
-        self.mask.map_or(keys, |m| m[t * keys..(t + 1) * keys].iter().rposition(|&v| v != f32::NEG_INFINITY).map_or(0, |j| j + 1))
+        self.mask.map_or(keys, |m| {
+            m[t * keys..(t + 1) * keys]
+                .iter()
+                .rposition(|&v| v != f32::NEG_INFINITY)
+                .map_or(0, |j| j + 1)
+        })
     }
 
     /// Task `i`'s output, `[group][rows][d]` (query heads of KV head `i % kv_heads`, each over
     /// the rows of tile `i / kv_heads`).
     pub fn task(&self, i: usize) -> Vec<f32> {
         #[cfg(target_arch = "x86_64")]
-        if self.op.head_dim.is_multiple_of(8) && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if self.op.head_dim.is_multiple_of(8)
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the features were just detected, and the head dimension is whole lanes.
             return unsafe { self.task_with::<avx2::Avx2>(i) };
         }
@@ -89,7 +97,9 @@ impl Job<'_> {
         let qn = group * rows.len();
         let mut q = Vec::with_capacity(qn * d);
         for hh in g * group..(g + 1) * group {
-            q.extend_from_slice(&self.q[(hh * self.t_len + rows.start) * d..(hh * self.t_len + rows.end) * d]);
+            q.extend_from_slice(
+                &self.q[(hh * self.t_len + rows.start) * d..(hh * self.t_len + rows.end) * d],
+            );
         }
         let row_of = |n: usize| rows.start + n % rows.len();
         let (kc, vc) = (&self.kv[g * self.cap * d..], &self.kv[(kvh + g) * self.cap * d..]);
@@ -137,7 +147,11 @@ fn prefetch_row(ahead: [&[f32]; 2], j: usize, d: usize) {
         if let Some(row) = part.get(j * d..(j + 1) * d) {
             for line in row.chunks(16) {
                 // SAFETY: a prefetch of a valid address; it never faults and changes no memory.
-                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line.as_ptr().cast()) };
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                        line.as_ptr().cast(),
+                    )
+                };
             }
         }
     }
@@ -163,7 +177,12 @@ impl Softmax {
     /// # Safety
     /// `K`'s CPU features are present.
     #[inline(always)]
-    unsafe fn update<K: Kernels>(&mut self, row: &mut [f32], scale: f32, mask: Option<&[f32]>) -> f32 {
+    unsafe fn update<K: Kernels>(
+        &mut self,
+        row: &mut [f32],
+        scale: f32,
+        mask: Option<&[f32]>,
+    ) -> f32 {
         // SAFETY (both): the caller's promise.
         let max = unsafe { K::scores_max(row, scale, mask) }.max(self.max);
         if max == f32::NEG_INFINITY {
@@ -205,7 +224,14 @@ fn tree(a: &[f32; 8]) -> f32 {
 struct Portable;
 
 impl Kernels for Portable {
-    unsafe fn scores(q: &[f32], k: &[f32], d: usize, nk: usize, s: &mut [f32], _ahead: [&[f32]; 2]) {
+    unsafe fn scores(
+        q: &[f32],
+        k: &[f32],
+        d: usize,
+        nk: usize,
+        s: &mut [f32],
+        _ahead: [&[f32]; 2],
+    ) {
         let qn = q.len() / d;
         for n in 0..qn {
             for j in 0..nk {
@@ -266,7 +292,14 @@ mod avx2 {
 
     impl Kernels for Avx2 {
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn scores(q: &[f32], k: &[f32], d: usize, nk: usize, s: &mut [f32], ahead: [&[f32]; 2]) {
+        unsafe fn scores(
+            q: &[f32],
+            k: &[f32],
+            d: usize,
+            nk: usize,
+            s: &mut [f32],
+            ahead: [&[f32]; 2],
+        ) {
             let qn = q.len() / d;
             assert!(d.is_multiple_of(8) && k.len() >= nk * d && s.len() >= qn * KEY_BLOCK);
             // Tiles of 8 queries x 1 key while 8 are left (each key row read once for all of
@@ -342,7 +375,8 @@ mod avx2 {
             for c in (0..n).step_by(8) {
                 // SAFETY: c + 8 <= n <= x.len(), and the mask is as long as the row.
                 unsafe {
-                    let m = mask.map_or(_mm256_setzero_ps(), |m| _mm256_loadu_ps(m[c..c + 8].as_ptr()));
+                    let m =
+                        mask.map_or(_mm256_setzero_ps(), |m| _mm256_loadu_ps(m[c..c + 8].as_ptr()));
                     let v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(c)), sc), m);
                     _mm256_storeu_ps(x.as_mut_ptr().add(c), v);
                     // a NaN score is passed over, as f32::max does (maxps returns its second
@@ -386,7 +420,14 @@ mod avx2 {
     /// Queries n0..n0+R against keys j0..j0+J (R x J <= 8): R x J accumulators of 8 lanes over
     /// the head dimension, then one reduction tree for all of them.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn dots<const R: usize, const J: usize>(q: &[f32], k: &[f32], d: usize, n0: usize, j0: usize, s: &mut [f32]) {
+    unsafe fn dots<const R: usize, const J: usize>(
+        q: &[f32],
+        k: &[f32],
+        d: usize,
+        n0: usize,
+        j0: usize,
+        s: &mut [f32],
+    ) {
         let mut acc = [[_mm256_setzero_ps(); J]; R];
         let (qp, kp) = (q.as_ptr().add(n0 * d), k.as_ptr().add(j0 * d));
         for c in (0..d).step_by(8) {
@@ -421,16 +462,29 @@ mod avx2 {
         let t2 = _mm256_hadd_ps(v[4], v[5]);
         let t3 = _mm256_hadd_ps(v[6], v[7]);
         let (u0, u1) = (_mm256_hadd_ps(t0, t1), _mm256_hadd_ps(t2, t3));
-        _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(u0, u1), _mm256_permute2f128_ps::<0x31>(u0, u1))
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(u0, u1),
+            _mm256_permute2f128_ps::<0x31>(u0, u1),
+        )
     }
 
     /// `out` rows n0..n0+R at dimensions c..c+8C, plus the block's weighted values: R x C
     /// accumulators, a weight broadcast per (query, key).
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn sums<const R: usize, const C: usize>(p: &[f32], v: &[f32], d: usize, nk: usize, n0: usize, c: usize, out: &mut [f32]) {
+    unsafe fn sums<const R: usize, const C: usize>(
+        p: &[f32],
+        v: &[f32],
+        d: usize,
+        nk: usize,
+        n0: usize,
+        c: usize,
+        out: &mut [f32],
+    ) {
         let op = out.as_mut_ptr().add(n0 * d + c);
-        let mut acc: [[__m256; C]; R] = std::array::from_fn(|r| std::array::from_fn(|cc| _mm256_loadu_ps(op.add(r * d + cc * 8))));
+        let mut acc: [[__m256; C]; R] = std::array::from_fn(|r| {
+            std::array::from_fn(|cc| _mm256_loadu_ps(op.add(r * d + cc * 8)))
+        });
         let (pp, vp) = (p.as_ptr().add(n0 * KEY_BLOCK), v.as_ptr().add(c));
         for j in 0..nk {
             let vv: [__m256; C] = std::array::from_fn(|cc| _mm256_loadu_ps(vp.add(j * d + cc * 8)));
@@ -497,16 +551,31 @@ mod tests {
     /// block-causal mask, whose first rows see no key of the last blocks.
     fn cases() -> Vec<(usize, usize, usize, usize, usize, bool)> {
         // (heads, kv_heads, d, t, keys, masked)
-        vec![(3, 3, 8, 1, 5, false), (6, 2, 24, 9, 200, true), (8, 1, 128, 4, 130, true), (4, 2, 16, 40, 64, true), (16, 2, 128, 8, 300, false), (2, 1, 128, 70, 333, true)]
+        vec![
+            (3, 3, 8, 1, 5, false),
+            (6, 2, 24, 9, 200, true),
+            (8, 1, 128, 4, 130, true),
+            (4, 2, 16, 40, 64, true),
+            (16, 2, 128, 8, 300, false),
+            (2, 1, 128, 70, 333, true),
+        ]
     }
 
     fn with_job(case: (usize, usize, usize, usize, usize, bool), f: impl Fn(&Job)) {
         let (h, kvh, d, t, keys, masked) = case;
         let cap = keys + 3;
-        let op = Attention { heads: h, kv_heads: kvh, head_dim: d, keys, scale: 1.0 / (d as f32).sqrt() };
+        let op = Attention {
+            heads: h,
+            kv_heads: kvh,
+            head_dim: d,
+            keys,
+            scale: 1.0 / (d as f32).sqrt(),
+        };
         let q: Vec<f32> = values(h * t * d, 1).iter().map(|v| v * 3.0).collect();
         let kv = values(2 * kvh * cap * d, 2);
-        let mask = masked.then(|| crate::model::layers::attention::block_causal_mask(keys - t, t, 4, keys).unwrap());
+        let mask = masked.then(|| {
+            crate::model::layers::attention::block_causal_mask(keys - t, t, 4, keys).unwrap()
+        });
         f(&Job { op: &op, q: &q, kv: &kv, mask: mask.as_deref(), t_len: t, cap });
     }
 
@@ -519,8 +588,13 @@ mod tests {
                 for t in 0..job.t_len {
                     for hh in 0..h {
                         let want = reference(job, hh, t);
-                        for (i, (&g, w)) in got[(t * h + hh) * d..][..d].iter().zip(want).enumerate() {
-                            assert!((g as f64 - w).abs() < 2e-6 * (1.0 + w.abs()), "{case:?} row {t} head {hh} dim {i}: {g} vs {w}");
+                        for (i, (&g, w)) in
+                            got[(t * h + hh) * d..][..d].iter().zip(want).enumerate()
+                        {
+                            assert!(
+                                (g as f64 - w).abs() < 2e-6 * (1.0 + w.abs()),
+                                "{case:?} row {t} head {hh} dim {i}: {g} vs {w}"
+                            );
                         }
                     }
                 }
@@ -531,29 +605,44 @@ mod tests {
     #[test]
     fn both_bodies_agree_bit_for_bit() {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             for case in cases().into_iter().filter(|c| c.2.is_multiple_of(8)) {
                 with_job(case, |job| {
                     // SAFETY: detected just above.
                     let simd = run(job, |j, i| unsafe { j.task_with::<avx2::Avx2>(i) });
                     // SAFETY: the portable body needs no feature.
-                    assert_eq!(simd, run(job, |j, i| unsafe { j.task_with::<Portable>(i) }), "{case:?}");
+                    assert_eq!(
+                        simd,
+                        run(job, |j, i| unsafe { j.task_with::<Portable>(i) }),
+                        "{case:?}"
+                    );
                 });
             }
-            let mut a: Vec<f32> = (0..37).map(|i| -0.7 * i as f32).chain([f32::NEG_INFINITY, -90.0, 0.0]).collect();
-            let mask: Vec<f32> = (0..a.len()).map(|j| if j % 5 == 3 { f32::NEG_INFINITY } else { 0.0 }).collect();
+            let mut a: Vec<f32> =
+                (0..37).map(|i| -0.7 * i as f32).chain([f32::NEG_INFINITY, -90.0, 0.0]).collect();
+            let mask: Vec<f32> =
+                (0..a.len()).map(|j| if j % 5 == 3 { f32::NEG_INFINITY } else { 0.0 }).collect();
             let mut b = a.clone();
             // SAFETY: detected above.
-            let (ma, mb) = unsafe { (avx2::Avx2::scores_max(&mut a, 0.3, Some(&mask)), Portable::scores_max(&mut b, 0.3, Some(&mask))) };
+            let (ma, mb) = unsafe {
+                (
+                    avx2::Avx2::scores_max(&mut a, 0.3, Some(&mask)),
+                    Portable::scores_max(&mut b, 0.3, Some(&mask)),
+                )
+            };
             assert_eq!((ma, &a), (mb, &b));
-            let (sa, sb) = unsafe { (avx2::Avx2::exp_sum(&mut a, ma), Portable::exp_sum(&mut b, mb)) };
+            let (sa, sb) =
+                unsafe { (avx2::Avx2::exp_sum(&mut a, ma), Portable::exp_sum(&mut b, mb)) };
             assert_eq!((sa, &a), (sb, &b));
             // a NaN score (an inf or a NaN in q or k) is passed over by both maxima
             let mut a = vec![-10f32; 24];
             (a[0], a[8], a[16]) = (5.0, f32::NAN, 1.0);
             let mut b = a.clone();
             // SAFETY: detected above.
-            let (ma, mb) = unsafe { (avx2::Avx2::scores_max(&mut a, 1.0, None), Portable::scores_max(&mut b, 1.0, None)) };
+            let (ma, mb) = unsafe {
+                (avx2::Avx2::scores_max(&mut a, 1.0, None), Portable::scores_max(&mut b, 1.0, None))
+            };
             assert_eq!((ma, mb), (5.0, 5.0));
         }
     }

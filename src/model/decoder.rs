@@ -36,15 +36,31 @@ pub struct Decoder {
 
 impl Decoder {
     /// A pass's rows embedded in `dtype`, and their rotary rows `(cos, sin)`.
-    pub fn embed(&self, input: &PassInput, cache: &KvCache, dtype: DType) -> Result<(Tensor, (Tensor, Tensor))> {
+    pub fn embed(
+        &self,
+        input: &PassInput,
+        cache: &KvCache,
+        dtype: DType,
+    ) -> Result<(Tensor, (Tensor, Tensor))> {
         let x = self.embed.forward(&input.ids, dtype)?;
-        Ok((x, (cache.cos.index_select(&input.positions, 0)?, cache.sin.index_select(&input.positions, 0)?)))
+        Ok((
+            x,
+            (
+                cache.cos.index_select(&input.positions, 0)?,
+                cache.sin.index_select(&input.positions, 0)?,
+            ),
+        ))
     }
 
     /// The standard forward from the embedded rows `x`: every layer in turn, then the final
     /// norm; and the routing of each sparse layer. `h` is the residual stream `x` normed for
     /// the block it enters.
-    pub fn forward(&self, mut x: Tensor, pass: &LayerPass, cache: &KvCache) -> Result<(Tensor, Vec<LayerRoutes>)> {
+    pub fn forward(
+        &self,
+        mut x: Tensor,
+        pass: &LayerPass,
+        cache: &KvCache,
+    ) -> Result<(Tensor, Vec<LayerRoutes>)> {
         let mut h = rms_norm(&x, &self.layers[0].input_norm, self.eps)?;
         let mut routing = Vec::new();
         for (l, layer) in self.layers.iter().enumerate() {
@@ -75,7 +91,9 @@ impl Decoder {
     fn check(&self) -> Result<()> {
         let Some(first) = self.layers.first() else { bail!("a model needs at least one layer") };
         let (heads, rope) = (first.attn.heads, first.attn.rope);
-        if let Some(l) = self.layers.iter().position(|l| l.attn.heads != heads || l.attn.rope != rope) {
+        if let Some(l) =
+            self.layers.iter().position(|l| l.attn.heads != heads || l.attn.rope != rope)
+        {
             bail!("layer {l}: its attention's shape or rotary embedding differs from layer 0's");
         }
         if rope.dims != heads.head_dim {
@@ -110,7 +128,12 @@ pub struct Model {
 impl Model {
     /// The model of the family config.json names (registry.rs), from `w`. On a device whose
     /// projections stay `[out, in]` (paths.rs) the weights are laid out for the streamed layer.
-    pub fn load(cfg: &ModelConfig, w: &dyn WeightSource, compute: impl Into<Compute>, device: &Device) -> Result<Self> {
+    pub fn load(
+        cfg: &ModelConfig,
+        w: &dyn WeightSource,
+        compute: impl Into<Compute>,
+        device: &Device,
+    ) -> Result<Self> {
         let family = super::registry::family(cfg)?;
         let compute = compute.into();
         let b = Loader::new(w, compute, device);
@@ -146,7 +169,10 @@ impl Model {
     pub fn weight_bytes(&self) -> usize {
         let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
         let head = if self.net.lm_head.tied { 0 } else { self.net.lm_head.proj.bytes() };
-        self.net.embed.bytes() + size(&self.net.norm) + head + self.net.layers.iter().map(DecoderLayer::bytes).sum::<usize>()
+        self.net.embed.bytes()
+            + size(&self.net.norm)
+            + head
+            + self.net.layers.iter().map(DecoderLayer::bytes).sum::<usize>()
     }
 
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
@@ -158,14 +184,27 @@ impl Model {
             );
         }
         let heads = self.net.heads();
-        KvCache::new(self.net.layers.len(), (heads.kv_heads, heads.head_dim), self.net.rope(), capacity, self.dtype, &self.device)
+        KvCache::new(
+            self.net.layers.len(),
+            (heads.kv_heads, heads.head_dim),
+            self.net.rope(),
+            capacity,
+            self.dtype,
+            &self.device,
+        )
     }
 
     /// Final hidden states `[T, hidden]` of `ids`, placed right after the cache's committed
     /// positions. Every cached position is visible; among `ids`, attention is block-causal with
     /// blocks of `block` positions counted from position 0. The K/V of the first `keep` ids
     /// are committed (the rest stay scratch).
-    pub fn forward(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        cache: &mut KvCache,
+        block: usize,
+        keep: usize,
+    ) -> Result<Tensor> {
         let input = self.input_after(cache, ids, block, keep)?;
         let (h, _) = self.run(&input, cache, true)?;
         cache.len += keep;
@@ -175,7 +214,13 @@ impl Model {
     /// [`Model::forward`], and the pass's routing in every sparse layer (none for a dense
     /// model). The routes are the host-side values the MoE block computes with, so keeping
     /// them costs nothing beyond these vectors.
-    pub fn forward_routed(&self, ids: &[u32], cache: &mut KvCache, block: usize, keep: usize) -> Result<(Tensor, Vec<LayerRoutes>)> {
+    pub fn forward_routed(
+        &self,
+        ids: &[u32],
+        cache: &mut KvCache,
+        block: usize,
+        keep: usize,
+    ) -> Result<(Tensor, Vec<LayerRoutes>)> {
         let input = self.input_after(cache, ids, block, keep)?;
         let routed = self.run(&input, cache, true)?;
         cache.len += keep;
@@ -184,7 +229,13 @@ impl Model {
 
     /// The input of a pass over `ids` after the cache's committed positions, block-causal with
     /// blocks of `block`, that commits `keep` of them.
-    fn input_after(&self, cache: &KvCache, ids: &[u32], block: usize, keep: usize) -> Result<PassInput> {
+    fn input_after(
+        &self,
+        cache: &KvCache,
+        ids: &[u32],
+        block: usize,
+        keep: usize,
+    ) -> Result<PassInput> {
         let (start, t) = (cache.len, ids.len());
         if keep > t {
             bail!("a pass over {t} positions cannot store {keep}");
@@ -204,13 +255,22 @@ impl Model {
 
     /// [`Model::forward_input`] and its routing (see [`Model::forward_routed`]). A streamed pass
     /// reads its routing tables back from the device, so this one is not for graph capture.
-    pub fn forward_input_routed(&self, input: &PassInput, cache: &KvCache) -> Result<(Tensor, Vec<LayerRoutes>)> {
+    pub fn forward_input_routed(
+        &self,
+        input: &PassInput,
+        cache: &KvCache,
+    ) -> Result<(Tensor, Vec<LayerRoutes>)> {
         self.run(input, cache, true)
     }
 
     /// The forward pass: embed, then the streamed layer where it takes the pass, else the
     /// standard layers; and (`routes`) the routing of the sparse layers.
-    fn run(&self, input: &PassInput, cache: &KvCache, routes: bool) -> Result<(Tensor, Vec<LayerRoutes>)> {
+    fn run(
+        &self,
+        input: &PassInput,
+        cache: &KvCache,
+        routes: bool,
+    ) -> Result<(Tensor, Vec<LayerRoutes>)> {
         if input.keys > cache.capacity {
             bail!("attention over {} keys > cache capacity {}", input.keys, cache.capacity);
         }
@@ -227,8 +287,15 @@ impl Model {
     /// Commits `ids` (after the cache's committed positions) in passes of `chunk` rows (a
     /// multiple of `block`), as one committed [`Model::forward`] a chunk would, value for value,
     /// but layer by layer (fast/chunked.rs says why).
-    pub fn store_chunks(&self, ids: &[u32], chunk: usize, cache: &mut KvCache, block: usize) -> Result<()> {
-        let on = fast::chunked::Target { device: &self.device, dtype: self.dtype, fused: self.fused };
+    pub fn store_chunks(
+        &self,
+        ids: &[u32],
+        chunk: usize,
+        cache: &mut KvCache,
+        block: usize,
+    ) -> Result<()> {
+        let on =
+            fast::chunked::Target { device: &self.device, dtype: self.dtype, fused: self.fused };
         fast::chunked::store_chunks(&self.net, on, ids, (chunk, block), cache)
     }
 
@@ -240,7 +307,9 @@ impl Model {
 
     /// Whether a pass of `t` rows over `keys` keys runs the streamed layer.
     pub fn streams(&self, t: usize, keys: usize) -> bool {
-        self.streamed.as_ref().is_some_and(|s| matches!(s.plan(&self.net, t, keys, self.fused), Ok(Some(_))))
+        self.streamed
+            .as_ref()
+            .is_some_and(|s| matches!(s.plan(&self.net, t, keys, self.fused), Ok(Some(_))))
     }
 
     /// The routes the grouped kernels took in the last streamed pass of `t` rows, read back
@@ -266,13 +335,21 @@ impl Model {
     /// how tests compare it with the standard layer). bf16 only.
     pub fn use_row_weights(&mut self) -> Result<()> {
         if self.dtype != DType::BF16 {
-            bail!("row weights are for the bf16 gemv kernel; this model computes in {:?}", self.dtype);
+            bail!(
+                "row weights are for the bf16 gemv kernel; this model computes in {:?}",
+                self.dtype
+            );
         }
         fast::packed::to_rows(&mut self.net)?;
         match &mut self.streamed {
             Some(s) => s.repack(&mut self.net),
             None => {
-                self.streamed = Some(StreamedLayer::new(&mut self.net, &self.device, self.dtype, self.paths.packed)?);
+                self.streamed = Some(StreamedLayer::new(
+                    &mut self.net,
+                    &self.device,
+                    self.dtype,
+                    self.paths.packed,
+                )?);
                 Ok(())
             }
         }

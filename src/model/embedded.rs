@@ -8,7 +8,11 @@ use crate::model::Embedded;
 
 macro_rules! asset {
     ($name:literal) => {
-        ($name, include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tiny-sdar/", $name)) as &[u8])
+        (
+            $name,
+            include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tiny-sdar/", $name))
+                as &[u8],
+        )
     };
 }
 

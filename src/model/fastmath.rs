@@ -13,7 +13,8 @@ const HI: f32 = 88.0;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
-const POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+const POLY: [f32; 6] =
+    [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
 
 /// `e^x`, the operations of [`avx2::exp8`] one lane at a time.
 #[allow(clippy::manual_clamp)] // not clamp: a NaN must become LO, as `_mm256_max_ps` makes it
@@ -55,8 +56,11 @@ pub mod avx2 {
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn exp8(x: __m256) -> __m256 {
-        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(super::LO)), _mm256_set1_ps(super::HI));
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
+        let x =
+            _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(super::LO)), _mm256_set1_ps(super::HI));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+        );
         let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
         let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
         let mut p = _mm256_set1_ps(POLY[0]);
@@ -64,7 +68,10 @@ pub mod avx2 {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
         let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
-        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        ));
         _mm256_mul_ps(y, _mm256_castsi256_ps(e))
     }
 
@@ -113,20 +120,30 @@ mod tests {
     /// SiLU to within the exponential's error.
     #[test]
     fn silu_mul_bodies_agree_and_are_silu() {
-        let g: Vec<f32> = (0..203).map(|i| (i as f32 - 101.0) * 0.37).chain([f32::NEG_INFINITY, 1e30, -1e30]).collect();
+        let g: Vec<f32> = (0..203)
+            .map(|i| (i as f32 - 101.0) * 0.37)
+            .chain([f32::NEG_INFINITY, 1e30, -1e30])
+            .collect();
         let u: Vec<f32> = (0..g.len()).map(|i| 1.0 + (i % 7) as f32 * 0.5).collect();
         let mut a = vec![0f32; g.len()];
         silu_mul_lanes(&g, &u, &mut a);
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             let mut b = vec![0f32; g.len()];
             // SAFETY: detected just above.
             unsafe { avx2::silu_mul(&g, &u, &mut b) };
-            assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
         }
         for ((&y, &g), &u) in a.iter().zip(&g).zip(&u).take(203) {
             let want = g as f64 / (1.0 + (-g as f64).exp()) * u as f64;
-            assert!((y as f64 - want).abs() <= 1e-6 * want.abs() + 1e-30, "silu({g}) * {u}: {y} vs {want}");
+            assert!(
+                (y as f64 - want).abs() <= 1e-6 * want.abs() + 1e-30,
+                "silu({g}) * {u}: {y} vs {want}"
+            );
         }
     }
 }

@@ -42,7 +42,9 @@ pub enum WeightLayout {
 pub fn weight_dims(dims: &[usize]) -> Option<(usize, usize, WeightLayout)> {
     match *dims {
         [n, k] => Some((n, k, WeightLayout::Rows)),
-        [tiles, steps, TILE_ROWS, K_STEP] => Some((tiles * TILE_ROWS, steps * K_STEP, WeightLayout::Packed)),
+        [tiles, steps, TILE_ROWS, K_STEP] => {
+            Some((tiles * TILE_ROWS, steps * K_STEP, WeightLayout::Packed))
+        }
         _ => None,
     }
 }
@@ -73,7 +75,12 @@ pub fn unpack_experts(packed: &Tensor) -> Result<Tensor> {
 
 /// A weight's `n x k` values as `[N, K]` rows: borrowed, or unpacked into a new vector (the CPU
 /// bodies' view of a packed weight).
-pub fn rows_of(w: &[half::bf16], n: usize, k: usize, layout: WeightLayout) -> std::borrow::Cow<'_, [half::bf16]> {
+pub fn rows_of(
+    w: &[half::bf16],
+    n: usize,
+    k: usize,
+    layout: WeightLayout,
+) -> std::borrow::Cow<'_, [half::bf16]> {
     match layout {
         WeightLayout::Rows => std::borrow::Cow::Borrowed(w),
         WeightLayout::Packed => std::borrow::Cow::Owned(repack_values(w, n, k, WeightLayout::Rows)),
@@ -131,9 +138,16 @@ struct Repack {
 impl Repack {
     /// `(N, K)` and the output shape, after checking the input is in the other layout.
     fn dims(&self, l: &Layout) -> Result<(usize, usize, Shape)> {
-        let Some((n, k, from)) = weight_dims(l.dims()) else { candle_core::bail!("repack: {:?} is not a weight", l.shape()) };
+        let Some((n, k, from)) = weight_dims(l.dims()) else {
+            candle_core::bail!("repack: {:?} is not a weight", l.shape())
+        };
         if from == self.to || !packable(n, k, 1) || !l.is_contiguous() {
-            candle_core::bail!("repack: {:?} ({from:?}, contiguous {}) cannot become {:?}", l.shape(), l.is_contiguous(), self.to);
+            candle_core::bail!(
+                "repack: {:?} ({from:?}, contiguous {}) cannot become {:?}",
+                l.shape(),
+                l.is_contiguous(),
+                self.to
+            );
         }
         let shape = match self.to {
             WeightLayout::Packed => Shape::from((n / TILE_ROWS, k / K_STEP, TILE_ROWS, K_STEP)),
@@ -156,7 +170,11 @@ impl CustomOp1 for Repack {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (n, k, shape) = self.dims(l)?;
         super::cuda::gemv::repack(self.to, n, k, (s, l)).map(|s| (s, shape))
     }
@@ -198,7 +216,11 @@ impl Split {
     /// norm forms' sum of squares).
     pub fn smem_bytes(&self, t: usize, k: usize, epilogue: Epilogue, norm: bool) -> usize {
         let staged = t * (k / 8 + 1) * 16;
-        let sums = if self.ks > 1 { self.ks * self.tb * 32 * 4 * (epilogue.sums() + usize::from(norm)) } else { 0 };
+        let sums = if self.ks > 1 {
+            self.ks * self.tb * 32 * 4 * (epilogue.sums() + usize::from(norm))
+        } else {
+            0
+        };
         staged.max(sums)
     }
 }
@@ -312,7 +334,9 @@ pub fn split(n: usize, k: usize, epilogue: Epilogue) -> Split {
 /// weights, else [`split`].
 pub fn split_for(n: usize, k: usize, epilogue: Epilogue, layout: WeightLayout) -> Split {
     match layout {
-        WeightLayout::Packed => measured(&MEASURED_PACKED, n, k, epilogue).unwrap_or_else(|| split(n, k, epilogue)),
+        WeightLayout::Packed => {
+            measured(&MEASURED_PACKED, n, k, epilogue).unwrap_or_else(|| split(n, k, epilogue))
+        }
         WeightLayout::Rows => split(n, k, epilogue),
     }
 }
@@ -333,7 +357,12 @@ fn measured(table: &[Measured], n: usize, k: usize, epilogue: Epilogue) -> Optio
 /// With both, a sparse layer's route -> gate|up -> down -> combine takes about a quarter less
 /// time.
 pub fn grouped_split(n: usize, k: usize, epilogue: Epilogue) -> Split {
-    let with = |s: Split, ks: usize, tb: usize| Split { ks: ks.min(k / K_STEP).max(1), tb, blocks: n.div_ceil(TILE_ROWS * tb), ..s };
+    let with = |s: Split, ks: usize, tb: usize| Split {
+        ks: ks.min(k / K_STEP).max(1),
+        tb,
+        blocks: n.div_ceil(TILE_ROWS * tb),
+        ..s
+    };
     match split(n, k, epilogue) {
         s if epilogue == Epilogue::Plain && k / K_STEP <= 32 => with(s, 2, 4),
         s if epilogue == Epilogue::SiluMul => with(s, 4, 2),
@@ -349,7 +378,9 @@ impl Gemv {
     /// dims flattened), `K` a multiple of [`K_STEP`], at most [`MAX_N`] output rows, both
     /// contiguous from an offset that keeps 16-byte alignment.
     pub fn fits(x: &Tensor, w: &Tensor) -> bool {
-        let (Some(&k), Some((n, wk, _))) = (x.dims().last(), weight_dims(w.dims())) else { return false };
+        let (Some(&k), Some((n, wk, _))) = (x.dims().last(), weight_dims(w.dims())) else {
+            return false;
+        };
         let rows = x.elem_count() / k.max(1);
         let aligned = |t: &Tensor| t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
         x.dtype() == DType::BF16
@@ -371,16 +402,23 @@ impl Gemv {
     /// Shape checks shared by both backends: the product's sizes and the output shape.
     fn dims(self, lx: &Layout, lw: &Layout) -> Result<(Dims, Shape)> {
         let Some((n, k, layout)) = weight_dims(lw.dims()) else {
-            candle_core::bail!("gemv: a weight of shape {:?} is neither [N, K] rows nor packed", lw.shape());
+            candle_core::bail!(
+                "gemv: a weight of shape {:?} is neither [N, K] rows nor packed",
+                lw.shape()
+            );
         };
         let dims = lx.dims();
-        let Some((&xk, lead)) = dims.split_last() else { candle_core::bail!("gemv: x has no dimensions") };
+        let Some((&xk, lead)) = dims.split_last() else {
+            candle_core::bail!("gemv: x has no dimensions")
+        };
         if xk != k {
             candle_core::bail!("gemv: x has {xk} features, the weight takes {k}");
         }
         let t: usize = lead.iter().product();
         if !(1..=MAX_ROWS).contains(&t) || k % K_STEP != 0 {
-            candle_core::bail!("gemv: {t} rows of {k} (takes 1..={MAX_ROWS} rows, K a multiple of {K_STEP})");
+            candle_core::bail!(
+                "gemv: {t} rows of {k} (takes 1..={MAX_ROWS} rows, K a multiple of {K_STEP})"
+            );
         }
         if self.epilogue == Epilogue::SiluMul && !halves_fit(n, layout) {
             candle_core::bail!("gemv: a gate|up weight of {n} rows ({layout:?}) is not two halves");
@@ -411,7 +449,12 @@ impl Dims {
 /// The kernel's arithmetic: each output an f32 sum of bf16 products, times its row's `scale`
 /// (the norm forms' 1 / rms; else 1), rounded to bf16 once. The GPU sums in a different order
 /// (lanes, then warps), so results agree to f32 rounding before the final bf16 rounding.
-pub fn gemv_scaled(x: &[half::bf16], w: &[half::bf16], (t, n, k): (usize, usize, usize), scale: &[f32]) -> Vec<half::bf16> {
+pub fn gemv_scaled(
+    x: &[half::bf16],
+    w: &[half::bf16],
+    (t, n, k): (usize, usize, usize),
+    scale: &[f32],
+) -> Vec<half::bf16> {
     let mut y = Vec::with_capacity(t * n);
     for r in 0..t {
         let xr = &x[r * k..(r + 1) * k];
@@ -424,7 +467,13 @@ pub fn gemv_scaled(x: &[half::bf16], w: &[half::bf16], (t, n, k): (usize, usize,
     y
 }
 
-pub fn gemv_bf16(x: &[half::bf16], w: &[half::bf16], t: usize, n: usize, k: usize) -> Vec<half::bf16> {
+pub fn gemv_bf16(
+    x: &[half::bf16],
+    w: &[half::bf16],
+    t: usize,
+    n: usize,
+    k: usize,
+) -> Vec<half::bf16> {
     gemv_scaled(x, w, (t, n, k), &vec![1.0; t])
 }
 
@@ -502,10 +551,15 @@ impl GemvInto<'_> {
     pub fn fits(&self, x: &Tensor, w: &Tensor) -> bool {
         let Some((n, k, layout)) = weight_dims(w.dims()) else { return false };
         let s = split_for(self.epilogue.out_rows(n), k, self.epilogue, layout);
-        let plain = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset().is_multiple_of(8);
+        let plain = |t: &Tensor| {
+            t.dtype() == DType::BF16
+                && t.is_contiguous()
+                && t.layout().start_offset().is_multiple_of(8)
+        };
         Gemv::fits(x, w)
             && (self.epilogue == Epilogue::Plain || halves_fit(n, layout))
-            && kernel_name(self.epilogue, self.rms.is_some(), self.residual.is_some(), s.u).is_some()
+            && kernel_name(self.epilogue, self.rms.is_some(), self.residual.is_some(), s.u)
+                .is_some()
             && self.residual.is_none_or(plain)
     }
 
@@ -535,12 +589,21 @@ impl candle_core::InplaceOp3 for GemvInto<'_> {
         "unmask-gemv-into"
     }
 
-    fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+    fn cpu_fwd(
+        &self,
+        so: &mut CpuStorage,
+        lo: &Layout,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+    ) -> Result<()> {
         let d @ Dims { t, n, k, .. } = self.dims(lo, lx, lw)?;
         let (CpuStorage::BF16(out), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (so, sx, sw) else {
             candle_core::bail!("gemv: out, x and w must be bf16");
         };
-        let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
+        let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets())
+        else {
             candle_core::bail!("gemv: x and w must be contiguous");
         };
         let x = &x[xa..xb];
@@ -583,12 +646,19 @@ impl CustomOp2 for Gemv {
         "unmask-gemv"
     }
 
-    fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         let (d @ Dims { t, n, k, .. }, shape) = self.dims(lx, lw)?;
         let (CpuStorage::BF16(x), CpuStorage::BF16(w)) = (sx, sw) else {
             candle_core::bail!("gemv: x and w must be bf16");
         };
-        let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets()) else {
+        let (Some((xa, xb)), Some((wa, wb))) = (lx.contiguous_offsets(), lw.contiguous_offsets())
+        else {
             candle_core::bail!("gemv: x and w must be contiguous");
         };
         let y = gemv_bf16(&x[xa..xb], &d.rows(&w[wa..wb]), t, n, k);
@@ -620,8 +690,14 @@ mod tests {
     #[test]
     fn grouped_products_split_as_moe_bench_found() {
         // SDAR-30B-A3B: gate|up 4 warps a tile, 2 tiles a block; down (K = 768) 2 warps, 4 tiles
-        assert_eq!(grouped_split(768, 2048, Epilogue::SiluMul), Split { ks: 4, tb: 2, u: 4, blocks: 24 });
-        assert_eq!(grouped_split(2048, 768, Epilogue::Plain), Split { ks: 2, tb: 4, u: 8, blocks: 32 });
+        assert_eq!(
+            grouped_split(768, 2048, Epilogue::SiluMul),
+            Split { ks: 4, tb: 2, u: 4, blocks: 24 }
+        );
+        assert_eq!(
+            grouped_split(2048, 768, Epilogue::Plain),
+            Split { ks: 2, tb: 4, u: 8, blocks: 32 }
+        );
         // a long K keeps the dense rule
         assert_eq!(grouped_split(2048, 6144, Epilogue::Plain), split(2048, 6144, Epilogue::Plain));
     }
@@ -630,15 +706,30 @@ mod tests {
     /// launches (q|k|v and gate|up with the norm, o and down adding), and fits a block.
     #[test]
     fn measured_splits_are_taken_and_have_kernels() {
-        let tables = [(&MEASURED[..], WeightLayout::Rows), (&MEASURED_PACKED[..], WeightLayout::Packed)];
-        for (&Measured { n, k, epilogue: e, ks, tb, u }, layout) in tables.iter().flat_map(|&(t, l)| t.iter().map(move |m| (m, l))) {
+        let tables =
+            [(&MEASURED[..], WeightLayout::Rows), (&MEASURED_PACKED[..], WeightLayout::Packed)];
+        for (&Measured { n, k, epilogue: e, ks, tb, u }, layout) in
+            tables.iter().flat_map(|&(t, l)| t.iter().map(move |m| (m, l)))
+        {
             let s = split_for(n, k, e, layout);
-            assert_eq!((s.ks, s.tb, s.u, s.blocks), (ks, tb, u, n.div_ceil(16 * tb)), "{n} x {k} {e:?}");
+            assert_eq!(
+                (s.ks, s.tb, s.u, s.blocks),
+                (ks, tb, u, n.div_ceil(16 * tb)),
+                "{n} x {k} {e:?}"
+            );
             // a plain product may be q|k|v (the norm form) or o / down (the residual form)
-            let forms: &[(bool, bool)] = if e == Epilogue::SiluMul { &[(true, false)] } else { &[(true, false), (false, true)] };
+            let forms: &[(bool, bool)] = if e == Epilogue::SiluMul {
+                &[(true, false)]
+            } else {
+                &[(true, false), (false, true)]
+            };
             for &(norm, add) in forms {
-                let name = kernel_name(e, norm, add, u).unwrap_or_else(|| panic!("{n} x {k} {e:?} u{u}: no kernel"));
-                assert!(include_str!("../../kernels/gemv.cu").contains(&format!("GEMV({name}, {u}, ")), "kernels/gemv.cu has no {name}");
+                let name = kernel_name(e, norm, add, u)
+                    .unwrap_or_else(|| panic!("{n} x {k} {e:?} u{u}: no kernel"));
+                assert!(
+                    include_str!("../../kernels/gemv.cu").contains(&format!("GEMV({name}, {u}, ")),
+                    "kernels/gemv.cu has no {name}"
+                );
             }
             assert!(s.threads() <= 512 && ks <= k / K_STEP);
         }
@@ -646,8 +737,12 @@ mod tests {
         assert!(include_str!("../../kernels/gemv.cu").contains("void NAME##_p("));
         // the benches' copy of the table (scripts/bench_common.cuh, gemv_split) says the same
         let bench = include_str!("../../scripts/bench_common.cuh");
-        for (table, name) in [(&MEASURED[..], "measured[]"), (&MEASURED_PACKED[..], "measured_packed[]")] {
-            let start = bench.find(&format!("const M {name} = {{")).unwrap_or_else(|| panic!("scripts/bench_common.cuh has no {name}"));
+        for (table, name) in
+            [(&MEASURED[..], "measured[]"), (&MEASURED_PACKED[..], "measured_packed[]")]
+        {
+            let start = bench
+                .find(&format!("const M {name} = {{"))
+                .unwrap_or_else(|| panic!("scripts/bench_common.cuh has no {name}"));
             let listed = &bench[start..start + bench[start..].find("};").unwrap()];
             for &Measured { n, k, epilogue: e, ks, tb, u } in table {
                 let row = format!("{{{n}, {k}, {}, {{{u}, {ks}, {tb}}}}}", e == Epilogue::SiluMul);
@@ -677,9 +772,16 @@ mod tests {
         assert_eq!(s.smem_bytes(8, 6144, Epilogue::Plain, false), 8 * 769 * 16);
         assert_eq!(s.smem_bytes(8, 6144, Epilogue::Plain, true), 8 * 769 * 16);
         let s8 = split(2048, 2048, Epilogue::Plain);
-        assert_eq!(s8.smem_bytes(1, 2048, Epilogue::Plain, true), 8 * 32 * 4 * 5, "sums and sums of squares");
+        assert_eq!(
+            s8.smem_bytes(1, 2048, Epilogue::Plain, true),
+            8 * 32 * 4 * 5,
+            "sums and sums of squares"
+        );
         // one row of 2048 (4 KB) is less than 8 warps' paired sums (8 KB)
-        assert_eq!(split(6144, 2048, Epilogue::SiluMul).smem_bytes(1, 2048, Epilogue::SiluMul, false), 8 * 32 * 4 * 8);
+        assert_eq!(
+            split(6144, 2048, Epilogue::SiluMul).smem_bytes(1, 2048, Epilogue::SiluMul, false),
+            8 * 32 * 4 * 8
+        );
     }
 
     #[test]
@@ -687,7 +789,8 @@ mod tests {
         let dev = Device::Cpu;
         let w = Tensor::randn(0f32, 1.0, (37, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
         for t in [1, 4, 8] {
-            let x = Tensor::randn(0f32, 1.0, (t, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+            let x =
+                Tensor::randn(0f32, 1.0, (t, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
             assert!(Gemv::fits(&x, &w));
             let got = Gemv::PLAIN.forward(&x, &w).unwrap();
             assert_eq!(got.dims(), &[t, 37]);
@@ -695,7 +798,9 @@ mod tests {
             let want = f(&x).matmul(&f(&w).t().unwrap()).unwrap();
             let got = f(&got);
             // One bf16 rounding of the same f32 sum: within half a bf16 ulp (2^-8 relative).
-            let err = ((&got - &want).unwrap().abs().unwrap() / (want.abs().unwrap() + 1e-3).unwrap()).unwrap();
+            let err = ((&got - &want).unwrap().abs().unwrap()
+                / (want.abs().unwrap() + 1e-3).unwrap())
+            .unwrap();
             let max = err.flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
             assert!(max <= 1.0 / 256.0 + 1e-4, "t={t}: relative error {max}");
         }
@@ -713,8 +818,11 @@ mod tests {
             // the unfused chain in f32 from the bf16 products
             let gu = Gemv::PLAIN.forward(&x, &w).unwrap().to_dtype(DType::F32).unwrap();
             let gate = gu.narrow(1, 0, i).unwrap();
-            let want = (candle_nn::ops::silu(&gate).unwrap() * gu.narrow(1, i, i).unwrap()).unwrap();
-            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let want =
+                (candle_nn::ops::silu(&gate).unwrap() * gu.narrow(1, i, i).unwrap()).unwrap();
+            let f = |t: &Tensor| {
+                t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            };
             for (g, w) in f(&got).iter().zip(f(&want)) {
                 // one rounding of the same f32 value (up to exp's last bit)
                 assert!((g - w).abs() <= w.abs() / 256.0 + 1e-6, "t={t}: {g} vs {w}");
@@ -722,7 +830,10 @@ mod tests {
         }
         let odd = Tensor::zeros((7, k), DType::BF16, &dev).unwrap();
         let x = Tensor::zeros((1, k), DType::BF16, &dev).unwrap();
-        assert!(Gemv::SILU_MUL.forward(&x, &odd).is_err(), "a gate|up weight has an even row count");
+        assert!(
+            Gemv::SILU_MUL.forward(&x, &odd).is_err(),
+            "a gate|up weight has an even row count"
+        );
     }
 
     #[test]
@@ -733,7 +844,9 @@ mod tests {
         let got = Gemv::PLAIN.forward(&x, &w).unwrap();
         let flat = Gemv::PLAIN.forward(&x.reshape((6, 256)).unwrap(), &w).unwrap();
         assert_eq!(got.dims(), &[2, 3, 16]);
-        let v = |t: Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+        let v = |t: Tensor| {
+            t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap()
+        };
         assert_eq!(v(got), v(flat));
     }
 
@@ -754,7 +867,10 @@ mod tests {
         let at = |off: usize| flat.narrow(0, off, 256).unwrap().reshape((1, 256)).unwrap();
         assert!(Gemv::fits(&at(8), &w), "an offset of 8 values keeps 16-byte alignment");
         assert!(!Gemv::fits(&at(4), &w), "an offset of 4 values breaks it");
-        assert!(Gemv::PLAIN.forward(&bf((9, 256)), &w).is_err(), "the op itself refuses too many rows");
+        assert!(
+            Gemv::PLAIN.forward(&bf((9, 256)), &w).is_err(),
+            "the op itself refuses too many rows"
+        );
     }
 
     fn bf(shape: (usize, usize), seed: f32) -> Tensor {
@@ -762,7 +878,10 @@ mod tests {
         // a hash of the index: values in [-1.5, 1.5) with no pattern a sum could cancel
         let v: Vec<f32> = (0..n)
             .map(|i| {
-                let h = (i as u32 ^ seed.to_bits()).wrapping_mul(2654435761).rotate_left(13).wrapping_mul(0x5bd1e995);
+                let h = (i as u32 ^ seed.to_bits())
+                    .wrapping_mul(2654435761)
+                    .rotate_left(13)
+                    .wrapping_mul(0x5bd1e995);
                 (h >> 8) as f32 / (1u32 << 24) as f32 * 3.0 - 1.5
             })
             .collect();
@@ -799,7 +918,10 @@ mod tests {
             // the unfused chain: RMSNorm in f32 rounded once (candle's CPU rms_norm rounds the
             // rms itself to bf16 first), then the product with the unfolded W
             let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
-            let normed = candle_nn::ops::rms_norm(&f(&x), &f(&nw), 1e-6).unwrap().to_dtype(DType::BF16).unwrap();
+            let normed = candle_nn::ops::rms_norm(&f(&x), &f(&nw), 1e-6)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap();
             let want = Gemv { epilogue }.forward(&normed, &w).unwrap();
             close(&vals(&out), &vals(&want), &format!("{epilogue:?}"));
             // and the norm is not a no-op here
@@ -819,7 +941,10 @@ mod tests {
         let want = (Gemv::PLAIN.forward(&x, &w).unwrap() + &r).unwrap();
         assert_eq!(vals(&out), vals(&want));
         let wrong = Tensor::zeros((t, n + 1), DType::BF16, &Device::Cpu).unwrap();
-        assert!(GemvInto { residual: Some(&wrong), ..op }.run(&out, &x, &w).is_err(), "a residual of another shape");
+        assert!(
+            GemvInto { residual: Some(&wrong), ..op }.run(&out, &x, &w).is_err(),
+            "a residual of another shape"
+        );
         let bad_out = Tensor::zeros((t, n - 1), DType::BF16, &Device::Cpu).unwrap();
         assert!(op.run(&bad_out, &x, &w).is_err(), "an output of another shape");
     }
@@ -834,26 +959,46 @@ mod tests {
         // each value's bits are its index (some are NaNs: compared as bits)
         let rows: Vec<half::bf16> = (0..n * k).map(|i| half::bf16::from_bits(i as u16)).collect();
         let w = Tensor::from_vec(rows, (n, k), &Device::Cpu).unwrap();
-        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<half::bf16>().unwrap().iter().map(|v| v.to_bits() as usize).collect::<Vec<_>>();
+        let bits = |t: &Tensor| {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<half::bf16>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits() as usize)
+                .collect::<Vec<_>>()
+        };
         let p = pack(&w).unwrap();
         assert_eq!(p.dims(), &[n / 16, steps, 16, 32]);
         assert_eq!(weight_dims(p.dims()), Some((n, k, WeightLayout::Packed)));
         assert_eq!(weight_dims(w.dims()), Some((n, k, WeightLayout::Rows)));
         for (at, v) in bits(&p).into_iter().enumerate() {
             // value e of uint4 (t steps + s) 64 + 32 h + lane, lane = 4 g + q
-            let (e, lane, h, s, t) = (at % 8, at / 8 % 32, at / 256 % 2, at / 512 % steps, at / 512 / steps);
+            let (e, lane, h, s, t) =
+                (at % 8, at / 8 % 32, at / 256 % 2, at / 512 % steps, at / 512 / steps);
             let (g, q) = (lane / 4, lane % 4);
             let (row, col) = (16 * t + g + 8 * h, 32 * s + 8 * q + e);
             assert_eq!(v, row * k + col, "tile {t} step {s} half {h} lane {lane}");
         }
         // candle's transpose of the tiles says the same, and unpacking undoes it
-        let moved = w.reshape((n / 16, 16, steps, 32)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap();
+        let moved = w
+            .reshape((n / 16, 16, steps, 32))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap();
         assert_eq!(bits(&moved), bits(&p));
         assert_eq!(bits(&unpack(&p).unwrap()), bits(&w));
         assert_eq!(unpack(&p).unwrap().dims(), &[n, k]);
         assert!(unpack(&w).is_err() && pack(&p).is_err(), "each way only from the other layout");
         assert!(pack(&w.narrow(0, 0, 40).unwrap()).is_err(), "rows of no whole tiles");
-        assert!(packable(48, 96, 1) && !packable(48, 96, 2) && !packable(40, 96, 1) && !packable(48, 80, 1));
+        assert!(
+            packable(48, 96, 1)
+                && !packable(48, 96, 2)
+                && !packable(40, 96, 1)
+                && !packable(48, 80, 1)
+        );
     }
 
     /// Every form gives the same bits from a packed weight as from its rows.
@@ -865,7 +1010,11 @@ mod tests {
         for t in [1, 4, 8] {
             let x = bf((t, k), 0.2);
             for g in [Gemv::PLAIN, Gemv::SILU_MUL] {
-                assert_eq!(vals(&g.forward(&x, &p).unwrap()), vals(&g.forward(&x, &w).unwrap()), "{g:?} t={t}");
+                assert_eq!(
+                    vals(&g.forward(&x, &p).unwrap()),
+                    vals(&g.forward(&x, &w).unwrap()),
+                    "{g:?} t={t}"
+                );
             }
             let res = r.narrow(0, 0, t).unwrap();
             let forms = [
@@ -876,7 +1025,8 @@ mod tests {
             for op in forms {
                 assert!(op.fits(&x, &p), "{op:?}");
                 let out = |w: &Tensor| {
-                    let o = Tensor::zeros((t, op.epilogue.out_rows(n)), DType::BF16, &Device::Cpu).unwrap();
+                    let o = Tensor::zeros((t, op.epilogue.out_rows(n)), DType::BF16, &Device::Cpu)
+                        .unwrap();
                     op.run(&o, &x, w).unwrap();
                     vals(&o)
                 };
@@ -887,7 +1037,8 @@ mod tests {
         let odd = pack(&bf((48, k), 0.5)).unwrap();
         let x = bf((2, k), 0.1);
         assert!(Gemv::SILU_MUL.forward(&x, &odd).is_err());
-        assert!(!GemvInto { epilogue: Epilogue::SiluMul, rms: Some(1e-6), residual: None }.fits(&x, &odd));
+        assert!(!GemvInto { epilogue: Epilogue::SiluMul, rms: Some(1e-6), residual: None }
+            .fits(&x, &odd));
         assert_eq!(entry_name("unmask_gemv_u8", WeightLayout::Packed), "unmask_gemv_u8_p");
     }
 
@@ -895,10 +1046,22 @@ mod tests {
     fn every_form_the_streamed_layer_uses_has_a_kernel() {
         let u = |n, k, e| split(n, k, e).u;
         // qkv (norm), o and down (add), gate|up (norm + silu) of SDAR-1.7B
-        assert_eq!(kernel_name(Epilogue::Plain, true, false, u(4096, 2048, Epilogue::Plain)), Some("unmask_gemv_norm_u8"));
-        assert_eq!(kernel_name(Epilogue::Plain, false, true, u(2048, 2048, Epilogue::Plain)), Some("unmask_gemv_add_u8"));
-        assert_eq!(kernel_name(Epilogue::Plain, false, true, u(2048, 6144, Epilogue::Plain)), Some("unmask_gemv_add_u8"));
-        assert_eq!(kernel_name(Epilogue::SiluMul, true, false, u(6144, 2048, Epilogue::SiluMul)), Some("unmask_gemv_norm_silu_u4"));
+        assert_eq!(
+            kernel_name(Epilogue::Plain, true, false, u(4096, 2048, Epilogue::Plain)),
+            Some("unmask_gemv_norm_u8")
+        );
+        assert_eq!(
+            kernel_name(Epilogue::Plain, false, true, u(2048, 2048, Epilogue::Plain)),
+            Some("unmask_gemv_add_u8")
+        );
+        assert_eq!(
+            kernel_name(Epilogue::Plain, false, true, u(2048, 6144, Epilogue::Plain)),
+            Some("unmask_gemv_add_u8")
+        );
+        assert_eq!(
+            kernel_name(Epilogue::SiluMul, true, false, u(6144, 2048, Epilogue::SiluMul)),
+            Some("unmask_gemv_norm_silu_u4")
+        );
         assert_eq!(kernel_name(Epilogue::SiluMul, true, true, 4), None, "not compiled");
         let (x, w) = (bf((2, 64), 0.0), bf((16, 64), 1.0));
         let op = GemvInto { epilogue: Epilogue::Plain, rms: Some(1e-6), residual: None };
@@ -908,6 +1071,9 @@ mod tests {
         assert!(add(Some(&res)).fits(&x, &w));
         let transposed = bf((16, 2), 0.0).t().unwrap();
         assert!(!add(Some(&transposed)).fits(&x, &w), "a transposed residual");
-        assert!(!GemvInto { rms: Some(1e-6), ..add(Some(&res)) }.fits(&x, &w), "no norm + add form");
+        assert!(
+            !GemvInto { rms: Some(1e-6), ..add(Some(&res)) }.fits(&x, &w),
+            "no norm + add form"
+        );
     }
 }

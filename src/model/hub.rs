@@ -28,9 +28,13 @@ pub fn cache_dir(var: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 /// Whether `--model` text reads as a hub id `ORG/NAME` rather than a path.
 pub fn looks_like_id(s: &str) -> bool {
     let mut parts = s.split('/');
-    let (Some(org), Some(name), None) = (parts.next(), parts.next(), parts.next()) else { return false };
+    let (Some(org), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
     let ok = |p: &str| {
-        !p.is_empty() && !p.starts_with('.') && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        !p.is_empty()
+            && !p.starts_with('.')
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     };
     ok(org) && ok(name)
 }
@@ -51,7 +55,9 @@ pub fn resolve(root: &Path, id: &str, revision: &str) -> Result<PathBuf> {
     }
     // Joined to paths below: a revision (a branch, a tag, `refs/pr/1`, a commit) never climbs
     // out of the repository's folder.
-    if revision.is_empty() || Path::new(revision).components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+    if revision.is_empty()
+        || Path::new(revision).components().any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
         bail!("--revision {revision:?}: not a branch, tag or commit");
     }
     let by_hash = repo.join("snapshots").join(revision);
@@ -74,7 +80,11 @@ pub fn resolve(root: &Path, id: &str, revision: &str) -> Result<PathBuf> {
     }
     let snapshot = repo.join("snapshots").join(&hash);
     if !snapshot.is_dir() {
-        bail!("--model {id}: {} names snapshot {hash}, but {} is missing", reference.display(), snapshot.display());
+        bail!(
+            "--model {id}: {} names snapshot {hash}, but {} is missing",
+            reference.display(),
+            snapshot.display()
+        );
     }
     Ok(snapshot)
 }
@@ -108,7 +118,10 @@ mod tests {
         let c = cache();
         let snap = resolve(c.path(), "JetAstra/SDAR-4B-Chat", "main").unwrap();
         assert_eq!(snap, c.path().join("models--JetAstra--SDAR-4B-Chat/snapshots").join(HASH));
-        assert_eq!(std::fs::read_to_string(snap.join("config.json")).unwrap(), "{\"model_type\":\"sdar\"}");
+        assert_eq!(
+            std::fs::read_to_string(snap.join("config.json")).unwrap(),
+            "{\"model_type\":\"sdar\"}"
+        );
         assert_eq!(resolve(c.path(), "JetAstra/SDAR-4B-Chat", HASH).unwrap(), snap);
     }
 
@@ -140,7 +153,13 @@ mod tests {
         let repo = c.path().join("models--JetAstra--SDAR-4B-Chat");
         std::fs::write(repo.join("refs/dev"), "ffff").unwrap();
         let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "dev").unwrap_err());
-        assert!(e.ends_with(&format!("names snapshot ffff, but {}/snapshots/ffff is missing", repo.display())), "{e}");
+        assert!(
+            e.ends_with(&format!(
+                "names snapshot ffff, but {}/snapshots/ffff is missing",
+                repo.display()
+            )),
+            "{e}"
+        );
     }
 
     /// A revision and what a ref holds are joined to paths: neither may climb out of the
@@ -155,11 +174,15 @@ mod tests {
         }
         for (content, shown) in [("../../../../etc", "\"../../../../etc\""), ("\n", "\"\"")] {
             std::fs::write(repo.join("refs/evil"), content).unwrap();
-            let e = format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "evil").unwrap_err());
+            let e =
+                format!("{:#}", resolve(c.path(), "JetAstra/SDAR-4B-Chat", "evil").unwrap_err());
             assert!(e.ends_with(&format!("refs/evil holds {shown}, not a commit")), "{e}");
         }
         std::fs::create_dir_all(repo.join("snapshots/abc123")).unwrap();
-        assert_eq!(resolve(c.path(), "JetAstra/SDAR-4B-Chat", "abc123").unwrap(), repo.join("snapshots/abc123"));
+        assert_eq!(
+            resolve(c.path(), "JetAstra/SDAR-4B-Chat", "abc123").unwrap(),
+            repo.join("snapshots/abc123")
+        );
     }
 
     #[test]
@@ -175,12 +198,23 @@ mod tests {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
         };
-        static ALL: [(&str, &str); 4] = [("HF_HUB_CACHE", "/c"), ("HF_HOME", "/h"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/home/u")];
+        static ALL: [(&str, &str); 4] = [
+            ("HF_HUB_CACHE", "/c"),
+            ("HF_HOME", "/h"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/home/u"),
+        ];
         let all = &ALL;
         assert_eq!(cache_dir(env(all)), Some(PathBuf::from("/c")));
         assert_eq!(cache_dir(env(&all[1..])), Some(PathBuf::from("/h/hub")));
         assert_eq!(cache_dir(env(&all[2..])), Some(PathBuf::from("/x/huggingface/hub")));
-        assert_eq!(cache_dir(env(&all[3..])), Some(PathBuf::from("/home/u/.cache/huggingface/hub")));
-        assert_eq!(cache_dir(env(&[("HF_HUB_CACHE", ""), ("HOME", "/r")])), Some(PathBuf::from("/r/.cache/huggingface/hub")));
+        assert_eq!(
+            cache_dir(env(&all[3..])),
+            Some(PathBuf::from("/home/u/.cache/huggingface/hub"))
+        );
+        assert_eq!(
+            cache_dir(env(&[("HF_HUB_CACHE", ""), ("HOME", "/r")])),
+            Some(PathBuf::from("/r/.cache/huggingface/hub"))
+        );
     }
 }

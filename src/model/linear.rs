@@ -71,7 +71,11 @@ impl Linear {
     /// shape allows (`halves`: 2 for a stacked gate|up weight); anything else stays as it is.
     pub fn pack(self, halves: usize) -> Result<Self> {
         Ok(match self {
-            Linear::Rows(w) if w.dims2().is_ok_and(|(n, k)| super::gemv::packable(n, k, halves)) => Linear::Packed(super::gemv::pack(&w)?),
+            Linear::Rows(w)
+                if w.dims2().is_ok_and(|(n, k)| super::gemv::packable(n, k, halves)) =>
+            {
+                Linear::Packed(super::gemv::pack(&w)?)
+            }
             other => other,
         })
     }
@@ -140,7 +144,9 @@ impl Linear {
     /// Bytes the weights occupy.
     pub fn bytes(&self) -> usize {
         match self {
-            Linear::Dense(w) | Linear::Rows(w) | Linear::Packed(w) => w.elem_count() * w.dtype().size_in_bytes(),
+            Linear::Dense(w) | Linear::Rows(w) | Linear::Packed(w) => {
+                w.elem_count() * w.dtype().size_in_bytes()
+            }
             Linear::Bf16(p) => p.bytes(),
         }
     }
@@ -152,13 +158,18 @@ fn packed_kernel(op: Gemv, x: &Tensor, w: &Tensor) -> Result<Option<Tensor>> {
     if Gemv::fits(x, w) {
         return op.forward(x, w).map(Some);
     }
-    let Some((&k, lead)) = x.dims().split_last() else { candle_core::bail!("a projection's input has no dimensions") };
+    let Some((&k, lead)) = x.dims().split_last() else {
+        candle_core::bail!("a projection's input has no dimensions")
+    };
     let t: usize = lead.iter().product();
     if t <= MAX_ROWS || t > PACKED_CHUNKS_UP_TO {
         return Ok(None);
     }
     let flat = x.reshape((t, k))?;
-    let parts = (0..t).step_by(MAX_ROWS).map(|r| op.forward(&flat.narrow(0, r, MAX_ROWS.min(t - r))?.contiguous()?, w)).collect::<Result<Vec<_>>>()?;
+    let parts = (0..t)
+        .step_by(MAX_ROWS)
+        .map(|r| op.forward(&flat.narrow(0, r, MAX_ROWS.min(t - r))?.contiguous()?, w))
+        .collect::<Result<Vec<_>>>()?;
     let y = Tensor::cat(&parts, 0)?;
     let mut out = lead.to_vec();
     out.push(y.dim(1)?);
@@ -215,7 +226,8 @@ pub fn huge_pages<T>(v: &mut [T]) {
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
-        let (start, end) = (v.as_mut_ptr() as usize, v.as_mut_ptr() as usize + std::mem::size_of_val(v));
+        let (start, end) =
+            (v.as_mut_ptr() as usize, v.as_mut_ptr() as usize + std::mem::size_of_val(v));
         let (a, b) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
         if b > a {
             // SAFETY: [a, b) lies within `v`'s allocation; the advice changes no contents.
@@ -245,7 +257,10 @@ impl Bf16Panels {
     /// bytes a safetensors file stores: packed straight from the file's map, so that loading
     /// reads the checkpoint once and writes the panels once (no tensor, no concatenation).
     pub fn from_le_parts(parts: &[&[u8]], inp: usize, products: Products) -> Self {
-        assert!(parts.iter().all(|p| p.len() % (2 * inp) == 0), "parts of whole rows of {inp} bf16 values");
+        assert!(
+            parts.iter().all(|p| p.len() % (2 * inp) == 0),
+            "parts of whole rows of {inp} bf16 values"
+        );
         let rows: Vec<&[u8]> = parts.iter().flat_map(|p| p.chunks_exact(2 * inp)).collect();
         Self::pack(rows.len(), inp, products, |o| RowBits::Le(rows[o]))
     }
@@ -258,13 +273,22 @@ impl Bf16Panels {
         }
     }
 
-    fn pack<'a>(out: usize, inp: usize, products: Products, row: impl Fn(usize) -> RowBits<'a> + Sync) -> Self {
+    fn pack<'a>(
+        out: usize,
+        inp: usize,
+        products: Products,
+        row: impl Fn(usize) -> RowBits<'a> + Sync,
+    ) -> Self {
         // Where input i of column j goes, and what the kernel reads there: bf16 products read
         // denormal weights as zero, so they are stored as zero (the portable body then need
         // not check them).
         match products {
-            Products::F32 => Self::pack_as(out, inp, products, row, |j, i| i * PANEL + slot(j), |v| v),
-            Products::Bf16 => Self::pack_as(out, inp, products, row, bf16_products::slot, bf16_products::daz),
+            Products::F32 => {
+                Self::pack_as(out, inp, products, row, |j, i| i * PANEL + slot(j), |v| v)
+            }
+            Products::Bf16 => {
+                Self::pack_as(out, inp, products, row, bf16_products::slot, bf16_products::daz)
+            }
         }
     }
 
@@ -286,7 +310,10 @@ impl Bf16Panels {
                 let mut put = |i: usize, v: u16| panel[at(j, i)] = keep(v);
                 match row(p * PANEL + j) {
                     RowBits::Bits(r) => r.iter().enumerate().for_each(|(i, &v)| put(i, v)),
-                    RowBits::Le(r) => r.chunks_exact(2).enumerate().for_each(|(i, b)| put(i, u16::from_le_bytes([b[0], b[1]]))),
+                    RowBits::Le(r) => r
+                        .chunks_exact(2)
+                        .enumerate()
+                        .for_each(|(i, b)| put(i, u16::from_le_bytes([b[0], b[1]]))),
                 }
             }
         });
@@ -299,8 +326,11 @@ impl Bf16Panels {
         let (out, inp) = w.dims2()?;
         let w = w.to_dtype(DType::BF16)?.contiguous()?;
         let (storage, layout) = w.storage_and_layout();
-        let (candle_core::Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) else {
-            let bits: Vec<u16> = w.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|b| b.to_bits()).collect();
+        let (candle_core::Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) =
+            (&*storage, layout.contiguous_offsets())
+        else {
+            let bits: Vec<u16> =
+                w.flatten_all()?.to_vec1::<half::bf16>()?.iter().map(|b| b.to_bits()).collect();
             return Ok(Self::from_out_in(&bits, out, inp, products));
         };
         // SAFETY: bf16 is a transparent u16 (half's `#[repr(transparent)]`).
@@ -323,7 +353,8 @@ impl Bf16Panels {
         assert_eq!(x.len(), t * self.k, "{t} rows of {} features", self.k);
         let mut y = vec![0f32; t * self.n];
         let panels = self.n.div_ceil(PANEL);
-        let threads = if t * self.n * self.k < PARALLEL_FROM { 1 } else { threads().clamp(1, panels) };
+        let threads =
+            if t * self.n * self.k < PARALLEL_FROM { 1 } else { threads().clamp(1, panels) };
         let out = Out(y.as_mut_ptr());
         let pairs = (self.products == Products::Bf16).then(|| bf16_products::pairs(x, t, self.k));
         let per = panels.div_ceil(threads);
@@ -370,7 +401,9 @@ impl CustomOp1 for Bf16Panels {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let CpuStorage::F32(v) = s else { candle_core::bail!("linear-bf16: input must be f32") };
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("linear-bf16: input must be contiguous") };
+        let Some((a, b)) = l.contiguous_offsets() else {
+            candle_core::bail!("linear-bf16: input must be contiguous")
+        };
         let dims = l.dims();
         let (&k, lead) = dims.split_last().expect("a tensor has a shape");
         if k != self.k {
@@ -398,7 +431,8 @@ mod kernel {
 
     /// Most rows a sweep of any body takes.
     const MOST_ROWS: usize = 8;
-    const _: () = assert!(avx512::ROWS <= MOST_ROWS && ROWS <= MOST_ROWS && bf16_products::ROWS <= MOST_ROWS);
+    const _: () =
+        assert!(avx512::ROWS <= MOST_ROWS && ROWS <= MOST_ROWS && bf16_products::ROWS <= MOST_ROWS);
 
     /// Panel `p` times every row, `group` rows a sweep: `sweep(pw, ahead, r0, rows, acc)` sums
     /// rows `r0..r0 + rows` against the panel `pw` into `acc`, prefetching `ahead` (the
@@ -408,7 +442,15 @@ mod kernel {
     /// # Safety
     /// `out` points at `t * w.n` floats that nothing else reads or writes at the columns of
     /// panel `p` while this runs.
-    unsafe fn each_sweep(w: &Bf16Panels, p: usize, prefetch_next: bool, t: usize, group: usize, out: &Out, mut sweep: impl FnMut(&[u16], &[u16], usize, usize, &mut [[f32; PANEL]])) {
+    unsafe fn each_sweep(
+        w: &Bf16Panels,
+        p: usize,
+        prefetch_next: bool,
+        t: usize,
+        group: usize,
+        out: &Out,
+        mut sweep: impl FnMut(&[u16], &[u16], usize, usize, &mut [[f32; PANEL]]),
+    ) {
         let (len, n) = (Bf16Panels::panel_len(w.k, w.products), w.n);
         let pw = &w.data[p * len..][..len];
         let next = if prefetch_next { &w.data[(p + 1) * len..][..len] } else { pw };
@@ -419,7 +461,9 @@ mod kernel {
             sweep(pw, if r0 + rows == t { next } else { pw }, r0, rows, &mut acc[..group]);
             for (r, a) in acc.iter().enumerate().take(rows) {
                 // SAFETY: row r0 + r < t, columns inside this panel (the caller's promise).
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols) };
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(out.0.add((r0 + r) * n + p * PANEL), cols)
+                };
                 dst.copy_from_slice(&a[..cols]);
             }
         }
@@ -429,10 +473,18 @@ mod kernel {
     ///
     /// # Safety
     /// As [`each_sweep`]'s.
-    pub unsafe fn panel(w: &Bf16Panels, p: usize, prefetch_next: bool, x: &[f32], t: usize, out: &Out) {
+    pub unsafe fn panel(
+        w: &Bf16Panels,
+        p: usize,
+        prefetch_next: bool,
+        x: &[f32],
+        t: usize,
+        out: &Out,
+    ) {
         let k = w.k;
         #[cfg(target_arch = "x86_64")]
-        let simd = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        let simd = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
         #[cfg(not(target_arch = "x86_64"))]
         let simd = false;
         // AVX-512 sweeps 8 rows at once (32 registers), AVX2 and the portable body 4: the sums
@@ -442,18 +494,19 @@ mod kernel {
         // 139.8, a 68-row prefill 1,052 / 1,056 against 966 / 971).
         let wide = t > ROWS && avx512::available();
         let group = if wide { avx512::ROWS } else { ROWS };
-        let sweep = |pw: &[u16], ahead: &[u16], r0: usize, rows: usize, acc: &mut [[f32; PANEL]]| {
-            let xs = &x[r0 * k..(r0 + rows) * k];
-            #[cfg(target_arch = "x86_64")]
-            if wide {
-                // SAFETY: the feature was detected.
-                return unsafe { avx512::sweep(pw, ahead, xs, rows, k, acc) };
-            } else if simd {
-                // SAFETY: the features were just detected.
-                return unsafe { avx2::sweep(pw, ahead, xs, rows, k, acc) };
-            }
-            portable(pw, xs, rows, k, acc);
-        };
+        let sweep =
+            |pw: &[u16], ahead: &[u16], r0: usize, rows: usize, acc: &mut [[f32; PANEL]]| {
+                let xs = &x[r0 * k..(r0 + rows) * k];
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: the feature was detected.
+                    return unsafe { avx512::sweep(pw, ahead, xs, rows, k, acc) };
+                } else if simd {
+                    // SAFETY: the features were just detected.
+                    return unsafe { avx2::sweep(pw, ahead, xs, rows, k, acc) };
+                }
+                portable(pw, xs, rows, k, acc);
+            };
         // SAFETY: the caller's promise, passed on.
         unsafe { each_sweep(w, p, prefetch_next, t, group, out, sweep) }
     }
@@ -463,18 +516,26 @@ mod kernel {
     ///
     /// # Safety
     /// As [`each_sweep`]'s.
-    pub unsafe fn panel_bf16(w: &Bf16Panels, p: usize, prefetch_next: bool, xs: &[u32], t: usize, out: &Out) {
+    pub unsafe fn panel_bf16(
+        w: &Bf16Panels,
+        p: usize,
+        prefetch_next: bool,
+        xs: &[u32],
+        t: usize,
+        out: &Out,
+    ) {
         const R: usize = bf16_products::ROWS;
         let k2 = w.k.div_ceil(2);
-        let sweep = |pw: &[u16], ahead: &[u16], r0: usize, rows: usize, acc: &mut [[f32; PANEL]]| {
-            let x = &xs[r0 * k2..][..R * k2]; // the group of rows r0.. (r0 is a multiple of R)
-            #[cfg(target_arch = "x86_64")]
-            if bf16_products::native() {
-                // SAFETY: the features were detected.
-                return unsafe { bf16_products::avx512::sweep(pw, ahead, x, rows, k2, acc) };
-            }
-            bf16_products::portable(pw, x, rows, k2, acc);
-        };
+        let sweep =
+            |pw: &[u16], ahead: &[u16], r0: usize, rows: usize, acc: &mut [[f32; PANEL]]| {
+                let x = &xs[r0 * k2..][..R * k2]; // the group of rows r0.. (r0 is a multiple of R)
+                #[cfg(target_arch = "x86_64")]
+                if bf16_products::native() {
+                    // SAFETY: the features were detected.
+                    return unsafe { bf16_products::avx512::sweep(pw, ahead, x, rows, k2, acc) };
+                }
+                bf16_products::portable(pw, x, rows, k2, acc);
+            };
         // SAFETY: the caller's promise, passed on.
         unsafe { each_sweep(w, p, prefetch_next, t, R, out, sweep) }
     }
@@ -505,7 +566,14 @@ mod kernel {
         /// # Safety
         /// The CPU has AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn sweep(pw: &[u16], ahead: &[u16], xs: &[f32], rows: usize, k: usize, acc: &mut [[f32; PANEL]]) {
+        pub unsafe fn sweep(
+            pw: &[u16],
+            ahead: &[u16],
+            xs: &[f32],
+            rows: usize,
+            k: usize,
+            acc: &mut [[f32; PANEL]],
+        ) {
             assert!(rows <= ROWS && acc.len() >= rows);
             // One body per row count, so the accumulators are registers.
             match rows {
@@ -517,7 +585,13 @@ mod kernel {
         }
 
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn rows_n<const R: usize>(pw: &[u16], ahead: &[u16], xs: &[f32], k: usize, acc: &mut [[f32; PANEL]]) {
+        unsafe fn rows_n<const R: usize>(
+            pw: &[u16],
+            ahead: &[u16],
+            xs: &[f32],
+            k: usize,
+            acc: &mut [[f32; PANEL]],
+        ) {
             assert!(pw.len() >= k * PANEL && ahead.len() >= k * PANEL && xs.len() >= R * k);
             let zero = _mm256_setzero_si256();
             let mut lo = [_mm256_setzero_ps(); R];
@@ -594,7 +668,14 @@ mod kernel {
             /// # Safety
             /// The CPU has AVX-512F ([`super::available`]).
             #[target_feature(enable = "avx512f")]
-            pub unsafe fn sweep(pw: &[u16], ahead: &[u16], xs: &[f32], rows: usize, k: usize, acc: &mut [[f32; PANEL]]) {
+            pub unsafe fn sweep(
+                pw: &[u16],
+                ahead: &[u16],
+                xs: &[f32],
+                rows: usize,
+                k: usize,
+                acc: &mut [[f32; PANEL]],
+            ) {
                 assert!(rows <= ROWS && acc.len() >= rows);
                 match rows {
                     1 => rows_n::<1>(pw, ahead, xs, k, acc),
@@ -609,7 +690,13 @@ mod kernel {
             }
 
             #[target_feature(enable = "avx512f")]
-            unsafe fn rows_n<const R: usize>(pw: &[u16], ahead: &[u16], xs: &[f32], k: usize, acc: &mut [[f32; PANEL]]) {
+            unsafe fn rows_n<const R: usize>(
+                pw: &[u16],
+                ahead: &[u16],
+                xs: &[f32],
+                k: usize,
+                acc: &mut [[f32; PANEL]],
+            ) {
                 assert!(pw.len() >= k * PANEL && ahead.len() >= k * PANEL && xs.len() >= R * k);
                 let mut sums = [_mm512_setzero_ps(); R];
                 let (w, x, pre) = (pw.as_ptr(), xs.as_ptr(), ahead.as_ptr());
@@ -621,7 +708,8 @@ mod kernel {
                             _mm_prefetch::<_MM_HINT_T1>(pre.add(i * PANEL).cast());
                         }
                         let b = _mm256_loadu_si256(w.add(i * PANEL).cast());
-                        let wf = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)));
+                        let wf =
+                            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b)));
                         for (r, s) in sums.iter_mut().enumerate() {
                             *s = _mm512_fmadd_ps(_mm512_set1_ps(*x.add(r * k + i)), wf, *s);
                         }
@@ -655,10 +743,24 @@ mod tests {
     /// small multiples of 1/8 and 1/4).
     #[test]
     fn many_shapes_and_row_counts_match_the_naive_sums() {
-        const _: () = assert!(8 * (PANEL * 40 + 3) * 257 >= PARALLEL_FROM, "the last shape takes the pool");
-        for (out, inp) in [(1, 1), (15, 7), (16, 64), (17, 300), (PANEL * 2 + 5, 19), (100, 33), (PANEL * 40 + 3, 257)] {
+        const _: () =
+            assert!(8 * (PANEL * 40 + 3) * 257 >= PARALLEL_FROM, "the last shape takes the pool");
+        for (out, inp) in [
+            (1, 1),
+            (15, 7),
+            (16, 64),
+            (17, 300),
+            (PANEL * 2 + 5, 19),
+            (100, 33),
+            (PANEL * 40 + 3, 257),
+        ] {
             let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
-            let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp, Products::F32);
+            let p = Bf16Panels::from_out_in(
+                &w.iter().map(|&v| bits(v)).collect::<Vec<_>>(),
+                out,
+                inp,
+                Products::F32,
+            );
             for t in (1..=10).chain([17, 37]) {
                 let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
                 let y = p.matmul(&x, t);
@@ -677,16 +779,26 @@ mod tests {
     /// to quarters plus a few 2^-10 and the weights are eighths.
     #[test]
     fn bf16_products_match_the_dot_products_of_the_rounded_inputs() {
-        for (out, inp) in [(1, 1), (15, 7), (16, 64), (17, 300), (PANEL * 2 + 5, 19), (PANEL * 40 + 3, 257)] {
+        for (out, inp) in
+            [(1, 1), (15, 7), (16, 64), (17, 300), (PANEL * 2 + 5, 19), (PANEL * 40 + 3, 257)]
+        {
             let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
-            let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp, Products::Bf16);
+            let p = Bf16Panels::from_out_in(
+                &w.iter().map(|&v| bits(v)).collect::<Vec<_>>(),
+                out,
+                inp,
+                Products::Bf16,
+            );
             for t in (1..=10).chain([17, 37]) {
-                let x: Vec<f32> = (0..t * inp).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0 + 1.0 / 1024.0).collect();
+                let x: Vec<f32> = (0..t * inp)
+                    .map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0 + 1.0 / 1024.0)
+                    .collect();
                 let y = p.matmul(&x, t);
                 for r in 0..t {
                     for o in 0..out {
                         let rounded = |v: f32| half::bf16::from_f32(v).to_f32();
-                        let want: f32 = (0..inp).map(|i| rounded(x[r * inp + i]) * w[o * inp + i]).sum();
+                        let want: f32 =
+                            (0..inp).map(|i| rounded(x[r * inp + i]) * w[o * inp + i]).sum();
                         assert_eq!(y[r * out + o], want, "{out}x{inp} t={t} row {r} col {o}");
                     }
                 }
@@ -710,7 +822,10 @@ mod tests {
         // and they are close to the f32 products (inputs rounded to 8 bits)
         let exact = Bf16Panels::from_out_in(&w, out, inp, Products::F32).matmul(&x, 11);
         let scale = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert!(all.iter().zip(&exact).all(|(a, b)| (a - b).abs() <= scale / 64.0), "bf16 products far from f32");
+        assert!(
+            all.iter().zip(&exact).all(|(a, b)| (a - b).abs() <= scale / 64.0),
+            "bf16 products far from f32"
+        );
     }
 
     /// The portable body against the AVX2 one, which must agree bit for bit, on inexact values
@@ -719,14 +834,20 @@ mod tests {
     fn both_bodies_round_alike() {
         let (out, inp) = (PANEL * 40 + 3, 256);
         let w: Vec<f32> = (0..out * inp).map(|i| ((i * 7 % 23) as f32 - 11.0) / 8.0).collect();
-        let p = Bf16Panels::from_out_in(&w.iter().map(|&v| bits(v)).collect::<Vec<_>>(), out, inp, Products::F32);
+        let p = Bf16Panels::from_out_in(
+            &w.iter().map(|&v| bits(v)).collect::<Vec<_>>(),
+            out,
+            inp,
+            Products::F32,
+        );
         // inexact values: the two bodies still round alike
         let x: Vec<f32> = (0..4 * inp).map(|i| (i as f32 * 0.37).sin()).collect();
         let pw = &p.data[..inp * PANEL];
         let mut a = [[0f32; PANEL]; ROWS];
         kernel::portable(pw, &x, 3, inp, &mut a);
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             let mut b = [[0f32; PANEL]; ROWS];
             // SAFETY: detected just above.
             unsafe { kernel::avx2::sweep(pw, pw, &x, 3, inp, &mut b) };
@@ -796,7 +917,16 @@ mod tests {
         let got = lin.forward(&x).unwrap();
         assert_eq!(got.dims(), &[2, 3, 40]);
         let want = x.broadcast_matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
-        let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        let diff = (got - want)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!(diff < 1e-4, "max diff {diff}");
         assert_eq!(lin.bytes(), 2 * 24 * 48, "three zero-padded panels of 16 columns");
     }
@@ -808,12 +938,14 @@ mod tests {
         let rows = Linear::Rows(w.clone());
         let dense = Linear::Dense(w.t().unwrap().contiguous().unwrap());
         for t in [4, 8, 9, 64] {
-            let x = Tensor::randn(0f32, 1.0, (t, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+            let x =
+                Tensor::randn(0f32, 1.0, (t, 256), &dev).unwrap().to_dtype(DType::BF16).unwrap();
             assert_eq!(Gemv::fits(&x, &w), t <= 8);
             let f = |t: Tensor| t.to_dtype(DType::F32).unwrap();
             let (a, b) = (f(rows.forward(&x).unwrap()), f(dense.forward(&x).unwrap()));
             assert_eq!(a.dims(), &[t, 48]);
-            let rel = ((&a - &b).unwrap().abs().unwrap() / (b.abs().unwrap() + 1e-2).unwrap()).unwrap();
+            let rel =
+                ((&a - &b).unwrap().abs().unwrap() / (b.abs().unwrap() + 1e-2).unwrap()).unwrap();
             let max = rel.flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
             // Both round one f32 sum to bf16; sums in another order may round to the next value.
             assert!(max <= 2.0 / 256.0, "t={t}: relative difference {max}");
@@ -830,8 +962,13 @@ mod tests {
         let w = Tensor::randn(0f32, 0.3, (64, 96), &dev).unwrap().to_dtype(DType::BF16).unwrap();
         let (rows, packed) = (Linear::Rows(w.clone()), Linear::Rows(w.clone()).pack(2).unwrap());
         assert!(matches!(packed, Linear::Packed(_)) && packed.bytes() == rows.bytes());
-        assert!(matches!(Linear::Rows(w.narrow(0, 0, 48).unwrap()).pack(2).unwrap(), Linear::Rows(_)), "halves of 24 rows");
-        let v = |t: Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(
+            matches!(Linear::Rows(w.narrow(0, 0, 48).unwrap()).pack(2).unwrap(), Linear::Rows(_)),
+            "halves of 24 rows"
+        );
+        let v = |t: Tensor| {
+            t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
         for t in [1, 4, 8, 9, 12, 16, 17, 40] {
             let x = Tensor::randn(0f32, 1.0, (t, 96), &dev).unwrap().to_dtype(DType::BF16).unwrap();
             let got = packed.forward(&x).unwrap();
@@ -839,16 +976,27 @@ mod tests {
             let want = match t {
                 // the kernel on the rows, 8 rows at a time
                 9..=PACKED_CHUNKS_UP_TO => {
-                    let parts: Vec<Tensor> = (0..t).step_by(8).map(|r| rows.forward(&x.narrow(0, r, 8.min(t - r)).unwrap()).unwrap()).collect();
+                    let parts: Vec<Tensor> = (0..t)
+                        .step_by(8)
+                        .map(|r| rows.forward(&x.narrow(0, r, 8.min(t - r)).unwrap()).unwrap())
+                        .collect();
                     Tensor::cat(&parts, 0).unwrap()
                 }
                 _ => rows.forward(&x).unwrap(),
             };
             assert_eq!(v(got), v(want), "t={t}");
             let paired = packed.forward_silu_mul(&x).unwrap();
-            assert_eq!(paired.is_some(), t <= PACKED_CHUNKS_UP_TO, "t={t}: past 16 rows the caller runs the activation");
+            assert_eq!(
+                paired.is_some(),
+                t <= PACKED_CHUNKS_UP_TO,
+                "t={t}: past 16 rows the caller runs the activation"
+            );
             if t <= 8 {
-                assert_eq!(v(paired.unwrap()), v(rows.forward_silu_mul(&x).unwrap().unwrap()), "t={t}");
+                assert_eq!(
+                    v(paired.unwrap()),
+                    v(rows.forward_silu_mul(&x).unwrap().unwrap()),
+                    "t={t}"
+                );
             }
         }
     }
@@ -862,8 +1010,12 @@ mod tests {
         let got = rows.forward_silu_mul(&x).unwrap().expect("a block pass's rows take the kernel");
         assert_eq!(got.dims(), &[4, 32]);
         let gu = rows.forward(&x).unwrap().to_dtype(DType::F32).unwrap();
-        let want = (candle_nn::ops::silu(&gu.narrow(1, 0, 32).unwrap()).unwrap() * gu.narrow(1, 32, 32).unwrap()).unwrap();
-        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let want = (candle_nn::ops::silu(&gu.narrow(1, 0, 32).unwrap()).unwrap()
+            * gu.narrow(1, 32, 32).unwrap())
+        .unwrap();
+        let f = |t: &Tensor| {
+            t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
         for (g, w) in f(&got).iter().zip(f(&want)) {
             // silu(gate) * up of the same products, rounded once to bf16
             assert!((g - w).abs() <= w.abs() / 128.0 + 1e-3, "{g} vs {w}");

@@ -30,7 +30,8 @@ impl<'a> Loader<'a> {
     pub fn new(w: &'a dyn WeightSource, compute: impl Into<Compute>, device: &'a Device) -> Self {
         let Compute { dtype, products, paths } = compute.into();
         paths.launch_on(device);
-        let (bf16_panels, rows) = (bf16_weights_here(device, dtype, &paths), gemv_here(device, dtype, &paths));
+        let (bf16_panels, rows) =
+            (bf16_weights_here(device, dtype, &paths), gemv_here(device, dtype, &paths));
         Loader { w, dtype, products, device, bf16_panels, rows }
     }
 
@@ -46,13 +47,21 @@ impl<'a> Loader<'a> {
     /// Whether the projection or embedding `name` is kept in bf16: stored so, or rounded to it
     /// for bf16 products.
     pub(super) fn bf16(&self, name: &str) -> bool {
-        self.bf16_panels && (self.products == Products::Bf16 || self.w.stored(name) == Some(DType::BF16))
+        self.bf16_panels
+            && (self.products == Products::Bf16 || self.w.stored(name) == Some(DType::BF16))
     }
 
     /// bf16 panels packed straight from a mapped checkpoint's bytes, where every part is there
     /// in bf16 with its shape (else `None`: the caller goes through tensors).
-    pub(super) fn mapped_panels(&self, parts: &[(String, usize)], inp: usize) -> Option<Bf16Panels> {
-        let bytes = parts.iter().map(|(n, out)| self.w.bf16_bytes(n, &[*out, inp])).collect::<Option<Vec<_>>>()?;
+    pub(super) fn mapped_panels(
+        &self,
+        parts: &[(String, usize)],
+        inp: usize,
+    ) -> Option<Bf16Panels> {
+        let bytes = parts
+            .iter()
+            .map(|(n, out)| self.w.bf16_bytes(n, &[*out, inp]))
+            .collect::<Option<Vec<_>>>()?;
         Some(Bf16Panels::from_le_parts(&bytes, inp, self.products))
     }
 
@@ -86,8 +95,10 @@ impl<'a> Loader<'a> {
         }
         // Panels are made from the stored bf16 values directly, not through f32.
         let dt = if keep { DType::BF16 } else { self.dtype };
-        let ts = parts.iter().map(|(n, out)| self.w.get(n, &[*out, inp], dt, self.device)).collect::<Result<Vec<_>>>()?;
+        let ts = parts
+            .iter()
+            .map(|(n, out)| self.w.get(n, &[*out, inp], dt, self.device))
+            .collect::<Result<Vec<_>>>()?;
         self.linear(Tensor::cat(&ts, 0)?, keep)
     }
 }
-

@@ -35,8 +35,8 @@ use candle_core::{DType, Device};
 use serde::Deserialize;
 
 use crate::model::chat::ChatTemplate;
-use crate::trace::events::ModelInfo;
 use crate::model::tokenizer::Tok;
+use crate::trace::events::ModelInfo;
 pub use config::ModelConfig;
 use config::OneOrMany;
 pub use decoder::Model;
@@ -76,25 +76,25 @@ impl Source {
     fn check(&self) -> Result<()> {
         if let Source::Dir(p) = self {
             // `exists()` would call a symlink loop or a folder we may not enter "missing".
-            let meta = std::fs::metadata(p)
-                .map_err(|e| anyhow!("model folder {}: {}", p.display(), crate::limits::io_reason(&e)))?;
+            let meta = std::fs::metadata(p).map_err(|e| {
+                anyhow!("model folder {}: {}", p.display(), crate::limits::io_reason(&e))
+            })?;
             if !meta.is_dir() {
                 bail!("model folder {}: is not a folder", p.display());
             }
-            std::fs::read_dir(p)
-                .map_err(|e| anyhow!("model folder {}: {}", p.display(), crate::limits::io_reason(&e)))?;
+            std::fs::read_dir(p).map_err(|e| {
+                anyhow!("model folder {}: {}", p.display(), crate::limits::io_reason(&e))
+            })?;
         }
         Ok(())
     }
 
     fn bytes(&self, name: &str) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
         match self {
-            Source::Dir(p) => {
-                match read_if_present(&p.join(name))? {
-                    Some(b) => Ok(Some(b.into())),
-                    None => gunzip_file(&p.join(format!("{name}.gz"))),
-                }
-            }
+            Source::Dir(p) => match read_if_present(&p.join(name))? {
+                Some(b) => Ok(Some(b.into())),
+                None => gunzip_file(&p.join(format!("{name}.gz"))),
+            },
             Source::Embedded(e) => Ok(e.files.iter().find(|f| f.0 == name).map(|f| f.1.into())),
         }
     }
@@ -114,14 +114,18 @@ impl Source {
     /// The checkpoint's config.json, parsed and bounded (no weights read), and how errors name it.
     pub fn config(&self) -> Result<(ModelConfig, String)> {
         let label = self.file_label("config.json");
-        Ok((crate::model::registry::parse_config(&self.required_text("config.json")?, &label)?, label))
+        Ok((
+            crate::model::registry::parse_config(&self.required_text("config.json")?, &label)?,
+            label,
+        ))
     }
 
     fn weights(&self) -> Result<Weights> {
         match self {
             Source::Embedded(e) => {
                 let bytes = e.files.iter().find(|f| f.0 == "model.safetensors").map(|f| f.1);
-                let bytes = bytes.ok_or_else(|| anyhow!("{}: missing", self.file_label("model.safetensors")))?;
+                let bytes = bytes
+                    .ok_or_else(|| anyhow!("{}: missing", self.file_label("model.safetensors")))?;
                 Weights::from_static(&self.file_label("model.safetensors"), bytes)
             }
             Source::Dir(dir) => Weights::open_files(&weight_files(dir)?),
@@ -175,8 +179,10 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
             weight_map: std::collections::BTreeMap<String, String>,
         }
         let label = index.display().to_string();
-        let text = std::fs::read_to_string(&index).with_context(|| format!("{label}: cannot read"))?;
-        let idx: Index = serde_json::from_str(&text).with_context(|| format!("{label}: invalid index"))?;
+        let text =
+            std::fs::read_to_string(&index).with_context(|| format!("{label}: cannot read"))?;
+        let idx: Index =
+            serde_json::from_str(&text).with_context(|| format!("{label}: invalid index"))?;
         let mut files: Vec<&String> = idx.weight_map.values().collect();
         files.sort();
         files.dedup();
@@ -240,10 +246,13 @@ impl GenerationConfig {
     /// checked when a decode takes them ([`crate::cli::DecodeArgs::settings`]), naming this
     /// file and the field: a flag may stand in for a bad one.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let mut gen: GenerationConfig = config::parse_object(text, origin, "invalid generation config")?;
+        let mut gen: GenerationConfig =
+            config::parse_object(text, origin, "invalid generation config")?;
         gen.origin = origin.to_string();
         gen.threshold_field = match (gen.threshold, gen.confidence_threshold.take()) {
-            (Some(_), Some(_)) => bail!("{origin}: both `threshold` and `confidence_threshold` are given; keep one"),
+            (Some(_), Some(_)) => {
+                bail!("{origin}: both `threshold` and `confidence_threshold` are given; keep one")
+            }
             (None, Some(v)) => {
                 gen.threshold = Some(v);
                 "confidence_threshold"
@@ -294,10 +303,17 @@ impl TokenizerConfig {
 
     /// The special tokens transformers hands a chat template as variables.
     fn template_vars(&self) -> crate::model::chat::Vars {
-        let named = [("bos_token", &self.bos_token), ("eos_token", &self.eos_token), ("pad_token", &self.pad_token), ("unk_token", &self.unk_token)];
+        let named = [
+            ("bos_token", &self.bos_token),
+            ("eos_token", &self.eos_token),
+            ("pad_token", &self.pad_token),
+            ("unk_token", &self.unk_token),
+        ];
         named
             .into_iter()
-            .filter_map(|(k, v)| Some((k.to_string(), serde_json::Value::String(token_text(v.as_ref())?))))
+            .filter_map(|(k, v)| {
+                Some((k.to_string(), serde_json::Value::String(token_text(v.as_ref())?)))
+            })
             .collect()
     }
 }
@@ -310,7 +326,10 @@ fn chat_template(source: &Source, tok_config: &TokenizerConfig) -> Result<Option
     }
     match &tok_config.chat_template {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => Ok(Some(ChatTemplate::from_config_value(v, &source.file_label("tokenizer_config.json"))?)),
+        Some(v) => Ok(Some(ChatTemplate::from_config_value(
+            v,
+            &source.file_label("tokenizer_config.json"),
+        )?)),
     }
 }
 
@@ -339,12 +358,18 @@ impl Checkpoint {
         };
         let tok_config: TokenizerConfig = match source.text("tokenizer_config.json")? {
             None => TokenizerConfig::default(),
-            Some(t) => config::parse_object(&t, &source.file_label("tokenizer_config.json"), "invalid tokenizer config")?,
+            Some(t) => config::parse_object(
+                &t,
+                &source.file_label("tokenizer_config.json"),
+                "invalid tokenizer config",
+            )?,
         };
         let tok_label = source.file_label("tokenizer.json");
-        let tok_bytes = source.bytes("tokenizer.json")?.ok_or_else(|| anyhow!("{tok_label}: missing"))?;
+        let tok_bytes =
+            source.bytes("tokenizer.json")?.ok_or_else(|| anyhow!("{tok_label}: missing"))?;
         let mask_text = tok_config.mask_text();
-        let tokenizer = Tok::from_bytes(&tok_bytes, &tok_label, config.mask_token_id, mask_text.as_deref())?;
+        let tokenizer =
+            Tok::from_bytes(&tok_bytes, &tok_label, config.mask_token_id, mask_text.as_deref())?;
         if tokenizer.mask_id() as usize >= config.vocab_size {
             bail!(
                 "{tok_label}: mask token id {} is outside the model's vocabulary ({})",
@@ -370,7 +395,17 @@ impl Checkpoint {
             dtype: weights.stored_dtype(),
             moe: config.moe_info(),
         };
-        Ok(Checkpoint { config, generation, tokenizer, eos_ids, model, info, chat_template, template_vars, mask_source })
+        Ok(Checkpoint {
+            config,
+            generation,
+            tokenizer,
+            eos_ids,
+            model,
+            info,
+            chat_template,
+            template_vars,
+            mask_source,
+        })
     }
 }
 
@@ -401,8 +436,16 @@ fn mask_source(config: &ModelConfig, config_text: Option<&str>, tok: &Tok) -> St
 /// Stop ids: the union, first seen first, of generation_config.json `eos_token_id`,
 /// config.json `eos_token_id` and tokenizer_config.json `eos_token` (chat checkpoints name
 /// `<|im_end|>` only there). With none of them, the tokenizer's `<|endoftext|>`/`<|im_end|>`.
-fn eos_ids(config: &ModelConfig, generation: &GenerationConfig, eos_text: Option<&str>, tok: &Tok) -> Vec<u32> {
-    let listed = [&generation.eos_token_id, &config.eos_token_id].into_iter().flatten().flat_map(OneOrMany::to_vec);
+fn eos_ids(
+    config: &ModelConfig,
+    generation: &GenerationConfig,
+    eos_text: Option<&str>,
+    tok: &Tok,
+) -> Vec<u32> {
+    let listed = [&generation.eos_token_id, &config.eos_token_id]
+        .into_iter()
+        .flatten()
+        .flat_map(OneOrMany::to_vec);
     let named = eos_text.and_then(|t| tok.token_to_id(t));
     let ids = dedup(listed.chain(named));
     if !ids.is_empty() {
@@ -440,7 +483,10 @@ impl std::str::FromStr for DeviceSpec {
             "cpu" => Ok(DeviceSpec::Cpu),
             "cuda" => Ok(DeviceSpec::Cuda(None)),
             _ => match s.strip_prefix("cuda:") {
-                Some(n) => n.parse().map(|n| DeviceSpec::Cuda(Some(n))).map_err(|_| "expected cuda:N with N a GPU index".into()),
+                Some(n) => n
+                    .parse()
+                    .map(|n| DeviceSpec::Cuda(Some(n)))
+                    .map_err(|_| "expected cuda:N with N a GPU index".into()),
                 None => Err("expected cpu, cuda or cuda:N".into()),
             },
         }
@@ -472,7 +518,8 @@ impl DeviceSpec {
 /// two driver calls per tensor (and forbid graph capture).
 #[cfg(feature = "cuda")]
 fn cuda_device(n: usize) -> Result<Device> {
-    let dev = Device::new_cuda_with_stream(n).with_context(|| format!("--device cuda:{n}: cannot open the GPU"))?;
+    let dev = Device::new_cuda_with_stream(n)
+        .with_context(|| format!("--device cuda:{n}: cannot open the GPU"))?;
     if let Device::Cuda(d) = &dev {
         // SAFETY: single stream (see above); no tensor exists on this device yet.
         unsafe { d.disable_event_tracking() };
@@ -505,7 +552,8 @@ impl From<DType> for Compute {
 
 impl Compute {
     /// `--dtype bf16` on the CPU: f32 tensors, projections in bf16 (bf16_products.rs).
-    pub const CPU_BF16: Compute = Compute { dtype: DType::F32, products: Products::Bf16, paths: PathChoices::DEFAULT };
+    pub const CPU_BF16: Compute =
+        Compute { dtype: DType::F32, products: Products::Bf16, paths: PathChoices::DEFAULT };
 
     /// As `--dtype` says it.
     pub fn label(&self) -> &'static str {

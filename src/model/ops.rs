@@ -13,7 +13,9 @@
 //! - [`add_rms_norm`]: `x + delta` and its RMSNorm in one pass -> `[2, T, h]`.
 //! - [`kv_write`]: a pass's K/V into its cache slots, in place (every path uses it).
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor,
+};
 
 /// Dtypes the CUDA kernels take.
 pub fn cuda_dtype_ok(dt: DType) -> bool {
@@ -90,7 +92,12 @@ pub struct AddRmsNorm {
 
 /// `(x + delta, rms_norm(x + delta) * w)`, the sum rounded to the storage dtype first (as an
 /// unfused add then norm would see it).
-pub fn add_rms_norm(x: &Tensor, delta: &Tensor, w: &Tensor, op: &AddRmsNorm) -> Result<(Tensor, Tensor)> {
+pub fn add_rms_norm(
+    x: &Tensor,
+    delta: &Tensor,
+    w: &Tensor,
+    op: &AddRmsNorm,
+) -> Result<(Tensor, Tensor)> {
     let both = x.apply_op3_no_bwd(delta, w, op)?;
     Ok((both.get(0)?, both.get(1)?))
 }
@@ -112,7 +119,12 @@ impl KvWrite {
         let (two, kv, cap, d) = lc.shape().dims4()?;
         let (two_k, kv_k, t, d_k) = lk.shape().dims4()?;
         if two != 2 || (two_k, kv_k, d_k) != (2, kv, d) || lp.shape().dims1()? != t {
-            candle_core::bail!("kv-write: cache {:?}, block {:?}, positions {:?}", lc.shape(), lk.shape(), lp.shape());
+            candle_core::bail!(
+                "kv-write: cache {:?}, block {:?}, positions {:?}",
+                lc.shape(),
+                lk.shape(),
+                lp.shape()
+            );
         }
         if !lc.is_contiguous() || !lk.is_contiguous() || !lp.is_contiguous() {
             candle_core::bail!("kv-write: inputs must be contiguous");
@@ -126,14 +138,29 @@ impl candle_core::InplaceOp3 for KvWrite {
         "unmask-kv-write"
     }
 
-    fn cpu_fwd(&self, sc: &mut CpuStorage, lc: &Layout, sk: &CpuStorage, lk: &Layout, sp: &CpuStorage, lp: &Layout) -> Result<()> {
+    fn cpu_fwd(
+        &self,
+        sc: &mut CpuStorage,
+        lc: &Layout,
+        sk: &CpuStorage,
+        lk: &Layout,
+        sp: &CpuStorage,
+        lp: &Layout,
+    ) -> Result<()> {
         let (rows, t, d, cap) = Self::check(lc, lk, lp)?;
-        let CpuStorage::U32(pos) = sp else { candle_core::bail!("kv-write: positions must be u32") };
+        let CpuStorage::U32(pos) = sp else {
+            candle_core::bail!("kv-write: positions must be u32")
+        };
         let pos = &pos[lp.start_offset()..lp.start_offset() + t];
         if let Some(&p) = pos.iter().find(|&&p| p as usize >= cap) {
             candle_core::bail!("kv-write: slot {p} outside a cache of {cap}");
         }
-        fn copy<T: Copy>(c: &mut [T], k: &[T], pos: &[u32], (rows, t, d, cap): (usize, usize, usize, usize)) {
+        fn copy<T: Copy>(
+            c: &mut [T],
+            k: &[T],
+            pos: &[u32],
+            (rows, t, d, cap): (usize, usize, usize, usize),
+        ) {
             for r in 0..rows {
                 for (i, &p) in pos.iter().enumerate() {
                     let (dst, src) = ((r * cap + p as usize) * d, (r * t + i) * d);
@@ -222,7 +249,14 @@ pub fn prep_attention_into(
 /// (no tensor allocated between the pass's kernels); elsewhere a copy of [`attention`]'s result.
 /// `positions`: the cache slots `[T]` this pass has just written; the GPU kernel copies the
 /// rest of the cache before the kernel writing them has finished, and these after.
-pub fn attention_into(out: &Tensor, q: &Tensor, kv: &Tensor, mask: Option<&Tensor>, positions: &Tensor, op: &Attention) -> Result<()> {
+pub fn attention_into(
+    out: &Tensor,
+    q: &Tensor,
+    kv: &Tensor,
+    mask: Option<&Tensor>,
+    positions: &Tensor,
+    op: &Attention,
+) -> Result<()> {
     #[cfg(feature = "cuda")]
     if out.device().is_cuda() {
         return out.inplace_op3(q, kv, &super::cuda::ops::AttentionInto { op, mask, positions });
@@ -265,7 +299,11 @@ impl QkvPrep {
         let (t, width) = l.shape().dims2()?;
         let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
         if width != (h + 2 * kv) * d || d % 2 != 0 || lc.shape().dims2()? != (t, d / 2) {
-            candle_core::bail!("qkv-prep: shapes {:?} {:?} do not fit heads {h}/{kv} x {d}", l.shape(), lc.shape());
+            candle_core::bail!(
+                "qkv-prep: shapes {:?} {:?} do not fit heads {h}/{kv} x {d}",
+                l.shape(),
+                lc.shape()
+            );
         }
         Ok(t)
     }
@@ -333,24 +371,50 @@ impl CustomOp3 for QkvPrep {
 }
 
 impl Attention {
-    pub(super) fn check(&self, lq: &Layout, lkv: &Layout, lm: Option<&Layout>) -> Result<(usize, usize)> {
+    pub(super) fn check(
+        &self,
+        lq: &Layout,
+        lkv: &Layout,
+        lm: Option<&Layout>,
+    ) -> Result<(usize, usize)> {
         let (h, t, d) = lq.shape().dims3()?;
         let (two, kv, cap, d2) = lkv.shape().dims4()?;
-        if h != self.heads || d != self.head_dim || two != 2 || kv != self.kv_heads || d2 != d || self.keys > cap {
-            candle_core::bail!("attention: shapes {:?} {:?} do not fit {self:?}", lq.shape(), lkv.shape());
+        if h != self.heads
+            || d != self.head_dim
+            || two != 2
+            || kv != self.kv_heads
+            || d2 != d
+            || self.keys > cap
+        {
+            candle_core::bail!(
+                "attention: shapes {:?} {:?} do not fit {self:?}",
+                lq.shape(),
+                lkv.shape()
+            );
         }
         if h % kv != 0 {
             candle_core::bail!("attention: {h} heads not a multiple of {kv} kv heads");
         }
         if let Some(lm) = lm {
             if lm.shape().dims2()? != (t, self.keys) {
-                candle_core::bail!("attention: mask {:?}, expected [{t}, {}]", lm.shape(), self.keys);
+                candle_core::bail!(
+                    "attention: mask {:?}, expected [{t}, {}]",
+                    lm.shape(),
+                    self.keys
+                );
             }
         }
         Ok((t, cap))
     }
 
-    fn cpu(&self, sq: &CpuStorage, lq: &Layout, skv: &CpuStorage, lkv: &Layout, m: Option<(&CpuStorage, &Layout)>) -> Result<(CpuStorage, Shape)> {
+    fn cpu(
+        &self,
+        sq: &CpuStorage,
+        lq: &Layout,
+        skv: &CpuStorage,
+        lkv: &Layout,
+        m: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
         let (t_len, cap) = self.check(lq, lkv, m.map(|x| x.1))?;
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let q = to_f32(sq, lq, "attention q")?;
@@ -359,9 +423,19 @@ impl Attention {
             Some((s, l)) => Some(to_f32(s, l, "attention mask")?),
             None => None,
         };
-        let job = super::cpu_attention::Job { op: self, q: &q, kv: &kv, mask: mask.as_deref(), t_len, cap };
+        let job = super::cpu_attention::Job {
+            op: self,
+            q: &q,
+            kv: &kv,
+            mask: mask.as_deref(),
+            t_len,
+            cap,
+        };
         let tasks = job.tasks();
-        let parts: Vec<Vec<f32>> = if tasks > 1 && t_len * h * self.keys * d >= super::linear::PARALLEL_FROM && super::linear::threads() > 1 {
+        let parts: Vec<Vec<f32>> = if tasks > 1
+            && t_len * h * self.keys * d >= super::linear::PARALLEL_FROM
+            && super::linear::threads() > 1
+        {
             use rayon::prelude::*;
             (0..tasks).into_par_iter().map(|i| job.task(i)).collect()
         } else {
@@ -386,7 +460,13 @@ impl CustomOp2 for Attention {
         "unmask-attention"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
         self.cpu(s1, l1, s2, l2, None)
     }
 
@@ -439,7 +519,12 @@ impl AddRmsNorm {
     fn check(&self, lx: &Layout, ld: &Layout, lw: &Layout) -> Result<(usize, usize)> {
         let (t, h) = lx.shape().dims2()?;
         if ld.shape().dims2()? != (t, h) || lw.shape().dims1()? != h {
-            candle_core::bail!("add-rms-norm: shapes {:?} {:?} {:?}", lx.shape(), ld.shape(), lw.shape());
+            candle_core::bail!(
+                "add-rms-norm: shapes {:?} {:?} {:?}",
+                lx.shape(),
+                ld.shape(),
+                lw.shape()
+            );
         }
         Ok((t, h))
     }
@@ -520,7 +605,11 @@ impl CustomOp1 for SiluMul {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (t, w) = l.shape().dims2()?;
         if w != 2 * self.intermediate {
             candle_core::bail!("silu-mul: width {w} != 2 x {}", self.intermediate);
@@ -546,24 +635,42 @@ mod tests {
             let op = Attention { heads: h, kv_heads: kvh, head_dim: d, keys, scale: 0.25 };
             let q = Tensor::randn(0f32, 1.0, (h, t, d), &dev).unwrap();
             let kv = Tensor::randn(0f32, 1.0, (2, kvh, cap, d), &dev).unwrap();
-            let mask = crate::model::layers::attention::block_causal_mask(keys - t, t, 4, keys).unwrap();
-            let got = attention(&q, &kv, Some(&Tensor::from_slice(&mask, (t, keys), &dev).unwrap()), &op).unwrap();
+            let mask =
+                crate::model::layers::attention::block_causal_mask(keys - t, t, 4, keys).unwrap();
+            let got =
+                attention(&q, &kv, Some(&Tensor::from_slice(&mask, (t, keys), &dev).unwrap()), &op)
+                    .unwrap();
             assert_eq!(got.dims(), &[t, h * d]);
             let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let (qv, kvv) = (q.flatten_all().unwrap().to_vec1::<f32>().unwrap(), kv.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+            let (qv, kvv) = (
+                q.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                kv.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            );
             for hh in 0..h {
                 let g = hh / (h / kvh);
                 for r in 0..t {
                     let qr = &qv[(hh * t + r) * d..][..d];
-                    let dot = |j: usize| qr.iter().zip(&kvv[(g * cap + j) * d..][..d]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
-                    let sc: Vec<f64> = (0..keys).map(|j| dot(j) * 0.25 + mask[r * keys + j] as f64).collect();
+                    let dot = |j: usize| {
+                        qr.iter()
+                            .zip(&kvv[(g * cap + j) * d..][..d])
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                    };
+                    let sc: Vec<f64> =
+                        (0..keys).map(|j| dot(j) * 0.25 + mask[r * keys + j] as f64).collect();
                     let mx = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let w: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
                     let total: f64 = w.iter().sum();
                     for i in 0..d {
-                        let want = (0..keys).map(|j| w[j] * kvv[((kvh + g) * cap + j) * d + i] as f64).sum::<f64>() / total;
+                        let want = (0..keys)
+                            .map(|j| w[j] * kvv[((kvh + g) * cap + j) * d + i] as f64)
+                            .sum::<f64>()
+                            / total;
                         let have = got[(r * h + hh) * d + i] as f64;
-                        assert!((have - want).abs() < 1e-5 * (1.0 + want.abs()), "t={t} head {hh} row {r} dim {i}: {have} vs {want}");
+                        assert!(
+                            (have - want).abs() < 1e-5 * (1.0 + want.abs()),
+                            "t={t} head {hh} row {r} dim {i}: {have} vs {want}"
+                        );
                     }
                 }
             }
@@ -578,7 +685,11 @@ mod tests {
         assert!(!cuda_attention_takes(ATTENTION_MAX_KEYS_PLUS_D - 127, 128));
         assert!(cuda_attention_takes(64, 256) && cuda_attention_takes(64, 8));
         // the generic chain for head sizes the kernel's 16-byte loads cannot take
-        assert!(!cuda_attention_takes(64, 4) && !cuda_attention_takes(64, 12) && !cuda_attention_takes(64, 264));
+        assert!(
+            !cuda_attention_takes(64, 4)
+                && !cuda_attention_takes(64, 12)
+                && !cuda_attention_takes(64, 264)
+        );
     }
 
     #[test]
@@ -586,7 +697,10 @@ mod tests {
         let dev = Device::Cpu;
         let (kv, t, d, cap) = (2, 2, 3, 6);
         let cache = Tensor::zeros((2, kv, cap, d), DType::F32, &dev).unwrap();
-        let block = Tensor::arange(1f32, (2 * kv * t * d) as f32 + 1.0, &dev).unwrap().reshape((2, kv, t, d)).unwrap();
+        let block = Tensor::arange(1f32, (2 * kv * t * d) as f32 + 1.0, &dev)
+            .unwrap()
+            .reshape((2, kv, t, d))
+            .unwrap();
         let pos = Tensor::new(&[5u32, 2], &dev).unwrap();
         kv_write(&cache, &block, &pos).unwrap();
         let got = cache.flatten_all().unwrap().to_vec1::<f32>().unwrap();

@@ -79,7 +79,8 @@ impl PathChoices {
                 Some(other) => bail!("{name}={other}: takes 0 (off) or 1 (on)"),
             }
         };
-        let on = |name: &str, default: bool| Ok::<bool, anyhow::Error>(flag(name)?.unwrap_or(default));
+        let on =
+            |name: &str, default: bool| Ok::<bool, anyhow::Error>(flag(name)?.unwrap_or(default));
         let d = Self::DEFAULT;
         let kernels = match var("UNMASK_KERNELS") {
             None => None,
@@ -176,10 +177,16 @@ pub fn bf16_weights_here(device: &Device, dtype: DType, paths: &PathChoices) -> 
 /// `builtin`, the copy built into the binary. The GPU host has no cargo; this is how a kernel
 /// change is tried there, or two versions of the kernels compared, with one binary.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // only the CUDA build compiles kernels
-pub fn kernel_source<'a>(dir: Option<&Path>, name: &str, builtin: &'a str) -> Result<Cow<'a, str>, String> {
+pub fn kernel_source<'a>(
+    dir: Option<&Path>,
+    name: &str,
+    builtin: &'a str,
+) -> Result<Cow<'a, str>, String> {
     let Some(dir) = dir else { return Ok(Cow::Borrowed(builtin)) };
     let path = dir.join(name);
-    std::fs::read_to_string(&path).map(Cow::Owned).map_err(|e| format!("UNMASK_KERNELS: cannot read {}: {e}", path.display()))
+    std::fs::read_to_string(&path)
+        .map(Cow::Owned)
+        .map_err(|e| format!("UNMASK_KERNELS: cannot read {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -187,7 +194,8 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Result<PathChoices> {
-        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let vars: Vec<(String, String)> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         PathChoices::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 
@@ -199,21 +207,43 @@ mod tests {
 
     #[test]
     fn each_switch_takes_0_or_1() {
-        let c = with(&[("UNMASK_GEMV", "0"), ("UNMASK_PDL", "0"), ("UNMASK_FUSED", "1"), ("UNMASK_CUDA_GRAPH", "0"), ("UNMASK_DEVICE_SAMPLER", "1")]).unwrap();
+        let c = with(&[
+            ("UNMASK_GEMV", "0"),
+            ("UNMASK_PDL", "0"),
+            ("UNMASK_FUSED", "1"),
+            ("UNMASK_CUDA_GRAPH", "0"),
+            ("UNMASK_DEVICE_SAMPLER", "1"),
+        ])
+        .unwrap();
         assert!(!c.gemv && !c.pdl && c.fused && c.packed && c.bf16_weights);
-        assert_eq!((c.device_sampler, c.fixed_passes, c.cuda_graph), (Some(true), None, Some(false)));
-        let c = with(&[("UNMASK_PACKED", "0"), ("UNMASK_BF16_WEIGHTS", "0"), ("UNMASK_FUSED", "0"), ("UNMASK_FIXED_PASSES", "1")]).unwrap();
+        assert_eq!(
+            (c.device_sampler, c.fixed_passes, c.cuda_graph),
+            (Some(true), None, Some(false))
+        );
+        let c = with(&[
+            ("UNMASK_PACKED", "0"),
+            ("UNMASK_BF16_WEIGHTS", "0"),
+            ("UNMASK_FUSED", "0"),
+            ("UNMASK_FIXED_PASSES", "1"),
+        ])
+        .unwrap();
         assert!(!c.packed && !c.bf16_weights && !c.fused && c.gemv && c.pdl);
         assert_eq!(c.fixed_passes, Some(true));
     }
 
     #[test]
     fn another_value_is_an_error_naming_the_switch() {
-        for (name, value) in [("UNMASK_GEMV", "yes"), ("UNMASK_CUDA_GRAPH", ""), ("UNMASK_PDL", "off"), ("UNMASK_FUSED", "2")] {
+        for (name, value) in [
+            ("UNMASK_GEMV", "yes"),
+            ("UNMASK_CUDA_GRAPH", ""),
+            ("UNMASK_PDL", "off"),
+            ("UNMASK_FUSED", "2"),
+        ] {
             let err = with(&[(name, value)]).unwrap_err().to_string();
             assert_eq!(err, format!("{name}={value}: takes 0 (off) or 1 (on)"));
         }
-        let err = with(&[("UNMASK_KERNELS", "/nonexistent/unmask-kernels")]).unwrap_err().to_string();
+        let err =
+            with(&[("UNMASK_KERNELS", "/nonexistent/unmask-kernels")]).unwrap_err().to_string();
         assert_eq!(err, "UNMASK_KERNELS=/nonexistent/unmask-kernels: not a folder");
     }
 
@@ -227,17 +257,24 @@ mod tests {
         assert_eq!(kernel_source(None, "gemv.cu", "// built in").unwrap(), "// built in");
         assert_eq!(kernel_source(c.kernels, "gemv.cu", "// built in").unwrap(), "// edited");
         let err = kernel_source(c.kernels, "moe.cuh", "").unwrap_err();
-        assert!(err.starts_with("UNMASK_KERNELS: cannot read ") && err.contains("moe.cuh"), "{err}");
+        assert!(
+            err.starts_with("UNMASK_KERNELS: cannot read ") && err.contains("moe.cuh"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_path_turned_off_by_value_is_off() {
-        let off = PathChoices { gemv: false, fused: false, bf16_weights: false, ..PathChoices::DEFAULT };
+        let off =
+            PathChoices { gemv: false, fused: false, bf16_weights: false, ..PathChoices::DEFAULT };
         assert!(!fused_here(&Device::Cpu, DType::F32, &off));
         assert!(fused_here(&Device::Cpu, DType::F32, &PathChoices::DEFAULT));
         assert!(!bf16_weights_here(&Device::Cpu, DType::F32, &off));
         assert!(bf16_weights_here(&Device::Cpu, DType::F32, &PathChoices::DEFAULT));
-        assert!(!gemv_here(&Device::Cpu, DType::BF16, &PathChoices::DEFAULT), "the gemv path is the GPU's");
+        assert!(
+            !gemv_here(&Device::Cpu, DType::BF16, &PathChoices::DEFAULT),
+            "the gemv path is the GPU's"
+        );
     }
 }

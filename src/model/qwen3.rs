@@ -44,7 +44,13 @@ pub fn attention(cfg: &ModelConfig, b: &Loader, prefix: &str) -> Result<SelfAtte
         q_norm: name("q_norm"),
         k_norm: name("k_norm"),
     };
-    SelfAttention::load(b, &tensors, cfg.hidden_size, heads, Rope { theta: cfg.rope_theta, dims: heads.head_dim })
+    SelfAttention::load(
+        b,
+        &tensors,
+        cfg.hidden_size,
+        heads,
+        Rope { theta: cfg.rope_theta, dims: heads.head_dim },
+    )
 }
 
 /// Feed-forward under `prefix` (`model.layers.N.mlp`): a dense SwiGLU of `intermediate_size`,
@@ -70,9 +76,17 @@ pub fn layer(cfg: &ModelConfig, b: &Loader, l: usize, ffn: FfnLoader) -> Result<
 /// The model: the layers, `model.embed_tokens`, `lm_head` (the embedding itself where
 /// `tie_word_embeddings` and the checkpoint lacks it), `model.norm`; read in that order.
 pub fn model(cfg: &ModelConfig, b: &Loader, ffn: FfnLoader) -> Result<Decoder> {
-    let layers = (0..cfg.num_hidden_layers).map(|l| layer(cfg, b, l, ffn)).collect::<Result<Vec<_>>>()?;
+    let layers =
+        (0..cfg.num_hidden_layers).map(|l| layer(cfg, b, l, ffn)).collect::<Result<Vec<_>>>()?;
     let embed = Embedding::load(b, "model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))?;
     let lm_head = LmHead::load(b, "lm_head.weight", &embed, cfg.tie_word_embeddings)?;
     let norm = b.get("model.norm.weight", &[cfg.hidden_size])?;
-    Ok(Decoder { embed, layers, norm, lm_head, eps: cfg.rms_norm_eps as f32, max_positions: cfg.max_position_embeddings })
+    Ok(Decoder {
+        embed,
+        layers,
+        norm,
+        lm_head,
+        eps: cfg.rms_norm_eps as f32,
+        max_positions: cfg.max_position_embeddings,
+    })
 }

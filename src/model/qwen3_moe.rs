@@ -31,7 +31,9 @@ fn check(cfg: &ModelConfig) -> Result<()> {
         ("moe_intermediate_size", m.moe_intermediate_size, crate::limits::MAX_MOE_INTERMEDIATE),
     ];
     for (field, v, max) in required {
-        let Some(v) = v else { bail!("field `{field}` is missing; model_type {:?} needs it", cfg.model_type) };
+        let Some(v) = v else {
+            bail!("field `{field}` is missing; model_type {:?} needs it", cfg.model_type)
+        };
         if v == 0 {
             bail!("field `{field}` must be positive");
         }
@@ -45,7 +47,10 @@ fn check(cfg: &ModelConfig) -> Result<()> {
         bail!("field `decoder_sparse_step` must be positive");
     }
     if let Some(&l) = m.mlp_only_layers.iter().find(|&&l| l >= cfg.num_hidden_layers) {
-        bail!("field `mlp_only_layers` lists layer {l}; the model has {} layers", cfg.num_hidden_layers);
+        bail!(
+            "field `mlp_only_layers` lists layer {l}; the model has {} layers",
+            cfg.num_hidden_layers
+        );
     }
     Ok(())
 }
@@ -58,6 +63,10 @@ fn ffn(cfg: &ModelConfig, b: &Loader, prefix: &str, l: usize) -> Result<FeedForw
     if !cfg.is_sparse(l) {
         return qwen3::dense(cfg, b, prefix, l);
     }
-    let shape = (m.num_experts.unwrap_or(0), m.num_experts_per_tok.unwrap_or(0), m.moe_intermediate_size.unwrap_or(0));
+    let shape = (
+        m.num_experts.unwrap_or(0),
+        m.num_experts_per_tok.unwrap_or(0),
+        m.moe_intermediate_size.unwrap_or(0),
+    );
     Ok(FeedForward::Sparse(MoeBlock::load(b, prefix, cfg.hidden_size, shape, m.norm_topk_prob)?))
 }

@@ -43,9 +43,26 @@ pub struct MoeDims {
     pub intermediate: usize,
 }
 
-const fn dims(hidden: usize, layers: usize, heads: usize, kv_heads: usize, intermediate: usize, tied: bool) -> Dims {
+const fn dims(
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    intermediate: usize,
+    tied: bool,
+) -> Dims {
     // SDAR's are their Qwen3 bases: head_dim 128, vocab 151936, `<|MASK|>` at 151669
-    Dims { hidden, layers, heads, kv_heads, head_dim: 128, intermediate, vocab: 151936, tied, mask: 151669 }
+    Dims {
+        hidden,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: 128,
+        intermediate,
+        vocab: 151936,
+        tied,
+        mask: 151669,
+    }
 }
 
 /// The shapes `--random-init` knows, the one place that names them. SDAR's are their Qwen3
@@ -54,7 +71,17 @@ pub const SHAPES: [Shape; 7] = [
     // the test fixture's shape (tests/fixtures/tiny-random)
     Shape {
         name: "tiny",
-        dims: Dims { hidden: 64, layers: 2, heads: 4, kv_heads: 2, head_dim: 16, intermediate: 160, vocab: 354, tied: false, mask: 353 },
+        dims: Dims {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            intermediate: 160,
+            vocab: 354,
+            tied: false,
+            mask: 353,
+        },
         moe: None,
     },
     Shape { name: "qwen3-0.6b", dims: dims(1024, 28, 16, 8, 3072, true), moe: None },
@@ -63,9 +90,17 @@ pub const SHAPES: [Shape; 7] = [
     Shape { name: "sdar-4b", dims: dims(2560, 36, 32, 8, 9728, false), moe: None },
     Shape { name: "sdar-8b", dims: dims(4096, 36, 32, 8, 12288, false), moe: None },
     // a small MoE of the same head geometry, for quick GPU runs
-    Shape { name: "moe-small", dims: dims(1024, 8, 16, 4, 3072, false), moe: Some(MoeDims { experts: 64, per_token: 8, intermediate: 512 }) },
+    Shape {
+        name: "moe-small",
+        dims: dims(1024, 8, 16, 4, 3072, false),
+        moe: Some(MoeDims { experts: 64, per_token: 8, intermediate: 512 }),
+    },
     // SDAR-30B-A3B (sdar_moe): 48 sparse layers of 128 experts, 8 a row, 32/4 heads
-    Shape { name: "sdar-30b-a3b", dims: dims(2048, 48, 32, 4, 6144, false), moe: Some(MoeDims { experts: 128, per_token: 8, intermediate: 768 }) },
+    Shape {
+        name: "sdar-30b-a3b",
+        dims: dims(2048, 48, 32, 4, 6144, false),
+        moe: Some(MoeDims { experts: 128, per_token: 8, intermediate: 768 }),
+    },
 ];
 
 /// The names of [`SHAPES`], in order.
@@ -77,7 +112,10 @@ pub fn shape_names() -> impl Iterator<Item = &'static str> + Clone {
 pub fn shape(name: &str) -> Result<&'static Shape> {
     match SHAPES.iter().find(|s| s.name == name) {
         Some(s) => Ok(s),
-        None => bail!("--random-init {name}: unknown shape; known: {}", shape_names().collect::<Vec<_>>().join(", ")),
+        None => bail!(
+            "--random-init {name}: unknown shape; known: {}",
+            shape_names().collect::<Vec<_>>().join(", ")
+        ),
     }
 }
 
@@ -85,7 +123,8 @@ pub fn shape(name: &str) -> Result<&'static Shape> {
 /// with their list).
 pub fn shape_parser() -> impl clap::builder::TypedValueParser<Value = &'static Shape> {
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(shape_names()).map(|name| shape(&name).expect("one of the possible values"))
+    clap::builder::PossibleValuesParser::new(shape_names())
+        .map(|name| shape(&name).expect("one of the possible values"))
 }
 
 /// `config.json` of a named shape.
@@ -96,7 +135,10 @@ pub fn shape_config(name: &str) -> Result<ModelConfig> {
 impl Shape {
     /// Its `config.json`, parsed and checked as a checkpoint's is.
     pub fn config(&self) -> Result<ModelConfig> {
-        crate::model::registry::parse_config(&self.json().to_string(), &format!("--random-init {}", self.name))
+        crate::model::registry::parse_config(
+            &self.json().to_string(),
+            &format!("--random-init {}", self.name),
+        )
     }
 
     /// Its `config.json`, as JSON.
@@ -138,7 +180,10 @@ impl Shape {
 /// (what the streamed layer's kernels take): `(hidden, heads, kv heads, vocab, dense
 /// intermediate)` and `(experts, experts a row, expert intermediate)`. For tests of the MoE
 /// paths (moe_grouped.rs, check-device, tests/moe_routing.rs).
-pub fn three_layer_moe((h, qh, kvh, v, i): (usize, usize, usize, usize, usize), (experts, k, moe_i): (usize, usize, usize)) -> ModelConfig {
+pub fn three_layer_moe(
+    (h, qh, kvh, v, i): (usize, usize, usize, usize, usize),
+    (experts, k, moe_i): (usize, usize, usize),
+) -> ModelConfig {
     let json = serde_json::json!({
         "model_type": "sdar_moe", "vocab_size": v, "hidden_size": h, "intermediate_size": i,
         "num_hidden_layers": 3, "num_attention_heads": qh, "num_key_value_heads": kvh, "head_dim": 128,
@@ -146,7 +191,8 @@ pub fn three_layer_moe((h, qh, kvh, v, i): (usize, usize, usize, usize, usize), 
         "tie_word_embeddings": false, "num_experts": experts, "num_experts_per_tok": k,
         "moe_intermediate_size": moe_i, "norm_topk_prob": true, "mlp_only_layers": [1],
     });
-    crate::model::registry::parse_config(&json.to_string(), "a three-layer MoE").expect("a valid config")
+    crate::model::registry::parse_config(&json.to_string(), "a three-layer MoE")
+        .expect("a valid config")
 }
 
 /// Every weight of `cfg` in the order [`Model::load`](super::Model::load) reads them (so a
@@ -199,14 +245,20 @@ pub fn write_checkpoint(name: &str, seed: u64, dir: &std::path::Path) -> Result<
     let cfg = named.config()?;
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     let file = |f: &str| dir.join(f);
-    let write = |f: &str, bytes: &[u8]| std::fs::write(file(f), bytes).with_context(|| format!("{}: cannot write", file(f).display()));
+    let write = |f: &str, bytes: &[u8]| {
+        std::fs::write(file(f), bytes)
+            .with_context(|| format!("{}: cannot write", file(f).display()))
+    };
     write("config.json", serde_json::to_string_pretty(&json)?.as_bytes())?;
     // The tiny shape's vocabulary is the test fixture's; every other is Qwen3's (151669 ids,
     // `<|MASK|>` added at 151669 on load).
     if name == "tiny" {
         write("tokenizer.json", include_bytes!("../../tests/fixtures/tiny-random/tokenizer.json"))?;
     } else {
-        write("tokenizer.json.gz", include_bytes!("../../tests/fixtures/qwen3-tokenizer/tokenizer.json.gz"))?;
+        write(
+            "tokenizer.json.gz",
+            include_bytes!("../../tests/fixtures/qwen3-tokenizer/tokenizer.json.gz"),
+        )?;
     }
     // safetensors: an 8-byte header length, the JSON header (padded to 8 bytes), the data
     let order = tensor_order(&cfg);
@@ -215,17 +267,23 @@ pub fn write_checkpoint(name: &str, seed: u64, dir: &std::path::Path) -> Result<
     let mut at = 0usize;
     for (n, shape) in &order {
         let len = shape.iter().product::<usize>() * 2;
-        header.insert(n.clone(), serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [at, at + len]}));
+        header.insert(
+            n.clone(),
+            serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [at, at + len]}),
+        );
         at += len;
     }
     let mut head = serde_json::to_string(&header)?.into_bytes();
     head.resize(head.len().div_ceil(8) * 8, b' ');
     let path = file("model.safetensors");
-    let f = std::fs::File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
+    let f = std::fs::File::create(&path)
+        .with_context(|| format!("{}: cannot create", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 22, f);
     let cpu = Device::Cpu;
     let w = RandomWeights::new(&cfg, seed, &cpu)?;
-    let mut put = |bytes: &[u8]| out.write_all(bytes).with_context(|| format!("{}: cannot write", path.display()));
+    let mut put = |bytes: &[u8]| {
+        out.write_all(bytes).with_context(|| format!("{}: cannot write", path.display()))
+    };
     put(&(head.len() as u64).to_le_bytes())?;
     put(&head)?;
     for (n, shape) in &order {
@@ -258,7 +316,13 @@ impl RandomWeights {
             device.set_seed(seed)?;
         }
         let rng = ChaCha8Rng::seed_from_u64(seed).into();
-        Ok(RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: false, stored: Some(DType::BF16), rng })
+        Ok(RandomWeights {
+            tied: cfg.tie_word_embeddings,
+            std: 0.02,
+            host: false,
+            stored: Some(DType::BF16),
+            rng,
+        })
     }
 
     /// The stored dtype's name, as a checkpoint's header gives it (`bf16`).
@@ -268,7 +332,13 @@ impl RandomWeights {
 
     /// Weights drawn on the host from `seed` alone: the same tensors on every device.
     pub fn on_host(cfg: &ModelConfig, seed: u64) -> Self {
-        RandomWeights { tied: cfg.tie_word_embeddings, std: 0.02, host: true, stored: None, rng: ChaCha8Rng::seed_from_u64(seed).into() }
+        RandomWeights {
+            tied: cfg.tie_word_embeddings,
+            std: 0.02,
+            host: true,
+            stored: None,
+            rng: ChaCha8Rng::seed_from_u64(seed).into(),
+        }
     }
 }
 
@@ -303,7 +373,15 @@ impl WeightSource for RandomWeights {
 }
 
 /// A small config with real-model head geometry, for checks (`heads`/`kv_heads` x `head_dim`).
-pub fn check_config(hidden: usize, layers: usize, heads: usize, kv_heads: usize, head_dim: usize, inter: usize, vocab: usize) -> Result<ModelConfig> {
+pub fn check_config(
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    inter: usize,
+    vocab: usize,
+) -> Result<ModelConfig> {
     let json = serde_json::json!({
         "model_type": "qwen3",
         "vocab_size": vocab,
@@ -335,8 +413,11 @@ pub(crate) mod passes {
     pub fn four(m: &Model) -> (Vec<Vec<f32>>, Vec<LayerRoutes>) {
         let dev = Device::Cpu;
         let mut cache = m.new_cache(24).unwrap();
-        let pre = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap()).unwrap();
-        let commit = m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
+        let pre = m
+            .logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], &mut cache, 4, 0).unwrap())
+            .unwrap();
+        let commit =
+            m.logits(&m.forward(&[1, 2, 3, 4, 5, 6, 7, 8], &mut cache, 4, 8).unwrap()).unwrap();
         let (h, routes) = m.forward_routed(&[9, 10, 11, 12], &mut cache, 4, 0).unwrap();
         let den = m.logits(&h).unwrap();
         let (pos, mask) = PassInput::window(8, 4, 4, 24);
@@ -347,7 +428,13 @@ pub(crate) mod passes {
             mask: Some(Tensor::from_vec(mask, (4, 24), &dev).unwrap().to_dtype(m.dtype()).unwrap()),
         };
         let win = m.logits(&m.forward_input(&input, &cache).unwrap()).unwrap();
-        ([pre, commit, den, win].iter().map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect(), routes)
+        (
+            [pre, commit, den, win]
+                .iter()
+                .map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+                .collect(),
+            routes,
+        )
     }
 
     /// ‖a − b‖ / ‖b‖.
@@ -373,18 +460,33 @@ mod tests {
             let c = s.config().unwrap();
             // a shape with MoE sizes is an SDAR-MoE of them, every other is dense
             let moe = s.moe.as_ref().map(|m| (m.experts, m.per_token, m.intermediate));
-            let got = c.moe_info().map(|_| (c.moe.num_experts.unwrap(), c.moe.num_experts_per_tok.unwrap(), c.moe.moe_intermediate_size.unwrap()));
+            let got = c.moe_info().map(|_| {
+                (
+                    c.moe.num_experts.unwrap(),
+                    c.moe.num_experts_per_tok.unwrap(),
+                    c.moe.moe_intermediate_size.unwrap(),
+                )
+            });
             assert_eq!(got, moe, "{}", s.name);
             assert_eq!(c.model_type, if moe.is_some() { "sdar_moe" } else { "sdar" }, "{}", s.name);
             assert_eq!(shape(s.name).unwrap(), s, "one shape per name");
         }
         let c = shape_config("sdar-30b-a3b").unwrap();
-        assert_eq!((c.hidden_size, c.num_hidden_layers, c.moe_info().unwrap().sparse_layers.len()), (2048, 48, 48));
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.moe_info().unwrap().sparse_layers.len()),
+            (2048, 48, 48)
+        );
         let c = shape_config("sdar-1.7b").unwrap();
-        assert_eq!((c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size), (2048, 28, 6144, 151936));
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size),
+            (2048, 28, 6144, 151936)
+        );
         assert_eq!((c.num_attention_heads, c.kv_heads(), c.head_dim()), (16, 8, 128));
         let c = shape_config("sdar-4b").unwrap();
-        assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size), (2560, 36, 32, 9728));
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size),
+            (2560, 36, 32, 9728)
+        );
         assert!(!c.tie_word_embeddings);
         let c = shape_config("sdar-8b").unwrap();
         assert_eq!((c.hidden_size, c.intermediate_size), (4096, 12288));
@@ -423,10 +525,19 @@ mod tests {
         let ck = crate::model::Checkpoint::load(&src, &Device::Cpu, DType::F32).unwrap();
         assert_eq!(ck.info.dtype, "bf16");
         let cfg = shape_config("tiny").unwrap();
-        let rand = super::super::Model::load(&cfg, &RandomWeights::new(&cfg, 11, &Device::Cpu).unwrap(), DType::F32, &Device::Cpu).unwrap();
+        let rand = super::super::Model::load(
+            &cfg,
+            &RandomWeights::new(&cfg, 11, &Device::Cpu).unwrap(),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
         let logits = |m: &super::super::Model| {
             let mut cache = m.new_cache(16).unwrap();
-            m.logits(&m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, 6).unwrap()).unwrap().to_vec2::<f32>().unwrap()
+            m.logits(&m.forward(&[1, 2, 3, 4, 5, 6], &mut cache, 4, 6).unwrap())
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
         };
         assert_eq!(logits(&ck.model), logits(&rand));
         assert_eq!(ck.model.weight_bytes(), rand.weight_bytes());
@@ -443,8 +554,20 @@ mod tests {
         let t = w.get("model.embed_tokens.weight", &[354, 64], DType::F32, &Device::Cpu).unwrap();
         let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert!(v.iter().all(|&x| half::bf16::from_f32(x).to_f32() == x), "values are bf16 ones");
-        let m = super::super::Model::load(&cfg, &RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap(), DType::F32, &Device::Cpu).unwrap();
-        let f32_model = super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 7), DType::F32, &Device::Cpu).unwrap();
+        let m = super::super::Model::load(
+            &cfg,
+            &RandomWeights::new(&cfg, 7, &Device::Cpu).unwrap(),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let f32_model = super::super::Model::load(
+            &cfg,
+            &RandomWeights::on_host(&cfg, 7),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
         // the embedding bf16 as stored against f32; each layer's 43008 projection weights 2
         // bytes (panels) against 4; lm_head's 354 rows 4 bytes against 2 in 23 panels of 16
         let embed = 354 * 64 * (4 - 2);
@@ -471,7 +594,12 @@ mod tests {
             let (generic, _) = passes::four(&m);
             for (k, (a, b)) in fused.iter().zip(&generic).enumerate() {
                 let e = passes::rel_err(a, b);
-                assert!(e < tol, "{dt:?} heads {}/{} pass {k}: rel err {e}", cfg.num_attention_heads, cfg.kv_heads());
+                assert!(
+                    e < tol,
+                    "{dt:?} heads {}/{} pass {k}: rel err {e}",
+                    cfg.num_attention_heads,
+                    cfg.kv_heads()
+                );
             }
             // and the denoise pass equals the fixed-window pass (same queries, same keys)
             assert!(passes::distance(&fused[2], &fused[3]) < 1e-3, "window vs exact keys");
@@ -486,7 +614,13 @@ mod tests {
         let mut cfg = check_config(64, 1, 4, 2, 32, 64, 300).unwrap();
         cfg.max_position_embeddings = 8192;
         let keys = crate::model::ops::ATTENTION_MAX_KEYS_PLUS_D + 400;
-        let mut m = super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), DType::F32, &Device::Cpu).unwrap();
+        let mut m = super::super::Model::load(
+            &cfg,
+            &RandomWeights::on_host(&cfg, 9),
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
         let ids: Vec<u32> = (0..keys as u32).map(|i| i * 7 % 300).collect();
         let mut denoise = |fused: bool| {
             m.set_fused(fused);
@@ -494,7 +628,12 @@ mod tests {
             for chunk in ids.chunks(512) {
                 m.forward(chunk, &mut cache, 4, chunk.len()).unwrap();
             }
-            m.logits(&m.forward(&[1, 2, 3, 4], &mut cache, 4, 0).unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            m.logits(&m.forward(&[1, 2, 3, 4], &mut cache, 4, 0).unwrap())
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
         };
         let (fused, generic) = (denoise(true), denoise(false));
         let e = passes::rel_err(&fused, &generic);
@@ -507,16 +646,28 @@ mod tests {
     /// both: too many rows), the committing pass, a cached denoise and the fixed-window pass.
     #[test]
     fn the_streamed_layer_matches_the_standard_one() {
-        for cfg in [check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(), check_config(256, 2, 4, 2, 128, 768, 1000).unwrap()] {
+        for cfg in [
+            check_config(256, 2, 8, 2, 64, 512, 1000).unwrap(),
+            check_config(256, 2, 4, 2, 128, 768, 1000).unwrap(),
+        ] {
             let dev = Device::Cpu;
             // each model from its own source of the same seed: a source draws as it is read
-            let load = || super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 5), DType::BF16, &dev).unwrap();
+            let load = || {
+                super::super::Model::load(&cfg, &RandomWeights::on_host(&cfg, 5), DType::BF16, &dev)
+                    .unwrap()
+            };
             let (standard, mut streamed) = (load(), load());
             streamed.use_row_weights().unwrap();
-            assert!(streamed.packed() && !standard.packed(), "the streamed layer reads packed weights, as on the GPU");
+            assert!(
+                streamed.packed() && !standard.packed(),
+                "the streamed layer reads packed weights, as on the GPU"
+            );
             assert!(!standard.streams(4, 24));
             assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
-            assert!(!streamed.streams(10, 24), "a prefill of more than 8 rows takes the standard layer");
+            assert!(
+                !streamed.streams(10, 24),
+                "a prefill of more than 8 rows takes the standard layer"
+            );
             let ((a, _), (b, _)) = (passes::four(&streamed), passes::four(&standard));
             for (k, (x, y)) in a.iter().zip(&b).enumerate() {
                 let e = passes::rel_err(x, y);

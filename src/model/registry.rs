@@ -49,11 +49,16 @@ pub fn parse_config(text: &str, origin: &str) -> Result<ModelConfig> {
 /// The family of `cfg`: by `model_type`, else by an entry of `architectures`.
 pub fn family(cfg: &ModelConfig) -> Result<&'static Family> {
     let by_type = FAMILIES.iter().find(|f| f.model_types.contains(&cfg.model_type.as_str()));
-    let by_arch = || FAMILIES.iter().find(|f| cfg.architectures.iter().any(|a| f.architectures.contains(&a.as_str())));
+    let by_arch = || {
+        FAMILIES
+            .iter()
+            .find(|f| cfg.architectures.iter().any(|a| f.architectures.contains(&a.as_str())))
+    };
     match by_type.or_else(by_arch) {
         Some(f) => Ok(f),
         None => {
-            let known: Vec<&str> = FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect();
+            let known: Vec<&str> =
+                FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect();
             bail!("field `model_type` is {:?}; supported: {}", cfg.model_type, known.join(", "))
         }
     }
@@ -74,8 +79,13 @@ mod tests {
     #[test]
     fn a_family_is_found_by_model_type_else_by_architecture() {
         assert!(std::ptr::eq(family(&config("sdar", "")).unwrap(), &FAMILIES[0]));
-        assert!(std::ptr::eq(family(&config("custom", "\"Qwen3ForCausalLM\"")).unwrap(), &FAMILIES[0]));
-        let Err(e) = family(&config("llama", "\"LlamaForCausalLM\"")) else { panic!("llama has no family") };
+        assert!(std::ptr::eq(
+            family(&config("custom", "\"Qwen3ForCausalLM\"")).unwrap(),
+            &FAMILIES[0]
+        ));
+        let Err(e) = family(&config("llama", "\"LlamaForCausalLM\"")) else {
+            panic!("llama has no family")
+        };
         let e = e.to_string();
         assert!(e.starts_with("field `model_type` is \"llama\"; supported: sdar, qwen3"), "{e}");
     }

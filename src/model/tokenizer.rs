@@ -27,16 +27,14 @@ impl Tok {
         config_mask: Option<u32>,
         config_mask_text: Option<&str>,
     ) -> Result<Self> {
-        let mut inner =
-            Tokenizer::from_bytes(bytes).map_err(|e| anyhow!("{origin}: invalid tokenizer: {e}"))?;
-        let known = config_mask_text
-            .into_iter()
-            .chain(MASK_SPELLINGS)
-            .find_map(|s| inner.token_to_id(s));
+        let mut inner = Tokenizer::from_bytes(bytes)
+            .map_err(|e| anyhow!("{origin}: invalid tokenizer: {e}"))?;
+        let known =
+            config_mask_text.into_iter().chain(MASK_SPELLINGS).find_map(|s| inner.token_to_id(s));
         let (mask_id, mask_added) = match (known, config_mask) {
-            (Some(id), Some(want)) if id != want => bail!(
-                "{origin}: mask token has id {id}, but config.json says mask_token_id {want}"
-            ),
+            (Some(id), Some(want)) if id != want => {
+                bail!("{origin}: mask token has id {id}, but config.json says mask_token_id {want}")
+            }
             (Some(id), _) => (id, false),
             (None, want) => (add_mask(&mut inner, origin, want)?, true),
         };
@@ -56,7 +54,9 @@ impl Tok {
         // pre-tokenizer pattern (e.g. `(a+)+$` over a long run of `a`: onig's retry limit);
         // it returns no error for it, so catching the panic is the only way to report it.
         let enc = crate::panics::catch(|| self.inner.encode(text, false))
-            .map_err(|p| anyhow!("{}: cannot tokenize the prompt: the tokenizer failed ({p})", self.origin))?
+            .map_err(|p| {
+                anyhow!("{}: cannot tokenize the prompt: the tokenizer failed ({p})", self.origin)
+            })?
             .map_err(|e| anyhow!("{}: cannot tokenize the prompt: {e}", self.origin))?;
         Ok(enc.get_ids().to_vec())
     }
@@ -89,7 +89,11 @@ impl Tok {
         // No vocabulary entry: no bytes, as the whole output's decode skips the id.
         let Some(token) = self.inner.id_to_token(id) else { return Vec::new() };
         if let Some(DecoderWrapper::ByteLevel(_)) = self.inner.get_decoder() {
-            return token.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| token.into_bytes());
+            return token
+                .chars()
+                .map(byte_level_byte)
+                .collect::<Option<Vec<u8>>>()
+                .unwrap_or_else(|| token.into_bytes());
         }
         if let Some(b) = byte_fallback(&token) {
             return vec![b];

@@ -79,7 +79,8 @@ impl Weights {
         for p in paths {
             let p = p.as_ref();
             crate::limits::regular_file(p)?;
-            let file = std::fs::File::open(p).with_context(|| format!("{}: cannot open", p.display()))?;
+            let file =
+                std::fs::File::open(p).with_context(|| format!("{}: cannot open", p.display()))?;
             // SAFETY: the checkpoint is treated as read-only input for the life of the process;
             // like every mmap-based loader we assume nobody truncates it meanwhile.
             let map = unsafe { memmap2::Mmap::map(&file) }
@@ -120,13 +121,21 @@ impl Weights {
     }
 
     /// Loads `name`, checks its shape, converts it to `dtype` on `device`.
-    pub fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    pub fn get(
+        &self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
         let &i = self
             .index
             .get(name)
             .ok_or_else(|| anyhow!("{}: missing tensor `{name}`", self.describe()))?;
         let shard = &self.shards[i];
-        let view = parse(shard)?.tensor(name).map_err(|e| anyhow!("{}: tensor `{name}`: {e}", shard.label))?;
+        let view = parse(shard)?
+            .tensor(name)
+            .map_err(|e| anyhow!("{}: tensor `{name}`: {e}", shard.label))?;
         if view.shape() != shape {
             bail!(
                 "{}: tensor `{name}` has shape {:?}, expected {:?}",
@@ -146,7 +155,9 @@ impl Weights {
     pub fn stored_dtype(&self) -> String {
         self.shards
             .first()
-            .and_then(|s| parse(s).ok().map(|st| st.tensors().first().map(|t| format!("{:?}", t.1.dtype()))))
+            .and_then(|s| {
+                parse(s).ok().map(|st| st.tensors().first().map(|t| format!("{:?}", t.1.dtype())))
+            })
             .flatten()
             .unwrap_or_default()
             .to_lowercase()

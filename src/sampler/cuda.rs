@@ -57,22 +57,39 @@ pub fn launch(
     let ptx = ptx()?;
     let out = unsafe { dev.alloc::<f32>(rows * 4)? };
     let part = unsafe { dev.alloc::<f32>(rows * SEG * 5)? };
-    let stats = LaunchConfig { grid_dim: (rows as u32, SEG as u32, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
-    let cfg = LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (NT as u32, 1, 1), shared_mem_bytes: 0 };
+    let stats = LaunchConfig {
+        grid_dim: (rows as u32, SEG as u32, 1),
+        block_dim: (NT as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (NT as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let (vocab_u, mask, greedy) = (vocab as u32, p.mask_id, i32::from(p.greedy));
-    let (inv_t, top_k, top_p, scaled, ties) = (p.inv_t, p.top_k, p.top_p, i32::from(p.scaled), i32::from(p.ties_kept));
+    let (inv_t, top_k, top_p, scaled, ties) =
+        (p.inv_t, p.top_k, p.top_p, i32::from(p.scaled), i32::from(p.ties_kept));
     // the row statistics over SEG spans, then the decision per row
     macro_rules! go {
         ($x:expr, $suffix:literal) => {{
             let x = $x.slice(o1..o1 + rows * vocab);
-            let f = dev.get_or_load_custom_func(concat!("unmask_sample_stats_", $suffix), MODULE, ptx)?;
+            let f =
+                dev.get_or_load_custom_func(concat!("unmask_sample_stats_", $suffix), MODULE, ptx)?;
             let mut b = f.builder();
             b.arg(&x).arg(&part).arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t);
             unsafe { b.launch(stats) }.w()?;
             let f = dev.get_or_load_custom_func(concat!("unmask_sample_", $suffix), MODULE, ptx)?;
             let mut b = f.builder();
             b.arg(&x).arg(&part).arg(&uniforms).arg(&out);
-            b.arg(&vocab_u).arg(&mask).arg(&greedy).arg(&inv_t).arg(&top_k).arg(&top_p).arg(&scaled).arg(&ties);
+            b.arg(&vocab_u)
+                .arg(&mask)
+                .arg(&greedy)
+                .arg(&inv_t)
+                .arg(&top_k)
+                .arg(&top_p)
+                .arg(&scaled)
+                .arg(&ties);
             unsafe { b.launch(cfg) }.w()?;
         }};
     }

@@ -13,9 +13,9 @@
 
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
-use crate::engine::settings::{Confidence, SamplerSpec, TopK};
 #[cfg(test)]
 use crate::engine::settings::Sampling;
+use crate::engine::settings::{Confidence, SamplerSpec, TopK};
 
 /// Threads per block (NT in the kernel).
 pub const NT: usize = 512;
@@ -78,7 +78,11 @@ impl KernelSample {
 pub struct SampleOp(pub KernelParams);
 
 /// Samples every row of `logits` with the device kernel (or its CPU mirror on the CPU).
-pub fn sample_op(logits: &Tensor, uniforms: &Tensor, params: KernelParams) -> candle_core::Result<Tensor> {
+pub fn sample_op(
+    logits: &Tensor,
+    uniforms: &Tensor,
+    params: KernelParams,
+) -> candle_core::Result<Tensor> {
     logits.apply_op2_no_bwd(uniforms, &SampleOp(params))
 }
 
@@ -101,7 +105,13 @@ impl CustomOp2 for SampleOp {
         "unmask-sample"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, vocab) = check_shapes(l1, l2)?;
         let (o1, _) = l1.contiguous_offsets().expect("checked");
         let (o2, _) = l2.contiguous_offsets().expect("checked");
@@ -111,11 +121,18 @@ impl CustomOp2 for SampleOp {
             CpuStorage::F16(v) => v[o1..o1 + rows * vocab].iter().map(|x| x.to_f32()).collect(),
             _ => candle_core::bail!("unmask-sample: logits must be f32, bf16 or f16"),
         };
-        let CpuStorage::F32(u) = s2 else { candle_core::bail!("unmask-sample: uniforms must be f32") };
+        let CpuStorage::F32(u) = s2 else {
+            candle_core::bail!("unmask-sample: uniforms must be f32")
+        };
         let mut out = Vec::with_capacity(rows * 4);
         for r in 0..rows {
             let s = mirror_row(&logits[r * vocab..(r + 1) * vocab], &self.0, u[o2 + r]);
-            out.extend_from_slice(&[s.token as f32, s.conf, s.entropy, if s.overflow { 1.0 } else { 0.0 }]);
+            out.extend_from_slice(&[
+                s.token as f32,
+                s.conf,
+                s.entropy,
+                if s.overflow { 1.0 } else { 0.0 },
+            ]);
         }
         Ok((CpuStorage::F32(out), Shape::from((rows, 4))))
     }
@@ -193,7 +210,13 @@ fn acc_combine(mut a: Acc, mut b: Acc) -> Acc {
     };
     let (da, db) = (a.m - m, b.m - m);
     let (ea, eb) = (da.exp(), db.exp());
-    Acc { m, s: ea * a.s + eb * b.s, w: ea * (a.w + da * a.s) + eb * (b.w + db * b.s), arg, n: a.n + b.n }
+    Acc {
+        m,
+        s: ea * a.s + eb * b.s,
+        w: ea * (a.w + da * a.s) + eb * (b.w + db * b.s),
+        arg,
+        n: a.n + b.n,
+    }
 }
 
 /// The butterfly of `__shfl_xor_sync` with offsets 16..1; returns lane 0's value.
@@ -259,7 +282,12 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
     let t = acc_warp(&parts);
 
     if p.greedy {
-        return KernelSample { token: t.arg, conf: 1.0 / t.s, entropy: t.s.ln() - t.w / t.s, overflow: false };
+        return KernelSample {
+            token: t.arg,
+            conf: 1.0 / t.s,
+            entropy: t.s.ln() - t.w / t.s,
+            overflow: false,
+        };
     }
 
     // 2. mode
@@ -353,7 +381,11 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
     // Confidence::Scaled: the chosen candidate's probability and the entropy under the whole
     // scaled row, from the first pass's statistics
     let scaled = |c: usize, s: KernelSample| match p.scaled {
-        true => KernelSample { conf: (fkey_inv((cand[c] >> 32) as u32) - t.m).exp() / t.s, entropy: t.s.ln() - t.w / t.s, ..s },
+        true => KernelSample {
+            conf: (fkey_inv((cand[c] >> 32) as u32) - t.m).exp() / t.s,
+            entropy: t.s.ln() - t.w / t.s,
+            ..s
+        },
         false => s,
     };
     let n = pe.len();
@@ -378,7 +410,8 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
     if !partial || p.top_p < 1.0 {
         let total2 = pe[..keep].iter().fold(0.0f32, |acc, &e| acc + e);
         let probs: Vec<f32> = pe[..keep].iter().map(|&e| e / total2).collect();
-        let entropy = probs.iter().filter(|&&q| q > 0.0).fold(0.0f32, |acc, &q| acc + (-q) * q.ln());
+        let entropy =
+            probs.iter().filter(|&&q| q > 0.0).fold(0.0f32, |acc, &q| acc + (-q) * q.ln());
         let mut cum = 0.0f32;
         let mut chosen = keep - 1;
         for (c, &q) in probs.iter().enumerate() {
@@ -388,7 +421,10 @@ pub fn mirror_row(row: &[f32], p: &KernelParams, u: f32) -> KernelSample {
                 break;
             }
         }
-        return scaled(chosen, KernelSample { token: pid[chosen], conf: probs[chosen], entropy, overflow: false });
+        return scaled(
+            chosen,
+            KernelSample { token: pid[chosen], conf: probs[chosen], entropy, overflow: false },
+        );
     }
     let entropy = t.s.ln() - t.w / t.s;
     let mut cum = 0.0f32;
@@ -443,7 +479,14 @@ mod tests {
     }
 
     /// Checks the mirror against the reference; returns how many rows overflowed.
-    fn check(rows: usize, vocab: usize, s: SamplerSpec, seed: u64, scale: f32, bf16: bool) -> usize {
+    fn check(
+        rows: usize,
+        vocab: usize,
+        s: SamplerSpec,
+        seed: u64,
+        scale: f32,
+        bf16: bool,
+    ) -> usize {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mask = (vocab - 1) as u32;
         let mut overflowed = 0;
@@ -459,7 +502,10 @@ mod tests {
             assert_ne!(got.token, mask, "row {r}: the mask is never sampled");
             assert_eq!(got.token, want.token, "row {r} {s:?} u={u}: {got:?} vs {want:?}");
             assert!(close(got.conf, want.conf, 1e-5), "row {r} {s:?}: conf {got:?} vs {want:?}");
-            assert!(close(got.entropy, want.entropy, 1e-4), "row {r} {s:?}: entropy {got:?} vs {want:?}");
+            assert!(
+                close(got.entropy, want.entropy, 1e-4),
+                "row {r} {s:?}: entropy {got:?} vs {want:?}"
+            );
         }
         overflowed
     }
@@ -492,7 +538,11 @@ mod tests {
         row[7 + NT] = 0.0;
         assert_eq!(mirror_row(&row, &p, 0.0).token, 700);
         row[700] = 0.0;
-        assert_eq!(mirror_row(&row, &p, 0.0).token, 5 * 2 * NT as u32 + 3, "a later span's max wins");
+        assert_eq!(
+            mirror_row(&row, &p, 0.0).token,
+            5 * 2 * NT as u32 + 3,
+            "a later span's max wins"
+        );
         // the mask holds the max: never chosen
         let mut row = vec![0.0f32; 100];
         row[99] = 9.0;
@@ -512,10 +562,18 @@ mod tests {
     fn scaled_confidence_matches_reference() {
         let scaled = |s: SamplerSpec| SamplerSpec { confidence: Confidence::Scaled, ..s };
         assert_eq!(check(20, 5000, scaled(temp(0.8, 20, 0.9)), 31, 6.0, true), 0, "exact mode");
-        assert_eq!(check(10, 200, scaled(temp(0.7, 0, 1.0)), 32, 2.0, false), 0, "every token a candidate");
+        assert_eq!(
+            check(10, 200, scaled(temp(0.7, 0, 1.0)), 32, 2.0, false),
+            0,
+            "every token a candidate"
+        );
         let peaked = check(20, 20000, scaled(temp(1.0, 0, 1.0)), 33, 20.0, true);
         assert!(peaked < 20, "partial mode decides most peaked rows ({peaked} overflowed)");
-        assert_eq!(check(10, 3000, scaled(SamplerSpec::default()), 34, 8.0, true), 0, "greedy is unchanged");
+        assert_eq!(
+            check(10, 3000, scaled(SamplerSpec::default()), 34, 8.0, true),
+            0,
+            "greedy is unchanged"
+        );
     }
 
     #[test]
@@ -588,7 +646,11 @@ mod tests {
         // bf16 rows: many exact ties at the k-th
         for (k, seed) in [(1usize, 41u64), (5, 42), (20, 43), (200, 44)] {
             assert_eq!(check(20, 3000, kept(temp(0.8, k, 1.0)), seed, 6.0, true), 0, "k={k}");
-            assert_eq!(check(10, 3000, kept(temp(1.1, k, 0.9)), seed + 10, 6.0, true), 0, "k={k} p");
+            assert_eq!(
+                check(10, 3000, kept(temp(1.1, k, 0.9)), seed + 10, 6.0, true),
+                0,
+                "k={k} p"
+            );
         }
         // more ties than the kernel holds: the host decides
         let row = vec![0.5f32; 1000];
@@ -600,7 +662,8 @@ mod tests {
         use candle_core::Device;
         let mut rng = ChaCha8Rng::seed_from_u64(21);
         let (rows, vocab) = (4, 1000);
-        let data: Vec<f32> = (0..rows).flat_map(|_| random_row(&mut rng, vocab, 5.0, true)).collect();
+        let data: Vec<f32> =
+            (0..rows).flat_map(|_| random_row(&mut rng, vocab, 5.0, true)).collect();
         let logits = Tensor::from_vec(data.clone(), (rows, vocab), &Device::Cpu).unwrap();
         let us = [0.1f32, 0.5, 0.9, 0.99];
         let u = Tensor::new(&us, &Device::Cpu).unwrap();

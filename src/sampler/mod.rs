@@ -66,7 +66,12 @@ pub fn sample(logits: &[f32], sampling: &SamplerSpec, u: f32) -> PosSample {
 /// [`sample`], and the `k` most probable tokens of the distribution it draws from, most
 /// probable first (ties: the lower id first), tokens of probability 0 left out (so fewer than
 /// `k` when top-k or top-p keep fewer). `k == 0` allocates nothing.
-pub fn sample_ranked(logits: &[f32], sampling: &SamplerSpec, u: f32, k: usize) -> (PosSample, Vec<Ranked>) {
+pub fn sample_ranked(
+    logits: &[f32],
+    sampling: &SamplerSpec,
+    u: f32,
+    k: usize,
+) -> (PosSample, Vec<Ranked>) {
     // NaN and +inf have no place in a distribution; -inf (a suppressed token) is fine.
     let Some(max) = softmax::max_finite(logits).filter(|_| !logits.is_empty()) else {
         return (PosSample::INVALID, Vec::new());
@@ -77,7 +82,12 @@ pub fn sample_ranked(logits: &[f32], sampling: &SamplerSpec, u: f32, k: usize) -
         return (g.sample(), top);
     }
     let inv_t = 1.0 / sampling.sampling.temperature;
-    match filtered(logits, inv_t, (sampling.sampling.top_k, sampling.top_k_rule), sampling.sampling.top_p) {
+    match filtered(
+        logits,
+        inv_t,
+        (sampling.sampling.top_k, sampling.top_k_rule),
+        sampling.sampling.top_p,
+    ) {
         Some(kept) => {
             let top = kept.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect();
             let drawn = draw(&kept, u);
@@ -98,7 +108,12 @@ pub fn sample_ranked(logits: &[f32], sampling: &SamplerSpec, u: f32, k: usize) -
 
 /// `drawn` and `top` with their probabilities, and the entropy, taken from the softmax of the
 /// whole row scaled by `inv_t` ([`Confidence::Scaled`]) rather than from the filtered one.
-fn rescored(logits: &[f32], inv_t: f32, drawn: PosSample, top: Vec<Ranked>) -> (PosSample, Vec<Ranked>) {
+fn rescored(
+    logits: &[f32],
+    inv_t: f32,
+    drawn: PosSample,
+    top: Vec<Ranked>,
+) -> (PosSample, Vec<Ranked>) {
     // x = z * inv_t, as `filtered` scales (and as the device kernel does)
     let scaled: Vec<f32> = logits.iter().map(|&z| z * inv_t).collect();
     // `filtered` found a finite largest scaled logit, so this row has one
@@ -141,7 +156,11 @@ impl Greedy {
 
     fn sample(&self) -> PosSample {
         // (+ 0.0: a certain row's 0 - 0 is -0, which traces and tables would spell "-0")
-        PosSample { token: self.best, conf: (-self.log_z).exp(), entropy: self.log_z - self.mean_shifted + 0.0 }
+        PosSample {
+            token: self.best,
+            conf: (-self.log_z).exp(),
+            entropy: self.log_z - self.mean_shifted + 0.0,
+        }
     }
 
     /// The `k` largest logits as probabilities, most probable first, the lower id first on a
@@ -171,7 +190,9 @@ fn top_scaled(z: &[f32], scale: f32, k: usize) -> Vec<(u32, f32)> {
     for (c, chunk) in z.chunks(W).enumerate() {
         // Once the list is full, most chunks hold nothing above its last: one vectorized
         // comparison skips them (the scan below would skip each of their values).
-        if top.len() == k && chunk.iter().fold(true, |all, &v| all & (total_key(v * scale) <= top[k - 1].0)) {
+        if top.len() == k
+            && chunk.iter().fold(true, |all, &v| all & (total_key(v * scale) <= top[k - 1].0))
+        {
             continue;
         }
         for (j, &v) in chunk.iter().enumerate() {
@@ -197,9 +218,16 @@ fn total_key(v: f32) -> i32 {
 
 /// Token ids with their filtered, renormalised probabilities, most probable first (ties by id);
 /// `None` when the temperature is so low that the largest scaled logit is not finite.
-fn filtered(logits: &[f32], inv_t: f32, (top_k, rule): (usize, TopK), top_p: f32) -> Option<Vec<(u32, f32)>> {
+fn filtered(
+    logits: &[f32],
+    inv_t: f32,
+    (top_k, rule): (usize, TopK),
+    top_p: f32,
+) -> Option<Vec<(u32, f32)>> {
     let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let whole = || -> Vec<(u32, f32)> { logits.iter().enumerate().map(|(i, &z)| (i as u32, z * inv_t)).collect() };
+    let whole = || -> Vec<(u32, f32)> {
+        logits.iter().enumerate().map(|(i, &z)| (i as u32, z * inv_t)).collect()
+    };
     let mut order = match top_k {
         k if k == 0 || k >= logits.len() => {
             // The whole vocabulary, still in id order: a stable radix sort on the negated logit
@@ -259,19 +287,22 @@ fn keep_ties(logits: &[f32], inv_t: f32, order: &mut Vec<(u32, f32)>) {
         return;
     }
     let key = total_key(kth);
-    order.extend(logits.iter().enumerate().skip(last as usize + 1).filter(|&(_, &z)| total_key(z * inv_t) == key).map(|(i, &z)| (i as u32, z * inv_t)));
+    order.extend(
+        logits
+            .iter()
+            .enumerate()
+            .skip(last as usize + 1)
+            .filter(|&(_, &z)| total_key(z * inv_t) == key)
+            .map(|(i, &z)| (i as u32, z * inv_t)),
+    );
 }
 
 /// Inverse-CDF draw over `kept` (most probable first), so the same uniform gives the same token
 /// on every backend.
 fn draw(kept: &[(u32, f32)], u: f32) -> PosSample {
     // (+ 0.0: a token of probability 1 adds -1 ln 1 = -0)
-    let entropy: f32 = kept
-        .iter()
-        .filter(|p| p.1 > 0.0)
-        .map(|p| -p.1 * p.1.ln())
-        .sum::<f32>()
-        + 0.0;
+    let entropy: f32 =
+        kept.iter().filter(|p| p.1 > 0.0).map(|p| -p.1 * p.1.ln()).sum::<f32>() + 0.0;
     let mut cum = 0.0;
     let mut chosen = kept[kept.len() - 1];
     for &p in kept {
@@ -316,7 +347,11 @@ mod tests {
         let p = softmax(&[0.5, 2.0]);
         assert_eq!(s.token, 2);
         assert!((s.conf - p[1]).abs() < 1e-6 && (s.entropy - entropy(&p)).abs() < 1e-5, "{s:?}");
-        let t = sample(&z, &SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() }), 0.999);
+        let t = sample(
+            &z,
+            &SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() }),
+            0.999,
+        );
         assert_eq!(t.token, 0, "a suppressed token is never drawn");
         assert!(t.entropy.is_finite());
     }
@@ -326,7 +361,12 @@ mod tests {
         // lmdeploy's and JetEngine's confidence: softmax(z / T) over every token, where the
         // token is still drawn from the filtered distribution
         let z = [2.0, 1.0, 0.5, -1.0, 0.0];
-        let drawn = SamplerSpec::from(Sampling { temperature: 0.5, top_k: 2, top_p: 0.9, ..Sampling::default() });
+        let drawn = SamplerSpec::from(Sampling {
+            temperature: 0.5,
+            top_k: 2,
+            top_p: 0.9,
+            ..Sampling::default()
+        });
         let scaled = SamplerSpec { confidence: Confidence::Scaled, ..drawn };
         let p = softmax(&z.map(|v| v * 2.0));
         for u in [0.0, 0.5, 0.99] {
@@ -336,7 +376,10 @@ mod tests {
             assert!((b.conf - p[b.token as usize]).abs() < 1e-6, "{b:?} vs {p:?}");
             assert!((b.entropy - entropy(&p)).abs() < 1e-5);
             assert!(a.conf > b.conf, "the filtered probability is the larger");
-            assert_eq!(ta.iter().map(|r| r.token).collect::<Vec<_>>(), tb.iter().map(|r| r.token).collect::<Vec<_>>());
+            assert_eq!(
+                ta.iter().map(|r| r.token).collect::<Vec<_>>(),
+                tb.iter().map(|r| r.token).collect::<Vec<_>>()
+            );
             for r in &tb {
                 assert!((r.p - p[r.token as usize]).abs() < 1e-6);
             }
@@ -362,11 +405,19 @@ mod tests {
         // 1/1e-38 = 1e38: every scaled logit but zero overflows. This indexed an empty list.
         let z = [0.5, 2.0, -1.0, 1.0];
         for t in [1e-38, f32::MIN_POSITIVE, 1e-45] {
-            let s = sample(&z, &SamplerSpec::from(Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0 }), 0.7);
+            let s = sample(
+                &z,
+                &SamplerSpec::from(Sampling { temperature: t, top_k: 2, top_p: 0.9, seed: 0 }),
+                0.7,
+            );
             assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0), "temperature {t}");
         }
         let negative = [-3.0, -2.0, -5.0];
-        let s = sample(&negative, &SamplerSpec::from(Sampling { temperature: 1e-38, ..Sampling::default() }), 0.2);
+        let s = sample(
+            &negative,
+            &SamplerSpec::from(Sampling { temperature: 1e-38, ..Sampling::default() }),
+            0.2,
+        );
         assert_eq!((s.token, s.conf, s.entropy), (1, 1.0, 0.0));
     }
 
@@ -374,7 +425,10 @@ mod tests {
     fn nan_or_infinite_logits_give_an_invalid_sample() {
         for bad in [f32::NAN, f32::INFINITY] {
             let z = [0.5, bad, 1.0];
-            for sm in [SamplerSpec::default(), SamplerSpec::from(Sampling { temperature: 0.7, ..Sampling::default() })] {
+            for sm in [
+                SamplerSpec::default(),
+                SamplerSpec::from(Sampling { temperature: 0.7, ..Sampling::default() }),
+            ] {
                 let s = sample(&z, &sm, 0.3);
                 assert!(!s.is_valid(), "{bad} {sm:?}: {s:?}");
             }
@@ -386,7 +440,10 @@ mod tests {
     #[test]
     fn a_certain_rows_entropy_is_plus_zero() {
         let z = [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY];
-        for s in [SamplerSpec::default(), SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() })] {
+        for s in [
+            SamplerSpec::default(),
+            SamplerSpec::from(Sampling { temperature: 1.0, ..Sampling::default() }),
+        ] {
             let e = sample(&z, &s, 0.5).entropy;
             assert_eq!(e.to_bits(), 0f32.to_bits(), "{s:?}: {e}");
         }
@@ -428,10 +485,12 @@ mod tests {
     fn top_p_keeps_smallest_prefix_reaching_mass() {
         let z: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|x| x.ln()).collect();
         // 0.4 < 0.6 <= 0.7: keeps ids 3 and 2.
-        let sm = SamplerSpec::from(Sampling { temperature: 1.0, top_p: 0.6, ..Sampling::default() });
+        let sm =
+            SamplerSpec::from(Sampling { temperature: 1.0, top_p: 0.6, ..Sampling::default() });
         assert_eq!(sample(&z, &sm, 0.999).token, 2);
         // a tiny p still keeps one token, with probability 1.
-        let one = SamplerSpec::from(Sampling { temperature: 1.0, top_p: 1e-6, ..Sampling::default() });
+        let one =
+            SamplerSpec::from(Sampling { temperature: 1.0, top_p: 1e-6, ..Sampling::default() });
         let s = sample(&z, &one, 0.999);
         assert_eq!((s.token, s.conf, s.entropy), (3, 1.0, 0.0));
     }
@@ -439,8 +498,16 @@ mod tests {
     #[test]
     fn low_temperature_sharpens() {
         let z = [0.0, 1.0];
-        let hot = sample(&z, &SamplerSpec::from(Sampling { temperature: 2.0, ..Sampling::default() }), 0.0);
-        let cold = sample(&z, &SamplerSpec::from(Sampling { temperature: 0.25, ..Sampling::default() }), 0.0);
+        let hot = sample(
+            &z,
+            &SamplerSpec::from(Sampling { temperature: 2.0, ..Sampling::default() }),
+            0.0,
+        );
+        let cold = sample(
+            &z,
+            &SamplerSpec::from(Sampling { temperature: 0.25, ..Sampling::default() }),
+            0.0,
+        );
         assert_eq!((hot.token, cold.token), (1, 1));
         assert!(cold.conf > hot.conf);
     }
@@ -478,7 +545,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         // Ties (quantised logits) and a suppressed token, over a vocabulary of 500.
         let z: Vec<f32> = (0..500)
-            .map(|i| if i == 7 { f32::NEG_INFINITY } else { (rng.random::<f32>() * 40.0).round() / 4.0 })
+            .map(|i| {
+                if i == 7 {
+                    f32::NEG_INFINITY
+                } else {
+                    (rng.random::<f32>() * 40.0).round() / 4.0
+                }
+            })
             .collect();
         let settings = [
             SamplerSpec::default(),
@@ -498,7 +571,11 @@ mod tests {
                 }
                 assert_eq!(pick, sample(&z, &s, 0.4), "ranking does not change the draw");
                 if s.is_greedy() {
-                    assert_eq!((top[0].token, top[0].p), (pick.token, pick.conf), "greedy: the first is the pick, same p");
+                    assert_eq!(
+                        (top[0].token, top[0].p),
+                        (pick.token, pick.conf),
+                        "greedy: the first is the pick, same p"
+                    );
                 }
             }
         }
@@ -509,7 +586,11 @@ mod tests {
     fn ranked_candidates_leave_out_what_cannot_be_drawn() {
         let z = [1.0, f32::NEG_INFINITY, 0.5, -200.0];
         let (_, top) = sample_ranked(&z, &SamplerSpec::default(), 0.0, 16);
-        assert_eq!(top.iter().map(|r| r.token).collect::<Vec<_>>(), vec![0, 2], "-inf and an underflowed token are out");
+        assert_eq!(
+            top.iter().map(|r| r.token).collect::<Vec<_>>(),
+            vec![0, 2],
+            "-inf and an underflowed token are out"
+        );
         let cold = SamplerSpec::from(Sampling { temperature: 1e-38, ..Sampling::default() });
         assert_eq!(sample_ranked(&z, &cold, 0.3, 3).1, vec![Ranked { token: 0, p: 1.0 }]);
         assert_eq!(sample_ranked(&[f32::NAN, 1.0], &SamplerSpec::default(), 0.0, 3).1, vec![]);
@@ -523,25 +604,54 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         let specials = [0.0, -0.0, f32::NEG_INFINITY, 1e-40, -1e-40];
         let z: Vec<f32> = (0..5000)
-            .map(|i| if i % 13 == 0 { specials[i / 13 % specials.len()] } else { (rng.random::<f32>() * 64.0).round() / 8.0 - 4.0 })
+            .map(|i| {
+                if i % 13 == 0 {
+                    specials[i / 13 % specials.len()]
+                } else {
+                    (rng.random::<f32>() * 64.0).round() / 8.0 - 4.0
+                }
+            })
             .collect();
         // logits near 0, so that ±0 and the tiny ones rank among the first
-        let near: Vec<f32> = z.iter().map(|&v| if v.is_finite() && v.abs() > 0.5 { v - 8.0 } else { v }).collect();
+        let near: Vec<f32> =
+            z.iter().map(|&v| if v.is_finite() && v.abs() > 0.5 { v - 8.0 } else { v }).collect();
         for z in [&z, &near] {
-            for (inv_t, top_k, top_p) in [(1.0, 0, 1.0), (0.5, 0, 0.9), (2.0, 5000, 1.0), (1.0, 1, 1.0), (0.7, 20, 0.95), (1.3, 256, 1.0), (1.0, 300, 1.0), (1.0, 4999, 1.0)] {
+            for (inv_t, top_k, top_p) in [
+                (1.0, 0, 1.0),
+                (0.5, 0, 0.9),
+                (2.0, 5000, 1.0),
+                (1.0, 1, 1.0),
+                (0.7, 20, 0.95),
+                (1.3, 256, 1.0),
+                (1.0, 300, 1.0),
+                (1.0, 4999, 1.0),
+            ] {
                 let got = filtered(z, inv_t, (top_k, TopK::Exact), top_p).unwrap();
-                let mut order: Vec<(u32, f32)> = z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
+                let mut order: Vec<(u32, f32)> =
+                    z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
                 order.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                 let ids: Vec<u32> = order.iter().map(|p| p.0).take(got.len()).collect();
-                assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), ids, "1/T {inv_t}, top-k {top_k}, top-p {top_p}");
+                assert_eq!(
+                    got.iter().map(|p| p.0).collect::<Vec<_>>(),
+                    ids,
+                    "1/T {inv_t}, top-k {top_k}, top-p {top_p}"
+                );
                 if top_k > 0 && top_p == 1.0 {
                     let finite = z.iter().filter(|v| **v > f32::NEG_INFINITY).count();
-                    assert_eq!(got.len(), top_k.min(finite), "top-k {top_k} keeps k (none underflows here)");
+                    assert_eq!(
+                        got.len(),
+                        top_k.min(finite),
+                        "top-k {top_k} keeps k (none underflows here)"
+                    );
                 }
             }
         }
         let all_suppressed = [f32::NEG_INFINITY; 40];
-        assert_eq!(filtered(&all_suppressed, 1.0, (5, TopK::Exact), 1.0), None, "no finite logit: the greedy limit");
+        assert_eq!(
+            filtered(&all_suppressed, 1.0, (5, TopK::Exact), 1.0),
+            None,
+            "no finite logit: the greedy limit"
+        );
     }
 
     /// The sampler without its shortcuts, as docs/decoding.md states it: every token's scaled
@@ -553,7 +663,8 @@ mod tests {
         let s = &spec.sampling;
         let by = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let sorted = |inv_t: f32| {
-            let mut all: Vec<(u32, f32)> = z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
+            let mut all: Vec<(u32, f32)> =
+                z.iter().enumerate().map(|(i, &v)| (i as u32, v * inv_t)).collect();
             all.sort_by(by);
             all
         };
@@ -570,20 +681,32 @@ mod tests {
                 (sum, w) = (sum + d.exp(), w + d.exp() * d);
             }
             let (log_z, mean) = (sum.ln() as f32, (w / sum) as f32);
-            (PosSample { token: best as u32, conf: (-log_z).exp(), entropy: log_z - mean }, max, log_z)
+            (
+                PosSample { token: best as u32, conf: (-log_z).exp(), entropy: log_z - mean },
+                max,
+                log_z,
+            )
         };
         let greedy = || greedy_of(z);
         if s.is_greedy() {
             let (pick, max, log_z) = greedy();
             let top = sorted(1.0).into_iter().filter(|p| p.1 > f32::NEG_INFINITY).take(k);
-            return (pick, top.map(|(token, v)| Ranked { token, p: ((v - max) - log_z).exp() }).filter(|r| r.p > 0.0).collect());
+            return (
+                pick,
+                top.map(|(token, v)| Ranked { token, p: ((v - max) - log_z).exp() })
+                    .filter(|r| r.p > 0.0)
+                    .collect(),
+            );
         }
         let mut order = sorted(1.0 / s.temperature);
         if s.top_k > 0 && s.top_k < order.len() {
             // generate.py keeps every token equal to the k-th (same bits of the scaled logit)
             let kth = order[s.top_k - 1].1;
             let keep = match spec.top_k_rule {
-                TopK::TiesKept if kth > f32::NEG_INFINITY => order.iter().take_while(|p| p.1.to_bits() != kth.to_bits()).count() + order.iter().filter(|p| p.1.to_bits() == kth.to_bits()).count(),
+                TopK::TiesKept if kth > f32::NEG_INFINITY => {
+                    order.iter().take_while(|p| p.1.to_bits() != kth.to_bits()).count()
+                        + order.iter().filter(|p| p.1.to_bits() == kth.to_bits()).count()
+                }
                 _ => s.top_k,
             };
             order.truncate(keep);
@@ -593,7 +716,8 @@ mod tests {
             let g = PosSample { conf: 1.0, entropy: 0.0, ..greedy().0 };
             return (g, if k == 0 { vec![] } else { vec![Ranked { token: g.token, p: 1.0 }] });
         }
-        let mut probs: Vec<(u32, f32)> = order.iter().map(|&(i, v)| (i, (v - m).exp())).filter(|p| p.1 > 0.0).collect();
+        let mut probs: Vec<(u32, f32)> =
+            order.iter().map(|&(i, v)| (i, (v - m).exp())).filter(|p| p.1 > 0.0).collect();
         let total: f32 = probs.iter().map(|p| p.1).sum();
         if s.top_p < 1.0 {
             let mut cum = 0.0;
@@ -605,7 +729,10 @@ mod tests {
         }
         let total: f32 = probs.iter().map(|p| p.1).sum();
         probs.iter_mut().for_each(|p| p.1 /= total);
-        let (pick, top): (PosSample, Vec<Ranked>) = (draw(&probs, u), probs.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect());
+        let (pick, top): (PosSample, Vec<Ranked>) = (
+            draw(&probs, u),
+            probs.iter().take(k).map(|&(token, p)| Ranked { token, p }).collect(),
+        );
         if spec.confidence == Confidence::Drawn {
             return (pick, top);
         }
@@ -613,7 +740,10 @@ mod tests {
         let scaled: Vec<f32> = z.iter().map(|v| v * (1.0 / s.temperature)).collect();
         let (whole, max, log_z) = greedy_of(&scaled);
         let p = |t: u32| ((scaled[t as usize] - max) - log_z).exp();
-        (PosSample { conf: p(pick.token), entropy: whole.entropy, ..pick }, top.into_iter().map(|r| Ranked { p: p(r.token), ..r }).collect())
+        (
+            PosSample { conf: p(pick.token), entropy: whole.entropy, ..pick },
+            top.into_iter().map(|r| Ranked { p: p(r.token), ..r }).collect(),
+        )
     }
 
     proptest::proptest! {

@@ -149,7 +149,9 @@ mod avx2 {
     /// [`super::exp`] on 4 lanes.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn exp4(x: __m256d) -> __m256d {
-        let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_pd(x, _mm256_set1_pd(LOG2E)));
+        let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_pd(x, _mm256_set1_pd(LOG2E)),
+        );
         let r = _mm256_fmadd_pd(n, _mm256_set1_pd(-LN2_HI), x);
         let r = _mm256_fmadd_pd(n, _mm256_set1_pd(-LN2_LO), r);
         let r2 = _mm256_mul_pd(r, r);
@@ -160,11 +162,18 @@ mod avx2 {
                 _mm256_fmadd_pd(_mm256_set1_pd(C[$i + 1]), r, _mm256_set1_pd(C[$i]))
             };
         }
-        let (s0, s1, s2) = (_mm256_fmadd_pd(q!(2), r2, q!(0)), _mm256_fmadd_pd(q!(6), r2, q!(4)), _mm256_fmadd_pd(q!(10), r2, q!(8)));
+        let (s0, s1, s2) = (
+            _mm256_fmadd_pd(q!(2), r2, q!(0)),
+            _mm256_fmadd_pd(q!(6), r2, q!(4)),
+            _mm256_fmadd_pd(q!(10), r2, q!(8)),
+        );
         let (o0, o1) = (_mm256_fmadd_pd(s1, r4, s0), _mm256_fmadd_pd(q!(12), r4, s2));
         let p = _mm256_fmadd_pd(o1, _mm256_mul_pd(r4, r4), o0);
         // n is an integer in [-1022, 1023]: to i32, widened to i64, biased, into the exponent
-        let e = _mm256_slli_epi64::<52>(_mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)), _mm256_set1_epi64x(1023)));
+        let e = _mm256_slli_epi64::<52>(_mm256_add_epi64(
+            _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)),
+            _mm256_set1_epi64x(1023),
+        ));
         _mm256_mul_pd(p, _mm256_castsi256_pd(e))
     }
 
@@ -181,7 +190,8 @@ mod avx2 {
     pub unsafe fn log_partition(z: &[f32], m: f32) -> (f32, f32) {
         let whole = z.len() / LANES * LANES;
         let mv = _mm256_set1_ps(m);
-        let (mut s0, mut s1, mut w0, mut w1) = (_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd());
+        let (mut s0, mut s1, mut w0, mut w1) =
+            (_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd());
         for i in (0..whole).step_by(LANES) {
             // SAFETY: i + 8 <= whole <= z.len().
             let d = _mm256_sub_ps(unsafe { _mm256_loadu_ps(z.as_ptr().add(i)) }, mv);
@@ -268,7 +278,12 @@ mod tests {
                 let z = &z[..z.len().saturating_sub(cut)];
                 let m = max_finite(z).unwrap_or(f32::NEG_INFINITY);
                 let (a, b) = (log_partition(z, m), portable_log_partition(z, m));
-                assert_eq!((a.0.to_bits(), a.1.to_bits()), (b.0.to_bits(), b.1.to_bits()), "{} logits", z.len());
+                assert_eq!(
+                    (a.0.to_bits(), a.1.to_bits()),
+                    (b.0.to_bits(), b.1.to_bits()),
+                    "{} logits",
+                    z.len()
+                );
             }
         }
     }

@@ -67,7 +67,8 @@ impl StepRule {
     pub fn scheduled(&self, step: usize) -> usize {
         match self.schedule {
             Schedule::Sdar => {
-                let (base, extra) = (self.block_length / self.steps, self.block_length % self.steps);
+                let (base, extra) =
+                    (self.block_length / self.steps, self.block_length % self.steps);
                 base + usize::from(step < extra)
             }
             Schedule::Lmdeploy => (self.block_length / self.steps).max(1),
@@ -172,7 +173,8 @@ mod tests {
 
     #[test]
     fn sdar_schedule_spreads_the_remainder_over_the_first_steps() {
-        let r = StepRule { block_length: 8, steps: 3, ..rule(Strategy::Sequential, Schedule::Sdar) };
+        let r =
+            StepRule { block_length: 8, steps: 3, ..rule(Strategy::Sequential, Schedule::Sdar) };
         let counts: Vec<usize> = (0..3).map(|s| r.scheduled(s)).collect();
         assert_eq!(counts, vec![3, 3, 2]);
         let r = StepRule { block_length: 4, steps: 8, ..r };
@@ -229,7 +231,8 @@ mod tests {
             }
         }
         // The example: B8 S4, prompt tail of 6: both masks at step 0 (not 1 + 1).
-        let r = StepRule { block_length: 8, steps: 4, ..rule(Strategy::Sequential, Schedule::Sdar) };
+        let r =
+            StepRule { block_length: 8, steps: 4, ..rule(Strategy::Sequential, Schedule::Sdar) };
         let masked: Vec<bool> = (0..8).map(|i| i >= 6).collect();
         assert_eq!(run_block(&r, &masked), vec![vec![6, 7]]);
         // B4 S2, tail of 1: counts [2, 2] -> 2 then the last 1.
@@ -244,7 +247,11 @@ mod tests {
     fn sdar_dynamic_minimum_count_comes_from_block_length_and_steps() {
         // B8 S4: k = 2 even with only 3 masks left, so one position over the threshold is not
         // enough and the top 2 are taken.
-        let r = StepRule { block_length: 8, steps: 4, ..rule(Strategy::LowConfidenceDynamic, Schedule::Sdar) };
+        let r = StepRule {
+            block_length: 8,
+            steps: 4,
+            ..rule(Strategy::LowConfidenceDynamic, Schedule::Sdar)
+        };
         let masked = [false, false, false, false, false, true, true, true];
         let c = cells(&[0.0, 0.0, 0.0, 0.0, 0.0, 0.9, 0.2, 0.3], &masked);
         assert_eq!(r.select(&c, 0), vec![5, 7]);
@@ -252,7 +259,11 @@ mod tests {
 
     #[test]
     fn lmdeploy_schedule_is_flat_and_at_least_one() {
-        let r = StepRule { block_length: 8, steps: 3, ..rule(Strategy::Sequential, Schedule::Lmdeploy) };
+        let r = StepRule {
+            block_length: 8,
+            steps: 3,
+            ..rule(Strategy::Sequential, Schedule::Lmdeploy)
+        };
         assert_eq!(r.scheduled(0), 2);
         assert_eq!(r.scheduled(5), 2);
         let r = StepRule { block_length: 4, steps: 8, ..r };

@@ -87,7 +87,8 @@ type BlockRow = (usize, usize, Vec<u32>);
 
 fn last_run(events: &[Event]) -> RunEvents<'_> {
     let start = events.iter().rposition(|e| matches!(e, Event::Header(_))).unwrap_or(0);
-    let mut run = RunEvents { header: None, blocks: Vec::new(), committed_at: HashMap::new(), finish: None };
+    let mut run =
+        RunEvents { header: None, blocks: Vec::new(), committed_at: HashMap::new(), finish: None };
     for e in &events[start..] {
         match e {
             Event::Header(h) => run.header = Some(h),
@@ -128,7 +129,9 @@ fn summary(header: Option<&Header>, blocks: usize, finish: Option<&FinishEvent>)
         forwards: finish.map_or(0, |f| f.forwards),
         steps: finish.map_or(0, |f| f.steps),
         blocks,
-        reason: finish.map(|f| format!("{:?}", f.reason).to_lowercase()).unwrap_or_else(|| "unfinished".into()),
+        reason: finish
+            .map(|f| format!("{:?}", f.reason).to_lowercase())
+            .unwrap_or_else(|| "unfinished".into()),
         elapsed_ms: finish.map_or(0.0, |f| f.elapsed_ms),
         sampled: header.is_some_and(|h| !h.settings.sampling.is_greedy()),
     }
@@ -136,14 +139,15 @@ fn summary(header: Option<&Header>, blocks: usize, finish: Option<&FinishEvent>)
 
 pub fn compare(a: &[Event], b: &[Event]) -> Comparison {
     let (ra, rb) = (last_run(a), last_run(b));
-    let runs = [summary(ra.header, ra.blocks.len(), ra.finish), summary(rb.header, rb.blocks.len(), rb.finish)];
-    let (other_step, other_token) = cell_pairs(&ra, &rb, [&runs[0].output_ids, &runs[1].output_ids]);
+    let runs = [
+        summary(ra.header, ra.blocks.len(), ra.finish),
+        summary(rb.header, rb.blocks.len(), rb.finish),
+    ];
+    let (other_step, other_token) =
+        cell_pairs(&ra, &rb, [&runs[0].output_ids, &runs[1].output_ids]);
     let (ba, bb) = (&ra.blocks, &rb.blocks);
-    let first_divergence = runs[0]
-        .output_ids
-        .iter()
-        .zip(&runs[1].output_ids)
-        .position(|(x, y)| x != y);
+    let first_divergence =
+        runs[0].output_ids.iter().zip(&runs[1].output_ids).position(|(x, y)| x != y);
     let last = ba.iter().chain(bb.iter()).map(|b| b.0).max();
     let first = ba.iter().chain(bb.iter()).map(|b| b.0).min();
     let blocks = match (first, last) {
@@ -186,7 +190,8 @@ fn cell_list(cells: &[CellPair], with_steps: bool) -> String {
 }
 
 /// The line that says the sides' random draws differ too, when either samples.
-pub const SAMPLED_NOTE: &str = "sampled (temperature > 0): the sides also differ by their random draws";
+pub const SAMPLED_NOTE: &str =
+    "sampled (temperature > 0): the sides also differ by their random draws";
 
 /// The comparison as a plain-text table (`unmask compare --headless`).
 pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
@@ -199,7 +204,11 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
     s += &row("forwards", a.forwards.to_string(), b.forwards.to_string());
     s += &row("steps", a.steps.to_string(), b.steps.to_string());
     s += &row("blocks", a.blocks.to_string(), b.blocks.to_string());
-    s += &row("tokens/forward", format!("{:.3}", a.tokens_per_forward()), format!("{:.3}", b.tokens_per_forward()));
+    s += &row(
+        "tokens/forward",
+        format!("{:.3}", a.tokens_per_forward()),
+        format!("{:.3}", b.tokens_per_forward()),
+    );
     s += &row("finish", a.reason.clone(), b.reason.clone());
     s += &row("elapsed ms", format!("{:.1}", a.elapsed_ms), format!("{:.1}", b.elapsed_ms));
     s += &match c.first_divergence {
@@ -208,12 +217,8 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
         None if a.output_ids == b.output_ids => "outputs are identical\n".to_string(),
         None => "one output is a prefix of the other\n".to_string(),
     };
-    let differing: Vec<String> = c
-        .blocks
-        .iter()
-        .filter(|p| !p.same_tokens)
-        .map(|p| p.block.to_string())
-        .collect();
+    let differing: Vec<String> =
+        c.blocks.iter().filter(|p| !p.same_tokens).map(|p| p.block.to_string()).collect();
     s += &format!(
         "blocks that differ: {}\n",
         if differing.is_empty() { "none".to_string() } else { differing.join(" ") }
@@ -244,8 +249,8 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::events::{BlockEvent, FinishReason, ModelInfo};
     use crate::engine::settings::DecodeSettings;
+    use crate::trace::events::{BlockEvent, FinishReason, ModelInfo};
 
     fn run(blocks: &[(usize, usize, [u32; 2])], reason: FinishReason) -> Vec<Event> {
         let header = Header {
@@ -279,7 +284,15 @@ mod tests {
         for &(block, steps, tokens) in blocks {
             fwd += steps;
             out.extend(tokens);
-            ev.push(Event::Block(BlockEvent { block, start: block * 2, tokens: tokens.to_vec(), texts: None, steps, forward: fwd, t_ms: 0.0 }));
+            ev.push(Event::Block(BlockEvent {
+                block,
+                start: block * 2,
+                tokens: tokens.to_vec(),
+                texts: None,
+                steps,
+                forward: fwd,
+                t_ms: 0.0,
+            }));
         }
         let steps = blocks.iter().map(|b| b.1).sum();
         ev.push(Event::Finish(FinishEvent {
@@ -369,7 +382,9 @@ mod tests {
         // B commits another token at position 9 (same step as before).
         for e in &mut b {
             match e {
-                Event::Step(s) => s.committed.iter_mut().filter(|c| c.pos == 9).for_each(|c| c.token = 0),
+                Event::Step(s) => {
+                    s.committed.iter_mut().filter(|c| c.pos == 9).for_each(|c| c.token = 0)
+                }
                 Event::Finish(f) => f.output_ids[3] = 0,
                 _ => {}
             }
@@ -408,7 +423,9 @@ y
 ";
         assert_eq!(t, expected);
         // Past five cells the list ends in an ellipsis.
-        let many: Vec<CellPair> = (0..7).map(|i| CellPair { index: i, pos: 6 + i, tokens: [1, 1], steps: [Some(0), None] }).collect();
+        let many: Vec<CellPair> = (0..7)
+            .map(|i| CellPair { index: i, pos: 6 + i, tokens: [1, 1], steps: [Some(0), None] })
+            .collect();
         assert_eq!(
             cell_list(&many, true),
             "7 (first: pos 6 steps 1/-, pos 7 steps 1/-, pos 8 steps 1/-, pos 9 steps 1/-, pos 10 steps 1/-, …)"

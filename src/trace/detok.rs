@@ -27,7 +27,10 @@ pub enum Seg {
     Str(String),
     /// Invalid UTF-8; `first`: this run holds the first byte of its invalid sequence (the one
     /// `U+FFFD` of a lossy decode goes there).
-    Invalid { bytes: Vec<u8>, first: bool },
+    Invalid {
+        bytes: Vec<u8>,
+        first: bool,
+    },
 }
 
 /// What a resolved position adds to the text: its runs in byte order.
@@ -128,10 +131,14 @@ impl Text {
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.0.capacity() * std::mem::size_of::<Seg>()
-            + self.0.iter().map(|s| match s {
-                Seg::Str(t) => t.capacity(),
-                Seg::Invalid { bytes, .. } => bytes.capacity(),
-            }).sum::<usize>()
+            + self
+                .0
+                .iter()
+                .map(|s| match s {
+                    Seg::Str(t) => t.capacity(),
+                    Seg::Invalid { bytes, .. } => bytes.capacity(),
+                })
+                .sum::<usize>()
     }
 }
 
@@ -408,7 +415,10 @@ mod tests {
         assert_eq!(final_display(&[b"\xFC", b"a\xFFb"]), ["<FC>", "a<FF>b"]);
         assert_eq!(final_display(&[b"\xFF", b"\x80"]), ["<FF>", "<80>"]);
         // DB DB DB "hat": each DB is broken by the byte after it.
-        assert_eq!(final_display(&[b"\xDB", b"\xDB", b"\xDB", b"hat"]), ["<DB>", "<DB>", "<DB>", "hat"]);
+        assert_eq!(
+            final_display(&[b"\xDB", b"\xDB", b"\xDB", b"hat"]),
+            ["<DB>", "<DB>", "<DB>", "hat"]
+        );
         // An invalid sequence over two positions: each shows its own bytes; one U+FFFD in JSON.
         let (t, _) = settled(b"", &[b"\xE2", b"\x89", b"z"], End::Final);
         assert_eq!(t.iter().map(Text::display).collect::<Vec<_>>(), ["<E2>", "<89>", "z"]);
@@ -444,9 +454,15 @@ mod tests {
         // A vocabulary token spelling U+FFFD (EF BF BD) is a valid character, not invalid bytes.
         let (p, _) = pieces(b"", &[Some("\u{FFFD}".as_bytes()), Some(b"\xFC")], End::Final);
         let Some(Piece::Text(lit)) = &p[0] else { panic!() };
-        assert_eq!((lit.valid(), lit.display(), lit.has_invalid()), (Some("\u{FFFD}"), "\u{FFFD}".into(), false));
+        assert_eq!(
+            (lit.valid(), lit.display(), lit.has_invalid()),
+            (Some("\u{FFFD}"), "\u{FFFD}".into(), false)
+        );
         let Some(Piece::Text(bad)) = &p[1] else { panic!() };
-        assert_eq!((bad.valid(), bad.display(), bad.lossy(), bad.has_invalid()), (None, "<FC>".into(), "\u{FFFD}".into(), true));
+        assert_eq!(
+            (bad.valid(), bad.display(), bad.lossy(), bad.has_invalid()),
+            (None, "<FC>".into(), "\u{FFFD}".into(), true)
+        );
         // Both spell U+FFFD as JSON text; has_invalid (and the raw bytes) tells them apart.
         assert_eq!(lit.lossy(), bad.lossy());
     }

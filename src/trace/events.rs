@@ -251,7 +251,10 @@ impl Event {
             Event::Step(s) => {
                 nums.push(("t_ms", s.t_ms));
                 for c in &s.committed {
-                    nums.extend([("committed.conf", c.conf as f64), ("committed.entropy", c.entropy as f64)]);
+                    nums.extend([
+                        ("committed.conf", c.conf as f64),
+                        ("committed.entropy", c.entropy as f64),
+                    ]);
                     nums.extend(c.top.iter().map(|t| ("committed.top.p", t.p as f64)));
                 }
                 for c in &s.masked {

@@ -120,7 +120,11 @@ pub fn escape_for_terminal(t: &mut Tables) {
 /// would run as a formula (starting with `=`, `+`, `-`, `@`, tab or carriage return) gets a
 /// leading `'`, OWASP's rule against CSV injection: token text is untrusted.
 fn csv_field(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{s}") } else { s.to_string() };
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -129,7 +133,8 @@ fn csv_field(s: &str) -> String {
 }
 
 pub fn tokens_csv(t: &Tables) -> String {
-    let mut out = String::from("pos,index,block,step,global_step,forward,token,text,conf,entropy\n");
+    let mut out =
+        String::from("pos,index,block,step,global_step,forward,token,text,conf,entropy\n");
     for r in &t.tokens {
         out += &format!(
             "{},{},{},{},{},{},{},{},{},{}\n",

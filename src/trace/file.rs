@@ -4,8 +4,8 @@ use std::io::{BufRead, Read, Write};
 
 use anyhow::{Context, Result};
 
-use crate::trace::events::{Event, TRACE_VERSION};
 use crate::limits::{TraceCheck, MAX_TRACE_LINE};
+use crate::trace::events::{Event, TRACE_VERSION};
 
 /// Writes events as they come, flushing each line so that a crash loses nothing written.
 pub struct TraceWriter<W: Write> {
@@ -21,9 +21,14 @@ impl<W: Write> TraceWriter<W> {
     /// Writes one event; refuses one holding NaN or an infinity (JSON has no such numbers).
     pub fn write(&mut self, ev: &Event) -> Result<()> {
         if let Some((field, v)) = ev.non_finite() {
-            anyhow::bail!("{}: refusing to write a {} event whose `{field}` is {v}", self.label, kind(ev));
+            anyhow::bail!(
+                "{}: refusing to write a {} event whose `{field}` is {v}",
+                self.label,
+                kind(ev)
+            );
         }
-        serde_json::to_writer(&mut self.out, ev).with_context(|| format!("{}: cannot write", self.label))?;
+        serde_json::to_writer(&mut self.out, ev)
+            .with_context(|| format!("{}: cannot write", self.label))?;
         self.out.write_all(b"\n").with_context(|| format!("{}: cannot write", self.label))?;
         self.out.flush().with_context(|| format!("{}: cannot write", self.label))
     }
@@ -62,7 +67,11 @@ pub fn read(input: impl BufRead, label: &str) -> Result<ReadTrace> {
 /// [`read`], handing each good event to `each` as soon as its line has been read (a pipe's
 /// reader sees a decode's steps as they are decoded), and returning where reading stopped
 /// early, if it did. An error of `each` ends the reading and is returned.
-pub fn read_each(mut input: impl BufRead, label: &str, mut each: impl FnMut(Event) -> Result<()>) -> Result<Option<String>> {
+pub fn read_each(
+    mut input: impl BufRead,
+    label: &str,
+    mut each: impl FnMut(Event) -> Result<()>,
+) -> Result<Option<String>> {
     let mut any = false;
     let mut stopped = None;
     let mut check = TraceCheck::default();
@@ -163,7 +172,9 @@ fn invalid_event(line: &str, e: &serde_json::Error) -> String {
     }
     fn at<T: serde::de::DeserializeOwned>(line: &str) -> Option<(String, serde_json::Error)> {
         let mut de = serde_json::Deserializer::from_str(line);
-        serde_path_to_error::deserialize::<_, T>(&mut de).err().map(|e| (e.path().to_string(), e.into_inner()))
+        serde_path_to_error::deserialize::<_, T>(&mut de)
+            .err()
+            .map(|e| (e.path().to_string(), e.into_inner()))
     }
     use crate::trace::events::{BlockEvent, FinishEvent, Header, StepEvent};
     let tag = serde_json::from_str::<Tag>(line).ok().map(|t| t.event);
@@ -177,7 +188,11 @@ fn invalid_event(line: &str, e: &serde_json::Error) -> String {
     match (tag, found) {
         (Some(kind), Some((path, inner))) => {
             let field = if path == "." { String::new() } else { format!("field `{path}`: ") };
-            format!("invalid {kind} event: {field}{} (column {})", without_position(&inner), inner.column())
+            format!(
+                "invalid {kind} event: {field}{} (column {})",
+                without_position(&inner),
+                inner.column()
+            )
         }
         _ => format!("invalid event: {} (column {})", without_position(e), e.column()),
     }
@@ -200,7 +215,10 @@ pub fn read_path(path: &std::path::Path) -> Result<ReadTrace> {
 }
 
 /// [`read_path`] event by event ([`read_each`]): `-` is stdin, read line by line as it comes.
-pub fn read_path_each(path: &std::path::Path, each: impl FnMut(Event) -> Result<()>) -> Result<Option<String>> {
+pub fn read_path_each(
+    path: &std::path::Path,
+    each: impl FnMut(Event) -> Result<()>,
+) -> Result<Option<String>> {
     if path == std::path::Path::new("-") {
         return read_each(std::io::stdin().lock(), "stdin", each);
     }
@@ -238,7 +256,10 @@ mod tests {
         let e = read(header.as_bytes(), "t.jsonl").unwrap_err().to_string();
         let col = header.find("-1").unwrap() + 2;
         assert_eq!(e, format!("t.jsonl:1: invalid header event: field `model.hidden_size`: invalid value: integer `-1`, expected usize (column {col})"));
-        let step = lines.iter().position(|l| l.contains("\"event\":\"step\"") && l.contains("\"committed\":[{")).unwrap();
+        let step = lines
+            .iter()
+            .position(|l| l.contains("\"event\":\"step\"") && l.contains("\"committed\":[{"))
+            .unwrap();
         let conf = lines[step].find("\"conf\":").unwrap();
         lines[step].replace_range(conf..conf + 7, "\"conf\":\"x\",\"c\":");
         let r = read(lines.join("\n").as_bytes(), "t.jsonl").unwrap();

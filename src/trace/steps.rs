@@ -8,9 +8,9 @@
 
 use serde::Serialize;
 
+use crate::engine::settings::DecodeSettings;
 use crate::trace::detok::{self, End, Piece};
 use crate::trace::events::{Committed, Event, StepEvent};
-use crate::engine::settings::DecodeSettings;
 use crate::trace::store::{CellState, Run, Store};
 
 /// One denoising step as a person reads it.
@@ -117,7 +117,9 @@ impl StepLines {
                 let mut line = self.line(s);
                 // The store's line (texts given every byte known at the step), unless the
                 // store refused the step as contradicting the recording.
-                let run = self.store.run().filter(|r| self.store.generation() == generation && r.steps().len() == before + 1);
+                let run = self.store.run().filter(|r| {
+                    self.store.generation() == generation && r.steps().len() == before + 1
+                });
                 if let Some(l) = run.and_then(|r| from_run(r, before)) {
                     line = StepLine { step: line.step, block_steps: line.block_steps, ..l };
                 }
@@ -173,7 +175,10 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
         block_steps: run.settings_for(s.block).0.step_budget().max(s.step + 1),
         forward: s.forward,
         pos: committed.iter().map(|(p, _)| *p).collect(),
-        texts: committed.iter().map(|(p, _)| run.cell_piece(*p, Some(k)).expect("decoded")).collect(),
+        texts: committed
+            .iter()
+            .map(|(p, _)| run.cell_piece(*p, Some(k)).expect("decoded"))
+            .collect(),
         bytes: committed.iter().map(|(_, d)| raw(d.token)).collect(),
         conf: committed.iter().map(|(_, d)| d.conf).collect(),
     })
@@ -191,7 +196,16 @@ mod tests {
     use crate::trace::synth::{self, Synth};
 
     fn commit(pos: usize, text: &str) -> Committed {
-        Committed { pos, token: pos as u32, text: text.into(), bytes: None, conf: 0.5, entropy: 0.1, top: vec![], routes: vec![] }
+        Committed {
+            pos,
+            token: pos as u32,
+            text: text.into(),
+            bytes: None,
+            conf: 0.5,
+            entropy: 0.1,
+            top: vec![],
+            routes: vec![],
+        }
     }
 
     #[test]
@@ -203,7 +217,10 @@ mod tests {
             block_steps: 4,
             forward: 13,
             pos: vec![12, 13],
-            texts: vec![Piece::Text(detok::Text::plain("To")), Piece::Text(detok::Text::plain(" find"))],
+            texts: vec![
+                Piece::Text(detok::Text::plain("To")),
+                Piece::Text(detok::Text::plain(" find")),
+            ],
             bytes: vec![None, None],
             conf: vec![0.9, 0.8],
         };
@@ -218,8 +235,15 @@ mod tests {
     fn texts_are_in_position_order_and_escaped_as_json() {
         let mut events = synth::trace(&Synth::small());
         // The first step of block 2 (positions 8 to 11, none committed yet).
-        let k = events.iter().filter(|e| matches!(e, Event::Step(_))).position(|e| matches!(e, Event::Step(s) if s.block == 2)).unwrap();
-        let Some(Event::Step(s)) = events.iter_mut().filter(|e| matches!(e, Event::Step(_))).nth(k) else { panic!() };
+        let k = events
+            .iter()
+            .filter(|e| matches!(e, Event::Step(_)))
+            .position(|e| matches!(e, Event::Step(s) if s.block == 2))
+            .unwrap();
+        let Some(Event::Step(s)) = events.iter_mut().filter(|e| matches!(e, Event::Step(_))).nth(k)
+        else {
+            panic!()
+        };
         // Token ids the trace has not spelled otherwise (a token's text never changes in a run).
         let c = |pos, text| Committed { token: 1000 + pos as u32, ..commit(pos, text) };
         s.committed = vec![c(10, "."), c(8, "\n"), c(9, "say \"hi\"")];
@@ -232,7 +256,8 @@ mod tests {
     /// bytes) at the steps given (0-based within the block); the lines of that block.
     fn block_lines(tokens: [(u32, &str, Option<&[u8]>, usize); 4]) -> Vec<StepLine> {
         let mut events = synth::trace(&Synth::small());
-        let mut steps = events.iter_mut().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None });
+        let mut steps =
+            events.iter_mut().filter_map(|e| if let Event::Step(s) = e { Some(s) } else { None });
         let mut block: Vec<&mut StepEvent> = steps.by_ref().filter(|s| s.block == 2).collect();
         assert_eq!(block.len(), 4);
         for (i, s) in block.iter_mut().enumerate() {
@@ -240,7 +265,12 @@ mod tests {
                 .iter()
                 .enumerate()
                 .filter(|(_, t)| t.3 == i)
-                .map(|(j, &(token, text, bytes, _))| Committed { token, text: text.into(), bytes: bytes.map(<[u8]>::to_vec), ..commit(8 + j, "") })
+                .map(|(j, &(token, text, bytes, _))| Committed {
+                    token,
+                    text: text.into(),
+                    bytes: bytes.map(<[u8]>::to_vec),
+                    ..commit(8 + j, "")
+                })
                 .collect();
             s.masked.clear();
         }
@@ -256,7 +286,8 @@ mod tests {
             (902, "\u{FFFD}", Some(b"\x8C"), 0),
             (903, "<B5>", None, 3),
         ]);
-        let texts: Vec<String> = ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
+        let texts: Vec<String> =
+            ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
         assert_eq!(texts, [r#"[<8C>]"#, r#"[<E0>]"#, r#"[""]"#, r#"["<B5>"]"#]);
         // JSON: null while pending, the raw bytes beside; a literal "<B5>" is a plain text.
         assert!(ls[0].json().contains(r#""texts":[null],"bytes":[[140]]"#), "{}", ls[0].json());
@@ -273,11 +304,16 @@ mod tests {
             (902, "\u{FFFD}", Some(b"\xFC"), 2),
             (903, "\u{FFFD}", None, 3),
         ]);
-        let texts: Vec<String> = ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
+        let texts: Vec<String> =
+            ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
         assert_eq!(texts, ["[<DB>]", r#"["hat"]"#, "[<FC>]", "[\"\u{FFFD}\"]"]);
         assert!(ls[1].json().contains(r#""texts":["hat"],"conf""#), "{}", ls[1].json());
         // Both spell U+FFFD as JSON text; the invalid byte carries its bytes, the literal none.
-        assert!(ls[2].json().contains("\"texts\":[\"\u{FFFD}\"],\"bytes\":[[252]]"), "{}", ls[2].json());
+        assert!(
+            ls[2].json().contains("\"texts\":[\"\u{FFFD}\"],\"bytes\":[[252]]"),
+            "{}",
+            ls[2].json()
+        );
         assert!(ls[3].json().contains("\"texts\":[\"\u{FFFD}\"],\"conf\""), "{}", ls[3].json());
     }
 
@@ -301,7 +337,8 @@ mod tests {
         let events = synth::trace(&cfg);
         let store = crate::trace::store::Store::from_events(events.clone());
         let run = store.run().unwrap();
-        let from_store: Vec<StepLine> = (0..run.steps().len()).map(|k| from_run(run, k).unwrap()).collect();
+        let from_store: Vec<StepLine> =
+            (0..run.steps().len()).map(|k| from_run(run, k).unwrap()).collect();
         assert_eq!(from_store, lines(&events));
         assert_eq!(from_run(run, run.steps().len()), None);
     }
@@ -321,7 +358,12 @@ mod tests {
     #[test]
     fn the_budget_of_a_strategy_that_ignores_the_schedule_is_one_step_a_position() {
         use crate::engine::settings::Strategy;
-        let s = |strategy, steps| DecodeSettings { strategy, steps, block_length: 4, ..DecodeSettings::default() };
+        let s = |strategy, steps| DecodeSettings {
+            strategy,
+            steps,
+            block_length: 4,
+            ..DecodeSettings::default()
+        };
         assert_eq!(s(Strategy::EntropyBounded, 1).step_budget(), 4);
         assert_eq!(s(Strategy::LowConfidenceStatic, 2).step_budget(), 2);
         assert_eq!(s(Strategy::LowConfidenceDynamic, 8).step_budget(), 4);

@@ -11,10 +11,12 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::trace::detok::{self, End, Piece};
-use crate::trace::events::{BlockEvent, Event, FinishEvent, FinishReason, Header, StepEvent, TopCandidate};
-use crate::sampler::Ranked;
 use crate::engine::settings::DecodeSettings;
+use crate::sampler::Ranked;
+use crate::trace::detok::{self, End, Piece};
+use crate::trace::events::{
+    BlockEvent, Event, FinishEvent, FinishReason, Header, StepEvent, TopCandidate,
+};
 
 /// `CellRec::at` of a position nothing has decoded yet.
 const NOT_DECODED: u32 = u32::MAX;
@@ -105,10 +107,14 @@ struct Cand {
 /// What a cell looks like at some step index.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum CellState {
-    Prompt { token: u32 },
+    Prompt {
+        token: u32,
+    },
     Decoded(Decoded),
     /// Still masked; `cand` is the model's current preference (None before its block's first step).
-    Masked { cand: Option<Candidate> },
+    Masked {
+        cand: Option<Candidate>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -232,7 +238,8 @@ impl Run {
     fn new(header: Header) -> Self {
         let mut pieces = HashMap::new();
         let mut raw = HashMap::new();
-        for (i, (&token, piece)) in header.prompt_ids.iter().zip(&header.prompt_pieces).enumerate() {
+        for (i, (&token, piece)) in header.prompt_ids.iter().zip(&header.prompt_pieces).enumerate()
+        {
             match header.prompt_bytes.as_ref().and_then(|b| b.get(i)) {
                 // The pieces are per position then; a token alone reads as its bytes do.
                 Some(bytes) => {
@@ -246,7 +253,11 @@ impl Run {
                 }
             }
         }
-        let cells = header.prompt_ids.iter().map(|&token| CellRec { token, at: PROMPT, conf: 1.0, entropy: 0.0 }).collect();
+        let cells = header
+            .prompt_ids
+            .iter()
+            .map(|&token| CellRec { token, at: PROMPT, conf: 1.0, entropy: 0.0 })
+            .collect();
         let settings_log = vec![(header.first_block, header.settings.clone())];
         let mut run = Run {
             header,
@@ -379,9 +390,11 @@ impl Run {
         let b = self.block_length();
         let span = block * b..(block + 1) * b;
         let Some(carry) = self.carries.get(block).cloned() else { return };
-        let tokens: Vec<u32> = span.clone().filter_map(|p| self.cells.get(p).map(|c| c.token)).collect();
+        let tokens: Vec<u32> =
+            span.clone().filter_map(|p| self.cells.get(p).map(|c| c.token)).collect();
         let bytes: Vec<&[u8]> = tokens.iter().map(|&t| self.token_bytes(t)).collect();
-        let cut = out_end.map_or(bytes.len(), |e| e.clamp(span.start, span.start + bytes.len()) - span.start);
+        let cut = out_end
+            .map_or(bytes.len(), |e| e.clamp(span.start, span.start + bytes.len()) - span.start);
         let end = if out_end.is_some() { End::Final } else { End::Open };
         let (mut texts, next) = detok::settled(&carry, &bytes[..cut], end);
         texts.extend(detok::settled(&[], &bytes[cut..], End::Open).0);
@@ -398,7 +411,13 @@ impl Run {
             PROMPT => CellState::Prompt { token: c.token },
             at if at != NOT_DECODED && k.is_some_and(|k| at as usize <= k) => {
                 let at = at as usize;
-                CellState::Decoded(Decoded { token: c.token, at, step: self.steps[at].step, conf: c.conf, entropy: c.entropy })
+                CellState::Decoded(Decoded {
+                    token: c.token,
+                    at,
+                    step: self.steps[at].step,
+                    conf: c.conf,
+                    entropy: c.entropy,
+                })
             }
             _ => CellState::Masked { cand: k.and_then(|k| self.candidate(pos, k)) },
         }
@@ -436,11 +455,23 @@ impl Run {
         let mut out: Vec<TrajPoint> = (steps.start..end.max(steps.start))
             .filter_map(|i| {
                 let c = self.cand_in_step(pos, i)?;
-                Some(TrajPoint { at: i, step: self.steps[i].step, token: c.token, conf: c.conf, committed: false })
+                Some(TrajPoint {
+                    at: i,
+                    step: self.steps[i].step,
+                    token: c.token,
+                    conf: c.conf,
+                    committed: false,
+                })
             })
             .collect();
         if let Some(d) = decoded {
-            out.push(TrajPoint { at: d.at, step: d.step, token: d.token, conf: d.conf, committed: true });
+            out.push(TrajPoint {
+                at: d.at,
+                step: d.step,
+                token: d.token,
+                conf: d.conf,
+                committed: true,
+            });
         }
         out
     }
@@ -458,7 +489,8 @@ impl Run {
     /// Position one past the last output token at `k`: cells after it (beyond the length, or
     /// after a decoded EOS) are decoded but dropped from the output.
     pub fn output_end(&self, k: Option<usize>) -> usize {
-        let eos = k.and_then(|k| self.eos.iter().filter(|&&(_, at)| at <= k).map(|&(p, _)| p + 1).min());
+        let eos =
+            k.and_then(|k| self.eos.iter().filter(|&&(_, at)| at <= k).map(|&(p, _)| p + 1).min());
         eos.unwrap_or(usize::MAX).min(self.header.max_len)
     }
 
@@ -471,7 +503,12 @@ impl Run {
 
     /// Settings in force for `block`, and the block they took effect at.
     pub fn settings_for(&self, block: usize) -> (&DecodeSettings, usize) {
-        let (from, s) = self.settings_log.iter().rev().find(|(b, _)| *b <= block).unwrap_or(&self.settings_log[0]);
+        let (from, s) = self
+            .settings_log
+            .iter()
+            .rev()
+            .find(|(b, _)| *b <= block)
+            .unwrap_or(&self.settings_log[0]);
         (s, *from)
     }
 
@@ -489,7 +526,8 @@ impl Run {
     fn update_step_span(&mut self) {
         let configured = self.settings_log.iter().map(|(_, s)| s.steps).max().unwrap_or(1);
         let observed = self.blocks.last().map_or(1, |b| b.steps);
-        self.step_span = self.step_span.max(configured.min(self.block_length())).max(observed).max(1);
+        self.step_span =
+            self.step_span.max(configured.min(self.block_length())).max(observed).max(1);
     }
 
     /// Forward passes before the first denoising step (the prompt prefill).
@@ -503,7 +541,10 @@ impl Run {
         // active one too once `k` is its last step and its block event is in (a replay
         // stopped on the step that finished a block counted it only a step later).
         let active = self.active_block(Some(k)).checked_sub(self.header.first_block)?;
-        let finished = self.blocks.get(active).is_some_and(|b| b.done_forward.is_some() && k + 1 == b.first_step + b.steps);
+        let finished = self
+            .blocks
+            .get(active)
+            .is_some_and(|b| b.done_forward.is_some() && k + 1 == b.first_step + b.steps);
         let done = active + usize::from(finished);
         let last = self.blocks.get(done.checked_sub(1)?)?.done_forward?;
         // Saturating: a recorded trace's counters are input, not arithmetic facts.
@@ -518,7 +559,12 @@ impl Run {
         let b = self.block_length();
         let k = self.steps.len();
         if self.block(s.block).is_none() {
-            self.blocks.push(BlockRec { block: s.block, first_step: k, steps: 0, done_forward: None });
+            self.blocks.push(BlockRec {
+                block: s.block,
+                first_step: k,
+                steps: 0,
+                done_forward: None,
+            });
             self.grow_cells((s.block + 1) * b);
         }
         if let Some(new) = s.settings.clone() {
@@ -529,11 +575,14 @@ impl Run {
         let (mut committed, mut kept) = (0, 0);
         for c in &s.committed {
             // Only a masked, generated cell of this block can be committed, and only once.
-            let fresh = span.contains(&c.pos) && c.pos >= self.prompt_len() && self.cells[c.pos].at == NOT_DECODED;
+            let fresh = span.contains(&c.pos)
+                && c.pos >= self.prompt_len()
+                && self.cells[c.pos].at == NOT_DECODED;
             if !fresh {
                 continue;
             }
-            self.cells[c.pos] = CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
+            self.cells[c.pos] =
+                CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
             self.learn(c.token, &c.text, c.bytes.as_deref());
             self.push_top(k, c.pos, &c.top);
             self.push_routes(c.pos, &c.routes);
@@ -605,7 +654,9 @@ impl Run {
         self.route_of.insert(pos as u32, self.routes.len() as u32);
         for r in routes {
             let slots = (0..k).map(|i| match (r.experts.get(i), r.weights.get(i)) {
-                (Some(&e), Some(&w)) => RouteSlot { expert: u16::try_from(e).unwrap_or(NO_EXPERT), weight: w },
+                (Some(&e), Some(&w)) => {
+                    RouteSlot { expert: u16::try_from(e).unwrap_or(NO_EXPERT), weight: w }
+                }
                 _ => RouteSlot { expert: NO_EXPERT, weight: 0.0 },
             });
             self.routes.extend(slots);
@@ -620,7 +671,10 @@ impl Run {
         let all = self.routes.get(start..start + m.sparse_layers.len() * m.top_k)?;
         let route = |slots: &[RouteSlot]| {
             let used = slots.iter().filter(|s| s.expert != NO_EXPERT);
-            crate::trace::events::Route { experts: used.clone().map(|s| s.expert.into()).collect(), weights: used.map(|s| s.weight).collect() }
+            crate::trace::events::Route {
+                experts: used.clone().map(|s| s.expert.into()).collect(),
+                weights: used.map(|s| s.weight).collect(),
+            }
         };
         Some(all.chunks(m.top_k).map(route).collect())
     }
@@ -634,7 +688,9 @@ impl Run {
     /// The most probable tokens of `pos` at step index `k`, most probable first, as
     /// `--candidates` recorded them (empty without them, or where `pos` was not sampled).
     pub fn top(&self, pos: usize, k: usize) -> &[Ranked] {
-        self.top_of.get(&(k as u32, pos as u32)).map_or(&[], |r| &self.tops[r.start as usize..r.end as usize])
+        self.top_of
+            .get(&(k as u32, pos as u32))
+            .map_or(&[], |r| &self.tops[r.start as usize..r.end as usize])
     }
 
     /// A step belongs to the newest block or starts the next one; anything else (a block that
@@ -675,13 +731,18 @@ impl Run {
     fn grow_cells(&mut self, len: usize) {
         let mask = self.header.mask_token_id;
         if self.cells.len() < len {
-            self.cells.resize(len, CellRec { token: mask, at: NOT_DECODED, conf: 0.0, entropy: 0.0 });
+            self.cells
+                .resize(len, CellRec { token: mask, at: NOT_DECODED, conf: 0.0, entropy: 0.0 });
         }
     }
 
     fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
-        let pieces: usize = self.pieces.values().map(|p| p.len() + size_of::<(u32, Box<str>)>()).sum::<usize>()
+        let pieces: usize = self
+            .pieces
+            .values()
+            .map(|p| p.len() + size_of::<(u32, Box<str>)>())
+            .sum::<usize>()
             + self.raw.values().map(|b| b.len() + size_of::<(u32, Box<[u8]>)>()).sum::<usize>()
             + self.texts.iter().map(|t| t.heap_bytes() + size_of::<detok::Text>()).sum::<usize>()
             + self.carries.iter().map(|c| c.len() + size_of::<Box<[u8]>>()).sum::<usize>();
@@ -714,7 +775,9 @@ mod tests {
         let first = r.header.first_block * r.block_length();
         // Some cell of the first decode block is decoded at a step; before it, it is masked.
         let pos = (first..first + r.block_length()).find(|&p| p >= r.prompt_len()).unwrap();
-        let CellState::Decoded(d) = r.cell(pos, r.head()) else { panic!("not decoded at the head") };
+        let CellState::Decoded(d) = r.cell(pos, r.head()) else {
+            panic!("not decoded at the head")
+        };
         assert!(matches!(r.cell(pos, Some(d.at)), CellState::Decoded(_)));
         if d.at > 0 {
             assert!(matches!(r.cell(pos, Some(d.at - 1)), CellState::Masked { cand: Some(_) }));
@@ -728,7 +791,9 @@ mod tests {
         let s = store();
         let r = s.run().unwrap();
         let end = r.shown_end(r.head());
-        let decoded = (r.prompt_len()..end).filter(|&p| matches!(r.cell(p, r.head()), CellState::Decoded(_))).count();
+        let decoded = (r.prompt_len()..end)
+            .filter(|&p| matches!(r.cell(p, r.head()), CellState::Decoded(_)))
+            .count();
         assert_eq!(decoded, end - r.prompt_len());
         assert_eq!(r.steps().last().unwrap().tokens_total, decoded);
     }
@@ -782,7 +847,11 @@ mod tests {
                 routed += 1;
             }
             let n = &step.distinct_experts;
-            let want = ExpertCounts { mean: n.iter().sum::<u32>() as f32 / 48.0, min: *n.iter().min().unwrap(), max: *n.iter().max().unwrap() };
+            let want = ExpertCounts {
+                mean: n.iter().sum::<u32>() as f32 / 48.0,
+                min: *n.iter().min().unwrap(),
+                max: *n.iter().max().unwrap(),
+            };
             assert_eq!(r.step(k).unwrap().experts, Some(want));
             k += 1;
         }

@@ -6,23 +6,52 @@
 //! the awkward tokens a view must draw correctly: newlines, tabs, control characters, wide and
 //! combining characters.
 
-use crate::trace::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, MoeInfo, Route, StepEvent,
-    TopCandidate, TRACE_VERSION,
-};
 use crate::engine::settings::DecodeSettings;
+use crate::trace::events::{
+    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, MoeInfo,
+    Route, StepEvent, TopCandidate, TRACE_VERSION,
+};
 
 /// The vocabulary; a token id is an index. The mask and EOS ids follow it.
 pub const VOCAB: &[&str] = &[
-    "ROMEO", ":", "\n", "The", " cat", " sat", " on", " the", " mat", ".", " It", " was", " warm", ",", " and", " purr",
-    "ed", " softly", "\t", " dream", "ing", " of", " fish", " 日本", " cafe\u{301}", "\u{301}", " 🦀", "\u{7}", " —",
-    " \"", "\"", "  ",
+    "ROMEO",
+    ":",
+    "\n",
+    "The",
+    " cat",
+    " sat",
+    " on",
+    " the",
+    " mat",
+    ".",
+    " It",
+    " was",
+    " warm",
+    ",",
+    " and",
+    " purr",
+    "ed",
+    " softly",
+    "\t",
+    " dream",
+    "ing",
+    " of",
+    " fish",
+    " 日本",
+    " cafe\u{301}",
+    "\u{301}",
+    " 🦀",
+    "\u{7}",
+    " —",
+    " \"",
+    "\"",
+    "  ",
 ];
 /// What the decode finally says, position by position (cycling): readable prose with the
 /// awkward tokens mixed in.
 const STORY: &[u32] = &[
-    3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 7, 4, 15, 16, 17, 13, 2, 18, 19, 20, 21, 22, 28, 29, 23, 24, 26, 30, 25, 27,
-    9, 2,
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 7, 4, 15, 16, 17, 13, 2, 18, 19, 20, 21, 22, 28, 29,
+    23, 24, 26, 30, 25, 27, 9, 2,
 ];
 pub const MASK_ID: u32 = VOCAB.len() as u32;
 pub const EOS_ID: u32 = VOCAB.len() as u32 + 1;
@@ -46,16 +75,37 @@ impl Synth {
     /// Six prompt tokens (the first decode block starts with a two-token prompt tail), blocks of
     /// 4, 4 steps, 24 new tokens: seven decode blocks.
     pub fn small() -> Self {
-        Synth { prompt: STORY[..6].to_vec(), block_length: 4, steps: 4, new_tokens: 24, change_at: None, eos_at: None, seed: 7 }
+        Synth {
+            prompt: STORY[..6].to_vec(),
+            block_length: 4,
+            steps: 4,
+            new_tokens: 24,
+            change_at: None,
+            eos_at: None,
+            seed: 7,
+        }
     }
 
     /// A long decode for the benchmark.
     pub fn long(new_tokens: usize, block_length: usize, steps: usize) -> Self {
-        Synth { prompt: vec![0, 1, 2], block_length, steps, new_tokens, change_at: None, eos_at: None, seed: 11 }
+        Synth {
+            prompt: vec![0, 1, 2],
+            block_length,
+            steps,
+            new_tokens,
+            change_at: None,
+            eos_at: None,
+            seed: 11,
+        }
     }
 
     fn settings(&self) -> DecodeSettings {
-        DecodeSettings { block_length: self.block_length, steps: self.steps, max_new_tokens: self.new_tokens, ..DecodeSettings::default() }
+        DecodeSettings {
+            block_length: self.block_length,
+            steps: self.steps,
+            max_new_tokens: self.new_tokens,
+            ..DecodeSettings::default()
+        }
     }
 }
 
@@ -134,12 +184,24 @@ pub fn trace(cfg: &Synth) -> Vec<Event> {
         }
         let taken = decode_block(cfg, block, steps_now, changed, &mut forward, &mut events);
         steps_total += taken;
-        let tokens: Vec<u32> = (block * b..(block + 1) * b).map(|q| if q < p { cfg.prompt[q] } else { final_token(cfg, q) }).collect();
-        events.push(Event::Block(BlockEvent { block, start: block * b, tokens: tokens.clone(), texts: None, steps: taken, forward, t_ms: ms(forward) }));
+        let tokens: Vec<u32> = (block * b..(block + 1) * b)
+            .map(|q| if q < p { cfg.prompt[q] } else { final_token(cfg, q) })
+            .collect();
+        events.push(Event::Block(BlockEvent {
+            block,
+            start: block * b,
+            tokens: tokens.clone(),
+            texts: None,
+            steps: taken,
+            forward,
+            t_ms: ms(forward),
+        }));
         blocks += 1;
         let generated = (block * b).max(p)..((block + 1) * b).min(h.max_len);
         let eos = generated.clone().find(|&q| final_token(cfg, q) == EOS_ID);
-        output.extend(generated.take_while(|&q| eos.is_none_or(|e| q <= e)).map(|q| final_token(cfg, q)));
+        output.extend(
+            generated.take_while(|&q| eos.is_none_or(|e| q <= e)).map(|q| final_token(cfg, q)),
+        );
         if eos.is_some() {
             reason = FinishReason::Eos;
             break;
@@ -201,7 +263,9 @@ pub fn with_routes(mut events: Vec<Event>, moe: &MoeInfo) -> Vec<Event> {
             }
             x = mix(x);
         }
-        let raw: Vec<f32> = (0..k).map(|i| 1.0 / (i as f32 + 0.2 + ((pos + layer) % 7) as f32 * 0.4).powi(2)).collect();
+        let raw: Vec<f32> = (0..k)
+            .map(|i| 1.0 / (i as f32 + 0.2 + ((pos + layer) % 7) as f32 * 0.4).powi(2))
+            .collect();
         let sum: f32 = raw.iter().sum();
         Route { experts, weights: raw.iter().map(|w| w / sum).collect() }
     };
@@ -213,9 +277,17 @@ pub fn with_routes(mut events: Vec<Event>, moe: &MoeInfo) -> Vec<Event> {
                 h.model.moe = Some(moe.clone());
             }
             Event::Step(s) => {
-                s.committed.iter_mut().for_each(|c| c.routes = moe.sparse_layers.iter().map(|&l| route(c.pos, l)).collect());
+                s.committed.iter_mut().for_each(|c| {
+                    c.routes = moe.sparse_layers.iter().map(|&l| route(c.pos, l)).collect()
+                });
                 let rows = (s.committed.len() + s.masked.len()).max(1);
-                s.distinct_experts = moe.sparse_layers.iter().map(|&l| (((rows * k) as u64).min(n) as u32).saturating_sub((l % 3) as u32).max(1)).collect();
+                s.distinct_experts = moe
+                    .sparse_layers
+                    .iter()
+                    .map(|&l| {
+                        (((rows * k) as u64).min(n) as u32).saturating_sub((l % 3) as u32).max(1)
+                    })
+                    .collect();
             }
             _ => {}
         }
@@ -254,15 +326,35 @@ fn decode_block(
             .iter()
             .map(|&q| {
                 let token = final_token(cfg, q);
-                Committed { pos: q, token, text: piece(token), bytes: None, conf: conf(q), entropy: 2.0 * (1.0 - conf(q)), top: vec![], routes: vec![] }
+                Committed {
+                    pos: q,
+                    token,
+                    text: piece(token),
+                    bytes: None,
+                    conf: conf(q),
+                    entropy: 2.0 * (1.0 - conf(q)),
+                    top: vec![],
+                    routes: vec![],
+                }
             })
             .collect();
         let cands = masked
             .iter()
             .map(|&q| {
                 // Early guesses wander; the last guess before the commit is usually the final token.
-                let token = if unit(cfg.seed ^ 1, q, step) < 0.6 { final_token(cfg, q) } else { (mix(q as u64 + step as u64) % VOCAB.len() as u64) as u32 };
-                Candidate { pos: q, token, text: piece(token), bytes: None, conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step), top: vec![] }
+                let token = if unit(cfg.seed ^ 1, q, step) < 0.6 {
+                    final_token(cfg, q)
+                } else {
+                    (mix(q as u64 + step as u64) % VOCAB.len() as u64) as u32
+                };
+                Candidate {
+                    pos: q,
+                    token,
+                    text: piece(token),
+                    bytes: None,
+                    conf: 0.1 + 0.6 * unit(cfg.seed ^ 2, q, step),
+                    top: vec![],
+                }
             })
             .collect();
         events.push(Event::Step(StepEvent {
@@ -312,7 +404,8 @@ pub fn split_trace() -> Vec<Event> {
             String::from_utf8_lossy(&self.bytes(id)).into_owned()
         }
         fn decode(&self, ids: &[u32]) -> String {
-            String::from_utf8_lossy(&ids.iter().flat_map(|&i| self.bytes(i)).collect::<Vec<u8>>()).into_owned()
+            String::from_utf8_lossy(&ids.iter().flat_map(|&i| self.bytes(i)).collect::<Vec<u8>>())
+                .into_owned()
         }
         fn bytes(&self, id: u32) -> Vec<u8> {
             match id {
@@ -332,13 +425,22 @@ pub fn split_trace() -> Vec<Event> {
             self.cached = 0;
             Ok(())
         }
-        fn denoise(&mut self, pass: Pass<'_>, _: &crate::engine::settings::SamplerSpec, _: &[f32]) -> anyhow::Result<Vec<PosSample>> {
+        fn denoise(
+            &mut self,
+            pass: Pass<'_>,
+            _: &crate::engine::settings::SamplerSpec,
+            _: &[f32],
+        ) -> anyhow::Result<Vec<PosSample>> {
             self.cached += pass.store.len();
             Ok((0..pass.block.len())
                 .map(|i| {
                     let pos = self.cached + i;
                     let token = OUTPUT.get(pos.wrapping_sub(5)).copied().unwrap_or(0);
-                    PosSample { token, conf: 0.5 + pos as f32 / 100.0, entropy: 0.5 - pos as f32 / 100.0 }
+                    PosSample {
+                        token,
+                        conf: 0.5 + pos as f32 / 100.0,
+                        entropy: 0.5 - pos as f32 / 100.0,
+                    }
                 })
                 .collect())
         }
@@ -423,15 +525,23 @@ mod tests {
         let Some(Event::Finish(f)) = ev.last() else { panic!() };
         assert_eq!(texts[1..].concat(), f.text);
         // A token alone is `�`; its bytes travel with it.
-        let c = ev.iter().find_map(|e| if let Event::Step(s) = e { s.committed.first().cloned() } else { None }).unwrap();
-        assert_eq!((c.pos, c.text.as_str(), c.bytes.as_deref()), (7, "\u{FFFD}\u{FFFD}", Some(&b"\xA5\xBD"[..])));
+        let c = ev
+            .iter()
+            .find_map(|e| if let Event::Step(s) = e { s.committed.first().cloned() } else { None })
+            .unwrap();
+        assert_eq!(
+            (c.pos, c.text.as_str(), c.bytes.as_deref()),
+            (7, "\u{FFFD}\u{FFFD}", Some(&b"\xA5\xBD"[..]))
+        );
     }
 
     #[test]
     fn small_trace_has_the_expected_shape() {
         let ev = trace(&Synth::small());
         assert!(matches!(ev[0], Event::Header(_)));
-        assert!(matches!(ev.last(), Some(Event::Finish(f)) if f.output_ids.len() == 24 && f.blocks == 7));
+        assert!(
+            matches!(ev.last(), Some(Event::Finish(f)) if f.output_ids.len() == 24 && f.blocks == 7)
+        );
         let steps = ev.iter().filter(|e| matches!(e, Event::Step(_))).count();
         // Block 1 has two masks (two steps); the six others four each.
         assert_eq!(steps, 2 + 6 * 4);
@@ -442,7 +552,13 @@ mod tests {
         let ev = trace(&Synth::small());
         let mut seen: Vec<usize> = ev
             .iter()
-            .filter_map(|e| if let Event::Step(s) = e { Some(s.committed.iter().map(|c| c.pos)) } else { None })
+            .filter_map(|e| {
+                if let Event::Step(s) = e {
+                    Some(s.committed.iter().map(|c| c.pos))
+                } else {
+                    None
+                }
+            })
             .flatten()
             .collect();
         seen.sort_unstable();

@@ -4,15 +4,18 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{
+    Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent,
+    MouseEventKind,
+};
 use ratatui::layout::{Position, Rect};
 
 use super::cursor::{Cursor, Mode, Pace};
 use super::layout::{self, Areas};
 use super::theme::{Theme, DARK};
 use super::{goto, grid, text, timeline};
-use crate::trace::events::Event;
 use crate::engine::settings::{DecodeSettings, Strategy};
+use crate::trace::events::Event;
 use crate::trace::store::{Run, Store};
 
 /// Where the events come from.
@@ -127,7 +130,11 @@ impl App {
 
     /// A live decode: follows the head as events arrive (see [`App::with_pace`]).
     pub fn live() -> Self {
-        App::new(Store::new(), Cursor::paced(Pace::Unlimited), Source::Live { engine_paused: false, restarting: false })
+        App::new(
+            Store::new(),
+            Cursor::paced(Pace::Unlimited),
+            Source::Live { engine_paused: false, restarting: false },
+        )
     }
 
     /// The view walks from the first step at `pace` (and again after a restart) until it
@@ -140,7 +147,11 @@ impl App {
     /// A recorded trace, played from its first step.
     pub fn replay(events: Vec<Event>, path: String, stopped: Option<String>) -> Self {
         let level = Level::Warn;
-        let mut app = App::new(Store::from_events(events), Cursor::playing(), Source::Replay { path, stopped: stopped.clone() });
+        let mut app = App::new(
+            Store::from_events(events),
+            Cursor::playing(),
+            Source::Replay { path, stopped: stopped.clone() },
+        );
         app.message = stopped.map(|s| Message { text: format!("trace stopped early: {s}"), level });
         app
     }
@@ -186,8 +197,13 @@ impl App {
         self.selected = None;
         self.grid_top = None;
         self.text_top = None;
-        self.desired = self.desired.take().filter(|d| self.store.run().is_some_and(|r| !same_knobs(d, r.latest_settings())));
-        let Source::Live { restarting, engine_paused } = &mut self.source else { return Vec::new() };
+        self.desired = self
+            .desired
+            .take()
+            .filter(|d| self.store.run().is_some_and(|r| !same_knobs(d, r.latest_settings())));
+        let Source::Live { restarting, engine_paused } = &mut self.source else {
+            return Vec::new();
+        };
         *restarting = false;
         // The note that a restart is coming is done with once it has come.
         if self.message.as_ref().is_some_and(|m| m.text.starts_with(RESTARTING)) {
@@ -207,7 +223,9 @@ impl App {
     pub fn engine_gone(&mut self) {
         let unfinished = self.store.run().is_none_or(|r| r.finish.is_none());
         if self.is_live() && unfinished {
-            self.warn("the engine stopped without finishing the decode (see the message on exit)".into());
+            self.warn(
+                "the engine stopped without finishing the decode (see the message on exit)".into(),
+            );
         }
     }
 
@@ -268,7 +286,8 @@ impl App {
         // act unseen (the help or a `g` prompt found open, the view paused, a restart) once
         // the window is large again.
         if self.areas().is_none() {
-            self.quit |= matches!(k.code, KeyCode::Char('q')) || (ctrl && matches!(k.code, KeyCode::Char('c')));
+            self.quit |= matches!(k.code, KeyCode::Char('q'))
+                || (ctrl && matches!(k.code, KeyCode::Char('c')));
             return Vec::new();
         }
         self.message = None;
@@ -449,19 +468,36 @@ impl App {
     /// `s`/`S`: one step fewer or more a block, within 1 and one step a position; at a bound
     /// the key says why nothing changed.
     fn steps_by(&mut self, by: isize) -> Vec<EngineCmd> {
-        let current = self.desired.as_ref().or(self.store.run().map(Run::latest_settings)).map(|s| (s.steps, s.block_length));
+        let current = self
+            .desired
+            .as_ref()
+            .or(self.store.run().map(Run::latest_settings))
+            .map(|s| (s.steps, s.block_length));
         match current.filter(|_| self.is_live()) {
             Some((1, _)) if by < 0 => self.warn("1 step a block is the fewest".into()),
-            Some((n, b)) if by > 0 && n >= b => self.warn(format!("{} a block is the most for blocks of {b}: each step commits at least one position", crate::format::count(n, "step"))),
-            _ => return self.adjust(|s| s.steps = s.steps.saturating_add_signed(by).clamp(1, s.block_length)),
+            Some((n, b)) if by > 0 && n >= b => self.warn(format!(
+                "{} a block is the most for blocks of {b}: each step commits at least one position",
+                crate::format::count(n, "step")
+            )),
+            _ => {
+                return self.adjust(|s| {
+                    s.steps = s.steps.saturating_add_signed(by).clamp(1, s.block_length)
+                })
+            }
         }
         Vec::new()
     }
 
     /// `t`/`T`: only the dynamic and entropy-bounded strategies have a threshold to move.
     fn threshold(&mut self, by: f32) -> Vec<EngineCmd> {
-        let strategy = self.desired.as_ref().or(self.store.run().map(Run::latest_settings)).map(|s| s.strategy);
-        if let Some(s @ (Strategy::Sequential | Strategy::LowConfidenceStatic)) = strategy.filter(|_| self.is_live()) {
+        let strategy = self
+            .desired
+            .as_ref()
+            .or(self.store.run().map(Run::latest_settings))
+            .map(|s| s.strategy);
+        if let Some(s @ (Strategy::Sequential | Strategy::LowConfidenceStatic)) =
+            strategy.filter(|_| self.is_live())
+        {
             self.warn(format!("{} has no threshold: t/T move low_confidence_dynamic's and entropy_bounded's (m changes the strategy)", s.name()));
             return Vec::new();
         }
@@ -474,7 +510,9 @@ impl App {
         }
         let Some(run) = self.store.run() else { return Vec::new() };
         let s = self.desired.clone().unwrap_or_else(|| run.latest_settings().clone());
-        let Source::Live { restarting, engine_paused } = &mut self.source else { return Vec::new() };
+        let Source::Live { restarting, engine_paused } = &mut self.source else {
+            return Vec::new();
+        };
         *restarting = true;
         // The new decode runs unpaused.
         *engine_paused = false;
@@ -562,7 +600,8 @@ impl App {
 
 /// Whether two settings agree on everything a key can change.
 fn same_knobs(a: &DecodeSettings, b: &DecodeSettings) -> bool {
-    DecodeSettings { block_length: b.block_length, max_new_tokens: b.max_new_tokens, ..a.clone() } == *b
+    DecodeSettings { block_length: b.block_length, max_new_tokens: b.max_new_tokens, ..a.clone() }
+        == *b
 }
 
 /// The threshold the strategy uses: entropy_bounded has its own.
@@ -577,7 +616,9 @@ fn nudge_threshold(s: &mut DecodeSettings, by: f32) {
 
 /// The knobs in one phrase, for messages.
 fn knobs(s: &DecodeSettings) -> String {
-    let thr = s.threshold_knob().map_or(String::new(), |(name, value)| format!(" {name} {}", crate::format::fixed(value.into(), 2)));
+    let thr = s.threshold_knob().map_or(String::new(), |(name, value)| {
+        format!(" {name} {}", crate::format::fixed(value.into(), 2))
+    });
     format!("{}{thr}, {}", s.strategy.name(), crate::format::count(s.steps, "step"))
 }
 
@@ -646,7 +687,8 @@ mod tests {
         assert!(dropped >= end, "the fixture must end on a dropped commit ({dropped} < {end})");
         let focus = v.focus.unwrap();
         assert!(focus < end, "focus {focus} is dropped (output ends at {end})");
-        let newest = (0..=last).rev().find_map(|j| run.step(j).unwrap().first_commit.filter(|&p| p < end));
+        let newest =
+            (0..=last).rev().find_map(|j| run.step(j).unwrap().first_commit.filter(|&p| p < end));
         assert_eq!(Some(focus), newest);
     }
 
@@ -682,7 +724,10 @@ mod tests {
         // Keys accumulate on the pending settings; steps stay within 1 and the block length,
         // and a key at a bound says so.
         assert_eq!(press(&mut app, key('S')), vec![], "steps are capped at the block length");
-        assert_eq!(app.message.as_ref().unwrap().text, "4 steps a block is the most for blocks of 4: each step commits at least one position");
+        assert_eq!(
+            app.message.as_ref().unwrap().text,
+            "4 steps a block is the most for blocks of 4: each step commits at least one position"
+        );
         let cmds = press(&mut app, key('s'));
         let [EngineCmd::Settings(s)] = cmds.as_slice() else { panic!() };
         assert_eq!((s.strategy, s.steps), (Strategy::EntropyBounded, 3));
@@ -744,7 +789,9 @@ mod tests {
         assert!(press(&mut app, key('m')).is_empty());
         assert!(app.message.as_ref().unwrap().text.contains("R restarts"));
         let cmds = press(&mut app, key('R'));
-        assert!(matches!(cmds.as_slice(), [EngineCmd::Restart(s)] if s.strategy == Strategy::EntropyBounded));
+        assert!(
+            matches!(cmds.as_slice(), [EngineCmd::Restart(s)] if s.strategy == Strategy::EntropyBounded)
+        );
     }
 
     #[test]
@@ -777,7 +824,11 @@ mod tests {
 
     #[test]
     fn replay_of_a_truncated_trace_says_where_it_stopped() {
-        let app = App::replay(synth::trace(&Synth::small()), "t.jsonl".into(), Some("t.jsonl:9: invalid event".into()));
+        let app = App::replay(
+            synth::trace(&Synth::small()),
+            "t.jsonl".into(),
+            Some("t.jsonl:9: invalid event".into()),
+        );
         assert!(app.message.as_ref().unwrap().text.contains("t.jsonl:9"));
     }
 
@@ -846,7 +897,10 @@ mod tests {
         for c in ['?', 'g', ' ', 'L', 'c', 'm', 'R'] {
             assert!(press(&mut app, key(c)).is_empty(), "{c}");
         }
-        assert!(!app.help && app.goto.is_none() && !app.steps_panel && !app.ghosts, "a key acted unseen");
+        assert!(
+            !app.help && app.goto.is_none() && !app.steps_panel && !app.ghosts,
+            "a key acted unseen"
+        );
         assert_eq!(app.cursor.mode, Mode::Live);
         press(&mut app, TermEvent::Resize(100, 30));
         press(&mut app, key('?'));
@@ -890,7 +944,10 @@ mod tests {
         assert_eq!(app.goto.as_deref(), Some("12q"), "shown as typed");
         press(&mut app, code(KeyCode::Backspace));
         press(&mut app, code(KeyCode::Enter));
-        assert_eq!((app.goto.clone(), app.view().unwrap().at, app.cursor.mode), (None, Some(11), Mode::Paused));
+        assert_eq!(
+            (app.goto.clone(), app.view().unwrap().at, app.cursor.mode),
+            (None, Some(11), Mode::Paused)
+        );
         let b = app.store.run().unwrap().blocks()[2].clone();
         typed(&mut app, &format!("gb{}", b.block));
         press(&mut app, code(KeyCode::Enter));
@@ -899,7 +956,10 @@ mod tests {
         typed(&mut app, "g99");
         press(&mut app, code(KeyCode::Enter));
         let m = app.message.clone().unwrap();
-        assert_eq!((m.text.as_str(), m.level), ("g: no step 99: the decode has 26 steps", Level::Warn));
+        assert_eq!(
+            (m.text.as_str(), m.level),
+            ("g: no step 99: the decode has 26 steps", Level::Warn)
+        );
         assert_eq!(app.view().unwrap().at, Some(b.first_step));
         // Esc cancels; Backspace edits.
         typed(&mut app, "g34");
@@ -910,22 +970,37 @@ mod tests {
         assert_eq!(app.view().unwrap().at, Some(b.first_step));
         typed(&mut app, "g");
         press(&mut app, code(KeyCode::Enter));
-        assert_eq!(app.message.as_ref().unwrap().text, "g: nothing typed: type a step number (12) or b and a block (b7)");
+        assert_eq!(
+            app.message.as_ref().unwrap().text,
+            "g: nothing typed: type a step number (12) or b and a block (b7)"
+        );
         // what is typed shows, and Enter says what is wrong with it
         typed(&mut app, "gx1");
         assert_eq!(app.goto.as_deref(), Some("x1"));
         press(&mut app, code(KeyCode::Enter));
-        assert!(app.message.as_ref().unwrap().text.starts_with("g: \"x1\" is not a step or a block"), "{:?}", app.message);
+        assert!(
+            app.message.as_ref().unwrap().text.starts_with("g: \"x1\" is not a step or a block"),
+            "{:?}",
+            app.message
+        );
         // Typing goes on past 12 characters, and Enter answers for all of it.
         let nines = "9".repeat(21);
         typed(&mut app, &format!("g{nines}"));
         assert_eq!(app.goto.as_deref(), Some(nines.as_str()));
         press(&mut app, code(KeyCode::Enter));
-        assert_eq!(app.message.as_ref().unwrap().text, format!("g: no step {nines}: the decode has 26 steps"));
+        assert_eq!(
+            app.message.as_ref().unwrap().text,
+            format!("g: no step {nines}: the decode has 26 steps")
+        );
     }
 
     fn click(app: &mut App, column: u16, row: u16) {
-        let m = MouseEvent { kind: MouseEventKind::Down(MouseButton::Left), column, row, modifiers: KeyModifiers::NONE };
+        let m = MouseEvent {
+            kind: MouseEventKind::Down(MouseButton::Left),
+            column,
+            row,
+            modifiers: KeyModifiers::NONE,
+        };
         app.on_input(TermEvent::Mouse(m), Instant::now());
     }
 
@@ -943,7 +1018,11 @@ mod tests {
         click(&mut app, x0 + 60, bar);
         assert_eq!(app.view().unwrap().at, Some(13));
         click(&mut app, x0 + 58, bar);
-        assert_eq!(app.view().unwrap().at, Some(12), "between steps 12 (col 56) and 13 (col 60): the nearer first");
+        assert_eq!(
+            app.view().unwrap().at,
+            Some(12),
+            "between steps 12 (col 56) and 13 (col 60): the nearer first"
+        );
         click(&mut app, x0 + 117, bar);
         assert_eq!(app.view().unwrap().at, Some(25));
         click(&mut app, x0 + 20, bar - 1);

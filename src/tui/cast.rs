@@ -50,7 +50,8 @@ pub struct CastWriter<W: Write> {
 impl<W: Write> CastWriter<W> {
     pub fn new(mut out: W, label: impl Into<String>, header: &CastHeader) -> Result<Self> {
         let label = label.into();
-        serde_json::to_writer(&mut out, header).with_context(|| format!("{label}: cannot write"))?;
+        serde_json::to_writer(&mut out, header)
+            .with_context(|| format!("{label}: cannot write"))?;
         out.write_all(b"\n").with_context(|| format!("{label}: cannot write"))?;
         Ok(CastWriter { out, label, last_t: 0.0 })
     }
@@ -88,7 +89,8 @@ pub fn parse(text: &str) -> Result<(CastHeader, Vec<CastEvent>)> {
     let header: CastHeader = serde_json::from_str(first).context("line 1: invalid header")?;
     let mut events = Vec::new();
     for (i, line) in lines.enumerate() {
-        let ev: CastEvent = serde_json::from_str(line).with_context(|| format!("line {}: invalid event", i + 2))?;
+        let ev: CastEvent =
+            serde_json::from_str(line).with_context(|| format!("line {}: invalid event", i + 2))?;
         events.push(ev);
     }
     Ok((header, events))

@@ -45,7 +45,9 @@ impl Pace {
     pub fn faster(self) -> Pace {
         match self {
             Pace::Unlimited => Pace::Unlimited,
-            Pace::PerSecond(p) => LADDER.iter().find(|&&l| l > p).map_or(Pace::Unlimited, |&l| Pace::PerSecond(l)),
+            Pace::PerSecond(p) => {
+                LADDER.iter().find(|&&l| l > p).map_or(Pace::Unlimited, |&l| Pace::PerSecond(l))
+            }
         }
     }
 
@@ -163,7 +165,8 @@ impl Cursor {
         let Some(k) = self.at(run.head()) else { return };
         let block = run.active_block(Some(k));
         let start = run.block_steps(block).start;
-        let target = if k > start { start } else { run.block_steps(block.saturating_sub(1)).start.min(k) };
+        let target =
+            if k > start { start } else { run.block_steps(block.saturating_sub(1)).start.min(k) };
         self.pin(run, target);
     }
 
@@ -375,7 +378,10 @@ mod tests {
         assert_eq!(Pace::Unlimited.faster(), Pace::Unlimited);
         assert_eq!(Pace::Unlimited.slower(), Pace::PerSecond(1000.0));
         assert_eq!(Pace::new(0.5).unwrap().slower(), Pace::PerSecond(0.5));
-        assert_eq!((Pace::PerSecond(10.0).to_string(), Pace::PerSecond(2.5).to_string()), ("10/s".into(), "2.5/s".into()));
+        assert_eq!(
+            (Pace::PerSecond(10.0).to_string(), Pace::PerSecond(2.5).to_string()),
+            ("10/s".into(), "2.5/s".into())
+        );
     }
 
     #[test]

@@ -41,7 +41,11 @@ fn width(spans: &[Span]) -> usize {
 /// `width`: the reductions of every field are made in order of rank until the line fits.
 /// Returns the chosen spans and whether it had to drop fields beyond their ranks (then the
 /// line is still too wide, or was cut: the caller ends it with `…`).
-pub fn choose<'a>(fields: Vec<Field<'a>>, sep: usize, width_max: usize) -> (Vec<Option<Vec<Span<'a>>>>, bool) {
+pub fn choose<'a>(
+    fields: Vec<Field<'a>>,
+    sep: usize,
+    width_max: usize,
+) -> (Vec<Option<Vec<Span<'a>>>>, bool) {
     let plan = plan(&fields, sep, width_max, 0);
     take(fields, plan)
 }
@@ -58,7 +62,11 @@ struct Plan {
 fn plan(fields: &[Field], sep: usize, width_max: usize, floor: u8) -> Plan {
     let mut at: Vec<Option<usize>> = vec![Some(0); fields.len()];
     let total = |at: &[Option<usize>]| {
-        let present: Vec<usize> = at.iter().enumerate().filter_map(|(i, f)| f.map(|f| width(&fields[i].forms[f].1))).collect();
+        let present: Vec<usize> = at
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.map(|f| width(&fields[i].forms[f].1)))
+            .collect();
         present.iter().sum::<usize>() + sep * present.len().saturating_sub(1)
     };
     // Every reduction: (rank, field, Some(form) or None to drop), in rank order; a field's own
@@ -108,7 +116,11 @@ fn plan(fields: &[Field], sep: usize, width_max: usize, floor: u8) -> Plan {
 }
 
 fn take<'a>(fields: Vec<Field<'a>>, plan: Plan) -> (Vec<Option<Vec<Span<'a>>>>, bool) {
-    let chosen = fields.into_iter().zip(plan.at).map(|(mut f, a)| a.map(|a| std::mem::take(&mut f.forms[a].1))).collect();
+    let chosen = fields
+        .into_iter()
+        .zip(plan.at)
+        .map(|(mut f, a)| a.map(|a| std::mem::take(&mut f.forms[a].1)))
+        .collect();
     (chosen, plan.cut)
 }
 
@@ -208,7 +220,12 @@ pub fn cut_words(line: Line<'_>, width: usize) -> Line<'_> {
 }
 
 /// A label and its figure as one field: `label` in the label style, `value` in the value one.
-pub fn kv<'a>(label: Style, value: Style, k: impl Into<String>, v: impl Into<String>) -> Vec<Span<'a>> {
+pub fn kv<'a>(
+    label: Style,
+    value: Style,
+    k: impl Into<String>,
+    v: impl Into<String>,
+) -> Vec<Span<'a>> {
     vec![Span::styled(k.into(), label), Span::styled(v.into(), value)]
 }
 
@@ -226,7 +243,11 @@ mod tests {
 
     #[test]
     fn words_are_cut_whole_and_marked() {
-        let l = Line::from(vec![Span::raw("overall "), Span::raw("7/258"), Span::raw("  forwards 9/77")]);
+        let l = Line::from(vec![
+            Span::raw("overall "),
+            Span::raw("7/258"),
+            Span::raw("  forwards 9/77"),
+        ]);
         assert_eq!(text(&cut_words(l.clone(), 14)), "overall…");
         assert_eq!(text(&cut_words(l.clone(), 13)), "overall…");
         assert_eq!(text(&cut_words(l.clone(), 15)), "overall 7/258…");

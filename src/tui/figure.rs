@@ -15,10 +15,10 @@
 
 use std::fmt::Write;
 
-use crate::trace::events::{Event, Header};
 use crate::engine::settings::{DecodeSettings, Schedule, Strategy};
-use crate::trace::store::{CellState, Run, Store};
 use crate::glyph::{self, Mode};
+use crate::trace::events::{Event, Header};
+use crate::trace::store::{CellState, Run, Store};
 use crate::tui::theme::{pick, Depth, Rgb, ThemeName};
 
 /// The figure's width, in points (3.33 in: one column of a two-column paper).
@@ -81,7 +81,8 @@ struct Cell {
 
 /// The step map of the last run in `events` as an SVG document.
 pub fn step_map_svg(events: &[Event]) -> Result<String, FigureError> {
-    let start = events.iter().rposition(|e| matches!(e, Event::Header(_))).ok_or(FigureError::NoHeader)?;
+    let start =
+        events.iter().rposition(|e| matches!(e, Event::Header(_))).ok_or(FigureError::NoHeader)?;
     let store = Store::from_events(events[start..].iter().cloned());
     let run = store.run().ok_or(FigureError::NoHeader)?;
     let cells = cells(run);
@@ -103,18 +104,26 @@ fn cells(run: &Run) -> Vec<Cell> {
         .map(|pos| {
             let piece = run.cell_piece(pos, head);
             let text = match &piece {
-                Some(crate::trace::detok::Piece::Text(t)) if t.is_empty() => glyph::PART.to_string(),
-                Some(crate::trace::detok::Piece::Text(t)) => t.render(|s| glyph::escape(s, Mode::Cell).into_owned()),
+                Some(crate::trace::detok::Piece::Text(t)) if t.is_empty() => {
+                    glyph::PART.to_string()
+                }
+                Some(crate::trace::detok::Piece::Text(t)) => {
+                    t.render(|s| glyph::escape(s, Mode::Cell).into_owned())
+                }
                 Some(crate::trace::detok::Piece::Pending(bytes)) => crate::trace::detok::hex(bytes),
                 None => String::new(),
             };
             let tip = match &piece {
-                Some(crate::trace::detok::Piece::Text(t)) if !t.is_empty() => t.render(|s| format!("\"{}\"", glyph::escape(s, Mode::Cell))),
+                Some(crate::trace::detok::Piece::Text(t)) if !t.is_empty() => {
+                    t.render(|s| format!("\"{}\"", glyph::escape(s, Mode::Cell)))
+                }
                 _ => text.clone(),
             };
             let (token, fill) = match run.cell(pos, head) {
                 CellState::Prompt { token } => (Some(token), Fill::Prompt),
-                CellState::Decoded(d) => (Some(d.token), Fill::Decoded { step: d.step, conf: d.conf }),
+                CellState::Decoded(d) => {
+                    (Some(d.token), Fill::Decoded { step: d.step, conf: d.conf })
+                }
                 CellState::Masked { .. } => (None, Fill::Masked),
             };
             Cell { pos, token, text, tip, fill }
@@ -137,8 +146,17 @@ impl Layout {
         let room = MAX_WIDTH - 2.0 * MARGIN - LABEL_W;
         let per_line = (((room + CELL_GAP) / (CELL_W + CELL_GAP)) as usize).clamp(1, block_length);
         let block_w = per_line as f64 * (CELL_W + CELL_GAP) - CELL_GAP;
-        let blocks_per_row = if per_line < block_length { 1 } else { (((room + BLOCK_GAP) / (block_w + BLOCK_GAP)) as usize).max(1) };
-        Layout { block_length, per_line, lines_per_block: block_length.div_ceil(per_line), blocks_per_row }
+        let blocks_per_row = if per_line < block_length {
+            1
+        } else {
+            (((room + BLOCK_GAP) / (block_w + BLOCK_GAP)) as usize).max(1)
+        };
+        Layout {
+            block_length,
+            per_line,
+            lines_per_block: block_length.div_ceil(per_line),
+            blocks_per_row,
+        }
     }
 
     fn block_w(&self) -> f64 {
@@ -199,7 +217,14 @@ fn draw(run: &Run, cells: &[Cell]) -> String {
     for (i, line) in title.iter().enumerate() {
         let (size, weight) = if i == 0 { (FONT, r#" font-weight="bold""#) } else { (SMALL, "") };
         let y = MARGIN + (i + 1) as f64 * LINE - 2.0;
-        let _ = writeln!(s, r#"<text x="{}" y="{}" font-size="{}" fill="{INK}"{weight}>{}</text>"#, num(MARGIN), num(y), num(size), xml(line));
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" font-size="{}" fill="{INK}"{weight}>{}</text>"#,
+            num(MARGIN),
+            num(y),
+            num(size),
+            xml(line)
+        );
     }
     let origin = (MARGIN, grid_y);
     for i in 0..blocks {
@@ -236,7 +261,11 @@ fn title_lines(h: &Header, settings: &DecodeSettings, cells: &[Cell]) -> Vec<Str
 
 /// `low_confidence_dynamic`, `block length 4`, `4 steps`, `threshold 0.85`, `greedy`, ...
 fn settings_words(s: &DecodeSettings) -> Vec<String> {
-    let mut w = vec![s.strategy.name().to_string(), format!("block length {}", s.block_length), format!("{} steps", s.steps)];
+    let mut w = vec![
+        s.strategy.name().to_string(),
+        format!("block length {}", s.block_length),
+        format!("{} steps", s.steps),
+    ];
     match s.strategy {
         Strategy::LowConfidenceDynamic => w.push(format!("threshold {}", s.threshold)),
         Strategy::EntropyBounded => w.push(format!("entropy bound {}", s.eb_threshold)),
@@ -303,12 +332,26 @@ fn cell(s: &mut String, l: &Layout, origin: (f64, f64), first: usize, c: &Cell, 
         Fill::Masked => ("#ffffff".to_string(), GREY.to_string()),
     };
     let (kind, data) = match c.fill {
-        Fill::Decoded { step, conf } => ("decoded", format!(r#" data-step="{}" data-conf="{conf:.3}""#, step + 1)),
+        Fill::Decoded { step, conf } => {
+            ("decoded", format!(r#" data-step="{}" data-conf="{conf:.3}""#, step + 1))
+        }
         Fill::Prompt => ("prompt", String::new()),
         Fill::Masked => ("masked", String::new()),
     };
-    let _ = write!(s, r#"<g class="{kind}" data-pos="{}"{data}><title>{}</title>"#, c.pos, xml(&tooltip(c)));
-    let _ = write!(s, r#"<rect x="{}" y="{}" width="{}" height="{}" fill="{fill}"/>"#, num(x), num(y), num(CELL_W), num(CELL_H));
+    let _ = write!(
+        s,
+        r#"<g class="{kind}" data-pos="{}"{data}><title>{}</title>"#,
+        c.pos,
+        xml(&tooltip(c))
+    );
+    let _ = write!(
+        s,
+        r#"<rect x="{}" y="{}" width="{}" height="{}" fill="{fill}"/>"#,
+        num(x),
+        num(y),
+        num(CELL_W),
+        num(CELL_H)
+    );
     if let Fill::Decoded { conf, .. } = c.fill {
         bar(s, x + 1.0, y + BAR_Y, CELL_W - 2.0, conf);
     }
@@ -328,7 +371,9 @@ fn cell(s: &mut String, l: &Layout, origin: (f64, f64), first: usize, c: &Cell, 
 fn tooltip(c: &Cell) -> String {
     let token = c.token.map(|t| format!(" · token {t}")).unwrap_or_default();
     match c.fill {
-        Fill::Decoded { step, conf } => format!("pos {} · step {} · conf {conf:.3}{token} {}", c.pos, step + 1, c.tip),
+        Fill::Decoded { step, conf } => {
+            format!("pos {} · step {} · conf {conf:.3}{token} {}", c.pos, step + 1, c.tip)
+        }
         Fill::Prompt => format!("pos {} · prompt{token} {}", c.pos, c.tip),
         Fill::Masked => format!("pos {} · still masked", c.pos),
     }
@@ -361,25 +406,66 @@ fn swatch_w(span: usize) -> f64 {
 fn legend(s: &mut String, (x, y): (f64, f64), span: usize) {
     let theme = pick(ThemeName::Light, Depth::TrueColor);
     let w = swatch_w(span);
-    let _ = writeln!(s, r#"<text x="{}" y="{}" font-size="{}" fill="{INK}">step</text>"#, num(x), num(y + 7.0), num(SMALL));
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" font-size="{}" fill="{INK}">step</text>"#,
+        num(x),
+        num(y + 7.0),
+        num(SMALL)
+    );
     let named = legend_steps(span);
     for step in 0..span {
         let (bg, fg) = theme.cell_rgb(step, span);
         let sx = x + 28.0 + step as f64 * w;
-        let _ = write!(s, r#"<rect x="{}" y="{}" width="{}" height="9" fill="{}"/>"#, num(sx), num(y), num(w), hex(bg));
+        let _ = write!(
+            s,
+            r#"<rect x="{}" y="{}" width="{}" height="9" fill="{}"/>"#,
+            num(sx),
+            num(y),
+            num(w),
+            hex(bg)
+        );
         if named.contains(&step) {
-            let (tx, ty, ink) = if w >= 7.0 { (sx + w / 2.0, y + 7.0, hex(fg)) } else { (sx + w / 2.0, y + 16.0, INK.to_string()) };
-            let _ = write!(s, r#"<text x="{}" y="{}" font-size="6" fill="{ink}" text-anchor="middle">{}</text>"#, num(tx), num(ty), step + 1);
+            let (tx, ty, ink) = if w >= 7.0 {
+                (sx + w / 2.0, y + 7.0, hex(fg))
+            } else {
+                (sx + w / 2.0, y + 16.0, INK.to_string())
+            };
+            let _ = write!(
+                s,
+                r#"<text x="{}" y="{}" font-size="6" fill="{ink}" text-anchor="middle">{}</text>"#,
+                num(tx),
+                num(ty),
+                step + 1
+            );
         }
     }
     s.push('\n');
     let cy = y + LINE + if w >= 7.0 { 1.0 } else { 8.0 };
-    let _ = write!(s, r#"<text x="{}" y="{}" font-size="{}" fill="{INK}">confidence</text>"#, num(x), num(cy + 6.0), num(SMALL));
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" font-size="{}" fill="{INK}">confidence</text>"#,
+        num(x),
+        num(cy + 6.0),
+        num(SMALL)
+    );
     let mut kx = x + 42.0;
     for conf in [0.25f32, 0.5, 1.0] {
-        let _ = write!(s, r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="{GREY}" stroke-width="0.3"/>"#, num(kx), num(cy + 2.0), num(16.0), num(BAR_H));
+        let _ = write!(
+            s,
+            r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="{GREY}" stroke-width="0.3"/>"#,
+            num(kx),
+            num(cy + 2.0),
+            num(16.0),
+            num(BAR_H)
+        );
         bar(s, kx, cy + 2.0, 16.0, conf);
-        let _ = write!(s, r#"<text x="{}" y="{}" font-size="6" fill="{INK}">{conf}</text>"#, num(kx + 18.0), num(cy + 5.5));
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" font-size="6" fill="{INK}">{conf}</text>"#,
+            num(kx + 18.0),
+            num(cy + 5.5)
+        );
         kx += 36.0;
     }
     s.push('\n');
@@ -405,7 +491,11 @@ fn hex((r, g, b): Rgb) -> String {
 fn num(v: f64) -> String {
     let s = format!("{v:.2}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" { "0".into() } else { s.into() }
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.into()
+    }
 }
 
 /// Text as XML character data or an attribute value: markup characters escaped, characters
@@ -493,8 +583,14 @@ mod tests {
         // wherever it appears).
         for e in &mut events {
             if let Event::Step(s) = e {
-                s.committed.iter_mut().filter(|c| c.token == 11).for_each(|c| c.text = "<b>&\u{1b}".into());
-                s.masked.iter_mut().filter(|c| c.token == 11).for_each(|c| c.text = "<b>&\u{1b}".into());
+                s.committed
+                    .iter_mut()
+                    .filter(|c| c.token == 11)
+                    .for_each(|c| c.text = "<b>&\u{1b}".into());
+                s.masked
+                    .iter_mut()
+                    .filter(|c| c.token == 11)
+                    .for_each(|c| c.text = "<b>&\u{1b}".into());
             }
         }
         let svg = step_map_svg(&events).unwrap();
@@ -515,7 +611,11 @@ mod tests {
     fn a_tooltip_gives_bytes_bare_and_characters_quoted() {
         let events = crate::trace::synth::invalid_split_trace();
         let svg = step_map_svg(&events).unwrap();
-        for want in ["token 5 &quot;·&quot;&lt;E4 BD&gt;</title>", "token 6 &lt;FC&gt;</title>", "token 7 &lt;A5 BD&gt;</title>"] {
+        for want in [
+            "token 5 &quot;·&quot;&lt;E4 BD&gt;</title>",
+            "token 6 &lt;FC&gt;</title>",
+            "token 7 &lt;A5 BD&gt;</title>",
+        ] {
             assert!(svg.contains(want), "{want} missing:\n{svg}");
         }
     }
@@ -527,4 +627,3 @@ mod tests {
         assert_eq!(step_map_svg(&events[..1]), Err(FigureError::NothingDecoded));
     }
 }
-

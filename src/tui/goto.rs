@@ -23,7 +23,12 @@ pub fn parse(typed: &str) -> Result<Goto, String> {
         Some(rest) => (true, rest.trim()),
         None => (false, t),
     };
-    let n: usize = digits.parse().map_err(|_| format!("{} is not a step or a block: type a step number (12) or b and a block (b7)", quoted(t)))?;
+    let n: usize = digits.parse().map_err(|_| {
+        format!(
+            "{} is not a step or a block: type a step number (12) or b and a block (b7)",
+            quoted(t)
+        )
+    })?;
     Ok(if block { Goto::Block(n) } else { Goto::Step(n) })
 }
 
@@ -35,7 +40,9 @@ const QUOTED_CHARS: usize = 16;
 fn quoted(typed: &str) -> String {
     match typed.char_indices().nth(QUOTED_CHARS) {
         // Debug's escapes kept (a typed quote or control character), the mark inside.
-        Some((cut, _)) => format!("{:?}", &typed[..cut]).strip_suffix('"').map_or_else(String::new, |q| format!("{q}…\"")),
+        Some((cut, _)) => format!("{:?}", &typed[..cut])
+            .strip_suffix('"')
+            .map_or_else(String::new, |q| format!("{q}…\"")),
         None => format!("{typed:?}"),
     }
 }
@@ -49,12 +56,19 @@ pub fn go(run: &Run, typed: &str) -> Result<usize, String> {
         Some(rest) => (true, rest.trim()),
         None => (false, t),
     };
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && digits.parse::<usize>().is_err() {
+    if !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.parse::<usize>().is_err()
+    {
         let digits = digits.trim_start_matches('0');
         if run.head().is_none() {
             return Err("no step decoded yet".into());
         }
-        return Err(if block { format!("block {digits} has no steps: {}", block_span(run)) } else { format!("no step {digits}: {}", decoded(run)) });
+        return Err(if block {
+            format!("block {digits} has no steps: {}", block_span(run))
+        } else {
+            format!("no step {digits}: {}", decoded(run))
+        });
     }
     resolve(run, parse(typed)?)
 }
@@ -104,7 +118,9 @@ pub fn step_at_column(x: usize, width: usize, head: usize) -> usize {
     let x = x.min(width - 1);
     let col = |k: usize| k * (width - 1) / head;
     let guess = x * head / (width - 1);
-    (guess.saturating_sub(1)..=(guess + 2).min(head)).min_by_key(|&k| (col(k).abs_diff(x), k)).unwrap_or(head)
+    (guess.saturating_sub(1)..=(guess + 2).min(head))
+        .min_by_key(|&k| (col(k).abs_diff(x), k))
+        .unwrap_or(head)
 }
 
 /// `1 step`, `2 steps`.
@@ -127,7 +143,10 @@ mod tests {
         assert_eq!(parse("12"), Ok(Goto::Step(12)));
         assert_eq!(parse(" b7 "), Ok(Goto::Block(7)));
         assert_eq!(parse("B 3"), Ok(Goto::Block(3)));
-        assert_eq!(parse("x").unwrap_err(), "\"x\" is not a step or a block: type a step number (12) or b and a block (b7)");
+        assert_eq!(
+            parse("x").unwrap_err(),
+            "\"x\" is not a step or a block: type a step number (12) or b and a block (b7)"
+        );
         let long = parse("block 99999999999999 step 12345678").unwrap_err();
         assert_eq!(long, "\"block 9999999999…\" is not a step or a block: type a step number (12) or b and a block (b7)");
         assert!(parse("").is_err() && parse("b").is_err() && parse("-3").is_err());
@@ -159,9 +178,15 @@ mod tests {
         let nines = "9".repeat(21);
         assert_eq!(go(r, &nines).unwrap_err(), format!("no step {nines}: the decode has 26 steps"));
         let (first, last) = (r.blocks()[0].block, r.blocks().last().unwrap().block);
-        assert_eq!(go(r, &format!("b{nines}")).unwrap_err(), format!("block {nines} has no steps: blocks {first}–{last} have steps"));
+        assert_eq!(
+            go(r, &format!("b{nines}")).unwrap_err(),
+            format!("block {nines} has no steps: blocks {first}–{last} have steps")
+        );
         assert_eq!(go(r, "12"), Ok(11));
-        assert_eq!(go(r, "b-1").unwrap_err(), "\"b-1\" is not a step or a block: type a step number (12) or b and a block (b7)");
+        assert_eq!(
+            go(r, "b-1").unwrap_err(),
+            "\"b-1\" is not a step or a block: type a step number (12) or b and a block (b7)"
+        );
         assert_eq!(go(r, "99").unwrap_err(), "no step 99: the decode has 26 steps");
     }
 
@@ -172,7 +197,11 @@ mod tests {
             for k in 0..=head {
                 let col = k * (w - 1) / head;
                 let back = step_at_column(col, w, head);
-                assert_eq!(back * (w - 1) / head, col, "w {w} head {head}: step {k} at column {col} came back as {back}");
+                assert_eq!(
+                    back * (w - 1) / head,
+                    col,
+                    "w {w} head {head}: step {k} at column {col} came back as {back}"
+                );
             }
         }
         assert_eq!(step_at_column(0, 50, 25), 0);

@@ -11,8 +11,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
-use crate::glyph::{self, Mode};
 use super::theme;
+use crate::glyph::{self, Mode};
 use crate::trace::detok::{self, Piece};
 use crate::trace::store::CellState;
 
@@ -48,7 +48,10 @@ fn geom(v: &View, width: u16) -> Geom {
 /// What one line of the grid holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Row {
-    Block { block: usize, sub: usize },
+    Block {
+        block: usize,
+        sub: usize,
+    },
     /// The rule between the prompt blocks and the decoded ones.
     Rule,
 }
@@ -64,7 +67,12 @@ struct Lines {
 impl Lines {
     fn new(v: &View, g: &Geom) -> Self {
         let first_block = v.run.header.first_block;
-        Lines { first_block, lpb: g.lines_per_block, rule: usize::from(first_block > 0), shown_blocks: v.run.active_block(v.at) + 1 }
+        Lines {
+            first_block,
+            lpb: g.lines_per_block,
+            rule: usize::from(first_block > 0),
+            shown_blocks: v.run.active_block(v.at) + 1,
+        }
     }
 
     fn total(&self) -> usize {
@@ -97,7 +105,9 @@ impl Lines {
 
 fn frame<'a>(v: &View) -> Block<'a> {
     let t = v.theme;
-    Block::bordered().border_style(t.border()).title(Line::from(vec![Span::styled(" Blocks ", t.title())]))
+    Block::bordered()
+        .border_style(t.border())
+        .title(Line::from(vec![Span::styled(" Blocks ", t.title())]))
 }
 
 /// Step hues (or, without colour, how cells carry their step) and the confidence marks, drawn
@@ -108,8 +118,15 @@ fn legend<'a>(v: &View, width: u16) -> Line<'a> {
     let conf = format!("  conf {}…{} ", theme::conf_mark(0.1), theme::conf_mark(1.0));
     let masked = format!(" {} masked ", glyph::MASK);
     if t.mono() {
-        let marks = format!(" step {}…{} before the token,", theme::superscript(1), theme::superscript(span));
-        return Line::from(vec![Span::styled(marks, t.dim()), Span::styled(conf + "after it ·" + &masked, t.dim())]);
+        let marks = format!(
+            " step {}…{} before the token,",
+            theme::superscript(1),
+            theme::superscript(span)
+        );
+        return Line::from(vec![
+            Span::styled(marks, t.dim()),
+            Span::styled(conf + "after it ·" + &masked, t.dim()),
+        ]);
     }
     let mut s = vec![Span::styled(" step ", t.dim())];
     let fixed = 6 + conf.chars().count() + masked.chars().count() + 2;
@@ -179,7 +196,9 @@ pub fn hit(v: &View, area: Rect, at: Position) -> Option<usize> {
     let g = geom(v, inner.width);
     let lines = Lines::new(v, &g);
     let (top, _, _) = scroll_state(v, area);
-    let Row::Block { block, sub } = lines.row(top + (at.y - inner.y) as usize)? else { return None };
+    let Row::Block { block, sub } = lines.row(top + (at.y - inner.y) as usize)? else {
+        return None;
+    };
     let x = (at.x - inner.x).checked_sub(g.label_w)?;
     let pitch = g.cell_w + g.gap;
     if x % pitch >= g.cell_w {
@@ -241,7 +260,8 @@ fn rule(v: &View, area: Rect, buf: &mut Buffer) {
     let label = " decode ";
     let w = area.width as usize;
     let left = 2.min(w);
-    let text = format!("{}{label}{}", "┄".repeat(left), "┄".repeat(w.saturating_sub(left + label.len())));
+    let text =
+        format!("{}{label}{}", "┄".repeat(left), "┄".repeat(w.saturating_sub(left + label.len())));
     buf.set_stringn(area.x, area.y, text, w, v.theme.faint());
 }
 
@@ -254,7 +274,13 @@ fn block_line(v: &View, g: &Geom, block: usize, sub: usize, area: Rect, buf: &mu
     }
     if sub == 0 {
         let marker = if active { '▶' } else { ' ' };
-        let style = if active { t.title() } else if prompt { t.faint() } else { t.dim() };
+        let style = if active {
+            t.title()
+        } else if prompt {
+            t.faint()
+        } else {
+            t.dim()
+        };
         let label = format!("{marker}{block:>w$} ", w = (g.label_w - 3) as usize);
         buf.set_stringn(area.x, area.y, label, g.label_w as usize, style);
     }
@@ -326,7 +352,8 @@ fn cell_text(v: &View, pos: usize) -> String {
 fn cell(v: &View, pos: usize, active: bool) -> Cell {
     let t = v.theme;
     let span = v.run.step_span();
-    let plain = |text: String, style| Cell { mark: String::new(), text, fill: false, conf: None, style };
+    let plain =
+        |text: String, style| Cell { mark: String::new(), text, fill: false, conf: None, style };
     let mut c = match v.run.cell(pos, v.at) {
         CellState::Prompt { .. } => plain(cell_text(v, pos), t.prompt()),
         CellState::Decoded(d) => {
@@ -335,7 +362,11 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
             // Dropped (past the output): grey and struck through, but its confidence and,
             // committed by the step shown, the fresh mark stay, so the step shown always
             // shows where it committed.
-            let s = if pos >= v.run.output_end(v.at) { t.faint().add_modifier(Modifier::CROSSED_OUT) } else { t.cell_style(d.step, span) };
+            let s = if pos >= v.run.output_end(v.at) {
+                t.faint().add_modifier(Modifier::CROSSED_OUT)
+            } else {
+                t.cell_style(d.step, span)
+            };
             let style = if Some(d.at) == v.at { t.fresh(s) } else { s };
             Cell { mark, text, fill: false, conf: Some(d.conf), style }
         }
@@ -344,10 +375,17 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
             match cand.filter(|_| v.app.ghosts) {
                 // Still a mask: the glyph first, then what the model would pick now.
                 Some(c) => plain(
-                    format!("{}{}", glyph::MASK, glyph::escape(&v.run.token_label(c.token), Mode::Cell)),
+                    format!(
+                        "{}{}",
+                        glyph::MASK,
+                        glyph::escape(&v.run.token_label(c.token), Mode::Cell)
+                    ),
                     Style::default().fg(fg).add_modifier(Modifier::ITALIC),
                 ),
-                None => Cell { fill: true, ..plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg)) },
+                None => Cell {
+                    fill: true,
+                    ..plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg))
+                },
             }
         }
     };
@@ -532,7 +570,10 @@ mod tests {
             assert!(!has_colour(&buf), "mono draws no colour");
             let s = snapshot_text(&buf);
             // The last decode block's cells carry superscript steps 1..=steps between them.
-            assert!(s.contains(&theme::superscript(1)) && s.contains(&theme::superscript(steps)), "{s}");
+            assert!(
+                s.contains(&theme::superscript(1)) && s.contains(&theme::superscript(steps)),
+                "{s}"
+            );
             insta::assert_snapshot!(format!("mono_{steps}_steps"), s);
         }
     }
@@ -542,11 +583,18 @@ mod tests {
         use theme::{Depth, ThemeName};
         for steps in [4, 16] {
             let light = grid_in(steps, ThemeName::Light, Depth::TrueColor, 100);
-            insta::assert_snapshot!(format!("light_{steps}_steps"), crate::tui::testing::snapshot_styled(&light));
+            insta::assert_snapshot!(
+                format!("light_{steps}_steps"),
+                crate::tui::testing::snapshot_styled(&light)
+            );
             let indexed = grid_in(steps, ThemeName::Dark, Depth::Ansi256, 100);
-            let rgb = indexed.content.iter().any(|c| matches!(c.bg, ratatui::style::Color::Rgb(..)));
+            let rgb =
+                indexed.content.iter().any(|c| matches!(c.bg, ratatui::style::Color::Rgb(..)));
             assert!(!rgb, "the 256-colour grid uses no 24-bit colour");
-            insta::assert_snapshot!(format!("ansi256_{steps}_steps"), crate::tui::testing::snapshot_styled(&indexed));
+            insta::assert_snapshot!(
+                format!("ansi256_{steps}_steps"),
+                crate::tui::testing::snapshot_styled(&indexed)
+            );
         }
     }
 
@@ -557,29 +605,55 @@ mod tests {
         let few = legend_steps(16, 18);
         assert_eq!((few[0], *few.last().unwrap(), few.len()), (0, 15, 6), "{few:?}");
         // Every number stands apart: 16 steps read `8  9 10 11`, never `8 910111213141516`.
-        for (steps, w, want) in [(4, 100, "step  1  2  3  4   conf"), (16, 100, "step  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16   conf")] {
+        for (steps, w, want) in [
+            (4, 100, "step  1  2  3  4   conf"),
+            (16, 100, "step  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16   conf"),
+        ] {
             let buf = grid_in(steps, theme::ThemeName::Dark, theme::Depth::TrueColor, w);
             let bottom = snapshot_text(&buf).lines().last().unwrap().to_string();
             assert!(bottom.contains(want), "{bottom}");
         }
         // The 140-column screen's grid (77 columns) names all 16; narrower, some, still apart.
-        let bottom = snapshot_text(&grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 77)).lines().last().unwrap().to_string();
+        let bottom =
+            snapshot_text(&grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 77))
+                .lines()
+                .last()
+                .unwrap()
+                .to_string();
         assert!(bottom.contains(" 9 10 11 ") && bottom.contains("16 "), "{bottom}");
-        let bottom = snapshot_text(&grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 50)).lines().last().unwrap().to_string();
-        assert!(bottom.contains("step  1 ") && bottom.contains(" 16 ") && !bottom.contains("910"), "{bottom}");
+        let bottom =
+            snapshot_text(&grid_in(16, theme::ThemeName::Dark, theme::Depth::TrueColor, 50))
+                .lines()
+                .last()
+                .unwrap()
+                .to_string();
+        assert!(
+            bottom.contains("step  1 ") && bottom.contains(" 16 ") && !bottom.contains("910"),
+            "{bottom}"
+        );
     }
 
     /// 16 cells a row of 3 columns (the 140-column screen) keep their confidence bars, and a
     /// token cut to fit ends in `…`; a dropped cell keeps its bar too.
     #[test]
     fn narrow_cells_keep_the_confidence_bar_and_mark_a_cut() {
-        let c = |text: &str, mark: &str, conf| Cell { mark: mark.into(), text: text.into(), fill: false, conf, style: Style::default() };
+        let c = |text: &str, mark: &str, conf| Cell {
+            mark: mark.into(),
+            text: text.into(),
+            fill: false,
+            conf,
+            style: Style::default(),
+        };
         assert_eq!(c("·my", "", Some(1.0)).draw(3), "·…█");
         assert_eq!(c("M", "", Some(0.3)).draw(3), "M ▃");
         assert_eq!(c("·my", "", Some(1.0)).draw(2), "…█");
         assert_eq!(c("M", "", Some(1.0)).draw(2), "M█");
         assert_eq!(c("·my", "", Some(1.0)).draw(4), "·my█");
-        assert_eq!(c("·my", "", Some(1.0)).draw(1), "…", "no room for a bar: the cell says it holds more");
+        assert_eq!(
+            c("·my", "", Some(1.0)).draw(1),
+            "…",
+            "no room for a bar: the cell says it holds more"
+        );
         // Mono: the step mark whole first, then the bar, then the token.
         assert_eq!(c("·my", "⁹", Some(0.8)).draw(3), "⁹…▇");
         assert_eq!(c("·my", "¹⁶", Some(0.8)).draw(3), "¹⁶▇");
@@ -606,15 +680,24 @@ mod tests {
         let buf = render_panel(&app, 64, 14, render);
         let r = cell_area(&v, area, first).unwrap();
         let CellState::Decoded(d) = v.run.cell(first, v.at) else { panic!() };
-        assert_eq!(buf[(r.right() - 1, r.y)].symbol(), theme::conf_mark(d.conf).to_string(), "the bar in the last column");
+        assert_eq!(
+            buf[(r.right() - 1, r.y)].symbol(),
+            theme::conf_mark(d.conf).to_string(),
+            "the bar in the last column"
+        );
         let m = buf[(r.x, r.y)].modifier;
         assert!(m.contains(Modifier::CROSSED_OUT | Modifier::BOLD | Modifier::UNDERLINED), "{m:?}");
         // A dropped cell of an earlier step: struck through and barred, not fresh.
-        let older = (end..v.run.shown_end(v.at)).find(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.at < k)).unwrap();
+        let older = (end..v.run.shown_end(v.at))
+            .find(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.at < k))
+            .unwrap();
         let r = cell_area(&v, area, older).unwrap();
         let m = buf[(r.x, r.y)].modifier;
         assert!(m.contains(Modifier::CROSSED_OUT) && !m.contains(Modifier::UNDERLINED), "{m:?}");
-        assert!(glyph::width(buf[(r.right() - 1, r.y)].symbol()) == 1 && "▁▂▃▄▅▆▇█".contains(buf[(r.right() - 1, r.y)].symbol()));
+        assert!(
+            glyph::width(buf[(r.right() - 1, r.y)].symbol()) == 1
+                && "▁▂▃▄▅▆▇█".contains(buf[(r.right() - 1, r.y)].symbol())
+        );
     }
 
     #[test]

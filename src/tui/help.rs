@@ -11,8 +11,8 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Widget};
 
-use crate::glyph;
 use super::theme::Theme;
+use crate::glyph;
 
 /// One line of the help: the keys, what they do (the fullest spelling first, then shorter
 /// ones), and how much it matters: a window too small for every line leaves out the lowest
@@ -38,45 +38,131 @@ pub const GENERAL: &[Key] = &[
 ];
 
 /// Stepping, as the TUI and compare both have it.
-pub const STEP: Key = key("← → h l", 9, &["one step back / forward", "step back / forward", "step back/fwd"]);
-pub const BLOCK: Key = key("[ ]", 7, &["one block back / forward", "block back / forward", "block back/fwd"]);
+pub const STEP: Key =
+    key("← → h l", 9, &["one step back / forward", "step back / forward", "step back/fwd"]);
+pub const BLOCK: Key =
+    key("[ ]", 7, &["one block back / forward", "block back / forward", "block back/fwd"]);
 
 const VIEW: (&str, &[Key]) = (
     "view",
     &[
-        key("space", 9, &["pause / resume the view (the engine keeps decoding)", "pause / resume the view", "pause / play"]),
+        key(
+            "space",
+            9,
+            &[
+                "pause / resume the view (the engine keeps decoding)",
+                "pause / resume the view",
+                "pause / play",
+            ],
+        ),
         STEP,
         BLOCK,
-        key("Home End", 6, &["first step / live head (End also re-follows)", "first step / live head", "first / live"]),
-        key("g", 7, &["go to a step (12) or a block (b7)", "go to step 12 / block b7", "go to a step"]),
-        key("click", 2, &["on the timeline's bar: go to that step", "timeline bar: go to step", "timeline: seek"]),
+        key(
+            "Home End",
+            6,
+            &[
+                "first step / live head (End also re-follows)",
+                "first step / live head",
+                "first / live",
+            ],
+        ),
+        key(
+            "g",
+            7,
+            &["go to a step (12) or a block (b7)", "go to step 12 / block b7", "go to a step"],
+        ),
+        key(
+            "click",
+            2,
+            &[
+                "on the timeline's bar: go to that step",
+                "timeline bar: go to step",
+                "timeline: seek",
+            ],
+        ),
         key("r", 4, &["replay from the start", "replay"]),
-        key("+ -", 5, &["pace: steps per second the view plays", "pace: steps per second", "pace (steps/s)"]),
+        key(
+            "+ -",
+            5,
+            &["pace: steps per second the view plays", "pace: steps per second", "pace (steps/s)"],
+        ),
     ],
 );
 
 const CELLS: (&str, &[Key]) = (
     "cells",
     &[
-        key("↑ ↓ k j", 7, &["select the cell a block up / down", "the cell a block up / down", "cell up / down"]),
-        key("Tab S-Tab", 6, &["select the next / previous cell", "next / previous cell", "next/prev cell"]),
+        key(
+            "↑ ↓ k j",
+            7,
+            &["select the cell a block up / down", "the cell a block up / down", "cell up / down"],
+        ),
+        key(
+            "Tab S-Tab",
+            6,
+            &["select the next / previous cell", "next / previous cell", "next/prev cell"],
+        ),
         key("click", 2, &["select a cell (grid or text)", "select a cell"]),
-        key("Esc", 4, &["follow the newest commit again", "follow the newest commit", "follow commits"]),
-        key("c", 5, &["show candidates in masked cells", "candidates in masked cells", "candidates"]),
+        key(
+            "Esc",
+            4,
+            &["follow the newest commit again", "follow the newest commit", "follow commits"],
+        ),
+        key(
+            "c",
+            5,
+            &["show candidates in masked cells", "candidates in masked cells", "candidates"],
+        ),
         key("PgUp PgDn", 3, &["scroll the text (wheel too)", "scroll the text", "scroll text"]),
-        key("L", 5, &["the Steps list in place of the text", "Steps list in place of text", "Steps list"]),
+        key(
+            "L",
+            5,
+            &["the Steps list in place of the text", "Steps list in place of text", "Steps list"],
+        ),
     ],
 );
 
 const ENGINE: (&str, &[Key]) = (
     "engine (live runs)",
     &[
-        key("p", 6, &["pause / resume the engine itself", "pause / resume the engine", "pause / resume engine", "pause engine"]),
+        key(
+            "p",
+            6,
+            &[
+                "pause / resume the engine itself",
+                "pause / resume the engine",
+                "pause / resume engine",
+                "pause engine",
+            ],
+        ),
         key("m", 5, &["next unmasking strategy", "next strategy"]),
-        key("t T", 5, &["lower / raise the threshold", "lower / raise threshold", "threshold down / up", "threshold -/+"]),
+        key(
+            "t T",
+            5,
+            &[
+                "lower / raise the threshold",
+                "lower / raise threshold",
+                "threshold down / up",
+                "threshold -/+",
+            ],
+        ),
         key("s S", 5, &["fewer / more steps per block", "fewer / more steps", "steps -/+"]),
-        key("", 1, &["changes apply from the next block", "from the next block", "from next block"]),
-        key("R", 6, &["restart the decode with the new settings", "restart with the new settings", "restart with new settings", "restart the decode", "restart"]),
+        key(
+            "",
+            1,
+            &["changes apply from the next block", "from the next block", "from next block"],
+        ),
+        key(
+            "R",
+            6,
+            &[
+                "restart the decode with the new settings",
+                "restart with the new settings",
+                "restart with new settings",
+                "restart the decode",
+                "restart",
+            ],
+        ),
     ],
 );
 
@@ -105,9 +191,12 @@ fn groups<'t>(table: &'t KeyTable, shown: &[bool]) -> Vec<Vec<Row<'t>>> {
     let mut shown = shown.iter();
     let mut out = Vec::new();
     for (title, keys) in table {
-        let rows: Vec<Row> = keys.iter().filter(|_| *shown.next().unwrap_or(&true)).map(Row::Key).collect();
+        let rows: Vec<Row> =
+            keys.iter().filter(|_| *shown.next().unwrap_or(&true)).map(Row::Key).collect();
         if !rows.is_empty() {
-            out.push((!title.is_empty()).then_some(Row::Title(title)).into_iter().chain(rows).collect());
+            out.push(
+                (!title.is_empty()).then_some(Row::Title(title)).into_iter().chain(rows).collect(),
+            );
         }
     }
     out
@@ -140,7 +229,10 @@ struct Column<'t> {
 
 impl<'t> Column<'t> {
     fn new(rows: Vec<Row<'t>>) -> Self {
-        let key_w = rows.iter().filter_map(|r| if let Row::Key(k) = r { Some(glyph::width(k.keys)) } else { None }).max();
+        let key_w = rows
+            .iter()
+            .filter_map(|r| if let Row::Key(k) = r { Some(glyph::width(k.keys)) } else { None })
+            .max();
         Column { rows, key_w: key_w.unwrap_or(0) }
     }
 
@@ -151,7 +243,10 @@ impl<'t> Column<'t> {
     /// The form `k` takes in a column `room` wide: its longest description that fits, else its
     /// shortest.
     fn form(&self, k: &Key, room: usize) -> usize {
-        k.what.iter().position(|w| self.prefix() + glyph::width(w) <= room).unwrap_or(k.what.len().saturating_sub(1))
+        k.what
+            .iter()
+            .position(|w| self.prefix() + glyph::width(w) <= room)
+            .unwrap_or(k.what.len().saturating_sub(1))
     }
 
     fn what(&self, k: &Key, room: usize) -> &'static str {
@@ -176,12 +271,16 @@ impl<'t> Column<'t> {
     /// of the form each takes (0 the fullest), so that a line taken from its shortest form
     /// counts more than one brought to its fullest.
     fn shortened(&self, room: usize) -> usize {
-        self.rows.iter().map(|r| if let Row::Key(k) = r { self.form(k, room).pow(2) } else { 0 }).sum()
+        self.rows
+            .iter()
+            .map(|r| if let Row::Key(k) = r { self.form(k, room).pow(2) } else { 0 })
+            .sum()
     }
 
     /// The widths at which one of its lines takes a longer form.
     fn steps(&self) -> impl Iterator<Item = usize> + '_ {
-        let keys = self.rows.iter().filter_map(|r| if let Row::Key(k) = r { Some(k) } else { None });
+        let keys =
+            self.rows.iter().filter_map(|r| if let Row::Key(k) = r { Some(k) } else { None });
         keys.flat_map(move |k| k.what.iter().map(move |w| self.prefix() + glyph::width(w)))
     }
 
@@ -191,7 +290,10 @@ impl<'t> Column<'t> {
             Row::Key(k) => {
                 let pad = self.key_w - glyph::width(k.keys) + KEY_GAP;
                 let keys = format!("{:INDENT$}{}{:pad$}", "", k.keys, "");
-                Line::from(vec![Span::styled(keys, t.value()), Span::styled(self.what(k, room), t.dim())])
+                Line::from(vec![
+                    Span::styled(keys, t.value()),
+                    Span::styled(self.what(k, room), t.dim()),
+                ])
             }
             Row::Blank => Line::default(),
         }
@@ -217,7 +319,8 @@ fn layout(table: &KeyTable, width: usize, height: usize) -> Layout<'_> {
     let cols = loop {
         let cols = columns(groups(table, &shown), height);
         let gaps = COLUMN_GAP * cols.len().saturating_sub(1);
-        let fits = cols.iter().map(Column::narrowest).sum::<usize>() + gaps <= width && cols.iter().all(|c| c.rows.len() <= height);
+        let fits = cols.iter().map(Column::narrowest).sum::<usize>() + gaps <= width
+            && cols.iter().all(|c| c.rows.len() <= height);
         if fits || left_out + 1 >= keep.len() {
             break cols;
         }
@@ -246,15 +349,23 @@ pub fn render_table(t: &Theme, table: &KeyTable, area: Rect, buf: &mut Buffer) {
     let content_w = l.widths.iter().sum::<usize>() + COLUMN_GAP * l.widths.len().saturating_sub(1);
     let w = (content_w + 4).min(area.width as usize) as u16;
     let h = (l.cols.iter().map(|c| c.rows.len()).max().unwrap_or(0) as u16 + 2).min(area.height);
-    let popup = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
     Clear.render(popup, buf);
     let closes = " any key closes ";
-    let mut block = Block::bordered().border_style(t.border()).title(Line::from(Span::styled(" unmask · keys ", t.title())));
+    let mut block = Block::bordered()
+        .border_style(t.border())
+        .title(Line::from(Span::styled(" unmask · keys ", t.title())));
     let mut bottom = 2;
     if l.left_out > 0 {
-        let note = [format!(" {} more in a larger window ", l.left_out), format!(" {} more ", l.left_out)]
-            .into_iter()
-            .find(|n| glyph::width(n) + 2 <= w as usize);
+        let note =
+            [format!(" {} more in a larger window ", l.left_out), format!(" {} more ", l.left_out)]
+                .into_iter()
+                .find(|n| glyph::width(n) + 2 <= w as usize);
         if let Some(note) = note {
             bottom += glyph::width(&note);
             block = block.title_bottom(Line::from(Span::styled(note, t.warn())).left_aligned());
@@ -326,7 +437,8 @@ mod tests {
                 line.match_indices(&format!(" {what}")).any(|(at, m)| {
                     let after = line[at + m.len()..].chars().next();
                     let before = line[..at].trim_end();
-                    matches!(after, None | Some(' ' | '│')) && (before.ends_with(&format!(" {}", k.keys)) || k.keys.is_empty())
+                    matches!(after, None | Some(' ' | '│'))
+                        && (before.ends_with(&format!(" {}", k.keys)) || k.keys.is_empty())
                 })
             })
         })
@@ -345,7 +457,10 @@ mod tests {
         for k in every_key(KEYS) {
             assert!(text.contains(k.keys), "{} missing:\n{text}", k.keys);
         }
-        assert!(!text.contains(glyph::ELLIPSIS) && !text.contains("more in a larger window"), "{text}");
+        assert!(
+            !text.contains(glyph::ELLIPSIS) && !text.contains("more in a larger window"),
+            "{text}"
+        );
         insta::assert_snapshot!(text);
     }
 
@@ -356,17 +471,26 @@ mod tests {
         for k in every_key(KEYS) {
             assert!(shows(&text, k, true), "{} missing:\n{text}", k.keys);
         }
-        assert!(!text.contains(glyph::ELLIPSIS) && !text.contains("more in a larger window"), "{text}");
+        assert!(
+            !text.contains(glyph::ELLIPSIS) && !text.contains("more in a larger window"),
+            "{text}"
+        );
         insta::assert_snapshot!(text);
     }
 
     /// Every key line whole, none cut, at the sizes people use.
     #[test]
     fn no_description_is_cut_at_common_sizes() {
-        for (table, sizes) in [(KEYS, &[(60, 20), (80, 24), (100, 30), (120, 40), (200, 60)][..]), (crate::tui::compare::KEYS, &[(80, 22), (100, 30)])] {
+        for (table, sizes) in [
+            (KEYS, &[(60, 20), (80, 24), (100, 30), (120, 40), (200, 60)][..]),
+            (crate::tui::compare::KEYS, &[(80, 22), (100, 30)]),
+        ] {
             for &(w, h) in sizes {
                 let text = screen(table, w, h);
-                assert!(!text.contains(glyph::ELLIPSIS) && !text.contains("more in a"), "{w}x{h}:\n{text}");
+                assert!(
+                    !text.contains(glyph::ELLIPSIS) && !text.contains("more in a"),
+                    "{w}x{h}:\n{text}"
+                );
                 for k in every_key(table) {
                     assert!(shows(&text, k, false), "{w}x{h}: {}:\n{text}", k.keys);
                 }
@@ -382,16 +506,27 @@ mod tests {
             let text = screen(KEYS, w, h);
             let shown = every_key(KEYS).filter(|k| shows(&text, k, false)).count();
             let left_out = every_key(KEYS).count() - shown;
-            assert!(left_out > 0 && text.contains(&format!(" {left_out} more in a larger window ")), "{w}x{h}:\n{text}");
+            assert!(
+                left_out > 0 && text.contains(&format!(" {left_out} more in a larger window ")),
+                "{w}x{h}:\n{text}"
+            );
             assert!(!text.contains(glyph::ELLIPSIS), "{w}x{h}:\n{text}");
-            assert!(shows(&text, &GENERAL[0], false) && shows(&text, &GENERAL[1], false), "{w}x{h}:\n{text}");
+            assert!(
+                shows(&text, &GENERAL[0], false) && shows(&text, &GENERAL[1], false),
+                "{w}x{h}:\n{text}"
+            );
             let note = every_key(KEYS).find(|k| k.keys.is_empty()).unwrap();
             assert!(!shows(&text, note, false), "the least important go first:\n{text}");
         }
         // However small, nothing panics.
         for w in 0..30 {
             for h in 0..12 {
-                render(&DARK, true, Rect::new(0, 0, w, h), &mut Buffer::empty(Rect::new(0, 0, w, h)));
+                render(
+                    &DARK,
+                    true,
+                    Rect::new(0, 0, w, h),
+                    &mut Buffer::empty(Rect::new(0, 0, w, h)),
+                );
             }
         }
     }
@@ -435,8 +570,12 @@ mod tests {
 
     #[test]
     fn every_key_the_app_handles_is_listed() {
-        let listed: String = KEYS.iter().flat_map(|(_, k)| k.iter().map(|k| format!(" {} ", k.keys))).collect();
-        for k in ["space", "h", "l", "[", "]", "Home", "End", "g", "r", "+", "-", "j", "k", "Tab", "Esc", "c", "p", "m", "t", "T", "s", "S", "R", "?", "q", "Ctrl-C", "Ctrl-Z", "PgUp"] {
+        let listed: String =
+            KEYS.iter().flat_map(|(_, k)| k.iter().map(|k| format!(" {} ", k.keys))).collect();
+        for k in [
+            "space", "h", "l", "[", "]", "Home", "End", "g", "r", "+", "-", "j", "k", "Tab", "Esc",
+            "c", "p", "m", "t", "T", "s", "S", "R", "?", "q", "Ctrl-C", "Ctrl-Z", "PgUp",
+        ] {
             assert!(listed.contains(&format!(" {k} ")), "help does not list {k}");
         }
     }

@@ -9,12 +9,12 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::fields::{self, Field};
+use crate::format::fixed;
 use crate::glyph::{self, Mode};
+use crate::sampler::Ranked;
 use crate::trace::detok::Piece;
 use crate::trace::events::{MoeInfo, Route};
-use crate::sampler::Ranked;
 use crate::trace::store::{CellState, TrajPoint};
-use crate::format::fixed;
 
 /// A token as the inspector quotes it: spaces kept (the quotes show them), everything else
 /// that would not show made visible.
@@ -26,7 +26,11 @@ fn quoted(text: &str) -> String {
 /// A token on its own: its text quoted, or, when it is not whole characters, its bytes as hex
 /// unquoted (`<FC>`), so that it never reads as a token whose text is "<FC>".
 fn label(run: &crate::trace::store::Run, token: u32) -> String {
-    if run.is_raw(token) { run.token_label(token).into_owned() } else { quoted(run.piece(token)) }
+    if run.is_raw(token) {
+        run.token_label(token).into_owned()
+    } else {
+        quoted(run.piece(token))
+    }
 }
 
 /// Code points that had to be drawn as stand-ins, so that the user can tell `␇` from a bell.
@@ -51,34 +55,55 @@ fn frame<'a>(v: &View, width: usize) -> Block<'a> {
         let dim = |s: String| vec![Span::styled(s, t.dim())];
         let fields = vec![
             Field::new(dim(format!("pos {pos}"))),
-            Field::new(dim(format!("block {}", pos / b))).or(2, dim(format!("b{}", pos / b))).drop_at(4),
-            Field::new(dim(format!("cell {}/{b}", pos % b + 1))).or(1, dim(format!("{}/{b}", pos % b + 1))).drop_at(3),
+            Field::new(dim(format!("block {}", pos / b)))
+                .or(2, dim(format!("b{}", pos / b)))
+                .drop_at(4),
+            Field::new(dim(format!("cell {}/{b}", pos % b + 1)))
+                .or(1, dim(format!("{}/{b}", pos % b + 1)))
+                .drop_at(3),
         ];
         let l = fields::line(fields, " · ", room.saturating_sub(12));
         title.extend(l.spans);
         title.push(Span::raw(" "));
     }
     let why = match dropped_only(v) {
-        _ if v.app.selected.is_some() => fields::cut_words(Line::from(Span::styled(" selected · Esc follows the newest commit ", t.faint())), room),
+        _ if v.app.selected.is_some() => fields::cut_words(
+            Line::from(Span::styled(" selected · Esc follows the newest commit ", t.faint())),
+            room,
+        ),
         // The step shown committed only cells past the output (struck through in the grid):
         // the inspector stays on the newest commit that is output, and says why.
         Some(k) => {
             let s = |s: String| vec![Span::styled(s, t.faint())];
             let fields = vec![
-                Field::new(s(format!("the newest output commit: step {}'s commits were all dropped (struck through)", k + 1)))
-                    .or(3, s(format!("newest output commit: step {}'s commits were all dropped", k + 1)))
-                    .or(4, s(format!("newest output commit: step {} only dropped", k + 1)))
-                    .or(5, s(format!("step {}: all dropped", k + 1))),
-                Field::new(s("↑↓ Tab or click selects".into())).or(1, s("↑↓ Tab selects".into())).drop_at(2),
+                Field::new(s(format!(
+                    "the newest output commit: step {}'s commits were all dropped (struck through)",
+                    k + 1
+                )))
+                .or(
+                    3,
+                    s(format!("newest output commit: step {}'s commits were all dropped", k + 1)),
+                )
+                .or(4, s(format!("newest output commit: step {} only dropped", k + 1)))
+                .or(5, s(format!("step {}: all dropped", k + 1))),
+                Field::new(s("↑↓ Tab or click selects".into()))
+                    .or(1, s("↑↓ Tab selects".into()))
+                    .drop_at(2),
             ];
             let mut l = fields::line(fields, " · ", room.saturating_sub(2));
             l.spans.insert(0, Span::raw(" "));
             l.spans.push(Span::raw(" "));
             l
         }
-        None => fields::cut_words(Line::from(Span::styled(" the newest commit · ↑↓ Tab or click selects ", t.faint())), room),
+        None => fields::cut_words(
+            Line::from(Span::styled(" the newest commit · ↑↓ Tab or click selects ", t.faint())),
+            room,
+        ),
     };
-    Block::bordered().border_style(t.border()).title(Line::from(title)).title_bottom(why.right_aligned())
+    Block::bordered()
+        .border_style(t.border())
+        .title(Line::from(title))
+        .title_bottom(why.right_aligned())
 }
 
 /// The step shown, when every cell it committed is dropped (past `max_new_tokens` or after
@@ -94,11 +119,19 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     block.render(area, buf);
     let lines = match v.focus {
         Some(pos) => cell_lines(v, pos, inner.width as usize, inner.height as usize),
-        None => vec![Line::from(Span::styled("no cell yet: ↑↓/j/k/Tab or a click selects one", v.theme.dim()))],
+        None => vec![Line::from(Span::styled(
+            "no cell yet: ↑↓/j/k/Tab or a click selects one",
+            v.theme.dim(),
+        ))],
     };
     // Whatever is still too wide is cut between words and marked, never inside a figure.
     for (i, line) in lines.into_iter().take(inner.height as usize).enumerate() {
-        buf.set_line(inner.x, inner.y + i as u16, &fields::cut_words(line, inner.width as usize), inner.width);
+        buf.set_line(
+            inner.x,
+            inner.y + i as u16,
+            &fields::cut_words(line, inner.width as usize),
+            inner.width,
+        );
     }
 }
 
@@ -130,11 +163,16 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         l.extend(extra);
         let mut lines = vec![Line::from(l)];
         if let Some(cp) = hidden_codepoints(text) {
-            lines.push(Line::from(vec![Span::styled("      ", t.label()), Span::styled(cp, t.dim())]));
+            lines.push(Line::from(vec![
+                Span::styled("      ", t.label()),
+                Span::styled(cp, t.dim()),
+            ]));
         }
         // A token that splits a character: its raw bytes, and what the cell shows for them.
         let shown = run.cell_piece(pos, v.at);
-        let plain = |p: &Piece| matches!(p, Piece::Text(t) if t.valid() == Some(text)) && !run.is_raw(token);
+        let plain = |p: &Piece| {
+            matches!(p, Piece::Text(t) if t.valid() == Some(text)) && !run.is_raw(token)
+        };
         if shown.as_ref().is_some_and(|p| !plain(p)) {
             let mut l: Vec<Span> = kv(v, "bytes ", hex_bytes(run.token_bytes(token))).into();
             let cell = match shown {
@@ -166,23 +204,41 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             let block = pos / run.block_length();
             let fields = vec![
                 Field::new(vec![Span::styled("decoded at ", t.label())]).drop_at(3),
-                Field::new(vec![Span::styled(format!(" step {} ", d.step + 1), t.cell_style(d.step, span))]),
-                Field::new(dim(format!(" of block {block}"))).or(2, dim(format!(" block {block}"))).or(5, dim(format!(" b{block}"))).drop_at(7),
-                Field::new(dim(format!(" · decode step {}", d.at + 1))).or(1, dim(format!(" · overall {}", d.at + 1))).or(4, dim(format!(" · #{}", d.at + 1))).drop_at(6),
+                Field::new(vec![Span::styled(
+                    format!(" step {} ", d.step + 1),
+                    t.cell_style(d.step, span),
+                )]),
+                Field::new(dim(format!(" of block {block}")))
+                    .or(2, dim(format!(" block {block}")))
+                    .or(5, dim(format!(" b{block}")))
+                    .drop_at(7),
+                Field::new(dim(format!(" · decode step {}", d.at + 1)))
+                    .or(1, dim(format!(" · overall {}", d.at + 1)))
+                    .or(4, dim(format!(" · #{}", d.at + 1)))
+                    .drop_at(6),
             ];
             out.push(fields::line(fields, "", width));
             let mut fields = vec![
                 Field::new(kv(v, "conf ", fixed(d.conf.into(), 3)).into()),
-                Field::new(kv(v, "entropy ", format!("{} nats", fixed(d.entropy.into(), 3))).into())
-                    .or(1, kv(v, "entropy ", fixed(d.entropy.into(), 3)).into())
-                    .drop_at(3),
+                Field::new(
+                    kv(v, "entropy ", format!("{} nats", fixed(d.entropy.into(), 3))).into(),
+                )
+                .or(1, kv(v, "entropy ", fixed(d.entropy.into(), 3)).into())
+                .drop_at(3),
             ];
             if let Some(m) = margin(run.top(pos, d.at)) {
-                fields.push(Field::new(kv(v, "margin ", fixed(m.into(), 3)).into()).or(2, kv(v, "Δ ", fixed(m.into(), 3)).into()).drop_at(4));
+                fields.push(
+                    Field::new(kv(v, "margin ", fixed(m.into(), 3)).into())
+                        .or(2, kv(v, "Δ ", fixed(m.into(), 3)).into())
+                        .drop_at(4),
+                );
             }
             out.push(fields::line(fields, "  ", width));
             if pos >= run.output_end(v.at) {
-                out.push(Line::from(Span::styled("dropped: after the EOS or beyond max_new_tokens", t.warn())));
+                out.push(Line::from(Span::styled(
+                    "dropped: after the EOS or beyond max_new_tokens",
+                    t.warn(),
+                )));
             }
             if let (Some(routes), Some(moe)) = (run.routes(pos), run.header.model.moe.as_ref()) {
                 // What is left after the strip's two lines and a three-line trajectory.
@@ -191,19 +247,30 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             }
         }
         CellState::Masked { cand: None } => {
-            out.push(Line::from(Span::styled(format!("{} masked: its block has not started at this step", glyph::MASK), t.dim())));
+            out.push(Line::from(Span::styled(
+                format!("{} masked: its block has not started at this step", glyph::MASK),
+                t.dim(),
+            )));
             return out;
         }
         CellState::Masked { cand: Some(c) } => {
-            out.push(Line::from(Span::styled(format!("{} masked", glyph::MASK), Style::default().fg(t.mask_active_fg))));
+            out.push(Line::from(Span::styled(
+                format!("{} masked", glyph::MASK),
+                Style::default().fg(t.mask_active_fg),
+            )));
             let conf = fixed(c.conf.into(), 3);
             let q = label(run, c.token);
             let q = glyph::fit(&q, width.saturating_sub(6 + 7 + conf.len()).max(3)).0.into_owned();
             let pick = if greedy { "best  " } else { "drawn " };
-            let mut fields = vec![Field::new(kv(v, pick, q).into()), Field::new(kv(v, "conf ", conf).into())];
+            let mut fields =
+                vec![Field::new(kv(v, pick, q).into()), Field::new(kv(v, "conf ", conf).into())];
             let newest = v.at.and_then(|k| run.trajectory(pos, k).last().map(|p| p.at));
             if let Some(m) = newest.and_then(|at| margin(run.top(pos, at))) {
-                fields.push(Field::new(kv(v, "margin ", fixed(m.into(), 3)).into()).or(1, kv(v, "Δ ", fixed(m.into(), 3)).into()).drop_at(2));
+                fields.push(
+                    Field::new(kv(v, "margin ", fixed(m.into(), 3)).into())
+                        .or(1, kv(v, "Δ ", fixed(m.into(), 3)).into())
+                        .drop_at(2),
+                );
             }
             out.push(fields::line(fields, "  ", width));
         }
@@ -213,9 +280,16 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
     let room = height.saturating_sub(out.len() + 1);
     let ranked = traj.iter().map(|p| run.top(pos, p.at).len()).max().unwrap_or(0);
     if ranked > 0 {
-        out.push(Line::from(Span::styled(format!("trajectory: top {ranked} per step · Δ = p1 − p2"), t.faint())));
+        out.push(Line::from(Span::styled(
+            format!("trajectory: top {ranked} per step · Δ = p1 − p2"),
+            t.faint(),
+        )));
     } else {
-        let what = if greedy { "trajectory: best candidate per step while masked" } else { "trajectory: drawn candidate per step while masked" };
+        let what = if greedy {
+            "trajectory: best candidate per step while masked"
+        } else {
+            "trajectory: drawn candidate per step while masked"
+        };
         out.push(Line::from(Span::styled(what, t.faint())));
     }
     out.extend(trajectory(v, pos, &traj, width, room));
@@ -227,18 +301,33 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
 /// column's height (how concentrated the routing is, readable without colour), then the top
 /// expert of every layer, `per line` to a line after the first layer's number, in at most
 /// `max_lines` lines.
-fn routing_lines<'a>(v: &View, routes: &[Route], moe: &MoeInfo, width: usize, max_lines: usize) -> Vec<Line<'a>> {
+fn routing_lines<'a>(
+    v: &View,
+    routes: &[Route],
+    moe: &MoeInfo,
+    width: usize,
+    max_lines: usize,
+) -> Vec<Line<'a>> {
     const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let t = v.theme;
     let label = "route ";
     let mut out = vec![Line::from(vec![
         Span::styled(label, t.label()),
-        Span::styled(format!("top-1 weight by layer · {} of {}", moe.top_k, moe.experts), t.faint()),
+        Span::styled(
+            format!("top-1 weight by layer · {} of {}", moe.top_k, moe.experts),
+            t.faint(),
+        ),
     ])];
     let top = |r: &Route| r.weights.first().copied().unwrap_or(0.0);
-    let strip: String = routes.iter().map(|r| LEVELS[((top(r).clamp(0.0, 1.0) * 8.0).ceil() as usize).clamp(1, 8) - 1]).collect();
+    let strip: String = routes
+        .iter()
+        .map(|r| LEVELS[((top(r).clamp(0.0, 1.0) * 8.0).ceil() as usize).clamp(1, 8) - 1])
+        .collect();
     let (strip, _) = glyph::fit(&strip, width.saturating_sub(label.len()));
-    out.push(Line::from(vec![Span::raw(" ".repeat(label.len())), Span::styled(strip.to_string(), t.value())]));
+    out.push(Line::from(vec![
+        Span::raw(" ".repeat(label.len())),
+        Span::styled(strip.to_string(), t.value()),
+    ]));
     // `L12 ` then each layer's top expert, right-aligned to the widest id.
     let id_w = (moe.experts.max(1) - 1).to_string().len() + 1;
     let layer_w = format!("L{} ", moe.sparse_layers.last().copied().unwrap_or(0)).len();
@@ -299,13 +388,25 @@ fn ranked_spans<'a>(v: &View, top: &[Ranked], chosen: u32, width: usize) -> Vec<
 }
 
 /// One line per step, newest last; if they do not all fit, the oldest give way.
-fn trajectory<'a>(v: &View, pos: usize, traj: &[TrajPoint], width: usize, room: usize) -> Vec<Line<'a>> {
+fn trajectory<'a>(
+    v: &View,
+    pos: usize,
+    traj: &[TrajPoint],
+    width: usize,
+    room: usize,
+) -> Vec<Line<'a>> {
     let t = v.theme;
     let span = v.run.step_span();
     // When they do not all fit, the newest win; a note says how many gave way if there is
     // room for it and a point or two besides.
     let room = room.max(1);
-    let skip = if traj.len() <= room { 0 } else if room >= 3 { traj.len() - room + 1 } else { traj.len() - room };
+    let skip = if traj.len() <= room {
+        0
+    } else if room >= 3 {
+        traj.len() - room + 1
+    } else {
+        traj.len() - room
+    };
     let noted = skip > 0 && room >= 3;
     let text_w = 12;
     let bar_w = width.saturating_sub(4 + 2 + text_w + 7).clamp(1, 24);
@@ -386,13 +487,21 @@ mod tests {
         let mut app = App::replay(events, "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         let run = app.view().unwrap().run;
-        let cells: Vec<String> = (5..8).map(|p| run.cell_piece(p, run.head()).unwrap().display()).collect();
+        let cells: Vec<String> =
+            (5..8).map(|p| run.cell_piece(p, run.head()).unwrap().display()).collect();
         assert_eq!(cells, [" <E4 BD>", "<FC>", "<A5 BD>"]);
-        for (pos, want) in [(5, r#"text " "<E4 BD>  (invalid UTF-8)"#), (6, "text <FC>  (invalid UTF-8)"), (7, "text <A5 BD>  (invalid UTF-8)")] {
+        for (pos, want) in [
+            (5, r#"text " "<E4 BD>  (invalid UTF-8)"#),
+            (6, "text <FC>  (invalid UTF-8)"),
+            (7, "text <A5 BD>  (invalid UTF-8)"),
+        ] {
             app.selected = Some(pos);
             let text = snapshot_text(&render_panel(&app, 64, 12, render));
             assert!(text.contains(want), "{text}");
-            assert!(!text.contains('\u{FFFD}') && !text.contains("completed by a later cell"), "{text}");
+            assert!(
+                !text.contains('\u{FFFD}') && !text.contains("completed by a later cell"),
+                "{text}"
+            );
         }
         app.selected = Some(6);
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 64, 12, render)));
@@ -425,7 +534,8 @@ mod tests {
     #[test]
     fn inspector_shows_the_route_strip_of_a_routed_token() {
         let moe = synth::sdar_moe_layout();
-        let mut app = App::replay(synth::with_routes(synth::trace(&Synth::small()), &moe), "t".into(), None);
+        let mut app =
+            App::replay(synth::with_routes(synth::trace(&Synth::small()), &moe), "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         app.selected = Some(13);
         let routes = app.view().unwrap().run.routes(13).unwrap();
@@ -457,14 +567,35 @@ mod tests {
         let k = v.at.unwrap();
         let dropped = v.run.step(k).unwrap().first_commit.unwrap();
         assert!(dropped >= v.run.output_end(v.at));
-        let shots: Vec<String> = [100, 63, 40].iter().map(|&w| snapshot_text(&render_panel(&app, w, 12, render))).collect();
+        let shots: Vec<String> = [100, 63, 40]
+            .iter()
+            .map(|&w| snapshot_text(&render_panel(&app, w, 12, render)))
+            .collect();
         let bottom = |s: &String| s.lines().last().unwrap().to_string();
-        assert!(bottom(&shots[0]).contains(&format!("the newest output commit: step {}'s commits were all dropped (struck through)", k + 1)), "{}", shots[0]);
-        assert!(bottom(&shots[1]).contains(&format!("newest output commit: step {}'s commits were all dropped", k + 1)), "{}", shots[1]);
+        assert!(
+            bottom(&shots[0]).contains(&format!(
+                "the newest output commit: step {}'s commits were all dropped (struck through)",
+                k + 1
+            )),
+            "{}",
+            shots[0]
+        );
+        assert!(
+            bottom(&shots[1]).contains(&format!(
+                "newest output commit: step {}'s commits were all dropped",
+                k + 1
+            )),
+            "{}",
+            shots[1]
+        );
         assert!(bottom(&shots[2]).contains(&format!("step {}", k + 1)), "{}", shots[2]);
         app.selected = Some(dropped);
         let s = snapshot_text(&render_panel(&app, 63, 12, render));
-        assert!(s.contains("dropped: after the EOS or beyond max_new_tokens") && s.contains("selected · Esc"), "{s}");
+        assert!(
+            s.contains("dropped: after the EOS or beyond max_new_tokens")
+                && s.contains("selected · Esc"),
+            "{s}"
+        );
         insta::assert_snapshot!(shots[1]);
     }
 
@@ -475,7 +606,8 @@ mod tests {
         app.on_key(KeyEvent::new(KeyCode::Char(']'), KeyModifiers::NONE));
         app.on_key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE));
         let v = app.view().unwrap();
-        let masked = (8..12).find(|&p| matches!(v.run.cell(p, v.at), CellState::Masked { .. })).unwrap();
+        let masked =
+            (8..12).find(|&p| matches!(v.run.cell(p, v.at), CellState::Masked { .. })).unwrap();
         app.selected = Some(masked);
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 56, 12, render)));
     }
@@ -495,7 +627,12 @@ mod tests {
         let v = app.view().unwrap();
         app.selected = (8..12).find(|&p| matches!(v.run.cell(p, v.at), CellState::Masked { .. }));
         let text = snapshot_text(&render_panel(&app, 56, 12, render));
-        assert!(text.contains("drawn ") && text.contains("drawn candidate per step") && !text.contains("best"), "{text}");
+        assert!(
+            text.contains("drawn ")
+                && text.contains("drawn candidate per step")
+                && !text.contains("best"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -507,7 +644,9 @@ mod tests {
         // The vocabulary's bell sits at some decoded position.
         let id = synth::VOCAB.iter().position(|&t| t == "\u{7}").unwrap() as u32;
         let v = app.view().unwrap();
-        let bell = (6..32).find(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.token == id)).unwrap();
+        let bell = (6..32)
+            .find(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.token == id))
+            .unwrap();
         app.selected = Some(bell);
         let s = snapshot_text(&render_panel(&app, 56, 12, render));
         assert!(s.contains("\"␇\"") && s.contains("U+0007"), "{s}");
@@ -515,7 +654,8 @@ mod tests {
 
     #[test]
     fn inspector_shows_candidates_and_margins_at_every_step() {
-        let mut app = App::replay(synth::with_candidates(synth::trace(&Synth::small()), 3), "t".into(), None);
+        let mut app =
+            App::replay(synth::with_candidates(synth::trace(&Synth::small()), 3), "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         app.selected = Some(13);
         let text = snapshot_text(&render_panel(&app, 56, 12, render));
@@ -540,17 +680,33 @@ mod tests {
     /// 514: at any width every figure is whole; words shorten and fields go instead.
     #[test]
     fn no_figure_is_ever_cut_in_the_inspector() {
-        let mut app = App::replay(synth::with_candidates(synth::trace(&Synth { new_tokens: 520, ..Synth::small() }), 3), "t".into(), None);
+        let mut app = App::replay(
+            synth::with_candidates(synth::trace(&Synth { new_tokens: 520, ..Synth::small() }), 3),
+            "t".into(),
+            None,
+        );
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         app.selected = Some(520);
         let wide = snapshot_text(&render_panel(&app, 200, 12, render));
-        assert!(wide.contains("of block 130 · decode step") && wide.contains("pos 520 · block 130 · cell 1/4"), "{wide}");
+        assert!(
+            wide.contains("of block 130 · decode step")
+                && wide.contains("pos 520 · block 130 · cell 1/4"),
+            "{wide}"
+        );
         let mut whole = figures(&wide);
-        let at = wide.split("decode step ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap().to_string();
+        let at = wide
+            .split("decode step ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap()
+            .to_string();
         whole.extend([format!("#{at}"), "b130".into(), "1/4".into(), "3".into()]);
         for w in 24..80 {
             let s = snapshot_text(&render_panel(&app, w, 12, render));
-            for f in figures(&s).into_iter().filter(|f| !f.starts_with('.') && !f.contains('…') && !f.starts_with('Δ')) {
+            for f in figures(&s)
+                .into_iter()
+                .filter(|f| !f.starts_with('.') && !f.contains('…') && !f.starts_with('Δ'))
+            {
                 assert!(whole.contains(&f), "{w} columns: {f:?} is cut\n{s}");
             }
         }

@@ -18,7 +18,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{
+    Event, KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
 
 /// How long an unfinished escape sequence may wait for its next byte. Terminals write a
 /// sequence in one go; 100 ms is what vim's `ttimeoutlen` defaults to in many setups.
@@ -123,7 +125,11 @@ fn plain(b: &[u8]) -> Parse {
             };
             if b.len() < len {
                 // A continuation byte is all that may follow a partial character.
-                return if b[1..].iter().all(|c| c & 0xc0 == 0x80) { Parse::NeedMore } else { Parse::Invalid(1) };
+                return if b[1..].iter().all(|c| c & 0xc0 == 0x80) {
+                    Parse::NeedMore
+                } else {
+                    Parse::Invalid(1)
+                };
             }
             match std::str::from_utf8(&b[..len]).ok().and_then(|s| s.chars().next()) {
                 Some(c) => Parse::Done(Some(key(KeyCode::Char(c), shift_of(c))), len),
@@ -237,7 +243,9 @@ fn tilde(n: u16) -> Option<KeyCode> {
 fn modifiers(p: u16) -> KeyModifiers {
     let bits = p.saturating_sub(1);
     let mut m = KeyModifiers::NONE;
-    for (bit, flag) in [(1, KeyModifiers::SHIFT), (2, KeyModifiers::ALT), (4, KeyModifiers::CONTROL)] {
+    for (bit, flag) in
+        [(1, KeyModifiers::SHIFT), (2, KeyModifiers::ALT), (4, KeyModifiers::CONTROL)]
+    {
         if bits & bit != 0 {
             m |= flag;
         }
@@ -266,12 +274,19 @@ fn sgr_mouse(nums: &[u16], release: bool) -> Option<Event> {
         (false, false, false) => MouseEventKind::Down(button),
     };
     let mut modifiers = KeyModifiers::NONE;
-    for (bit, flag) in [(4, KeyModifiers::SHIFT), (8, KeyModifiers::ALT), (16, KeyModifiers::CONTROL)] {
+    for (bit, flag) in
+        [(4, KeyModifiers::SHIFT), (8, KeyModifiers::ALT), (16, KeyModifiers::CONTROL)]
+    {
         if b & bit != 0 {
             modifiers |= flag;
         }
     }
-    Some(Event::Mouse(MouseEvent { kind, column: x.saturating_sub(1), row: y.saturating_sub(1), modifiers }))
+    Some(Event::Mouse(MouseEvent {
+        kind,
+        column: x.saturating_sub(1),
+        row: y.saturating_sub(1),
+        modifiers,
+    }))
 }
 
 /// What the reader threads send: bytes from the terminal, or a resize (SIGWINCH, or the
@@ -282,8 +297,9 @@ enum Input {
 }
 
 /// The running stream's sender, for [`repaint`].
-static REPAINT: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<std::io::Result<Input>>>> =
-    std::sync::Mutex::new(None);
+static REPAINT: std::sync::Mutex<
+    Option<tokio::sync::mpsc::UnboundedSender<std::io::Result<Input>>>,
+> = std::sync::Mutex::new(None);
 
 /// Makes the stream yield a `Resize` of the current size: the screen was overwritten (the
 /// process was suspended and the shell drew on it) and must be drawn whole again.
@@ -374,7 +390,16 @@ mod tests {
     #[test]
     fn keys_arrows_and_modifiers() {
         let mut d = Decoder::default();
-        assert_eq!(d.feed(b"qR\x03\r\t"), vec![k('q'), key(KeyCode::Char('R'), KeyModifiers::SHIFT), ctrl('c'), key(KeyCode::Enter, KeyModifiers::NONE), key(KeyCode::Tab, KeyModifiers::NONE)]);
+        assert_eq!(
+            d.feed(b"qR\x03\r\t"),
+            vec![
+                k('q'),
+                key(KeyCode::Char('R'), KeyModifiers::SHIFT),
+                ctrl('c'),
+                key(KeyCode::Enter, KeyModifiers::NONE),
+                key(KeyCode::Tab, KeyModifiers::NONE)
+            ]
+        );
         assert_eq!(
             d.feed(b"\x1b[A\x1b[D\x1bOH\x1b[4~\x1b[5~\x1b[Z\x1b[1;5C"),
             vec![
@@ -408,7 +433,9 @@ mod tests {
     fn sgr_mouse_clicks_and_scrolls() {
         let mut d = Decoder::default();
         let ev = d.feed(b"\x1b[<0;10;5M\x1b[<0;10;5m\x1b[<65;1;1M");
-        let m = |kind, column, row| Event::Mouse(MouseEvent { kind, column, row, modifiers: KeyModifiers::NONE });
+        let m = |kind, column, row| {
+            Event::Mouse(MouseEvent { kind, column, row, modifiers: KeyModifiers::NONE })
+        };
         assert_eq!(
             ev,
             vec![

@@ -24,23 +24,40 @@ pub fn areas(size: Rect) -> Option<Areas> {
     if size.width < MIN_WIDTH || size.height < MIN_HEIGHT {
         return None;
     }
-    let [title, middle, timeline, footer] =
-        Layout::vertical([Constraint::Length(1), Constraint::Min(0), Constraint::Length(4), Constraint::Length(1)])
-            .areas(size);
-    Some(if size.width >= WIDE { wide(title, middle, timeline, footer) } else { narrow(title, middle, timeline, footer) })
+    let [title, middle, timeline, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(4),
+        Constraint::Length(1),
+    ])
+    .areas(size);
+    Some(if size.width >= WIDE {
+        wide(title, middle, timeline, footer)
+    } else {
+        narrow(title, middle, timeline, footer)
+    })
 }
 
 fn wide(title: Rect, middle: Rect, timeline: Rect, footer: Rect) -> Areas {
-    let [upper, stats] = Layout::vertical([Constraint::Min(0), Constraint::Length(7)]).areas(middle);
-    let [grid, right] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(upper);
-    let [text, inspector] = Layout::vertical([Constraint::Min(5), Constraint::Length(inspector_height(right))]).areas(right);
+    let [upper, stats] =
+        Layout::vertical([Constraint::Min(0), Constraint::Length(7)]).areas(middle);
+    let [grid, right] =
+        Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(upper);
+    let [text, inspector] =
+        Layout::vertical([Constraint::Min(5), Constraint::Length(inspector_height(right))])
+            .areas(right);
     Areas { title, grid, text, inspector, stats, timeline, footer }
 }
 
 fn narrow(title: Rect, middle: Rect, timeline: Rect, footer: Rect) -> Areas {
-    let [grid, text, bottom] =
-        Layout::vertical([Constraint::Percentage(40), Constraint::Percentage(25), Constraint::Min(7)]).areas(middle);
-    let [inspector, stats] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(bottom);
+    let [grid, text, bottom] = Layout::vertical([
+        Constraint::Percentage(40),
+        Constraint::Percentage(25),
+        Constraint::Min(7),
+    ])
+    .areas(middle);
+    let [inspector, stats] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(bottom);
     Areas { title, grid, text, inspector, stats, timeline, footer }
 }
 
@@ -55,7 +72,10 @@ mod tests {
     use super::*;
 
     fn inside(a: Rect, outer: Rect) -> bool {
-        a.x >= outer.x && a.y >= outer.y && a.right() <= outer.right() && a.bottom() <= outer.bottom()
+        a.x >= outer.x
+            && a.y >= outer.y
+            && a.right() <= outer.right()
+            && a.bottom() <= outer.bottom()
     }
 
     #[test]

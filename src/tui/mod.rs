@@ -22,11 +22,11 @@ pub mod stats;
 pub mod status;
 pub mod steps;
 pub mod terminal;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub mod theme;
 pub mod timeline;
-#[cfg(test)]
-mod testing;
 
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -43,8 +43,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 pub use app::{App, EngineCmd};
 
-use crate::trace::events::Event;
 use crate::glyph;
+use crate::trace::events::Event;
 
 /// The frame cap: redraws never come closer together than this.
 pub const FPS: f64 = 60.0;
@@ -59,7 +59,9 @@ pub fn draw(f: &mut Frame, app: &App) {
 pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
     match (layout::areas(area), app.view()) {
         (None, _) => too_small(app, area, buf),
-        (Some(_), None) => centred(app.theme, area, buf, "waiting for the engine's first event…".into()),
+        (Some(_), None) => {
+            centred(app.theme, area, buf, "waiting for the engine's first event…".into())
+        }
         (Some(a), Some(v)) => {
             status::title(&v, a.title, buf);
             grid::render(&v, a.grid, buf);
@@ -442,11 +444,20 @@ mod tests {
         let typing = async {
             // Keys come after the events are in, as a person's would.
             tokio::time::sleep(Duration::from_millis(100)).await;
-            for k in [KeyCode::Char(' '), KeyCode::Left, KeyCode::Char('m'), KeyCode::Char('p'), KeyCode::Char('q')] {
+            for k in [
+                KeyCode::Char(' '),
+                KeyCode::Left,
+                KeyCode::Char('m'),
+                KeyCode::Char('p'),
+                KeyCode::Char('q'),
+            ] {
                 keys.unbounded_send(key(k)).unwrap();
             }
         };
-        let looped = tokio::time::timeout(Duration::from_secs(10), run(&mut term, &mut app, [Some(rx)], input, &mut steer));
+        let looped = tokio::time::timeout(
+            Duration::from_secs(10),
+            run(&mut term, &mut app, [Some(rx)], input, &mut steer),
+        );
         let (res, ()) = tokio::join!(looped, typing);
         res.expect("the loop quits on q").unwrap();
         assert!(app.quit);
@@ -463,10 +474,13 @@ mod tests {
         drop(_keys);
         let mut term = Terminal::new(TestBackend::new(80, 24)).unwrap();
         let mut app = App::live();
-        tokio::time::timeout(Duration::from_secs(5), run(&mut term, &mut app, [None], input, &mut |_| {}))
-            .await
-            .expect("ends")
-            .unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            run(&mut term, &mut app, [None], input, &mut |_| {}),
+        )
+        .await
+        .expect("ends")
+        .unwrap();
     }
 
     /// Compare runs through the same loop: both engines' events go to their sides, keys act,
@@ -476,7 +490,9 @@ mod tests {
         let (ta, ra) = tokio::sync::mpsc::unbounded_channel();
         let (tb, rb) = tokio::sync::mpsc::unbounded_channel();
         synth::trace(&Synth::small()).into_iter().for_each(|e| ta.send(e).unwrap());
-        synth::trace(&Synth { steps: 2, ..Synth::small() }).into_iter().for_each(|e| tb.send(e).unwrap());
+        synth::trace(&Synth { steps: 2, ..Synth::small() })
+            .into_iter()
+            .for_each(|e| tb.send(e).unwrap());
         drop(ta);
         let (keys, input) = unbounded();
         let mut term = Terminal::new(TestBackend::new(120, 36)).unwrap();
@@ -488,7 +504,10 @@ mod tests {
             }
         };
         let mut steer = |never| match never {};
-        let looped = tokio::time::timeout(Duration::from_secs(10), run(&mut term, &mut app, [Some(ra), Some(rb)], input, &mut steer));
+        let looped = tokio::time::timeout(
+            Duration::from_secs(10),
+            run(&mut term, &mut app, [Some(ra), Some(rb)], input, &mut steer),
+        );
         let (res, ()) = tokio::join!(looped, typing);
         res.expect("the loop quits on q").unwrap();
         drop(tb);

@@ -12,8 +12,8 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
-use crate::tui::cast::{CastHeader, CastWriter};
 use crate::trace::events::Event;
+use crate::tui::cast::{CastHeader, CastWriter};
 use crate::tui::{self, App};
 
 /// Clear the screen, home the cursor, hide it: the first frame starts from a known screen,
@@ -51,7 +51,10 @@ impl Pacing {
             bail!("--fps must be within 1/60 to {MAX_FPS} (a frame a minute to {MAX_FPS} a second), not {:?}", self.fps);
         }
         if !(0.0..=MAX_STEP_DELAY).contains(&self.step_delay) {
-            bail!("--step-delay must be within 0 to {MAX_STEP_DELAY} seconds, not {:?}", self.step_delay);
+            bail!(
+                "--step-delay must be within 0 to {MAX_STEP_DELAY} seconds, not {:?}",
+                self.step_delay
+            );
         }
         use crate::limits::{MAX_CAST_HEIGHT, MAX_CAST_WIDTH};
         // Under the TUI's minimum every frame would say "terminal too small".
@@ -69,7 +72,9 @@ impl Pacing {
 /// The default cast title: the settings summary and the prompt.
 pub fn default_title(events: &[Event]) -> String {
     match events.first() {
-        Some(Event::Header(h)) => format!("unmask · {} · {:?}", h.settings.summary(), h.shown_prompt()),
+        Some(Event::Header(h)) => {
+            format!("unmask · {} · {:?}", h.settings.summary(), h.shown_prompt())
+        }
         _ => "unmask".into(),
     }
 }
@@ -77,7 +82,12 @@ pub fn default_title(events: &[Event]) -> String {
 /// The app a recording ends on: the whole trace, cursor at the end. Tests rebuild it to
 /// check a cast's last screen.
 /// `label` names the trace the screens show (`None`: a live decode, recorded by `record`).
-pub fn final_app(events: Vec<Event>, label: Option<String>, stopped: Option<String>, p: &Pacing) -> App {
+pub fn final_app(
+    events: Vec<Event>,
+    label: Option<String>,
+    stopped: Option<String>,
+    p: &Pacing,
+) -> App {
     let mut app = cast_app(events, label, stopped, p);
     app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
     app
@@ -121,7 +131,10 @@ impl Frames {
     fn new(p: &Pacing) -> Result<Self> {
         let viewport = Viewport::Fixed(Rect::new(0, 0, p.width, p.height));
         let out = Shared::default();
-        let term = Terminal::with_options(CrosstermBackend::new(out.clone()), TerminalOptions { viewport })?;
+        let term = Terminal::with_options(
+            CrosstermBackend::new(out.clone()),
+            TerminalOptions { viewport },
+        )?;
         Ok(Frames { term, out })
     }
 
@@ -221,7 +234,16 @@ mod tests {
     #[test]
     fn a_cast_shows_no_key_hints_and_no_paused_state() {
         let p = pacing(120, 36);
-        let cast = record(synth::trace(&Synth::small()), Some("t".into()), None, &p, "t", Vec::new(), "mem").unwrap();
+        let cast = record(
+            synth::trace(&Synth::small()),
+            Some("t".into()),
+            None,
+            &p,
+            "t",
+            Vec::new(),
+            "mem",
+        )
+        .unwrap();
         let shown = screens(&cast, &p);
         assert!(shown.len() > 10, "{} frames", shown.len());
         for s in &shown {
@@ -237,13 +259,32 @@ mod tests {
     #[test]
     fn a_stopped_recording_is_a_whole_cast_of_the_frames_so_far() {
         let p = pacing(120, 36);
-        let full = record(synth::trace(&Synth::small()), Some("t".into()), None, &p, "t", Vec::new(), "mem").unwrap();
+        let full = record(
+            synth::trace(&Synth::small()),
+            Some("t".into()),
+            None,
+            &p,
+            "t",
+            Vec::new(),
+            "mem",
+        )
+        .unwrap();
         let asked = std::cell::Cell::new(0);
         let stop = || {
             asked.set(asked.get() + 1);
             asked.get() > 5
         };
-        let cut = record_until(synth::trace(&Synth::small()), Some("t".into()), None, &p, "t", Vec::new(), "mem", &stop).unwrap();
+        let cut = record_until(
+            synth::trace(&Synth::small()),
+            Some("t".into()),
+            None,
+            &p,
+            "t",
+            Vec::new(),
+            "mem",
+            &stop,
+        )
+        .unwrap();
         let (_, all) = crate::tui::cast::parse(std::str::from_utf8(&full).unwrap()).unwrap();
         let (_, part) = crate::tui::cast::parse(std::str::from_utf8(&cut).unwrap()).unwrap();
         assert_eq!(part.len(), 6, "five frames and the end");

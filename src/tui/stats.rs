@@ -10,12 +10,14 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::fields;
-use crate::glyph;
 use crate::engine::settings::{DecodeSettings, Schedule};
 use crate::format::fixed;
+use crate::glyph;
 
 fn frame<'a>(v: &View) -> Block<'a> {
-    Block::bordered().border_style(v.theme.border()).title(Line::from(Span::styled(" Stats ", v.theme.title())))
+    Block::bordered()
+        .border_style(v.theme.border())
+        .title(Line::from(Span::styled(" Stats ", v.theme.title())))
 }
 
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
@@ -50,7 +52,10 @@ fn flow<'a>(groups: Vec<Vec<Span<'a>>>, width: usize) -> Vec<Line<'a>> {
     let mut lines: Vec<Vec<Span>> = vec![Vec::new()];
     let mut used = 0;
     // A group's trailing gap may hang past the edge.
-    let text_w = |g: &[Span]| g.iter().map(Span::width).sum::<usize>() - g.last().map_or(0, |s| s.width() - glyph::width(s.content.trim_end()));
+    let text_w = |g: &[Span]| {
+        g.iter().map(Span::width).sum::<usize>()
+            - g.last().map_or(0, |s| s.width() - glyph::width(s.content.trim_end()))
+    };
     for mut g in groups {
         // Too wide for a line of its own: the value without its label (`strategy`), which the
         // value names well enough.
@@ -74,7 +79,11 @@ fn flow<'a>(groups: Vec<Vec<Span<'a>>>, width: usize) -> Vec<Line<'a>> {
 }
 
 fn kv<'a>(v: &View, k: &str, val: String) -> Vec<Span<'a>> {
-    vec![Span::styled(format!("{k} "), v.theme.label()), Span::styled(val, v.theme.value()), Span::raw("   ")]
+    vec![
+        Span::styled(format!("{k} "), v.theme.label()),
+        Span::styled(val, v.theme.value()),
+        Span::raw("   "),
+    ]
 }
 
 /// Throughput up to the step shown. Rates use the events' own clock, so a replay shows the
@@ -84,7 +93,8 @@ fn rates<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
         return vec![vec![Span::styled("waiting for the first step…", v.theme.dim())]];
     };
     let secs = (s.t_ms / 1000.0).max(1e-9);
-    let per_block = v.at.and_then(|k| v.run.forwards_per_block(k)).map_or("–".into(), |f| format!("{f:.2}"));
+    let per_block =
+        v.at.and_then(|k| v.run.forwards_per_block(k)).map_or("–".into(), |f| format!("{f:.2}"));
     // output tokens: cells decoded past the length or an EOS are dropped, and not counted
     let tokens = v.at.map_or(0, |k| v.run.tokens_out(k)) as f64;
     vec![
@@ -104,7 +114,13 @@ fn routing_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
     // The range is a group of its own, so that a narrow panel wraps it instead of cutting it.
     let mut range = kv(v, "experts/layer", format!("{:.1}", e.mean));
     range[2] = Span::raw(" ");
-    let mut g = vec![range, vec![Span::styled(format!("({}–{} of {})", e.min, e.max, moe.experts), v.theme.value()), Span::raw("   ")]];
+    let mut g = vec![
+        range,
+        vec![
+            Span::styled(format!("({}–{} of {})", e.min, e.max, moe.experts), v.theme.value()),
+            Span::raw("   "),
+        ],
+    ];
     if let Some(mean) = v.run.experts_mean(k) {
         g.push(kv(v, "run mean", format!("{mean:.1}")));
     }
@@ -147,10 +163,16 @@ fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
 
 fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let finished = v.run.finish.is_some();
-    let when = if finished { "R restarts with it" } else { "from the next block · R restarts now" };
-    let thr = p.threshold_knob().map_or(String::new(), |(name, value)| format!("{name} {} ", fixed(value.into(), 2)));
+    let when =
+        if finished { "R restarts with it" } else { "from the next block · R restarts now" };
+    let thr = p
+        .threshold_knob()
+        .map_or(String::new(), |(name, value)| format!("{name} {} ", fixed(value.into(), 2)));
     vec![
-        vec![Span::styled("pending ", v.theme.warn()), Span::styled(format!("{} ", p.strategy.name()), v.theme.value())],
+        vec![
+            Span::styled("pending ", v.theme.warn()),
+            Span::styled(format!("{} ", p.strategy.name()), v.theme.value()),
+        ],
         vec![Span::styled(format!("{thr}steps {}   ", p.steps), v.theme.value())],
         vec![Span::styled(when, v.theme.dim())],
     ]
@@ -163,14 +185,24 @@ fn chart(v: &View, area: Rect, buf: &mut Buffer) {
     const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let Some(k) = v.at else { return };
     let label = "tokens/step ";
-    let shown = |x0: u16| &v.run.steps()[(k + 1).saturating_sub(area.right().saturating_sub(x0) as usize)..=k];
-    let scale = |steps: &[crate::trace::store::StepRec]| steps.iter().map(|s| s.committed).max().unwrap_or(1).max(1);
+    let shown = |x0: u16| {
+        &v.run.steps()[(k + 1).saturating_sub(area.right().saturating_sub(x0) as usize)..=k]
+    };
+    let scale = |steps: &[crate::trace::store::StepRec]| {
+        steps.iter().map(|s| s.committed).max().unwrap_or(1).max(1)
+    };
     buf.set_stringn(area.x, area.bottom() - 1, label, area.width as usize, v.theme.label());
     let mut x0 = area.x + label.len() as u16;
     // The steps after the note are the newest of those before it: the scale holds for them.
     let max = scale(shown(x0));
     if area.height > 1 {
-        buf.set_stringn(area.x, area.y, format!("max {max:<w$}", w = label.len() - 4), label.len(), v.theme.faint());
+        buf.set_stringn(
+            area.x,
+            area.y,
+            format!("max {max:<w$}", w = label.len() - 4),
+            label.len(),
+            v.theme.faint(),
+        );
     } else {
         // whole or not at all: a cut scale would be a wrong figure
         let note = format!("max {max} ");
@@ -218,7 +250,10 @@ mod tests {
         let mut app = App::replay(events, "t".into(), None);
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         let text = snapshot_text(&render_panel(&app, 110, 8, render));
-        assert!(text.contains("experts/layer") && text.contains("of 128") && text.contains("run mean"), "{text}");
+        assert!(
+            text.contains("experts/layer") && text.contains("of 128") && text.contains("run mean"),
+            "{text}"
+        );
         insta::assert_snapshot!(text);
     }
 

@@ -8,8 +8,8 @@ use ratatui::text::{Line, Span};
 
 use super::app::{App, Level, Source, View};
 use super::fields::{self, Field};
-use crate::glyph::{self, Mode};
 use super::theme::Theme;
+use crate::glyph::{self, Mode};
 use crate::trace::events::FinishReason;
 
 /// `131712` → `131.7K`, `1_700_000_000` → `1.7B`.
@@ -24,7 +24,10 @@ pub fn human(n: usize) -> String {
 }
 
 fn brand<'a>(t: &Theme) -> Span<'a> {
-    Span::styled(" unmask ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD))
+    Span::styled(
+        " unmask ",
+        Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD),
+    )
 }
 
 /// Draws `left` and `right` on one line, the right part winning when space runs out.
@@ -38,7 +41,9 @@ fn split_line(area: Rect, buf: &mut Buffer, left: &Line, right: &Line) {
 /// path to its last 32 columns, so that the prompt keeps room.
 fn source_label(source: &str) -> String {
     let short = match source.split_once('@') {
-        Some((id, commit)) if commit.len() > 7 && commit.bytes().all(|b| b.is_ascii_hexdigit()) => format!("{id}@{}", &commit[..7]),
+        Some((id, commit)) if commit.len() > 7 && commit.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!("{id}@{}", &commit[..7])
+        }
         _ => source.to_string(),
     };
     glyph::fit_end(&glyph::escape_line(&short), 32).into_owned()
@@ -63,10 +68,19 @@ pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
         Field::new(vec![Span::styled(format!(" {source} "), t.value())])
             .or(3, vec![Span::styled(format!(" {} ", glyph::fit_end(&source, 16)), t.value())])
             .drop_at(6),
-        Field::new(dim(format!("{} · {} params · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device)))
-            .or(2, dim(format!("{} · {} · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device)))
-            .or(4, dim(format!("{} · {}", m.model_type, human(m.num_params))))
-            .drop_at(5),
+        Field::new(dim(format!(
+            "{} · {} params · {} · {}",
+            m.model_type,
+            human(m.num_params),
+            m.dtype,
+            h.device
+        )))
+        .or(
+            2,
+            dim(format!("{} · {} · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device)),
+        )
+        .or(4, dim(format!("{} · {}", m.model_type, human(m.num_params))))
+        .drop_at(5),
         Field::new(vec![Span::styled("   prompt ", t.label()), Span::raw(" ".repeat(share))])
             .or(5, vec![Span::raw("  "), Span::raw(" ".repeat(share))])
             .drop_at(7),
@@ -100,7 +114,9 @@ fn state<'a>(v: &View) -> Field<'a> {
     let mut s = Vec::new();
     match &v.app.source {
         Source::Live { restarting: true, .. } => s.push(Span::styled("restarting… ", bold(t.warn))),
-        Source::Live { engine_paused: true, .. } if v.run.finish.is_none() => s.push(Span::styled("engine paused ", bold(t.warn))),
+        Source::Live { engine_paused: true, .. } if v.run.finish.is_none() => {
+            s.push(Span::styled("engine paused ", bold(t.warn)))
+        }
         _ => {}
     }
     s.push(match &v.run.finish {
@@ -125,7 +141,9 @@ fn state<'a>(v: &View) -> Field<'a> {
         Source::Live { .. } => Field::new(with("· live ".into())),
         Source::Replay { .. } if v.app.recorded_live => Field::new(with("· recorded ".into())),
         Source::Replay { path, .. } => {
-            let name = std::path::Path::new(path).file_name().map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+            let name = std::path::Path::new(path)
+                .file_name()
+                .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
             let name = glyph::escape_line(&name).into_owned();
             Field::new(with(format!("· replay {} ", glyph::escape_line(path))))
                 .or(1, with(format!("· replay {name} ")))
@@ -149,14 +167,26 @@ const HINTS: &[(&str, u8)] = &[
     ("q quit", 8),
 ];
 /// A replay has no engine: only keys that work there.
-const REPLAY_HINTS: &[(&str, u8)] =
-    &[("? help", 9), ("space pause", 6), ("←→ step", 7), ("[] block", 4), ("g go to", 5), ("+- pace", 3), ("q quit", 8)];
+const REPLAY_HINTS: &[(&str, u8)] = &[
+    ("? help", 9),
+    ("space pause", 6),
+    ("←→ step", 7),
+    ("[] block", 4),
+    ("g go to", 5),
+    ("+- pace", 3),
+    ("q quit", 8),
+];
 
 /// The hints that fit in `room` columns, two spaces apart: whole hints, least useful gone first.
 fn hints_line(hints: &[(&'static str, u8)], room: usize) -> String {
-    let fields = hints.iter().map(|&(h, rank)| Field::new(vec![Span::raw(h)]).drop_at(rank)).collect();
+    let fields =
+        hints.iter().map(|&(h, rank)| Field::new(vec![Span::raw(h)]).drop_at(rank)).collect();
     let (chosen, _) = fields::choose(fields, 2, room);
-    let kept: Vec<String> = chosen.into_iter().flatten().map(|f| f.iter().map(|s| s.content.as_ref()).collect()).collect();
+    let kept: Vec<String> = chosen
+        .into_iter()
+        .flatten()
+        .map(|f| f.iter().map(|s| s.content.as_ref()).collect())
+        .collect();
     kept.join("  ")
 }
 
@@ -178,7 +208,10 @@ fn goto_line(t: &Theme, typed: &str, area: Rect, buf: &mut Buffer) {
     // The cursor mark, and the column `split_line` keeps between the two sides.
     let room = width.saturating_sub(glyph::width(label) + 2 + keys.len());
     let shown = glyph::fit_end(typed, room);
-    let prompt = Line::from(vec![Span::styled(label, t.label()), Span::styled(format!("{shown}▏"), t.value())]);
+    let prompt = Line::from(vec![
+        Span::styled(label, t.label()),
+        Span::styled(format!("{shown}▏"), t.value()),
+    ]);
     split_line(area, buf, &prompt, &Line::from(Span::styled(keys, t.faint())));
 }
 
@@ -207,7 +240,11 @@ pub fn footer(app: &App, area: Rect, buf: &mut Buffer) {
     let gap = if left.width() > 0 { 2 } else { 0 };
     let room = width.saturating_sub(left.width() + gap + 1);
     let hints = hints_line(hints, room);
-    let right = if hints.is_empty() { Line::default() } else { Line::from(Span::styled(format!("{hints} "), t.faint())) };
+    let right = if hints.is_empty() {
+        Line::default()
+    } else {
+        Line::from(Span::styled(format!("{hints} "), t.faint()))
+    };
     buf.set_line(area.x, area.y, &left, area.width);
     let rw = right.width() as u16;
     if rw > 0 {
@@ -231,8 +268,14 @@ mod tests {
     /// (a long --model path left none).
     #[test]
     fn the_title_shortens_the_checkpoints_name() {
-        assert_eq!(source_label("Org/tiny-sdar-chat@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d"), "Org/tiny-sdar-chat@4f1e3c2");
-        assert_eq!(source_label("/home/ana/main/tests/fixtures/tiny-sdar-chat"), "…n/tests/fixtures/tiny-sdar-chat");
+        assert_eq!(
+            source_label("Org/tiny-sdar-chat@4f1e3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d"),
+            "Org/tiny-sdar-chat@4f1e3c2"
+        );
+        assert_eq!(
+            source_label("/home/ana/main/tests/fixtures/tiny-sdar-chat"),
+            "…n/tests/fixtures/tiny-sdar-chat"
+        );
         assert_eq!(glyph::width(&source_label("/home/ana/main/tests/fixtures/tiny-sdar-chat")), 32);
         assert_eq!(source_label("embedded:tiny-sdar"), "embedded:tiny-sdar");
     }
@@ -280,7 +323,7 @@ mod tests {
 mod footer_tests {
     use super::*;
     use crate::trace::synth::{self, Synth};
-    use crate::tui::testing::{snapshot_text, render_panel};
+    use crate::tui::testing::{render_panel, snapshot_text};
     use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
     fn footer_panel(v: &View, area: Rect, buf: &mut Buffer) {
@@ -314,7 +357,8 @@ mod footer_tests {
     /// (`m stra…`): the message comes first, the hints that fit follow, whole, apart from it.
     #[test]
     fn a_message_keeps_its_room_and_hints_go_whole() {
-        let msg = "g: \"b-1\" is not a step or a block: type a step number (12) or b and a block (b7)";
+        let msg =
+            "g: \"b-1\" is not a step or a block: type a step number (12) or b and a block (b7)";
         let whole = |s: &str| {
             let hints: Vec<&str> = HINTS.iter().map(|h| h.0).collect();
             // What follows the message is whole hints, two spaces apart.
@@ -328,22 +372,37 @@ mod footer_tests {
             if w >= 86 {
                 assert!(line.contains(&format!("⚠ {msg}")), "{w}: the message whole: {line}");
                 assert!(whole(&line), "{w}: a hint cut: {line}");
-                assert!(line.contains("(b7)  ") || line.trim_end().ends_with("(b7)"), "{w}: {line}");
+                assert!(
+                    line.contains("(b7)  ") || line.trim_end().ends_with("(b7)"),
+                    "{w}: {line}"
+                );
             } else {
                 assert!(line.trim_end().ends_with('…') && !line.contains("help"), "{w}: {line}");
             }
             assert!(!line.contains("stra…") && !line.contains("m stra"), "{w}: {line}");
             shots.push(line);
         }
-        assert!(shots[0].trim_end().ends_with("(b7)           ? help  space pause  ←→ step  g go to  q quit"), "{}", shots[0]);
+        assert!(
+            shots[0]
+                .trim_end()
+                .ends_with("(b7)           ? help  space pause  ←→ step  g go to  q quit"),
+            "{}",
+            shots[0]
+        );
         insta::assert_snapshot!(shots.join("\n"));
     }
 
     /// Without a message the hints still go whole as the footer narrows, `? help` last.
     #[test]
     fn hints_go_whole_least_useful_first() {
-        assert_eq!(hints_line(HINTS, 200), "? help  space pause  ←→ step  [] block  g go to  m strategy  R restart  q quit");
-        assert_eq!(hints_line(HINTS, 60), "? help  space pause  ←→ step  [] block  g go to  q quit");
+        assert_eq!(
+            hints_line(HINTS, 200),
+            "? help  space pause  ←→ step  [] block  g go to  m strategy  R restart  q quit"
+        );
+        assert_eq!(
+            hints_line(HINTS, 60),
+            "? help  space pause  ←→ step  [] block  g go to  q quit"
+        );
         assert_eq!(hints_line(HINTS, 30), "? help  ←→ step  q quit");
         assert_eq!(hints_line(HINTS, 7), "? help");
         assert_eq!(hints_line(HINTS, 5), "");

@@ -58,7 +58,11 @@ fn line<'a>(v: &View, l: &StepLine, vs_shown: std::cmp::Ordering) -> Line<'a> {
     let at = text.find(" · step ").map_or(0, |i| i + " · ".len());
     let (head, rest) = text.split_at(at);
     let tail = rest.strip_prefix(inner.as_str()).unwrap_or(rest);
-    let mark = if vs_shown == Greater { t.faint() } else { t.cell_style(l.block_step - 1, v.run.step_span()) };
+    let mark = if vs_shown == Greater {
+        t.faint()
+    } else {
+        t.cell_style(l.block_step - 1, v.run.step_span())
+    };
     Line::from(vec![
         Span::styled(marker, t.title()),
         Span::styled(head.to_string(), style),
@@ -96,10 +100,17 @@ mod tests {
         for w in 20..60 {
             let text = snapshot_text(&render_panel(&app, w, 6, render));
             for l in text.lines().filter(|l| l.contains("fwd")) {
-                let words: Vec<&str> = l.split(|c: char| c.is_whitespace() || c == '│').filter(|s| !s.is_empty()).collect();
+                let words: Vec<&str> = l
+                    .split(|c: char| c.is_whitespace() || c == '│')
+                    .filter(|s| !s.is_empty())
+                    .collect();
                 let fwd = words.iter().position(|&s| s == "fwd");
                 // the figure after "fwd" is whole (a cut after it may end in `…`)
-                if let Some(n) = fwd.and_then(|i| words.get(i + 1)).map(|n| n.trim_end_matches('…')).filter(|n| !n.is_empty()) {
+                if let Some(n) = fwd
+                    .and_then(|i| words.get(i + 1))
+                    .map(|n| n.trim_end_matches('…'))
+                    .filter(|n| !n.is_empty())
+                {
                     assert!(n.parse::<usize>().is_ok_and(|n| n >= 250), "{w}: {l}");
                 }
             }

@@ -10,7 +10,9 @@ use std::sync::{Mutex, Once};
 use std::thread::{self, ThreadId};
 
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
-use crossterm::terminal::{disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen};
+use crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+};
 use crossterm::{cursor, execute};
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
@@ -61,7 +63,9 @@ pub fn suspend() {
     crate::engine::clock::add_stopped(stopped.elapsed());
     if ours && ACTIVE.load(Ordering::SeqCst) {
         if let Err(e) = take() {
-            crate::notice::warn(format!("could not take the terminal back after a suspension: {e}"));
+            crate::notice::warn(format!(
+                "could not take the terminal back after a suspension: {e}"
+            ));
         }
         crate::tui::keys::repaint();
     }
@@ -71,7 +75,10 @@ pub fn suspend() {
 fn handle_stop_signals() {
     static STOP: Once = Once::new();
     STOP.call_once(|| {
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTSTP]) else { return };
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTSTP])
+        else {
+            return;
+        };
         let _ = thread::Builder::new().name("unmask-tstp".into()).spawn(move || {
             for _ in signals.forever() {
                 suspend();
@@ -90,13 +97,15 @@ fn install_panic_hook() {
             if crate::panics::catching() {
                 return previous(info);
             }
-            let on_ui = *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner()) == Some(thread::current().id());
+            let on_ui = *UI_THREAD.lock().unwrap_or_else(|e| e.into_inner())
+                == Some(thread::current().id());
             if on_ui || !ACTIVE.load(Ordering::SeqCst) {
                 restore();
                 previous(info);
             } else {
                 let name = thread::current().name().unwrap_or("a thread").to_string();
-                *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{name} panicked: {info}"));
+                *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("{name} panicked: {info}"));
             }
         }));
     });
@@ -163,5 +172,7 @@ pub fn input() -> io::Result<(
 
 fn is_suspend(k: &crossterm::event::KeyEvent) -> bool {
     use crossterm::event::{KeyCode, KeyEventKind, KeyModifiers};
-    k.code == KeyCode::Char('z') && k.modifiers.contains(KeyModifiers::CONTROL) && k.kind != KeyEventKind::Release
+    k.code == KeyCode::Char('z')
+        && k.modifiers.contains(KeyModifiers::CONTROL)
+        && k.kind != KeyEventKind::Release
 }

@@ -88,7 +88,11 @@ impl TextCache {
     /// Makes sure the checkpoint of `block` exists, wrapping the settled blocks before it.
     fn ensure(&mut self, run: &Run, generation: usize, width: usize, block: usize) {
         if self.key != Some((generation, width)) {
-            *self = TextCache { key: Some((generation, width)), starts: vec![Mark { pos: 0, byte: 0 }], checkpoints: vec![(1, State::default())] };
+            *self = TextCache {
+                key: Some((generation, width)),
+                starts: vec![Mark { pos: 0, byte: 0 }],
+                checkpoints: vec![(1, State::default())],
+            };
         }
         let b = run.block_length();
         while self.checkpoints.len() <= block {
@@ -122,7 +126,9 @@ fn prose_hex(bytes: &[u8]) -> String {
 /// neighbour leaves them incomplete.
 fn prose<'a>(run: &Run, pos: usize, k: Option<usize>) -> Cow<'a, str> {
     match run.cell_piece(pos, k) {
-        Some(Piece::Text(t)) => Cow::Owned(t.render_hex(|s| glyph::escape(s, Mode::Prose).into_owned(), prose_hex)),
+        Some(Piece::Text(t)) => {
+            Cow::Owned(t.render_hex(|s| glyph::escape(s, Mode::Prose).into_owned(), prose_hex))
+        }
         Some(Piece::Pending(b)) => Cow::Owned(prose_hex(&b)),
         None => Cow::Borrowed(""),
     }
@@ -140,7 +146,11 @@ fn display<'a>(v: &View<'a>, pos: usize) -> (Cow<'a, str>, Style) {
         }
         CellState::Masked { cand } => match cand.filter(|_| v.app.ghosts) {
             Some(c) => {
-                let ghost = format!("{}{}", glyph::MASK, glyph::escape(&run.token_label(c.token), Mode::Prose));
+                let ghost = format!(
+                    "{}{}",
+                    glyph::MASK,
+                    glyph::escape(&run.token_label(c.token), Mode::Prose)
+                );
                 (Cow::Owned(ghost), t.faint().add_modifier(Modifier::ITALIC))
             }
             None => (Cow::Borrowed(glyph::MASK), Style::default().fg(t.mask_active_fg)),
@@ -224,7 +234,10 @@ fn frame<'a>(v: &View, scrolled: Option<(usize, usize)>, end: usize) -> Block<'a
     };
     Block::bordered()
         .border_style(t.border())
-        .title(Line::from(vec![Span::styled(" Text ", t.title()), Span::styled(format!("{} ", crate::format::count(generated, "token")), t.dim())]))
+        .title(Line::from(vec![
+            Span::styled(" Text ", t.title()),
+            Span::styled(format!("{} ", crate::format::count(generated, "token")), t.dim()),
+        ]))
         .title_bottom(Line::from(state).right_aligned())
 }
 
@@ -256,7 +269,8 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
             .into_iter()
             .map(|(_, text, style)| {
                 // set_line drops control characters: draw the newline's mark instead.
-                let text = if text.contains('\n') { Cow::Owned(text.replace('\n', "↵")) } else { text };
+                let text =
+                    if text.contains('\n') { Cow::Owned(text.replace('\n', "↵")) } else { text };
                 Span::styled(text, style)
             })
             .collect();
@@ -323,7 +337,10 @@ mod tests {
 
     #[test]
     fn wraps_at_spaces_and_cuts_long_words() {
-        assert_eq!(lines(&["The", " cat", " sat", " on", " the", " mat."], 12), vec!["The cat sat ", "on the mat."]);
+        assert_eq!(
+            lines(&["The", " cat", " sat", " on", " the", " mat."], 12),
+            vec!["The cat sat ", "on the mat."]
+        );
         assert_eq!(lines(&["abcdefghij"], 4), vec!["abcd", "efgh", "ij"]);
     }
 

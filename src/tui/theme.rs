@@ -162,7 +162,10 @@ pub struct Theme {
 pub static DARK: LazyLock<Theme> = LazyLock::new(|| Theme::new(&DARK_PALETTE, Depth::TrueColor));
 static THEMES: LazyLock<Vec<Theme>> = LazyLock::new(|| {
     let depths = [Depth::TrueColor, Depth::Ansi256, Depth::Mono];
-    [&DARK_PALETTE, &LIGHT_PALETTE].into_iter().flat_map(|p| depths.map(|d| Theme::new(p, d))).collect()
+    [&DARK_PALETTE, &LIGHT_PALETTE]
+        .into_iter()
+        .flat_map(|p| depths.map(|d| Theme::new(p, d)))
+        .collect()
 });
 
 /// The theme for a background and a colour depth (made once per process).
@@ -185,7 +188,8 @@ fn lerp(a: Rgb, b: Rgb, t: f32) -> Rgb {
 /// (the 16 system colours are left out: terminals redefine them).
 pub fn xterm256(c: Rgb) -> u8 {
     const LEVELS: [u8; 6] = [0, 95, 135, 175, 215, 255];
-    let level = |x: u8| (0..6).min_by_key(|&i| (LEVELS[i] as i32 - x as i32).abs()).expect("six levels");
+    let level =
+        |x: u8| (0..6).min_by_key(|&i| (LEVELS[i] as i32 - x as i32).abs()).expect("six levels");
     let (r, g, b) = (level(c.0), level(c.1), level(c.2));
     let cube = (LEVELS[r], LEVELS[g], LEVELS[b]);
     let avg = (c.0 as u32 + c.1 as u32 + c.2 as u32) / 3;
@@ -206,7 +210,11 @@ pub fn xterm256(c: Rgb) -> u8 {
 fn lab(c: Rgb) -> [f32; 3] {
     let lin = |x: u8| {
         let v = x as f32 / 255.0;
-        if v <= 0.04045 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
+        if v <= 0.04045 {
+            v / 12.92
+        } else {
+            ((v + 0.055) / 1.055).powf(2.4)
+        }
     };
     let (r, g, b) = (lin(c.0), lin(c.1), lin(c.2));
     let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
@@ -227,7 +235,12 @@ pub fn xterm256_steps(colours: &[Rgb]) -> Vec<u8> {
     const LEVELS: [u8; 6] = [0, 95, 135, 175, 215, 255];
     // The cube's colours, less its greys (r = g = b): a grey step would read as no step at all.
     let cube: Vec<(u8, Rgb, f32)> = (0..216u16)
-        .map(|i| (16 + i as u8, (LEVELS[(i / 36) as usize], LEVELS[(i / 6 % 6) as usize], LEVELS[(i % 6) as usize])))
+        .map(|i| {
+            (
+                16 + i as u8,
+                (LEVELS[(i / 36) as usize], LEVELS[(i / 6 % 6) as usize], LEVELS[(i % 6) as usize]),
+            )
+        })
         .filter(|&(_, c)| !(c.0 == c.1 && c.1 == c.2))
         .map(|(i, c)| (i, c, lab(c)[0]))
         .collect();
@@ -246,7 +259,10 @@ pub fn xterm256_steps(colours: &[Rgb]) -> Vec<u8> {
         let mut next = vec![None; cube.len()];
         let mut from = vec![0; cube.len()];
         for (j, e) in cube.iter().enumerate() {
-            let best = (0..cube.len()).filter(|&p| cube[p].2 + 1.0 < e.2).filter_map(|p| cost[p].map(|k| (k, p))).min();
+            let best = (0..cube.len())
+                .filter(|&p| cube[p].2 + 1.0 < e.2)
+                .filter_map(|p| cost[p].map(|k| (k, p)))
+                .min();
             if let Some((k, p)) = best {
                 next[j] = Some(k + dist(e.1, c));
                 from[j] = p;
@@ -255,7 +271,8 @@ pub fn xterm256_steps(colours: &[Rgb]) -> Vec<u8> {
         back.push(from);
         cost = next;
     }
-    let Some((_, mut j)) = cost.iter().enumerate().filter_map(|(j, k)| k.map(|k| (k, j))).min() else {
+    let Some((_, mut j)) = cost.iter().enumerate().filter_map(|(j, k)| k.map(|k| (k, j))).min()
+    else {
         return colours.iter().map(|&c| xterm256(c)).collect();
     };
     let mut out = vec![cube[j].0];
@@ -282,7 +299,11 @@ fn contrast(a: Rgb, b: Rgb) -> f32 {
     let lum = |c: Rgb| {
         let lin = |x: u8| {
             let v = x as f32 / 255.0;
-            if v <= 0.04045 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
+            if v <= 0.04045 {
+                v / 12.92
+            } else {
+                ((v + 0.055) / 1.055).powf(2.4)
+            }
         };
         0.2126 * lin(c.0) + 0.7152 * lin(c.1) + 0.0722 * lin(c.2)
     };
@@ -387,7 +408,10 @@ impl Theme {
     pub fn step_text_rgb(&self, step: usize, span: usize) -> Rgb {
         let hue = self.step_rgb(step, span);
         let toward = if luma(self.background) < 0.5 { (0xff, 0xff, 0xff) } else { (0, 0, 0) };
-        (0..=20).map(|i| lerp(hue, toward, i as f32 / 20.0)).find(|&c| contrast(c, self.background) >= 4.5).unwrap_or(toward)
+        (0..=20)
+            .map(|i| lerp(hue, toward, i as f32 / 20.0))
+            .find(|&c| contrast(c, self.background) >= 4.5)
+            .unwrap_or(toward)
     }
 
     pub fn step_text_color(&self, step: usize, span: usize) -> Color {
@@ -465,7 +489,11 @@ mod tests {
             }
         }
         let dark = pick(ThemeName::Dark, Depth::TrueColor);
-        assert_eq!(dark.step_text_rgb(3, 4), dark.step_rgb(3, 4), "viridis' yellow reads on black as it is");
+        assert_eq!(
+            dark.step_text_rgb(3, 4),
+            dark.step_rgb(3, 4),
+            "viridis' yellow reads on black as it is"
+        );
         assert_ne!(dark.step_text_rgb(0, 4), dark.step_rgb(0, 4), "its purple does not");
         assert!((contrast((0, 0, 0), (255, 255, 255)) - 21.0).abs() < 1e-3);
     }
@@ -495,7 +523,10 @@ mod tests {
                 let c: Vec<Rgb> = (0..span).map(|s| t.step_rgb(s, span)).collect();
                 for w in c.windows(2) {
                     assert!(delta_e(w[0], w[1]) > 5.0, "{name:?} span {span}: {w:?} too close");
-                    assert!(luma(w[1]) > luma(w[0]), "{name:?} span {span}: not ordered by lightness");
+                    assert!(
+                        luma(w[1]) > luma(w[0]),
+                        "{name:?} span {span}: not ordered by lightness"
+                    );
                 }
             }
         }
@@ -520,15 +551,33 @@ mod tests {
                 let rgb: Vec<Rgb> = (0..span).map(|s| t.step_rgb(s, span)).collect();
                 let ix = xterm256_steps(&rgb);
                 assert_eq!(ix.len(), span);
-                assert!(ix.iter().all(|&i| (16..=231).contains(&i)), "{name:?} {span}: {ix:?} leaves the cube");
-                assert!(ix.iter().map(|&i| cube_rgb(i)).all(|c| !(c.0 == c.1 && c.1 == c.2)), "{name:?} {span}: a grey step {ix:?}");
+                assert!(
+                    ix.iter().all(|&i| (16..=231).contains(&i)),
+                    "{name:?} {span}: {ix:?} leaves the cube"
+                );
+                assert!(
+                    ix.iter().map(|&i| cube_rgb(i)).all(|c| !(c.0 == c.1 && c.1 == c.2)),
+                    "{name:?} {span}: a grey step {ix:?}"
+                );
                 for (s, w) in ix.windows(2).enumerate() {
                     let (a, b) = (cube_rgb(w[0]), cube_rgb(w[1]));
-                    assert!(lab(b)[0] > lab(a)[0], "{name:?} {span}: step {} not lighter than step {s}: {ix:?}", s + 1);
-                    assert!(delta_e(a, b) > 10.0, "{name:?} {span}: steps {s} and {} look alike: {ix:?}", s + 1);
+                    assert!(
+                        lab(b)[0] > lab(a)[0],
+                        "{name:?} {span}: step {} not lighter than step {s}: {ix:?}",
+                        s + 1
+                    );
+                    assert!(
+                        delta_e(a, b) > 10.0,
+                        "{name:?} {span}: steps {s} and {} look alike: {ix:?}",
+                        s + 1
+                    );
                 }
                 if span <= 4 {
-                    assert_eq!(ix, rgb.iter().map(|&c| xterm256(c)).collect::<Vec<_>>(), "{name:?} {span}");
+                    assert_eq!(
+                        ix,
+                        rgb.iter().map(|&c| xterm256(c)).collect::<Vec<_>>(),
+                        "{name:?} {span}"
+                    );
                 }
             }
         }
@@ -544,7 +593,8 @@ mod tests {
             let t = pick(name, Depth::Ansi256);
             let fills: Vec<Color> = (0..16).map(|s| t.cell_style(s, 16).bg.unwrap()).collect();
             assert!(fills.iter().all(|c| matches!(c, Color::Indexed(i) if *i >= 16)), "{fills:?}");
-            let distinct: std::collections::BTreeSet<_> = fills.iter().map(|c| format!("{c:?}")).collect();
+            let distinct: std::collections::BTreeSet<_> =
+                fills.iter().map(|c| format!("{c:?}")).collect();
             assert_eq!(distinct.len(), 16, "{name:?}: {fills:?}");
             let ix = xterm256_steps(&(0..16).map(|s| t.step_rgb(s, 16)).collect::<Vec<_>>());
             assert_eq!(fills, ix.into_iter().map(Color::Indexed).collect::<Vec<_>>());
@@ -569,7 +619,11 @@ mod tests {
         assert_eq!(t.cell_style(2, 4).bg, Some(Color::Reset));
         assert_eq!(t.text, Color::Reset);
         assert_eq!(Depth::detect(false, Some("1"), Some("truecolor")), Depth::Mono);
-        assert_eq!(Depth::detect(false, Some(""), Some("truecolor")), Depth::TrueColor, "an empty NO_COLOR is unset");
+        assert_eq!(
+            Depth::detect(false, Some(""), Some("truecolor")),
+            Depth::TrueColor,
+            "an empty NO_COLOR is unset"
+        );
         assert_eq!(Depth::detect(true, None, Some("24bit")), Depth::Mono);
         assert_eq!(Depth::detect(false, None, Some("24bit")), Depth::TrueColor);
         assert_eq!(Depth::detect(false, None, None), Depth::Ansi256);
@@ -592,7 +646,9 @@ mod tests {
             let t = pick(name, Depth::TrueColor);
             for s in 0..8 {
                 let st = t.cell_style(s, 8);
-                let (Some(Color::Rgb(a, b, c)), Some(Color::Rgb(x, y, z))) = (st.bg, st.fg) else { panic!() };
+                let (Some(Color::Rgb(a, b, c)), Some(Color::Rgb(x, y, z))) = (st.bg, st.fg) else {
+                    panic!()
+                };
                 assert!((luma((a, b, c)) - luma((x, y, z))).abs() > 0.4, "{name:?} step {s}");
             }
         }

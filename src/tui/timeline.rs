@@ -14,7 +14,9 @@ use super::fields::{self, Field};
 use super::goto;
 
 fn frame<'a>(v: &View) -> Block<'a> {
-    Block::bordered().border_style(v.theme.border()).title(Line::from(Span::styled(" Timeline ", v.theme.title())))
+    Block::bordered()
+        .border_style(v.theme.border())
+        .title(Line::from(Span::styled(" Timeline ", v.theme.title())))
 }
 
 pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
@@ -60,7 +62,9 @@ fn kv<'a>(v: &View, k: &str, val: String) -> Vec<Span<'a>> {
 /// spellings (`b6`, `#23/59`, `fwd 28/77`) and the rank at which it gives way.
 fn position<'a>(v: &View) -> Vec<Field<'a>> {
     let run = v.run;
-    let Some(k) = v.at else { return vec![Field::new(vec![Span::styled("no step yet", v.theme.dim())])] };
+    let Some(k) = v.at else {
+        return vec![Field::new(vec![Span::styled("no step yet", v.theme.dim())])];
+    };
     let s = &run.steps()[k];
     let head = run.head().unwrap_or(k);
     let nth = s.block - run.header.first_block + 1;
@@ -75,7 +79,9 @@ fn position<'a>(v: &View) -> Vec<Field<'a>> {
         Field::new(kv(v, "overall", format!("{}/{}", k + 1, head + 1)))
             .or(3, vec![Span::styled("#", v.theme.label()), val(format!("{}/{}", k + 1, head + 1))])
             .drop_at(7),
-        Field::new(kv(v, "forwards", format!("{}/{forwards}", s.forward))).or(1, kv(v, "fwd", format!("{}/{forwards}", s.forward))).drop_at(4),
+        Field::new(kv(v, "forwards", format!("{}/{forwards}", s.forward)))
+            .or(1, kv(v, "fwd", format!("{}/{forwards}", s.forward)))
+            .drop_at(4),
     ]
 }
 
@@ -90,19 +96,29 @@ fn mode_badge<'a>(v: &View) -> Option<Field<'a>> {
         // A recording places its cursor step by step; "paused" and "behind" would be false.
         return None;
     }
-    let bold = |text: String, style: Style| vec![Span::styled(text, style.add_modifier(Modifier::BOLD))];
+    let bold =
+        |text: String, style: Style| vec![Span::styled(text, style.add_modifier(Modifier::BOLD))];
     let warn = Style::default().fg(t.warn);
     Some(match c.mode {
         // A replay has no live head: the view stands at the end of the trace.
-        Mode::Live if !v.app.is_live() => Field::new(bold("■ END of trace".into(), Style::default().fg(t.accent))).or(2, bold("■ END".into(), Style::default().fg(t.accent))),
+        Mode::Live if !v.app.is_live() => {
+            Field::new(bold("■ END of trace".into(), Style::default().fg(t.accent)))
+                .or(2, bold("■ END".into(), Style::default().fg(t.accent)))
+        }
         Mode::Live => Field::new(bold("● LIVE".into(), Style::default().fg(t.step_color(2, 7)))),
         // (a replay's last step is the end of the trace, not a head that moves on)
-        Mode::Paused if behind == 0 && !v.app.is_live() => Field::new(bold("⏸ PAUSED at the end".into(), warn)).or(2, bold("⏸ PAUSED".into(), warn)),
-        Mode::Paused if behind == 0 => Field::new(bold("⏸ PAUSED at the head".into(), warn)).or(2, bold("⏸ PAUSED".into(), warn)),
-        Mode::Paused if !v.app.is_live() => Field::new(bold(format!("⏸ PAUSED · {behind} before the end"), warn))
-            .or(2, bold(format!("⏸ PAUSED · {behind} before"), warn))
-            .or(4, bold(format!("⏸ {behind} before"), warn))
-            .or(9, bold("⏸".into(), warn)),
+        Mode::Paused if behind == 0 && !v.app.is_live() => {
+            Field::new(bold("⏸ PAUSED at the end".into(), warn))
+                .or(2, bold("⏸ PAUSED".into(), warn))
+        }
+        Mode::Paused if behind == 0 => Field::new(bold("⏸ PAUSED at the head".into(), warn))
+            .or(2, bold("⏸ PAUSED".into(), warn)),
+        Mode::Paused if !v.app.is_live() => {
+            Field::new(bold(format!("⏸ PAUSED · {behind} before the end"), warn))
+                .or(2, bold(format!("⏸ PAUSED · {behind} before"), warn))
+                .or(4, bold(format!("⏸ {behind} before"), warn))
+                .or(9, bold("⏸".into(), warn))
+        }
         Mode::Paused => Field::new(bold(format!("⏸ PAUSED · {behind} behind the head"), warn))
             .or(2, bold(format!("⏸ PAUSED · {behind} behind"), warn))
             .or(4, bold(format!("⏸ {behind} behind"), warn))
@@ -114,7 +130,9 @@ fn mode_badge<'a>(v: &View) -> Option<Field<'a>> {
                 (Some(k), Some(h)) => format!("{}/{} · ", k + 1, h + 1),
                 _ => String::new(),
             };
-            Field::new(bold(format!("▶ {shown}pace {}", c.pace), style)).or(2, bold(format!("▶ pace {}", c.pace), style)).or(9, bold("▶".into(), style))
+            Field::new(bold(format!("▶ {shown}pace {}", c.pace), style))
+                .or(2, bold(format!("▶ pace {}", c.pace), style))
+                .or(9, bold("▶".into(), style))
         }
     })
 }
@@ -123,7 +141,8 @@ fn mode_badge<'a>(v: &View) -> Option<Field<'a>> {
 pub fn hit(v: &View, area: Rect, at: Position) -> Option<usize> {
     let inner = frame(v).inner(area);
     let head = v.run.head()?;
-    let on_bar = at.y == inner.y + 1 && inner.height > 1 && (inner.x..inner.right()).contains(&at.x);
+    let on_bar =
+        at.y == inner.y + 1 && inner.height > 1 && (inner.x..inner.right()).contains(&at.x);
     on_bar.then(|| goto::step_at_column((at.x - inner.x) as usize, inner.width as usize, head))
 }
 
@@ -194,15 +213,24 @@ mod tests {
         for _ in 0..6 {
             key(&mut app, KeyCode::Right);
         }
-        let first_line = |app: &App, w| snapshot_text(&render_panel(app, w, 4, render)).lines().nth(1).unwrap().to_string();
+        let first_line = |app: &App, w| {
+            snapshot_text(&render_panel(app, w, 4, render)).lines().nth(1).unwrap().to_string()
+        };
         let wide = first_line(&app, 200);
         assert!(wide.contains("overall 7/26") && wide.contains("19 before the end"), "{wide}");
-        let mut whole: Vec<String> = wide.split(|c: char| c == '│' || c.is_whitespace()).map(str::to_string).collect();
+        let mut whole: Vec<String> =
+            wide.split(|c: char| c == '│' || c.is_whitespace()).map(str::to_string).collect();
         whole.extend(["#7/26".into(), "b3".into()]);
         for w in 12..120 {
             let line = first_line(&app, w);
-            for word in line.split(|c: char| c == '│' || c.is_whitespace()).filter(|w| w.chars().any(|c| c.is_ascii_digit())) {
-                assert!(whole.iter().any(|x| x == word), "{w} columns: {word:?} is cut in {line:?}");
+            for word in line
+                .split(|c: char| c == '│' || c.is_whitespace())
+                .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+            {
+                assert!(
+                    whole.iter().any(|x| x == word),
+                    "{w} columns: {word:?} is cut in {line:?}"
+                );
             }
         }
         let narrow: Vec<String> = [40, 30, 24].map(|w| first_line(&app, w)).into();

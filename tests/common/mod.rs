@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
-use unmask::engine::{decode, Denoiser, ModelDenoiser, Request};
-use unmask::trace::events::{Event, FinishReason, ModelInfo};
-use unmask::model::{Checkpoint, PathChoices, Source};
 use unmask::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
+use unmask::engine::{decode, Denoiser, ModelDenoiser, Request};
+use unmask::model::{Checkpoint, PathChoices, Source};
+use unmask::trace::events::{Event, FinishReason, ModelInfo};
 
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -89,7 +89,12 @@ impl PartialEq for ExpCommit {
 
 /// A CPU decode of `prompt_ids` with `settings` on a model of `info`: no chat, no EOS, nothing
 /// asked beyond the samples (set `eos_ids`, `candidates`, `routing` with struct update syntax).
-pub fn request(prompt_ids: &[u32], settings: DecodeSettings, mask_id: u32, model: ModelInfo) -> Request {
+pub fn request(
+    prompt_ids: &[u32],
+    settings: DecodeSettings,
+    mask_id: u32,
+    model: ModelInfo,
+) -> Request {
     Request {
         prompt: String::new(),
         prompt_ids: prompt_ids.to_vec(),
@@ -118,8 +123,13 @@ pub fn run_case(case: &Case, ck: Checkpoint, routing: bool) -> Vec<Event> {
         max_new_tokens: case.max_new_tokens,
     };
     settings.validate().unwrap();
-    let req = Request { eos_ids: case.eos_ids.clone(), routing, ..request(&case.prompt_ids, settings, ck.tokenizer.mask_id(), ck.info.clone()) };
-    let mut denoiser: Box<dyn Denoiser> = Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id(), &PathChoices::DEFAULT));
+    let req = Request {
+        eos_ids: case.eos_ids.clone(),
+        routing,
+        ..request(&case.prompt_ids, settings, ck.tokenizer.mask_id(), ck.info.clone())
+    };
+    let mut denoiser: Box<dyn Denoiser> =
+        Box::new(ModelDenoiser::new(ck.model, ck.tokenizer.mask_id(), &PathChoices::DEFAULT));
     let mut events = vec![];
     decode(denoiser.as_mut(), &ck.tokenizer, &req, &mut |e| events.push(e), None);
     events
@@ -132,7 +142,11 @@ fn steps(events: &[Event]) -> Vec<ExpStep> {
             Event::Step(s) => Some(ExpStep {
                 block: s.block,
                 step: s.step,
-                committed: s.committed.iter().map(|c| ExpCommit { pos: c.pos, token: c.token, conf: c.conf }).collect(),
+                committed: s
+                    .committed
+                    .iter()
+                    .map(|c| ExpCommit { pos: c.pos, token: c.token, conf: c.conf })
+                    .collect(),
             }),
             _ => None,
         })
@@ -157,7 +171,9 @@ pub fn assert_golden_decodes(cases: &str, load: impl Fn(&str) -> Checkpoint) {
         let steps = steps(&events);
         multi_token_steps += steps.iter().filter(|s| s.committed.len() > 1).count();
         assert_eq!(steps, case.expected.steps, "case {}", case.name);
-        let Some(Event::Finish(fin)) = events.last() else { panic!("case {}: no finish", case.name) };
+        let Some(Event::Finish(fin)) = events.last() else {
+            panic!("case {}: no finish", case.name)
+        };
         assert_eq!(fin.output_ids, case.expected.output_ids, "case {}", case.name);
         assert_eq!(fin.reason, case.expected.finish_reason, "case {}", case.name);
         assert_eq!(fin.forwards, case.expected.forwards, "case {}", case.name);
@@ -183,7 +199,10 @@ pub fn poison_tensor(file: &Path, name: &str, value: f32) {
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
     let t = &header[name];
     assert_eq!(t["dtype"], "F32");
-    let (a, b) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
+    let (a, b) = (
+        t["data_offsets"][0].as_u64().unwrap() as usize,
+        t["data_offsets"][1].as_u64().unwrap() as usize,
+    );
     for chunk in bytes[8 + n + a..8 + n + b].chunks_mut(4) {
         chunk.copy_from_slice(&value.to_le_bytes());
     }

@@ -22,13 +22,16 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::cli::{BenchArgs, EventsMode};
-use crate::engine::{decode_measured, decode_with_events, Ask, Denoised, Denoiser, Detok, ModelDenoiser, Pass, Request, RunStatus};
-use crate::trace::events::{Event, ModelInfo};
+use crate::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
+use crate::engine::{
+    decode_measured, decode_with_events, Ask, Denoised, Denoiser, Detok, ModelDenoiser, Pass,
+    Request, RunStatus,
+};
 use crate::model::config::ModelConfig;
 use crate::model::random::RandomWeights;
 use crate::model::{Checkpoint, Compute, GenerationConfig, Model, PathChoices, Products};
 use crate::sampler::PosSample;
-use crate::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Strategy};
+use crate::trace::events::{Event, ModelInfo};
 
 /// Wraps a denoiser and times every call, synchronising the device after each. Calls are
 /// told apart by what they store: nothing (`denoise`), the previous block (`stored`: the
@@ -64,7 +67,13 @@ impl Denoiser for Timed<'_> {
         self.times.push(pass, ms);
         Ok(r)
     }
-    fn denoise_asked(&mut self, pass: Pass<'_>, s: &SamplerSpec, u: &[f32], ask: Ask) -> Result<Denoised> {
+    fn denoise_asked(
+        &mut self,
+        pass: Pass<'_>,
+        s: &SamplerSpec,
+        u: &[f32],
+        ask: Ask,
+    ) -> Result<Denoised> {
         let (r, ms) = self.time(|d| d.denoise_asked(pass, s, u, ask))?;
         self.times.push(pass, ms);
         Ok(r)
@@ -196,12 +205,20 @@ pub fn moe_pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize, experts: f64)
     let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (q, kv) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
     let attn = h * (q + 2 * kv) + q * h + 2 * h + 2 * d;
-    let (n_experts, moe_i) = (cfg.moe.num_experts.unwrap_or(0), cfg.moe.moe_intermediate_size.unwrap_or(0));
+    let (n_experts, moe_i) =
+        (cfg.moe.num_experts.unwrap_or(0), cfg.moe.moe_intermediate_size.unwrap_or(0));
     let layers: f64 = (0..cfg.num_hidden_layers)
-        .map(|l| if cfg.is_sparse(l) { (attn + n_experts * h) as f64 + experts * (3 * h * moe_i) as f64 } else { (attn + 3 * h * i) as f64 })
+        .map(|l| {
+            if cfg.is_sparse(l) {
+                (attn + n_experts * h) as f64 + experts * (3 * h * moe_i) as f64
+            } else {
+                (attn + 3 * h * i) as f64
+            }
+        })
         .sum();
     let embed = cfg.vocab_size * h;
-    let head_and_rows = if cfg.tie_word_embeddings { embed } else { embed + rows.min(cfg.vocab_size) * h };
+    let head_and_rows =
+        if cfg.tie_word_embeddings { embed } else { embed + rows.min(cfg.vocab_size) * h };
     (layers as usize + h + head_and_rows) * elem
 }
 
@@ -220,15 +237,21 @@ pub fn pass_flops(cfg: &ModelConfig, rows: usize, head_rows: usize, keys: f64) -
     let (heads, kv) = (cfg.num_attention_heads, cfg.kv_heads());
     let attn_proj = h * (heads + 2 * kv) * d + heads * d * h;
     let m = &cfg.moe;
-    let sparse = m.num_experts.unwrap_or(0) * h + m.num_experts_per_tok.unwrap_or(0) * 3 * h * m.moe_intermediate_size.unwrap_or(0);
-    let per_row: usize = (0..cfg.num_hidden_layers).map(|l| attn_proj + if cfg.is_sparse(l) { sparse } else { 3 * h * i }).sum();
-    2.0 * (per_row as f64 * rows as f64 + (cfg.vocab_size * h * head_rows) as f64) + attention_flops(cfg, rows, keys)
+    let sparse = m.num_experts.unwrap_or(0) * h
+        + m.num_experts_per_tok.unwrap_or(0) * 3 * h * m.moe_intermediate_size.unwrap_or(0);
+    let per_row: usize = (0..cfg.num_hidden_layers)
+        .map(|l| attn_proj + if cfg.is_sparse(l) { sparse } else { 3 * h * i })
+        .sum();
+    2.0 * (per_row as f64 * rows as f64 + (cfg.vocab_size * h * head_rows) as f64)
+        + attention_flops(cfg, rows, keys)
 }
 
 /// The part of [`pass_flops`] that is attention (its two products over the keys): f32 on the
 /// CPU whatever the projections' [`Products`].
 pub fn attention_flops(cfg: &ModelConfig, rows: usize, keys: f64) -> f64 {
-    4.0 * (cfg.num_attention_heads * cfg.head_dim() * cfg.num_hidden_layers) as f64 * keys * rows as f64
+    4.0 * (cfg.num_attention_heads * cfg.head_dim() * cfg.num_hidden_layers) as f64
+        * keys
+        * rows as f64
 }
 
 /// Bytes of a weight value and of a cached K/V value, and the distinct experts a sparse layer
@@ -242,10 +265,20 @@ struct Elems {
 /// The cost of the three kinds of pass of the decode `args` asks for: denoising (B rows),
 /// storing (2B) over the cache at the decode's mean length (the prompt and half the new
 /// tokens), and the prefill.
-fn pass_costs(cfg: &ModelConfig, args: &BenchArgs, max_new: usize, b: usize, e: &Elems) -> [PassCost; 3] {
+fn pass_costs(
+    cfg: &ModelConfig,
+    args: &BenchArgs,
+    max_new: usize,
+    b: usize,
+    e: &Elems,
+) -> [PassCost; 3] {
     let keys = args.prompt_len + max_new / 2;
     let stored = args.prompt_len / b * b;
-    [PassCost::block(cfg, b, b, keys, e), PassCost::block(cfg, 2 * b, b, keys, e), PassCost::prefill(cfg, stored, b, e)]
+    [
+        PassCost::block(cfg, b, b, keys, e),
+        PassCost::block(cfg, 2 * b, b, keys, e),
+        PassCost::prefill(cfg, stored, b, e),
+    ]
 }
 
 /// A pass's bytes read (weights and KV cache) and floating-point operations.
@@ -264,7 +297,12 @@ impl PassCost {
     /// reads (see [`moe_pass_bytes`]).
     fn block(cfg: &ModelConfig, rows: usize, b: usize, keys: usize, e: &Elems) -> Self {
         let bytes = moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, keys, e.kv);
-        PassCost { rows, bytes, flops: pass_flops(cfg, rows, b, keys as f64), attention_flops: attention_flops(cfg, rows, keys as f64) }
+        PassCost {
+            rows,
+            bytes,
+            flops: pass_flops(cfg, rows, b, keys as f64),
+            attention_flops: attention_flops(cfg, rows, keys as f64),
+        }
     }
 
     /// The first pass of a decode: the prompt's `stored` whole-block rows in chunks of
@@ -279,7 +317,8 @@ impl PassCost {
             let last = stored - done <= chunk;
             let rows = if last { stored - done + b } else { chunk };
             cost.rows += rows;
-            cost.bytes += moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, done + rows, e.kv);
+            cost.bytes +=
+                moe_pass_bytes(cfg, rows, e.weight, e.experts) + kv_bytes(cfg, done + rows, e.kv);
             let keys = done as f64 + rows as f64 / 2.0;
             cost.flops += pass_flops(cfg, rows, if last { b } else { 0 }, keys);
             cost.attention_flops += attention_flops(cfg, rows, keys);
@@ -387,7 +426,12 @@ unsafe fn fma_chains(steps: usize) -> f32 {
     }
     let mut lanes = [0f32; 8];
     // SAFETY: 8 floats.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc.iter().fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a))) };
+    unsafe {
+        _mm256_storeu_ps(
+            lanes.as_mut_ptr(),
+            acc.iter().fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a)),
+        )
+    };
     lanes.iter().sum()
 }
 
@@ -485,42 +529,53 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let compute = Compute { paths, ..args.decode.dtype.compute(&device) };
     let dtype = compute.dtype;
     let t0 = Instant::now();
-    let (model, mask_id, detok, info, generation, cfg): (Model, u32, Box<dyn Detok>, ModelInfo, GenerationConfig, ModelConfig) =
-        match (&args.random_init, &args.decode.model) {
-            (Some(shape), _) => {
-                let cfg = shape.config()?;
-                let name = shape.name;
-                if args.decode.routing {
-                    crate::cli::session::require_moe(&cfg, &format!("--random-init {name}"))?;
-                }
-                // before the weights are made: a --prompt-len past the model is one line, not
-                // minutes of random weights and then an allocation that fails
-                check_prompt_len(args, &args.decode.settings(&GenerationConfig::default(), cfg.block_size)?, &cfg)?;
-                let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
-                let model = Model::load(&cfg, &w, compute, &device).with_context(|| format!("--random-init {name}"))?;
-                let info = ModelInfo {
-                    source: format!("random:{name}"),
-                    model_type: cfg.model_type.clone(),
-                    vocab_size: cfg.vocab_size,
-                    hidden_size: cfg.hidden_size,
-                    num_layers: cfg.num_hidden_layers,
-                    num_params: cfg.num_params(),
-                    dtype: w.stored_dtype(dtype),
-                    moe: cfg.moe_info(),
-                };
-                let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
-                (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg)
+    let (model, mask_id, detok, info, generation, cfg): (
+        Model,
+        u32,
+        Box<dyn Detok>,
+        ModelInfo,
+        GenerationConfig,
+        ModelConfig,
+    ) = match (&args.random_init, &args.decode.model) {
+        (Some(shape), _) => {
+            let cfg = shape.config()?;
+            let name = shape.name;
+            if args.decode.routing {
+                crate::cli::session::require_moe(&cfg, &format!("--random-init {name}"))?;
             }
-            (None, _) => {
-                let (source, _) = crate::cli::session::model_source(&args.decode)?;
-                if args.decode.routing {
-                    crate::cli::session::check_routing(&source)?;
-                }
-                let ck = Checkpoint::load(&source, &device, compute)?;
-                let mask = ck.tokenizer.mask_id();
-                (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config)
+            // before the weights are made: a --prompt-len past the model is one line, not
+            // minutes of random weights and then an allocation that fails
+            check_prompt_len(
+                args,
+                &args.decode.settings(&GenerationConfig::default(), cfg.block_size)?,
+                &cfg,
+            )?;
+            let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
+            let model = Model::load(&cfg, &w, compute, &device)
+                .with_context(|| format!("--random-init {name}"))?;
+            let info = ModelInfo {
+                source: format!("random:{name}"),
+                model_type: cfg.model_type.clone(),
+                vocab_size: cfg.vocab_size,
+                hidden_size: cfg.hidden_size,
+                num_layers: cfg.num_hidden_layers,
+                num_params: cfg.num_params(),
+                dtype: w.stored_dtype(dtype),
+                moe: cfg.moe_info(),
+            };
+            let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
+            (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg)
+        }
+        (None, _) => {
+            let (source, _) = crate::cli::session::model_source(&args.decode)?;
+            if args.decode.routing {
+                crate::cli::session::check_routing(&source)?;
             }
-        };
+            let ck = Checkpoint::load(&source, &device, compute)?;
+            let mask = ck.tokenizer.mask_id();
+            (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config)
+        }
+    };
     device.synchronize()?;
     crate::cli::session::single_thread_for_small_models(info.num_params, &device);
     let load_s = t0.elapsed().as_secs_f64();
@@ -541,7 +596,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let elem = weight_elem_bytes(&info.dtype, compute);
     let b = base.block_length;
     let mut elems = Elems { weight: elem, kv: dtype.size_in_bytes(), experts: 0.0 };
-    let floor = Floor::new(pass_costs(&cfg, args, base.max_new_tokens, b, &elems), device.is_cpu(), compute.products);
+    let floor = Floor::new(
+        pass_costs(&cfg, args, base.max_new_tokens, b, &elems),
+        device.is_cpu(),
+        compute.products,
+    );
     let mut den = ModelDenoiser::new(model, mask_id, &paths);
     eprintln!(
         "unmask bench: {} on {} ({}), {:.2} GB of weights, loaded in {load_s:.1} s; {}",
@@ -562,7 +621,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             mask_id,
             eos_ids: vec![],
             model: info.clone(),
-            device: crate::cli::session::device_label(args.decode.device, compute, crate::model::compute_dtype(&device)),
+            device: crate::cli::session::device_label(
+                args.decode.device,
+                compute,
+                crate::model::compute_dtype(&device),
+            ),
             chat: None,
             sources: Default::default(),
             candidates: args.decode.candidates(),
@@ -636,7 +699,13 @@ struct OneDecode {
     write_ms: f64,
 }
 
-fn one_decode(den: &mut ModelDenoiser, device: &Device, detok: &dyn Detok, req: &Request, events: bool) -> Result<OneDecode> {
+fn one_decode(
+    den: &mut ModelDenoiser,
+    device: &Device,
+    detok: &dyn Detok,
+    req: &Request,
+    events: bool,
+) -> Result<OneDecode> {
     let mut timed = Timed { inner: den, device: device.clone(), times: Times::default() };
     let (fin, event_bytes, build_ms, write_ms) = if events {
         let (tx, rx) = mpsc::channel::<Event>();
@@ -654,7 +723,8 @@ fn one_decode(den: &mut ModelDenoiser, device: &Device, detok: &dyn Detok, req: 
             (counter.0, busy)
         });
         let t0 = Instant::now();
-        let (mut fin, build) = decode_measured(&mut timed, detok, req, &mut |e| drop(tx.send(e)), None, true);
+        let (mut fin, build) =
+            decode_measured(&mut timed, detok, req, &mut |e| drop(tx.send(e)), None, true);
         fin.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(tx);
         let (bytes, write) = consumer.join().unwrap_or_default();
@@ -704,8 +774,11 @@ fn summarise(strategy: Strategy, events: bool, per: Vec<OneDecode>) -> Row {
             (d.wall_ms - prefill) / n.max(1) as f64
         })
         .collect();
-    let all = |f: fn(&Times) -> &Vec<f64>| -> Vec<f64> { per.iter().flat_map(|d| f(&d.times).iter().copied()).collect() };
-    let (mut den, mut sto, mut pre) = (all(|t| &t.denoise_ms), all(|t| &t.stored_ms), all(|t| &t.prefill_ms));
+    let all = |f: fn(&Times) -> &Vec<f64>| -> Vec<f64> {
+        per.iter().flat_map(|d| f(&d.times).iter().copied()).collect()
+    };
+    let (mut den, mut sto, mut pre) =
+        (all(|t| &t.denoise_ms), all(|t| &t.stored_ms), all(|t| &t.prefill_ms));
     let decode_ms = median(&mut wall);
     let mut build: Vec<f64> = per.iter().map(|d| d.build_ms).collect();
     let mut write: Vec<f64> = per.iter().map(|d| d.write_ms).collect();
@@ -733,7 +806,12 @@ fn summarise(strategy: Strategy, events: bool, per: Vec<OneDecode>) -> Row {
 /// The execution paths in words, for the banner on stderr.
 fn paths_in_words(o: &crate::engine::RunOptions) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
-    format!("paths: device sampler {}, fixed passes {}, CUDA graphs {}", on(o.device_sampler), on(o.fixed_passes), on(o.cuda_graph))
+    format!(
+        "paths: device sampler {}, fixed passes {}, CUDA graphs {}",
+        on(o.device_sampler),
+        on(o.fixed_passes),
+        on(o.cuda_graph)
+    )
 }
 
 /// `writeln!` into a String, which cannot fail.
@@ -754,8 +832,19 @@ fn write_passes(s: &mut String, r: &Report) {
     let (Some(bw), Some(fma)) = (f.read_bytes_per_s, f.fma_flops_per_s) else { return };
     let dot = f.dot_flops_per_s;
     match dot {
-        Some(d) => out!(s, "# compute: f32 FMA peak {:.1}, bf16 dot peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, d / 1e9, f.threads),
-        None => out!(s, "# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)", fma / 1e9, f.threads),
+        Some(d) => out!(
+            s,
+            "# compute: f32 FMA peak {:.1}, bf16 dot peak {:.1} GFLOP/s (this run, {} threads)",
+            fma / 1e9,
+            d / 1e9,
+            f.threads
+        ),
+        None => out!(
+            s,
+            "# compute: f32 FMA peak {:.1} GFLOP/s (this run, {} threads)",
+            fma / 1e9,
+            f.threads
+        ),
     }
     out!(s, "| strategy | events | pass | rows | ms | read floor ms | x read floor | GFLOP | GFLOP/s | % of peak | compute floor ms |");
     out!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -767,7 +856,7 @@ fn write_passes(s: &mut String, r: &Report) {
             }
             let read = p.bytes as f64 / bw * 1e3;
             let compute = compute_floor_s(p, fma, dot) * 1e3;
-            out!(s, 
+            out!(s,
                 "| {} | {} | {name} | {} | {ms:.1} | {read:.1} | {:.2} | {:.2} | {:.1} | {:.0} % | {compute:.1} |",
                 row.strategy,
                 row.events,
@@ -795,7 +884,10 @@ fn heading(r: &Report) -> String {
     let sampling = if s.is_greedy() {
         "greedy".to_string()
     } else {
-        format!("temperature {}, top-k {}, top-p {}, seed {}", s.temperature, s.top_k, s.top_p, s.seed)
+        format!(
+            "temperature {}, top-k {}, top-p {}, seed {}",
+            s.temperature, s.top_k, s.top_p, s.seed
+        )
     };
     format!(
         "# {} on {} ({}), {:.3} GB weights, prompt of {}, {} at most, block length {}, {} per block, {sampling}; median of {}",
@@ -816,7 +908,7 @@ fn render(r: &Report) -> String {
     let mut s = String::new();
     out!(s, "{}", heading(r));
     if let Some(o) = &r.run.options {
-        out!(s, 
+        out!(s,
             "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}, packed weights {}{}",
             o.device_sampler,
             o.fixed_passes,
@@ -829,7 +921,7 @@ fn render(r: &Report) -> String {
     let f = &r.floor;
     let gb = |b: usize| b as f64 / 1e9;
     match f.read_bytes_per_s {
-        Some(bw) => out!(s, 
+        Some(bw) => out!(s,
             "# floor: host read bandwidth {:.1} GB/s (this run); a pass reads {:.3} GB of weights and cache (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill): {:.1} / {:.1} / {:.1} ms",
             bw / 1e9,
             gb(f.denoise_bytes),
@@ -840,7 +932,7 @@ fn render(r: &Report) -> String {
             f.ms(f.stored_bytes).unwrap_or(f64::NAN),
             f.ms(f.prefill_bytes).unwrap_or(f64::NAN)
         ),
-        None => out!(s, 
+        None => out!(s,
             "# bytes a pass reads: {:.3} GB (denoise, {} rows) / {:.3} GB (+store) / {:.3} GB (prefill); the floor is these over the device's bandwidth",
             gb(f.denoise_bytes),
             r.block_length,
@@ -848,15 +940,17 @@ fn render(r: &Report) -> String {
             gb(f.prefill_bytes)
         ),
     }
-    let x = |ms: f64, bytes: usize| f.ms(bytes).map(|fl| format!("{:.2}", ms / fl)).unwrap_or_else(|| "-".into());
-    out!(s, 
+    let x = |ms: f64, bytes: usize| {
+        f.ms(bytes).map(|fl| format!("{:.2}", ms / fl)).unwrap_or_else(|| "-".into())
+    };
+    out!(s,
         "| strategy | events | tok/s | forwards/s | ms/forward | denoise ms | x floor | +store ms | x floor | prefill ms | x floor | tok/forward | decode ms |"
     );
     out!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &r.rows {
         // No whole prompt block, no prefill pass.
         let no_prefill = row.prefill_ms_median.is_nan();
-        out!(s, 
+        out!(s,
             "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {:.3} | {} | {} | {} | {:.3} | {:.1} |",
             row.strategy,
             row.events,
@@ -882,7 +976,7 @@ fn render(r: &Report) -> String {
         let off = r.rows.iter().find(|x| x.events == "off" && x.strategy == on.strategy);
         let base = off.map_or(on.decode_ms, |o| o.decode_ms);
         let work = on.event_build_ms + on.event_write_ms;
-        out!(s, 
+        out!(s,
             "# events work, {}: {:.2} ms per decode ({:.2} building + {:.2} serialising, {} bytes) = {:.2} % of {:.1} ms",
             on.strategy,
             work,
@@ -893,7 +987,8 @@ fn render(r: &Report) -> String {
             base
         );
         if let Some(off) = off {
-            out!(s, 
+            out!(
+                s,
                 "# events cost, {}: {:+.2} % decode time ({:.1} vs {:.1} ms)",
                 on.strategy,
                 (on.decode_ms / off.decode_ms - 1.0) * 100.0,
@@ -914,7 +1009,8 @@ mod tests {
     /// 0.825 / 1.93 / 3.63 ms; the embedding counts 4 rows, lm_head whole.
     #[test]
     fn a_pass_reads_the_layers_the_head_and_b_embedding_rows() {
-        let floor_ms = |shape: &str| pass_bytes(&shape_config(shape).unwrap(), 4, 2) as f64 / 4.17e12 * 1e3;
+        let floor_ms =
+            |shape: &str| pass_bytes(&shape_config(shape).unwrap(), 4, 2) as f64 / 4.17e12 * 1e3;
         assert_eq!(pass_bytes(&shape_config("sdar-1.7b").unwrap(), 4, 2), 3_441_166_336);
         assert_eq!(format!("{:.3}", floor_ms("sdar-1.7b")), "0.825");
         assert_eq!(format!("{:.2}", floor_ms("sdar-4b")), "1.93");
@@ -936,9 +1032,13 @@ mod tests {
         let c = shape_config("qwen3-0.6b").unwrap();
         assert_eq!(kv_bytes(&c, 4096, 4), 939_524_096);
         let (h, v) = (c.hidden_size, c.vocab_size);
-        let layers = (c.num_params() - v * h - h - c.num_hidden_layers * (2 * h + 2 * c.head_dim())) as f64;
+        let layers =
+            (c.num_params() - v * h - h - c.num_hidden_layers * (2 * h + 2 * c.head_dim())) as f64;
         let attention = |keys: f64| 2.0 * 2.0 * (16 * 128 * 28) as f64 * keys;
-        assert_eq!(pass_flops(&c, 8, 4, 100.0), 2.0 * (layers * 8.0 + (v * h * 4) as f64) + 8.0 * attention(100.0));
+        assert_eq!(
+            pass_flops(&c, 8, 4, 100.0),
+            2.0 * (layers * 8.0 + (v * h * 4) as f64) + 8.0 * attention(100.0)
+        );
     }
 
     /// A 4096-token prompt is stored in eight forwards of 512 rows, the last with the block's 4:
@@ -949,7 +1049,8 @@ mod tests {
         let e = Elems { weight: 2, kv: 4, experts: 0.0 };
         let p = PassCost::prefill(&c, 4096, 4, &e);
         assert_eq!(p.rows, 4100);
-        let kv: usize = (1..=8).map(|i| kv_bytes(&c, 512 * i, 4)).sum::<usize>() + kv_bytes(&c, 4, 4);
+        let kv: usize =
+            (1..=8).map(|i| kv_bytes(&c, 512 * i, 4)).sum::<usize>() + kv_bytes(&c, 4, 4);
         assert_eq!(p.bytes, 8 * pass_bytes(&c, 512, 2) + kv);
         let short = PassCost::prefill(&c, 64, 4, &e);
         assert_eq!((short.rows, short.bytes), (68, pass_bytes(&c, 68, 2) + kv_bytes(&c, 68, 4)));
@@ -961,7 +1062,11 @@ mod tests {
         assert_eq!(sum_lanes(&v), 499_500.0);
         assert_eq!(weight_elem_bytes("bf16", candle_core::DType::F32.into()), 2);
         assert_eq!(weight_elem_bytes("f32", candle_core::DType::F32.into()), 4);
-        assert_eq!(weight_elem_bytes("f32", Compute::CPU_BF16), 2, "bf16 products round f32 weights to bf16");
+        assert_eq!(
+            weight_elem_bytes("f32", Compute::CPU_BF16),
+            2,
+            "bf16 products round f32 weights to bf16"
+        );
     }
 
     #[test]
@@ -992,8 +1097,15 @@ mod tests {
             "# embedded:tiny-sdar on cpu (f32), 0.003 GB weights, prompt of 64 tokens, 1 new token at most, \
              block length 4, 1 step per block, temperature 0.7, top-k 40, top-p 0.95, seed 0; median of 3 timed decodes"
         );
-        let o = crate::engine::RunOptions { device_sampler: true, fixed_passes: false, cuda_graph: false };
-        assert_eq!(paths_in_words(&o), "paths: device sampler on, fixed passes off, CUDA graphs off");
+        let o = crate::engine::RunOptions {
+            device_sampler: true,
+            fixed_passes: false,
+            cuda_graph: false,
+        };
+        assert_eq!(
+            paths_in_words(&o),
+            "paths: device sampler on, fixed passes off, CUDA graphs off"
+        );
     }
 
     #[test]

@@ -24,11 +24,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::cli::CheckDeviceArgs;
+use crate::engine::settings::{Confidence, SamplerSpec, Sampling, TopK};
 use crate::model::random::{check_config, RandomWeights};
 use crate::model::{Checkpoint, Compute, Model, PassInput, PathChoices, Source};
 use crate::sampler::kernel::{sample_op, KernelParams, KernelSample};
 use crate::sampler::sample;
-use crate::engine::settings::{Confidence, SamplerSpec, Sampling, TopK};
 
 #[derive(Serialize)]
 struct Check {
@@ -47,10 +47,19 @@ struct Report {
 }
 
 impl Report {
-    fn check(&mut self, name: impl Into<String>, value: f64, limit: f64, detail: impl Into<String>) {
+    fn check(
+        &mut self,
+        name: impl Into<String>,
+        value: f64,
+        limit: f64,
+        detail: impl Into<String>,
+    ) {
         let (name, detail) = (name.into(), detail.into());
         let pass = value <= limit && value.is_finite();
-        println!("{} {name}: {value:.3e} (limit {limit:.1e}) {detail}", if pass { "PASS" } else { "FAIL" });
+        println!(
+            "{} {name}: {value:.3e} (limit {limit:.1e}) {detail}",
+            if pass { "PASS" } else { "FAIL" }
+        );
         self.checks.push(Check { name, value, limit, pass, detail });
     }
 }
@@ -108,13 +117,24 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize, paths: PathChoice
     let want = three_passes(&cpu_m, &prompt, &block, capacity)?;
     for (dt, limit) in [(DType::BF16, 5e-2), (DType::F32, 1e-4)] {
         let g = Model::load(&cfg, &weights(), with(dt, paths), dev)?;
-        let path = if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
+        let path = if g.streams(block.len(), capacity) {
+            "streamed (grouped experts)"
+        } else {
+            "standard"
+        };
         if dt == DType::BF16 && dev.is_cuda() && path == "standard" {
             bail!("MoE: the streamed layer does not take a bf16 block pass on the GPU");
         }
         let got = three_passes(&g, &prompt, &block, capacity)?;
-        for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
-            rep.check(format!("logits MoE 16/4x128 top 8 of 32 {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+        for (name, (a, b)) in
+            ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want))
+        {
+            rep.check(
+                format!("logits MoE 16/4x128 top 8 of 32 {dt:?} {path} {name}"),
+                rel_err(a, b)?,
+                limit,
+                "rel. L2 error vs CPU f32",
+            );
         }
         if let Some((touched, passes)) = g.moe_stats()? {
             println!("MoE {dt:?}: {:.1} distinct experts per sparse layer per pass ({passes} layer passes)", touched as f64 / passes.max(1) as f64);
@@ -134,12 +154,19 @@ fn long_cache_checks(rep: &mut Report, dev: &Device, paths: PathChoices) -> Resu
     for (heads, kv, rows) in [(32, 8, 4), (32, 8, 8), (16, 8, 4)] {
         let cfg = check_config(1024, 2, heads, kv, 128, 3072, 32000)?;
         let block = &blocks[..rows];
-        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::F32, paths), &Device::Cpu)?;
+        let cpu_m = Model::load(
+            &cfg,
+            &RandomWeights::on_host(&cfg, 9),
+            with(DType::F32, paths),
+            &Device::Cpu,
+        )?;
         let want = three_passes(&cpu_m, &prompt, block, cap)?;
         let g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::BF16, paths), dev)?;
         let path = if g.streams(block.len(), cap) { "streamed" } else { "standard" };
         let got = three_passes(&g, &prompt, block, cap)?;
-        for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+        for (name, (a, b)) in
+            ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want))
+        {
             let label = format!("logits {heads}/{kv} heads, {rows} rows, cache {cap}, 1900 committed, BF16 {path} {name}");
             rep.check(label, rel_err(a, b)?, 4e-2, "rel. L2 error vs CPU f32");
         }
@@ -155,25 +182,31 @@ fn attention_into_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     use crate::model::ops::{attention, attention_into, Attention};
     for (label, d, keys) in [("staged", 128, 320), ("split", 128, 1900), ("plain", 64, 320)] {
         let (h, kv, t, cap) = (16, 8, 4, 2048);
-        let op = Attention { heads: h, kv_heads: kv, head_dim: d, keys, scale: 1.0 / (d as f32).sqrt() };
+        let op =
+            Attention { heads: h, kv_heads: kv, head_dim: d, keys, scale: 1.0 / (d as f32).sqrt() };
         let q = Tensor::randn(0f32, 1.0, (h, t, d), dev)?.to_dtype(DType::BF16)?;
         let cache = Tensor::randn(0f32, 1.0, (2, kv, cap, d), dev)?.to_dtype(DType::BF16)?;
         // the pass's own slots are the last `t` keys; every third key hidden
-        let mask: Vec<f32> = (0..t * keys).map(|i| if i % 3 == 1 { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let mask: Vec<f32> =
+            (0..t * keys).map(|i| if i % 3 == 1 { f32::NEG_INFINITY } else { 0.0 }).collect();
         let mask = Tensor::from_vec(mask, (t, keys), dev)?.to_dtype(DType::BF16)?;
-        let positions = Tensor::from_vec(((keys - t) as u32..keys as u32).collect::<Vec<_>>(), t, dev)?;
+        let positions =
+            Tensor::from_vec(((keys - t) as u32..keys as u32).collect::<Vec<_>>(), t, dev)?;
         let out = Tensor::zeros((t, h * d), DType::BF16, dev)?;
         attention_into(&out, &q, &cache, Some(&mask), &positions, &op)?;
         let cpu = |x: &Tensor| x.to_device(&Device::Cpu);
         let want = attention(&cpu(&q)?, &cpu(&cache)?, Some(&cpu(&mask)?), &op)?;
-        let what = format!("attention-into {label} {h}/{kv} heads of {d}, {t} rows, {keys} keys vs CPU");
+        let what =
+            format!("attention-into {label} {h}/{kv} heads of {d}, {t} rows, {keys} keys vs CPU");
         rep.check(what, rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
     }
     Ok(())
 }
 
 fn sampler_settings() -> Vec<(&'static str, SamplerSpec)> {
-    let t = |temperature, top_k, top_p| SamplerSpec::from(Sampling { temperature, top_k, top_p, seed: 0 });
+    let t = |temperature, top_k, top_p| {
+        SamplerSpec::from(Sampling { temperature, top_k, top_p, seed: 0 })
+    };
     let scaled = |s: SamplerSpec| SamplerSpec { confidence: Confidence::Scaled, ..s };
     let ties_kept = |s: SamplerSpec| SamplerSpec { top_k_rule: TopK::TiesKept, ..s };
     vec![
@@ -194,9 +227,15 @@ fn sampler_settings() -> Vec<(&'static str, SamplerSpec)> {
 
 /// Device sampler vs reference on `logits` (any device/dtype). Returns (token mismatches,
 /// max |d conf|, max |d entropy|, rows the kernel handed to the host, rows).
-fn compare_sampler(logits: &Tensor, s: &SamplerSpec, mask: u32, rng: &mut ChaCha8Rng) -> Result<(usize, f64, f64, usize, usize)> {
+fn compare_sampler(
+    logits: &Tensor,
+    s: &SamplerSpec,
+    mask: u32,
+    rng: &mut ChaCha8Rng,
+) -> Result<(usize, f64, f64, usize, usize)> {
     let rows = logits.dim(0)?;
-    let us: Vec<f32> = (0..rows).map(|_| if s.is_greedy() { 0.0 } else { rng.random::<f32>() }).collect();
+    let us: Vec<f32> =
+        (0..rows).map(|_| if s.is_greedy() { 0.0 } else { rng.random::<f32>() }).collect();
     let ut = Tensor::from_slice(&us, rows, logits.device())?;
     let out = sample_op(logits, &ut, KernelParams::new(s, mask))?.to_vec2::<f32>()?;
     let host = logits.to_device(&Device::Cpu)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
@@ -241,7 +280,13 @@ fn synthetic_rows(rng: &mut ChaCha8Rng, rows: usize, vocab: usize) -> Vec<f32> {
 /// a forward, where every weight is read once.
 fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     use crate::model::gemv::{pack, Epilogue, Gemv};
-    let shapes = [("qkv", 4096, 2048), ("o", 2048, 2048), ("gate_up", 12288, 2048), ("down", 2048, 6144), ("lm_head", 151936, 2048)];
+    let shapes = [
+        ("qkv", 4096, 2048),
+        ("o", 2048, 2048),
+        ("gate_up", 12288, 2048),
+        ("down", 2048, 6144),
+        ("lm_head", 151936, 2048),
+    ];
     for (name, n, k) in shapes {
         let bytes = n * k * 2;
         let copies = (256usize << 20).div_ceil(bytes);
@@ -252,7 +297,12 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
             let x = Tensor::randn(0f32, 1.0, (t, k), dev)?.to_dtype(DType::BF16)?;
             let got = Gemv::PLAIN.forward(&x, &ws[0])?;
             let want = x.matmul(&ws[0].t()?)?;
-            rep.check(format!("gemv {name} [{t}x{k}]·[{n}x{k}]ᵀ vs matmul"), rel_err(&got, &want)?, 1e-2, "rel. L2 error, bf16");
+            rep.check(
+                format!("gemv {name} [{t}x{k}]·[{n}x{k}]ᵀ vs matmul"),
+                rel_err(&got, &want)?,
+                1e-2,
+                "rel. L2 error, bf16",
+            );
             let paired = |w: &Tensor| -> candle_core::Result<Tensor> {
                 let gu = x.matmul(&w.t()?)?;
                 let i = n / 2;
@@ -261,12 +311,20 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
             if name == "gate_up" {
                 // the paired form: silu(gate) * up from one kernel, against matmul + the chain
                 let got = Gemv::SILU_MUL.forward(&x, &ws[0])?;
-                rep.check(format!("gemv silu(gate)*up [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + silu"), rel_err(&got, &paired(&ws[0])?)?, 1e-2, "rel. L2 error, bf16");
+                rep.check(
+                    format!("gemv silu(gate)*up [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + silu"),
+                    rel_err(&got, &paired(&ws[0])?)?,
+                    1e-2,
+                    "rel. L2 error, bf16",
+                );
             }
             if name != "lm_head" {
                 gemv_form_checks(rep, name, &x, &ws[0])?;
             }
-            let mut time_over = |ws: &[Tensor], label: &str, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>| -> Result<()> {
+            let mut time_over = |ws: &[Tensor],
+                                 label: &str,
+                                 f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>|
+             -> Result<()> {
                 for w in ws {
                     f(w)?;
                 }
@@ -298,7 +356,15 @@ fn gemv_checks(rep: &mut Report, dev: &Device) -> Result<()> {
                     time_over(&packed, "gemv+silu packed", &|w| Gemv::SILU_MUL.forward(&x, w))?;
                 }
                 let label = format!("gemv {name} [{t}x{k}]·[{n}x{k}]ᵀ");
-                packed_checks(rep, &label, Epilogue::Plain, (n, k), &Gemv::PLAIN.forward(&x, &packed[0])?, &got, &want)?;
+                packed_checks(
+                    rep,
+                    &label,
+                    Epilogue::Plain,
+                    (n, k),
+                    &Gemv::PLAIN.forward(&x, &packed[0])?,
+                    &got,
+                    &want,
+                )?;
             }
         }
     }
@@ -315,7 +381,8 @@ fn measured_split_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     for &Measured { n, k, epilogue, .. } in MEASURED.iter().chain(&MEASURED_PACKED) {
         let rows = if epilogue == Epilogue::SiluMul { 2 * n } else { n };
         let w = Tensor::randn(0f32, 0.02, (rows, k), dev)?.to_dtype(DType::BF16)?;
-        let names: &[&str] = if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };
+        let names: &[&str] =
+            if epilogue == Epilogue::SiluMul { &["gate_up"] } else { &["qkv", "down"] };
         for t in [4, 8] {
             let x = Tensor::randn(0f32, 1.0, (t, k), dev)?.to_dtype(DType::BF16)?;
             for name in names {
@@ -341,7 +408,11 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
         let normed = candle_nn::ops::rms_norm(&f32(x)?, &f32(&nw)?, 1e-6)?.to_dtype(DType::BF16)?;
         let product = normed.matmul(&w.t()?)?;
         let (epilogue, want) = match name {
-            "gate_up" => (Epilogue::SiluMul, (candle_nn::ops::silu(&product.narrow(1, 0, n / 2)?)? * product.narrow(1, n / 2, n / 2)?)?),
+            "gate_up" => (
+                Epilogue::SiluMul,
+                (candle_nn::ops::silu(&product.narrow(1, 0, n / 2)?)?
+                    * product.narrow(1, n / 2, n / 2)?)?,
+            ),
             _ => (Epilogue::Plain, product),
         };
         let folded = w.broadcast_mul(&nw.unsqueeze(0)?)?.contiguous()?;
@@ -351,7 +422,12 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
         }
         let out = Tensor::zeros(want.shape(), DType::BF16, dev)?;
         op.run(&out, x, &folded)?;
-        rep.check(format!("gemv {name} norm form [{t}x{k}]·[{n}x{k}]ᵀ vs rms_norm + matmul"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+        rep.check(
+            format!("gemv {name} norm form [{t}x{k}]·[{n}x{k}]ᵀ vs rms_norm + matmul"),
+            rel_err(&out, &want)?,
+            1e-2,
+            "rel. L2 error, bf16",
+        );
         let packed = Tensor::zeros(want.shape(), DType::BF16, dev)?;
         op.run(&packed, x, &pack(&folded)?)?;
         let label = format!("gemv {name} norm form [{t}x{k}]·[{n}x{k}]ᵀ");
@@ -363,10 +439,23 @@ fn gemv_form_checks(rep: &mut Report, name: &str, x: &Tensor, w: &Tensor) -> Res
         let out = Tensor::zeros((t, n), DType::BF16, dev)?;
         let op = GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(&res) };
         op.run(&out, x, w)?;
-        rep.check(format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + add"), rel_err(&out, &want)?, 1e-2, "rel. L2 error, bf16");
+        rep.check(
+            format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ vs matmul + add"),
+            rel_err(&out, &want)?,
+            1e-2,
+            "rel. L2 error, bf16",
+        );
         let packed = Tensor::zeros((t, n), DType::BF16, dev)?;
         op.run(&packed, x, &pack(w)?)?;
-        packed_checks(rep, &format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ"), Epilogue::Plain, (n, k), &packed, &out, &want)?;
+        packed_checks(
+            rep,
+            &format!("gemv {name} residual form [{t}x{k}]·[{n}x{k}]ᵀ"),
+            Epilogue::Plain,
+            (n, k),
+            &packed,
+            &out,
+            &want,
+        )?;
     }
     Ok(())
 }
@@ -379,23 +468,63 @@ fn repack_checks(rep: &mut Report, dev: &Device) -> Result<()> {
     let w = Tensor::randn(0f32, 0.02, (4096, 2048), dev)?.to_dtype(DType::BF16)?;
     let packed = pack(&w)?;
     let on_host = pack(&w.to_device(&Device::Cpu)?)?;
-    rep.check("repack: [4096x2048] packed here = packed on the host", rel_err(&packed, &on_host)?, 0.0, "bit for bit");
-    rep.check("repack: [4096x2048] packed then unpacked = the rows", rel_err(&unpack(&packed)?, &w)?, 0.0, "bit for bit");
+    rep.check(
+        "repack: [4096x2048] packed here = packed on the host",
+        rel_err(&packed, &on_host)?,
+        0.0,
+        "bit for bit",
+    );
+    rep.check(
+        "repack: [4096x2048] packed then unpacked = the rows",
+        rel_err(&unpack(&packed)?, &w)?,
+        0.0,
+        "bit for bit",
+    );
     let experts = Tensor::randn(0f32, 0.02, (8, 1536, 2048), dev)?.to_dtype(DType::BF16)?;
     let stacked = pack_experts(&experts)?;
-    rep.check("repack: experts [8x1536x2048] packed then unpacked = the rows", rel_err(&unpack_experts(&stacked)?, &experts)?, 0.0, "bit for bit");
-    rep.check("repack: expert 5 of the packed stack = expert 5 packed alone", rel_err(&stacked.get(5)?, &pack(&experts.get(5)?)?)?, 0.0, "bit for bit");
+    rep.check(
+        "repack: experts [8x1536x2048] packed then unpacked = the rows",
+        rel_err(&unpack_experts(&stacked)?, &experts)?,
+        0.0,
+        "bit for bit",
+    );
+    rep.check(
+        "repack: expert 5 of the packed stack = expert 5 packed alone",
+        rel_err(&stacked.get(5)?, &pack(&experts.get(5)?)?)?,
+        0.0,
+        "bit for bit",
+    );
     Ok(())
 }
 
 /// A product from a packed weight against the reference (`want`) as the rows' is, and where
 /// both layouts take the same split (so the same sums in the same order), against the rows'
 /// result (`rows`) bit for bit.
-fn packed_checks(rep: &mut Report, label: &str, epilogue: crate::model::gemv::Epilogue, (n, k): (usize, usize), packed: &Tensor, rows: &Tensor, want: &Tensor) -> Result<()> {
+fn packed_checks(
+    rep: &mut Report,
+    label: &str,
+    epilogue: crate::model::gemv::Epilogue,
+    (n, k): (usize, usize),
+    packed: &Tensor,
+    rows: &Tensor,
+    want: &Tensor,
+) -> Result<()> {
     use crate::model::gemv::{split_for, WeightLayout};
-    rep.check(format!("{label} packed vs reference"), rel_err(packed, want)?, 1e-2, "rel. L2 error, bf16");
-    if split_for(n, k, epilogue, WeightLayout::Rows) == split_for(n, k, epilogue, WeightLayout::Packed) {
-        rep.check(format!("{label} packed = rows"), rel_err(packed, rows)?, 0.0, "bit for bit (the same split)");
+    rep.check(
+        format!("{label} packed vs reference"),
+        rel_err(packed, want)?,
+        1e-2,
+        "rel. L2 error, bf16",
+    );
+    if split_for(n, k, epilogue, WeightLayout::Rows)
+        == split_for(n, k, epilogue, WeightLayout::Packed)
+    {
+        rep.check(
+            format!("{label} packed = rows"),
+            rel_err(packed, rows)?,
+            0.0,
+            "bit for bit (the same split)",
+        );
     }
     Ok(())
 }
@@ -405,7 +534,11 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let dev = args.decode.device.open()?;
     // the kernel checks below that run without a model launch as the models do
     paths.launch_on(&dev);
-    let dir = args.decode.model.clone().context("check-device needs --model DIR (the test checkpoint)")?;
+    let dir = args
+        .decode
+        .model
+        .clone()
+        .context("check-device needs --model DIR (the test checkpoint)")?;
     if let Some(p) = &args.json {
         crate::cli::output::check_report_path("check-device", p)?;
         crate::cli::session::check_decode_outputs(&args.decode, &[("--json", p)])?;
@@ -414,7 +547,8 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let cpu = Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, with(DType::F32, paths))?;
     let mask = cpu.tokenizer.mask_id();
     let vocab = cpu.config.vocab_size;
-    let prompt: Vec<u32> = (0..10u32).map(|i| (i * 37 + 5) % vocab as u32).filter(|&t| t != mask).collect();
+    let prompt: Vec<u32> =
+        (0..10u32).map(|i| (i * 37 + 5) % vocab as u32).filter(|&t| t != mask).collect();
     let block = [7u32, mask, mask, 11];
     let capacity = 32;
     let want = three_passes(&cpu.model, &prompt, &block, capacity)?;
@@ -428,20 +562,35 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
             g.model.set_fused(fused);
             let path = if g.model.fused() { "fused" } else { "generic" };
             let got = three_passes(&g.model, &prompt, &block, capacity)?;
-            for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
-                rep.check(format!("logits {dt:?} {path} {name}"), rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
+            for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"]
+                .iter()
+                .zip(got.iter().zip(&want))
+            {
+                rep.check(
+                    format!("logits {dt:?} {path} {name}"),
+                    rel_err(a, b)?,
+                    limit,
+                    "rel. L2 error vs CPU f32",
+                );
             }
         }
         g.model.set_fused(true);
         // the model's own logits, in the dtype the device computed them in
-        let raw = g.model.logits_raw(&g.model.forward(&prompt, &mut g.model.new_cache(capacity)?, 4, 0)?)?;
+        let raw = g.model.logits_raw(&g.model.forward(
+            &prompt,
+            &mut g.model.new_cache(capacity)?,
+            4,
+            0,
+        )?)?;
         for (name, s) in sampler_settings() {
             let (bad, dc, de, over, rows) = compare_sampler(&raw, &s, mask, &mut rng)?;
             rep.check(
                 format!("sampler on model logits {dt:?} {name}: token mismatches"),
                 bad as f64,
                 0.0,
-                format!("{rows} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"),
+                format!(
+                    "{rows} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"
+                ),
             );
         }
     }
@@ -453,17 +602,26 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     ] {
         let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
         let block = [5u32, 31999, 31999, 7];
-        let cpu_m = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(DType::F32, paths), &Device::Cpu)?;
+        let cpu_m = Model::load(
+            &cfg,
+            &RandomWeights::on_host(&cfg, 9),
+            with(DType::F32, paths),
+            &Device::Cpu,
+        )?;
         // 320: the bench's cache, so the fixed window's mask hides most of its slots
         for cap in [capacity, 320] {
             let want = three_passes(&cpu_m, &prompt, &block, cap)?;
             for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
-                let mut g = Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(dt, paths), &dev)?;
+                let mut g =
+                    Model::load(&cfg, &RandomWeights::on_host(&cfg, 9), with(dt, paths), &dev)?;
                 for fused in [true, false] {
                     g.set_fused(fused);
                     let path = if g.fused() { "fused" } else { "generic" };
                     let got = three_passes(&g, &prompt, &block, cap)?;
-                    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+                    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"]
+                        .iter()
+                        .zip(got.iter().zip(&want))
+                    {
                         let what = format!("logits {label} cache {cap} {dt:?} {path} {name}");
                         rep.check(what, rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
                     }
@@ -477,7 +635,10 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
                         bail!("{label}: the streamed layer does not take a block pass here");
                     }
                     let got = three_passes(&g, &prompt, &block, cap)?;
-                    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"].iter().zip(got.iter().zip(&want)) {
+                    for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"]
+                        .iter()
+                        .zip(got.iter().zip(&want))
+                    {
                         let what = format!("logits {label} cache {cap} {dt:?} streamed {name}");
                         rep.check(what, rel_err(a, b)?, limit, "rel. L2 error vs CPU f32");
                     }
@@ -501,20 +662,33 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
         for (name, s) in sampler_settings() {
             let (bad, dc, de, over, n) = compare_sampler(&lg, &s, syn_mask, &mut rng)?;
             rep.check(
-                format!("sampler on synthetic {}-vocab {dt:?} {name}: token mismatches", args.vocab),
+                format!(
+                    "sampler on synthetic {}-vocab {dt:?} {name}: token mismatches",
+                    args.vocab
+                ),
                 bad as f64,
                 0.0,
-                format!("{n} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"),
+                format!(
+                    "{n} rows, {over} to host, max |dconf| {dc:.1e}, max |dH|/max(1,H) {de:.1e}"
+                ),
             );
             rep.check(format!("sampler synthetic {dt:?} {name}: max |d conf|"), dc, 1e-4, "");
-            rep.check(format!("sampler synthetic {dt:?} {name}: max |d entropy| / max(1, H)"), de, 1e-3, "");
+            rep.check(
+                format!("sampler synthetic {dt:?} {name}: max |d entropy| / max(1, H)"),
+                de,
+                1e-3,
+                "",
+            );
         }
     }
 
     // 3: sampler time per call, [4, vocab] bf16
     let lg = host.narrow(0, 0, 4)?.to_dtype(DType::BF16)?.to_device(&dev)?;
     let ut = Tensor::from_slice(&[0.3f32, 0.6, 0.9, 0.1], 4, &dev)?;
-    for (name, s) in [("greedy", Sampling::default()), ("T=1 k=50 p=0.9", Sampling { temperature: 1.0, top_k: 50, top_p: 0.9, seed: 0 })] {
+    for (name, s) in [
+        ("greedy", Sampling::default()),
+        ("T=1 k=50 p=0.9", Sampling { temperature: 1.0, top_k: 50, top_p: 0.9, seed: 0 }),
+    ] {
         let s = SamplerSpec::from(s);
         let p = KernelParams::new(&s, 0);
         for _ in 0..3 {
@@ -528,7 +702,10 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
         }
         dev.synchronize()?;
         let us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
-        println!("TIME sampler [4, {}] bf16 {name}: {us:.1} us per call (host-timed, back to back)", args.vocab);
+        println!(
+            "TIME sampler [4, {}] bf16 {name}: {us:.1} us per call (host-timed, back to back)",
+            args.vocab
+        );
         rep.timings_us.push((format!("sampler {name}"), us));
     }
 
@@ -560,7 +737,11 @@ mod tests {
         let mut rep = Report::default();
         attention_into_checks(&mut rep, &Device::Cpu).unwrap();
         assert_eq!(rep.checks.len(), 3);
-        assert!(rep.checks.iter().all(|c| c.pass && c.value == 0.0), "{:?}", rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>());
+        assert!(
+            rep.checks.iter().all(|c| c.pass && c.value == 0.0),
+            "{:?}",
+            rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -568,8 +749,23 @@ mod tests {
         let mut rep = Report::default();
         repack_checks(&mut rep, &Device::Cpu).unwrap();
         assert_eq!(rep.checks.len(), 4);
-        assert!(rep.checks.iter().all(|c| c.pass), "{:?}", rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>());
-        let w = Tensor::randn(0f32, 0.02, (64, 64), &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
-        assert!(rel_err(&crate::model::gemv::pack(&w).unwrap().flatten_all().unwrap(), &w.flatten_all().unwrap()).unwrap() > 0.1, "packing moves values");
+        assert!(
+            rep.checks.iter().all(|c| c.pass),
+            "{:?}",
+            rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>()
+        );
+        let w = Tensor::randn(0f32, 0.02, (64, 64), &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        assert!(
+            rel_err(
+                &crate::model::gemv::pack(&w).unwrap().flatten_all().unwrap(),
+                &w.flatten_all().unwrap()
+            )
+            .unwrap()
+                > 0.1,
+            "packing moves values"
+        );
     }
 }

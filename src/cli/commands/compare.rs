@@ -2,11 +2,11 @@
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::DecodeArgs;
-use crate::trace::compare::{compare, table};
-use crate::engine::{decode, EngineThread};
-use crate::trace::events::{Event, FinishReason};
 use crate::cli::session::Session;
+use crate::cli::DecodeArgs;
+use crate::engine::{decode, EngineThread};
+use crate::trace::compare::{compare, table};
+use crate::trace::events::{Event, FinishReason};
 use crate::tui::compare::CompareApp;
 use crate::tui::theme::Theme;
 
@@ -46,10 +46,12 @@ pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
 /// characters as visible stand-ins (a token's ESC must not drive the terminal), line breaks
 /// kept. The finish event's `text` is a lossy decode, U+FFFD for invalid bytes.
 fn output_text(events: &[Event]) -> String {
-    use crate::trace::detok::{settled, End};
     use crate::glyph::{escape, Mode};
+    use crate::trace::detok::{settled, End};
     let store = crate::trace::store::Store::from_events(events.iter().cloned());
-    let (Some(run), Some(Event::Finish(f))) = (store.run(), events.last()) else { return String::new() };
+    let (Some(run), Some(Event::Finish(f))) = (store.run(), events.last()) else {
+        return String::new();
+    };
     let bytes: Vec<u8> = f.output_ids.iter().flat_map(|&t| run.token_bytes(t).to_vec()).collect();
     let (texts, _) = settled(&[], &[&bytes], End::Final);
     texts.first().map_or(String::new(), |t| t.render(|s| escape(s, Mode::Prose).into_owned()))
@@ -89,7 +91,10 @@ fn serve(app: &mut CompareApp, events: [Option<Events>; 2]) -> Result<()> {
     let mut guard = crate::tui::terminal::Guard::enter()?;
     let (_signals, input) = crate::tui::terminal::input()?;
     // Compare cannot steer its engines: it asks nothing of them.
-    let result = rt.block_on(crate::tui::run(&mut guard.terminal, app, events, input, &mut |never| match never {}));
+    let result =
+        rt.block_on(crate::tui::run(&mut guard.terminal, app, events, input, &mut |never| {
+            match never {}
+        }));
     drop(guard);
     result
 }

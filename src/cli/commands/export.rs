@@ -16,7 +16,12 @@ use crate::trace::export::{escape_for_terminal, step_map_csv, steps_csv, tables,
 pub const PNG_ADVICE: &str = "--format png is not built in; write the figure with --format svg and convert it, e.g. \
     rsvg-convert --dpi-x 300 --dpi-y 300 map.svg -o map.png (librsvg), or resvg --dpi 300 map.svg map.png";
 
-pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&Path>) -> Result<()> {
+pub fn run(
+    trace: &Path,
+    format: ExportFormat,
+    table: ExportTable,
+    out: Option<&Path>,
+) -> Result<()> {
     if format == ExportFormat::Png {
         anyhow::bail!("{PNG_ADVICE}");
     }
@@ -28,7 +33,10 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
     let read = crate::trace::file::read_path(trace)?;
     if let Some(why) = &read.stopped {
         // The good part is still exported; say where the trace ended.
-        eprintln!("unmask: warning: {}; exporting the events before it", crate::glyph::escape_line(why));
+        eprintln!(
+            "unmask: warning: {}; exporting the events before it",
+            crate::glyph::escape_line(why)
+        );
     }
     let text = match format {
         ExportFormat::Svg => crate::tui::figure::step_map_svg(&read.events)
@@ -40,7 +48,12 @@ pub fn run(trace: &Path, format: ExportFormat, table: ExportTable, out: Option<&
 
 /// A table as CSV, or all three as JSON; token text escaped for a terminal when `to_stdout`
 /// goes to one.
-fn table_text(events: &[crate::trace::events::Event], format: ExportFormat, table: ExportTable, to_stdout: bool) -> Result<String> {
+fn table_text(
+    events: &[crate::trace::events::Event],
+    format: ExportFormat,
+    table: ExportTable,
+    to_stdout: bool,
+) -> Result<String> {
     let mut t = tables(events);
     if to_stdout && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         escape_for_terminal(&mut t);

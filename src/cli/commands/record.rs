@@ -6,12 +6,12 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
+use crate::cli::output::{check_outputs, create_streamed, is_stdout, write_atomically};
+use crate::cli::session::Session;
 use crate::cli::{CastArgs, DecodeArgs, LookArgs};
 use crate::trace::events::{Event, FinishReason};
-use crate::cli::output::{check_outputs, create_streamed, is_stdout, write_atomically};
-use crate::tui::record::{default_title, record_until, Pacing};
-use crate::cli::session::Session;
 use crate::trace::file::{self as trace, TraceWriter};
+use crate::tui::record::{default_title, record_until, Pacing};
 
 /// Decodes, streaming the trace (if asked) line by line as the events come, then renders the
 /// cast of everything decoded. Interrupted by a signal, the decode is cancelled and both
@@ -20,7 +20,13 @@ use crate::trace::file::{self as trace, TraceWriter};
 /// rendered so far, written whole. Outputs that are inputs of the decode (its prompt file, a
 /// file of its checkpoint) or each other are refused, and both are checked writable,
 /// before the checkpoint loads; `-` is stdout for either.
-pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: &CastArgs, look: &LookArgs) -> Result<()> {
+pub fn run(
+    args: &DecodeArgs,
+    cast: &Path,
+    trace_out: Option<&Path>,
+    cast_args: &CastArgs,
+    look: &LookArgs,
+) -> Result<()> {
     let pacing = cast_args.pacing(look.cast_theme());
     pacing.validate()?;
     let mut outputs = vec![("--cast", cast)];
@@ -28,8 +34,14 @@ pub fn run(args: &DecodeArgs, cast: &Path, trace_out: Option<&Path>, cast_args: 
     crate::cli::session::check_decode_outputs(args, &outputs)?;
     let session = Session::open(args)?;
     let mut writer = match trace_out {
-        Some(p) if is_stdout(p) => Some(TraceWriter::new(BufWriter::new(Box::new(std::io::stdout()) as Box<dyn Write>), "stdout")),
-        Some(p) => Some(TraceWriter::new(BufWriter::new(Box::new(create_streamed(p)?) as Box<dyn Write>), p.display().to_string())),
+        Some(p) if is_stdout(p) => Some(TraceWriter::new(
+            BufWriter::new(Box::new(std::io::stdout()) as Box<dyn Write>),
+            "stdout",
+        )),
+        Some(p) => Some(TraceWriter::new(
+            BufWriter::new(Box::new(create_streamed(p)?) as Box<dyn Write>),
+            p.display().to_string(),
+        )),
         None => None,
     };
     // Subscribed from the decode to the end of the cast: a signal between the two (once the
@@ -57,14 +69,26 @@ pub fn from_trace(file: &Path, cast: &Path, cast_args: &CastArgs, look: &LookArg
     if let Some(s) = &t.stopped {
         eprintln!("unmask: warning: trace stopped early: {}", crate::glyph::escape_line(s));
     }
-    write_cast(t.events, Some(file.display().to_string()), t.stopped, cast, (&pacing, cast_args.title.as_deref()))
+    write_cast(
+        t.events,
+        Some(file.display().to_string()),
+        t.stopped,
+        cast,
+        (&pacing, cast_args.title.as_deref()),
+    )
 }
 
 /// Renders and writes the cast, to a file whole (or not at all) or to stdout (`-`). A signal
 /// that comes while it renders (not one that cancelled the decode before: that decode's cast
 /// is rendered to its end) stops the rendering; the frames so far are written as a whole cast.
 /// `label`: the trace replayed, `None` for a live decode.
-fn write_cast(events: Vec<Event>, label: Option<String>, stopped: Option<String>, cast: &Path, (pacing, title): (&Pacing, Option<&str>)) -> Result<()> {
+fn write_cast(
+    events: Vec<Event>,
+    label: Option<String>,
+    stopped: Option<String>,
+    cast: &Path,
+    (pacing, title): (&Pacing, Option<&str>),
+) -> Result<()> {
     let title = title.map_or_else(|| default_title(&events), str::to_string);
     let signalled_before = crate::signals::caught().is_some();
     let stop = || !signalled_before && crate::signals::caught().is_some();

@@ -4,9 +4,9 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 
+use crate::cli::session::Session;
 use crate::cli::{DecodeArgs, StepsArgs};
 use crate::trace::events::{Event, FinishReason};
-use crate::cli::session::Session;
 use crate::trace::steps::{StepLine, StepLines};
 
 pub fn run(args: &StepsArgs) -> Result<()> {
@@ -64,7 +64,10 @@ fn list(path: &std::path::Path, out: &mut Lines<impl Write>) -> Result<()> {
     })?;
     if let Some(why) = stopped {
         // The good part is listed; say where the trace ended.
-        eprintln!("unmask: warning: {}; listing the steps before it", crate::glyph::escape_line(&why));
+        eprintln!(
+            "unmask: warning: {}; listing the steps before it",
+            crate::glyph::escape_line(&why)
+        );
     }
     Ok(())
 }
@@ -73,10 +76,11 @@ fn list(path: &std::path::Path, out: &mut Lines<impl Write>) -> Result<()> {
 /// cancels it between forwards; an engine that stops without a finish event is an error).
 fn live(args: &DecodeArgs, out: &mut Lines<impl Write>) -> Result<()> {
     let mut lines = StepLines::new();
-    let fin = crate::cli::commands::trace::stream(Session::open(args)?, |ev| match lines.push(ev) {
-        Some(l) => out.write(&l),
-        None => Ok(()),
-    })?;
+    let fin =
+        crate::cli::commands::trace::stream(Session::open(args)?, |ev| match lines.push(ev) {
+            Some(l) => out.write(&l),
+            None => Ok(()),
+        })?;
     if fin.reason == FinishReason::Error {
         bail!("decode failed: {}", fin.error.unwrap_or_default());
     }

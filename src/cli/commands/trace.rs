@@ -6,10 +6,10 @@ use std::sync::mpsc;
 
 use anyhow::{bail, Result};
 
+use crate::cli::session::Session;
 use crate::cli::DecodeArgs;
 use crate::engine::{Control, EngineThread};
 use crate::trace::events::{Event, FinishEvent, FinishReason};
-use crate::cli::session::Session;
 use crate::trace::file::TraceWriter;
 
 /// `out`: the trace's file; `None` or `-`, stdout. A file that is an input of the decode (the
@@ -41,9 +41,10 @@ pub fn run(args: &DecodeArgs, out: Option<&Path>) -> Result<()> {
 /// whole trace, and `main` then exits with 128 + the signal.
 pub fn stream(session: Session, mut each: impl FnMut(&Event) -> Result<()>) -> Result<FinishEvent> {
     let (tx, rx) = mpsc::channel::<Event>();
-    let engine = EngineThread::spawn(Box::new(session.denoiser), Box::new(session.tokenizer), move |ev| {
-        let _ = tx.send(ev);
-    });
+    let engine =
+        EngineThread::spawn(Box::new(session.denoiser), Box::new(session.tokenizer), move |ev| {
+            let _ = tx.send(ev);
+        });
     let control = engine.control.clone();
     let _signals = crate::signals::subscribe(move |_| {
         let _ = control.send(Control::Cancel);

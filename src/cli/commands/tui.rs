@@ -4,10 +4,10 @@ use std::io::IsTerminal;
 
 use anyhow::{bail, Result};
 
-use crate::cli::{DecodeArgs, LookArgs};
-use crate::engine::{Control, Request};
 use crate::cli::session::Session;
+use crate::cli::{DecodeArgs, LookArgs};
 use crate::engine::settings::DecodeSettings;
+use crate::engine::{Control, Request};
 use crate::tui::{self, App, EngineCmd};
 
 /// The TUI needs a terminal; a pipe or a file gets a pointer to `unmask trace` instead of
@@ -56,7 +56,11 @@ struct Loading(bool);
 impl Loading {
     fn say(args: &DecodeArgs) -> Loading {
         // (the embedded model loads at once)
-        let Some(model) = args.model.as_deref().filter(|_| std::io::stderr().is_terminal() && std::io::stdout().is_terminal()) else {
+        let Some(model) = args
+            .model
+            .as_deref()
+            .filter(|_| std::io::stderr().is_terminal() && std::io::stdout().is_terminal())
+        else {
             return Loading(false);
         };
         eprint!("unmask: loading {}…", crate::glyph::escape_line(&model.display().to_string()));

@@ -11,8 +11,10 @@ use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Tensor};
 use half::bf16;
 
-use crate::model::gemv::{entry_name, kernel_name, split_for, Dims, Epilogue, GemvInto, WeightLayout};
 use super::launch::{aligned, held_aligned, Args};
+use crate::model::gemv::{
+    entry_name, kernel_name, split_for, Dims, Epilogue, GemvInto, WeightLayout,
+};
 
 pub const SOURCE: &str = include_str!("../../../kernels/gemv.cu");
 pub(super) const MODULE: &str = "unmask_gemv";
@@ -57,14 +59,26 @@ fn launch_raw(
     let n_out = epilogue.out_rows(n);
     let s = split_for(n_out, k, epilogue, layout);
     let Some(name) = kernel_name(epilogue, rms.is_some(), res.is_some(), s.u) else {
-        candle_core::bail!("gemv: no kernel for {epilogue:?} with norm {} and residual {}", rms.is_some(), res.is_some());
+        candle_core::bail!(
+            "gemv: no kernel for {epilogue:?} with norm {} and residual {}",
+            rms.is_some(),
+            res.is_some()
+        );
     };
     let f = dev.get_or_load_custom_func(&entry_name(name, layout), MODULE, ptx(dev)?)?;
     let smem = s.smem_bytes(t, k, epilogue, rms.is_some());
     // x staged whole: past the default 48 KiB for K = 6144 and 8 rows
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )
+    .w()?;
     super::launch::carveout(&f)?;
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, 1, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
+    let cfg = LaunchConfig {
+        grid_dim: (s.blocks as u32, 1, 1),
+        block_dim: (s.threads() as u32, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(w).input(x).output(y);
@@ -101,7 +115,9 @@ pub fn launch_into(
 ) -> Result<()> {
     let dev = sx.device().clone();
     let (x, w) = (aligned(sx, lx, "gemv: x")?, aligned(sw, lw, "gemv: w")?);
-    let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("gemv: out must be contiguous") };
+    let Some((a, b)) = lo.contiguous_offsets() else {
+        candle_core::bail!("gemv: out must be contiguous")
+    };
     let mut y = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     // the residual, a tensor the op holds (not an operand), under its read lock
     let held = op.residual.map(Tensor::storage_and_layout);
@@ -111,16 +127,29 @@ pub fn launch_into(
 
 /// `n x k` bf16 values into layout `to` from the other (kernels/gemv.cu, `unmask_repack`; see
 /// gemv.rs, `pack` and `unpack`), into a new buffer.
-pub fn repack(to: WeightLayout, n: usize, k: usize, (s, l): (&CudaStorage, &Layout)) -> Result<CudaStorage> {
+pub fn repack(
+    to: WeightLayout,
+    n: usize,
+    k: usize,
+    (s, l): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
     let dev = s.device().clone();
     let src = aligned::<bf16>(s, l, "repack: weight")?;
     let mut dst = unsafe { dev.alloc::<bf16>(n * k)? };
     let f = dev.get_or_load_custom_func("unmask_repack", MODULE, ptx(&dev)?)?;
     let fragments = n * k / 8;
-    let cfg = LaunchConfig { grid_dim: (fragments.div_ceil(256).min(65535) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (fragments.div_ceil(256).min(65535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
-    b.input(&src).output(&mut dst).i32(n as i32).i32((k / 8) as i32).i32(i32::from(to == WeightLayout::Packed));
+    b.input(&src)
+        .output(&mut dst)
+        .i32(n as i32)
+        .i32((k / 8) as i32)
+        .i32(i32::from(to == WeightLayout::Packed));
     // SAFETY: unmask_repack(src, dst, rows, k8, to_packed) over n x k bf16 values in both,
     // 16-byte aligned (checked); n is whole tiles and k whole steps (the op checked).
     unsafe { b.launch(&f, cfg) }?;

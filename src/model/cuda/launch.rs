@@ -22,7 +22,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use candle_core::cuda_backend::cudarc::driver::sys;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop,
+};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage};
 
@@ -34,7 +36,10 @@ fn has_pdl(stream: &CudaStream) -> Result<bool> {
 
 /// The NVRTC target for `dev`'s kernels: compute_90 where griddepcontrol exists (the kernels'
 /// `__CUDA_ARCH__ >= 900` branches), else `fallback`.
-pub fn nvrtc_arch(dev: &CudaDevice, fallback: Option<&'static str>) -> Result<Option<&'static str>> {
+pub fn nvrtc_arch(
+    dev: &CudaDevice,
+    fallback: Option<&'static str>,
+) -> Result<Option<&'static str>> {
     Ok(if has_pdl(&dev.cuda_stream())? { Some("compute_90") } else { fallback })
 }
 
@@ -63,7 +68,9 @@ static CHOSEN: OnceLock<LaunchChoices> = OnceLock::new();
 pub fn choose(want: LaunchChoices) -> std::result::Result<(), String> {
     let have = *CHOSEN.get_or_init(|| want);
     if have != want {
-        return Err(format!("kernel launch choices {want:?} ignored: this process already launches with {have:?}"));
+        return Err(format!(
+            "kernel launch choices {want:?} ignored: this process already launches with {have:?}"
+        ));
     }
     Ok(())
 }
@@ -93,21 +100,31 @@ const CARVEOUT_PERCENT: i32 = 58;
 /// while any block runs on it, so under PDL a kernel's blocks ran under whatever split the
 /// kernel before them on that SM had asked for.
 pub fn carveout(f: &CudaFunction) -> Result<()> {
-    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, CARVEOUT_PERCENT).w()?;
+    f.set_attribute(
+        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+        CARVEOUT_PERCENT,
+    )
+    .w()?;
     Ok(())
 }
 
 /// The CUDA storage and layout of a tensor an op holds rather than takes as an operand, from
 /// its guard (`Tensor::storage_and_layout`), so that a launch with several such tensors keeps
 /// the guards side by side instead of a closure each.
-pub fn held_storage<'a>((st, l): &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<(&'a CudaStorage, &'a Layout)> {
+pub fn held_storage<'a>(
+    (st, l): &'a (impl Deref<Target = Storage>, &Layout),
+    what: &str,
+) -> Result<(&'a CudaStorage, &'a Layout)> {
     let Storage::Cuda(s) = &**st else { candle_core::bail!("{what}: not on the GPU") };
     Ok((s, l))
 }
 
 /// A held tensor's view ([`held_storage`]), contiguous and 16-byte aligned as [`aligned`]
 /// asks of operands.
-pub fn held_aligned<'a, T: CudaDType>(held: &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<CudaView<'a, T>> {
+pub fn held_aligned<'a, T: CudaDType>(
+    held: &'a (impl Deref<Target = Storage>, &Layout),
+    what: &str,
+) -> Result<CudaView<'a, T>> {
     let (s, l) = held_storage(held, what)?;
     aligned::<T>(s, l, what)
 }
@@ -118,8 +135,14 @@ pub fn held_aligned<'a, T: CudaDType>(held: &'a (impl Deref<Target = Storage>, &
 /// whatever the element type. Buffers are allocated at least 256-byte aligned, so the start
 /// offset decides. Operands the kernels read element by element (the residual, the router
 /// logits, the MoE kernels' f32 slots) are held to the same rule, so one check serves every operand.
-pub fn aligned<'a, T: CudaDType>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{what} must be contiguous") };
+pub fn aligned<'a, T: CudaDType>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    what: &str,
+) -> Result<CudaView<'a, T>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        candle_core::bail!("{what} must be contiguous")
+    };
     if !(a * std::mem::size_of::<T>()).is_multiple_of(16) {
         candle_core::bail!("{what} must start 16-byte aligned");
     }
@@ -178,7 +201,8 @@ impl<'a> Args<'a> {
     /// kernel must stay inside the buffers it is given.
     pub unsafe fn launch(mut self, f: &CudaFunction, cfg: LaunchConfig) -> Result<()> {
         let pdl = pdl(self.stream)?;
-        let mut params: Vec<*mut c_void> = self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        let mut params: Vec<*mut c_void> =
+            self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
         let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
         value.programmaticStreamSerializationAllowed = 1;
         let mut attr = sys::CUlaunchAttribute {
@@ -199,7 +223,9 @@ impl<'a> Args<'a> {
             numAttrs: u32::from(pdl),
         };
         self.stream.context().bind_to_thread().w()?;
-        sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()).result().w()?;
+        sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut())
+            .result()
+            .w()?;
         drop(self.guards);
         Ok(())
     }

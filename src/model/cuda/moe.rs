@@ -8,16 +8,21 @@
 //! block and the combine in the down kernel's last blocks, were slower than these four
 //! kernels.
 
-use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
 use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaView, CudaViewMut, LaunchConfig,
+};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{CudaDevice, CudaStorage, Layout, Result, StorageRef};
 use half::bf16;
 
 use super::launch::{aligned, held_aligned, held_storage, Args};
+use crate::model::fast::moe_grouped::{
+    expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, MAX_SLOTS, STATS_WORDS,
+    TABLE_WORDS,
+};
 use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
-use crate::model::fast::moe_grouped::{expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, MAX_SLOTS, STATS_WORDS, TABLE_WORDS};
 
 /// The words `[at, at + len)` of the tables buffer, from its guard (`storage_and_layout`: the
 /// ops hold the buffer, it is not an operand): a layer's table, the counters. The kernels write
@@ -30,12 +35,27 @@ fn words<'a>(g: &'a (StorageRef<'_>, &Layout), at: usize, len: usize) -> Result<
 
 /// A grouped kernel of the gemv module with its dynamic shared memory allowed; grid (tiles, T
 /// * k slots: blocks past the pass's distinct experts return).
-fn grouped_fn(dev: &CudaDevice, name: &str, s: &Split, smem: usize, t: usize, k: usize) -> Result<(impl std::ops::Deref<Target = CudaFunction>, LaunchConfig)> {
+fn grouped_fn(
+    dev: &CudaDevice,
+    name: &str,
+    s: &Split,
+    smem: usize,
+    t: usize,
+    k: usize,
+) -> Result<(impl std::ops::Deref<Target = CudaFunction>, LaunchConfig)> {
     let f = dev.get_or_load_custom_func(name, super::gemv::MODULE, super::gemv::ptx(dev)?)?;
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )
+    .w()?;
     super::launch::carveout(&f)?;
     let slots = (t * k).min(MAX_SLOTS) as u32;
-    let cfg = LaunchConfig { grid_dim: (s.blocks as u32, slots, 1), block_dim: (s.threads() as u32, 1, 1), shared_mem_bytes: smem as u32 };
+    let cfg = LaunchConfig {
+        grid_dim: (s.blocks as u32, slots, 1),
+        block_dim: (s.threads() as u32, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
     Ok((f, cfg))
 }
 
@@ -47,18 +67,36 @@ pub fn experts_up(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sx.device().clone();
-    let (x, w) = (aligned::<bf16>(sx, lx, "moe: x")?, aligned::<bf16>(sw, lw, "moe: expert gate|up")?);
-    let Some((a, b)) = la.contiguous_offsets() else { candle_core::bail!("moe up: act must be contiguous") };
+    let (x, w) =
+        (aligned::<bf16>(sx, lx, "moe: x")?, aligned::<bf16>(sw, lw, "moe: expert gate|up")?);
+    let Some((a, b)) = la.contiguous_offsets() else {
+        candle_core::bail!("moe up: act must be contiguous")
+    };
     let mut act = sa.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     let s = grouped_split(i, h, Epilogue::SiluMul);
     route(op, (t, e), &dev)?;
     let smem = s.smem_bytes(t, h, Epilogue::SiluMul, true);
-    let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)), &s, smem, t, op.k)?;
+    let (f, cfg) = grouped_fn(
+        &dev,
+        &entry_name("unmask_gemv_moe_up_u4", expert_layout(lw)),
+        &s,
+        smem,
+        t,
+        op.k,
+    )?;
     let tg = op.tables.storage_and_layout();
     let table = words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?;
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
-    b.input(&w).input(&x).output(&mut act).input(&table).i32(t as i32).i32(i as i32).i32((h / 8) as i32).i32(s.ks as i32).f32(op.eps);
+    b.input(&w)
+        .input(&x)
+        .output(&mut act)
+        .input(&table)
+        .i32(t as i32)
+        .i32(i as i32)
+        .i32((h / 8) as i32)
+        .i32(s.ks as i32)
+        .f32(op.eps);
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_up_u4[_p](w, x, act, MoeTable*, t_len, n, k8,
     // ks, eps); the op's dims checked w (E x 2 I x H), x and act; the route kernel before it
     // wrote the table (expert ids < E).
@@ -67,15 +105,32 @@ pub fn experts_up(
 
 /// The routing: one block of 32 T threads writes the layer's table.
 fn route(op: &ExpertsUpInto<'_>, (t, e): (usize, usize), dev: &CudaDevice) -> Result<()> {
-    let f = dev.get_or_load_custom_func("unmask_moe_route", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
-    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32 * t as u32, 1, 1), shared_mem_bytes: route_scratch_bytes(e) as u32 };
+    let f = dev.get_or_load_custom_func(
+        "unmask_moe_route",
+        super::gemv::MODULE,
+        super::gemv::ptx(dev)?,
+    )?;
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32 * t as u32, 1, 1),
+        shared_mem_bytes: route_scratch_bytes(e) as u32,
+    };
     let n = op.tables.elem_count();
     let (lg, tg) = (op.logits.storage_and_layout(), op.tables.storage_and_layout());
     let logits = held_aligned::<bf16>(&lg, "moe: router logits")?;
-    let (table, stats) = (words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?, words(&tg, n - STATS_WORDS, STATS_WORDS)?);
+    let (table, stats) = (
+        words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?,
+        words(&tg, n - STATS_WORDS, STATS_WORDS)?,
+    );
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
-    b.input(&logits).input(&table).input(&stats).i32(t as i32).i32(e as i32).i32(op.k as i32).i32(i32::from(op.norm));
+    b.input(&logits)
+        .input(&table)
+        .input(&stats)
+        .i32(t as i32)
+        .i32(e as i32)
+        .i32(op.k as i32)
+        .i32(i32::from(op.norm));
     // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2], t, e, k,
     // norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold the
     // layer; the scratch fits e experts (at most 4.8 KB).
@@ -90,17 +145,35 @@ pub fn experts_down(
     (sw, lw): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sa.device().clone();
-    let (act, w) = (aligned::<bf16>(sa, la, "moe: act")?, aligned::<bf16>(sw, lw, "moe: expert down")?);
-    let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("moe down: out must be contiguous") };
+    let (act, w) =
+        (aligned::<bf16>(sa, la, "moe: act")?, aligned::<bf16>(sw, lw, "moe: expert down")?);
+    let Some((a, b)) = lo.contiguous_offsets() else {
+        candle_core::bail!("moe down: out must be contiguous")
+    };
     let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
     let s = grouped_split(h, i, Epilogue::Plain);
     let smem = s.smem_bytes(t, i, Epilogue::Plain, false);
-    let (f, cfg) = grouped_fn(&dev, &entry_name("unmask_gemv_moe_down_u8", expert_layout(lw)), &s, smem, t, op.k)?;
+    let (f, cfg) = grouped_fn(
+        &dev,
+        &entry_name("unmask_gemv_moe_down_u8", expert_layout(lw)),
+        &s,
+        smem,
+        t,
+        op.k,
+    )?;
     let (pg, tg) = (op.part.storage_and_layout(), op.tables.storage_and_layout());
-    let (part, table) = (held_aligned::<f32>(&pg, "moe: part")?, words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?);
+    let (part, table) =
+        (held_aligned::<f32>(&pg, "moe: part")?, words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?);
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
-    b.input(&w).input(&act).input(&part).input(&table).i32(t as i32).i32(h as i32).i32((i / 8) as i32).i32(s.ks as i32);
+    b.input(&w)
+        .input(&act)
+        .input(&part)
+        .input(&table)
+        .i32(t as i32)
+        .i32(h as i32)
+        .i32((i / 8) as i32)
+        .i32(s.ks as i32);
     // SAFETY: kernels/gemv.cu's unmask_gemv_moe_down_u8[_p](w, x, part [t k, h] f32, MoeTable*,
     // t_len, n, k8, ks); the op's dims checked act, w and part; the table was written by this
     // layer's route kernel (expert ids < E), which has finished when this kernel starts: the up
@@ -111,11 +184,25 @@ pub fn experts_down(
 }
 
 /// The combine: `out = bf16(bf16(Σ_j part) + res)`, a thread an element.
-fn combine(op: &ExpertsDownInto<'_>, (t, h): (usize, usize), out: &mut CudaViewMut<'_, bf16>, dev: &CudaDevice) -> Result<()> {
-    let f = dev.get_or_load_custom_func("unmask_moe_combine", super::gemv::MODULE, super::gemv::ptx(dev)?)?;
-    let cfg = LaunchConfig { grid_dim: ((t * h).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+fn combine(
+    op: &ExpertsDownInto<'_>,
+    (t, h): (usize, usize),
+    out: &mut CudaViewMut<'_, bf16>,
+    dev: &CudaDevice,
+) -> Result<()> {
+    let f = dev.get_or_load_custom_func(
+        "unmask_moe_combine",
+        super::gemv::MODULE,
+        super::gemv::ptx(dev)?,
+    )?;
+    let cfg = LaunchConfig {
+        grid_dim: ((t * h).div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let (pg, rg) = (op.part.storage_and_layout(), op.res.storage_and_layout());
-    let (part, res) = (held_aligned::<f32>(&pg, "moe: part")?, held_aligned::<bf16>(&rg, "moe: residual")?);
+    let (part, res) =
+        (held_aligned::<f32>(&pg, "moe: part")?, held_aligned::<bf16>(&rg, "moe: residual")?);
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
     b.input(&part).input(&res).output(out).i32(t as i32).i32(h as i32).i32(op.k as i32);

@@ -41,19 +41,36 @@ fn text(buf: &[c_char]) -> String {
 /// The PTX of the source `src` (`name`: its file name, for NVRTC's messages) for `arch`, or
 /// NVRTC's default target without one, the source and headers read from `kernels` where it
 /// names a folder; on failure NVRTC's error, the options and the log.
-pub fn compile_ptx(src: &str, name: &str, arch: Option<&str>, kernels: Option<&Path>) -> Result<String, String> {
+pub fn compile_ptx(
+    src: &str,
+    name: &str,
+    arch: Option<&str>,
+    kernels: Option<&Path>,
+) -> Result<String, String> {
     let c = |s: &str| CString::new(s).map_err(|e| format!("{name}: {e}"));
     let (src, file) = (c(&kernel_source(kernels, name, src)?)?, c(name)?);
-    let texts = HEADERS.iter().map(|(n, t)| c(&kernel_source(kernels, n, t)?)).collect::<Result<Vec<_>, _>>()?;
+    let texts = HEADERS
+        .iter()
+        .map(|(n, t)| c(&kernel_source(kernels, n, t)?))
+        .collect::<Result<Vec<_>, _>>()?;
     let names = HEADERS.iter().map(|(n, _)| c(n)).collect::<Result<Vec<_>, _>>()?;
     let headers: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
     let includes: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let mut prog = MaybeUninit::uninit();
     // SAFETY: every pointer is a NUL-terminated string, alive until this function returns,
     // after the program is destroyed; as many headers as include names.
-    unsafe { sys::nvrtcCreateProgram(prog.as_mut_ptr(), src.as_ptr(), file.as_ptr(), HEADERS.len() as i32, headers.as_ptr(), includes.as_ptr()) }
-        .result()
-        .map_err(|e| format!("{e:?}"))?;
+    unsafe {
+        sys::nvrtcCreateProgram(
+            prog.as_mut_ptr(),
+            src.as_ptr(),
+            file.as_ptr(),
+            HEADERS.len() as i32,
+            headers.as_ptr(),
+            includes.as_ptr(),
+        )
+    }
+    .result()
+    .map_err(|e| format!("{e:?}"))?;
     // SAFETY: nvrtcCreateProgram succeeded, so it wrote the program.
     let prog = Program(unsafe { prog.assume_init() });
     let opts: Vec<String> = arch.map(|a| format!("--gpu-architecture={a}")).into_iter().collect();

@@ -44,7 +44,11 @@ fn suffix(dt: DType) -> Result<&'static str> {
     }
 }
 
-fn view<'a, T: CudaDType + DeviceRepr>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+fn view<'a, T: CudaDType + DeviceRepr>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    what: &str,
+) -> Result<CudaView<'a, T>> {
     let Some((a, b)) = l.contiguous_offsets() else {
         candle_core::bail!("{what}: input must be contiguous");
     };
@@ -58,7 +62,10 @@ fn func_name(name: &str, dt: DType) -> Result<String> {
 /// A view of a tensor that is not one of the op's operands, from its held storage
 /// (`Tensor::storage_and_layout`), so that a kernel with several such tensors needs no closure
 /// per tensor.
-fn held_view<'a, T: CudaDType + DeviceRepr>(held: &'a (impl Deref<Target = Storage>, &Layout), what: &str) -> Result<CudaView<'a, T>> {
+fn held_view<'a, T: CudaDType + DeviceRepr>(
+    held: &'a (impl Deref<Target = Storage>, &Layout),
+    what: &str,
+) -> Result<CudaView<'a, T>> {
     let (s, l) = super::launch::held_storage(held, what)?;
     view::<T>(s, l, what)
 }
@@ -80,13 +87,18 @@ pub fn qkv_prep(
     let n = nh * t_len * d;
     let dt = s1.dtype();
     // a warp per head where the head is 128 wide (every Qwen3) and the rows 8-byte aligned
-    let by_warp = dt == DType::BF16 && d == 128 && [l1, l2, l3].iter().all(|l| l.start_offset() % 4 == 0);
+    let by_warp =
+        dt == DType::BF16 && d == 128 && [l1, l2, l3].iter().all(|l| l.start_offset() % 4 == 0);
     let (name, blocks, smem) = if by_warp {
         ("unmask_qkv_prep_bf16_d128".to_string(), nh.div_ceil(4), 0)
     } else {
         (func_name("unmask_qkv_prep", dt)?, nh, 3 * d * 4)
     };
-    let cfg = LaunchConfig { grid_dim: (blocks as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem as u32 };
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, t_len as u32, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
     let f = dev.get_or_load_custom_func(&name, MODULE, ptx(&dev)?)?;
     let stream = dev.cuda_stream();
     let (t_i, h_i, kv_i, d_i) = (t_len as i32, h as i32, kv as i32, d as i32);
@@ -97,7 +109,8 @@ pub fn qkv_prep(
             let sin = view::<$T>(s3, l3, "qkv-prep sin")?;
             let mut out = unsafe { dev.alloc::<$T>(n)? };
             let held = [&op.q_norm, &op.k_norm].map(Tensor::storage_and_layout);
-            let (qn, kn) = (held_view::<$T>(&held[0], "q_norm")?, held_view::<$T>(&held[1], "k_norm")?);
+            let (qn, kn) =
+                (held_view::<$T>(&held[0], "q_norm")?, held_view::<$T>(&held[1], "k_norm")?);
             let mut b = Args::new(&stream);
             b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut out);
             b.i32(t_i).i32(h_i).i32(kv_i);
@@ -130,7 +143,11 @@ fn attention_cfg(op: &Attention, t_len: usize) -> Result<LaunchConfig> {
         );
     }
     let smem = (d + keys + 16 * d) * 4;
-    Ok(LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 })
+    Ok(LaunchConfig {
+        grid_dim: (h as u32, t_len as u32, 1),
+        block_dim: (512, 1, 1),
+        shared_mem_bytes: smem as u32,
+    })
 }
 
 pub fn attention(
@@ -146,13 +163,15 @@ pub fn attention(
     let cfg = attention_cfg(op, t_len)?;
     let dt = sq.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_attention", dt)?, MODULE, ptx(&dev)?)?;
-    let (t_i, h_i, kv_i, d_i, cap_i, keys_i) = (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
+    let (t_i, h_i, kv_i, d_i, cap_i, keys_i) =
+        (t_len as i32, h as i32, kv as i32, d as i32, cap as i32, keys as i32);
     let stream = dev.cuda_stream();
     macro_rules! go {
         ($T:ty) => {{
             let q = view::<$T>(sq, lq, "attention q")?;
             let kvv = view::<$T>(skv, lkv, "attention kv")?;
-            let (kpart, vpart) = (kvv.slice(0..kv * cap * d), kvv.slice(kv * cap * d..2 * kv * cap * d));
+            let (kpart, vpart) =
+                (kvv.slice(0..kv * cap * d), kvv.slice(kv * cap * d..2 * kv * cap * d));
             let mut out = unsafe { dev.alloc::<$T>(t_len * h * d)? };
             let m = mask.map(|(s, l)| view::<$T>(s, l, "attention mask")).transpose()?;
             let mut b = Args::new(&stream);
@@ -161,7 +180,14 @@ pub fn attention(
                 Some(m) => b.input(m),
                 None => b.null(),
             };
-            b.output(&mut out).i32(t_i).i32(h_i).i32(kv_i).i32(d_i).i32(cap_i).i32(keys_i).f32(op.scale);
+            b.output(&mut out)
+                .i32(t_i)
+                .i32(h_i)
+                .i32(kv_i)
+                .i32(d_i)
+                .i32(cap_i)
+                .i32(keys_i)
+                .f32(op.scale);
             unsafe { b.launch(&f, cfg) }?;
             wrap(out, &dev)
         }};
@@ -174,12 +200,17 @@ pub fn attention(
     Ok((st, Shape::from((t_len, h * d))))
 }
 
-pub fn silu_mul(op: &SiluMul, t_len: usize, (s, l): (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+pub fn silu_mul(
+    op: &SiluMul,
+    t_len: usize,
+    (s, l): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
     let dev = s.device().clone();
     let i = op.intermediate;
     let n = t_len * i;
     let blocks = n.div_ceil(256).min(65535) as u32;
-    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg =
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let dt = s.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_silu_mul", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, i_i) = (t_len as i32, i as i32);
@@ -226,7 +257,11 @@ pub fn add_rms_norm(
         (false, true) => (func_name("unmask_add_rms_norm", dt)?, 256),
         (false, false) => (func_name("unmask_add_rms_norm", dt)?, 1024),
     };
-    let cfg = LaunchConfig { grid_dim: (t_len as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (t_len as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let f = dev.get_or_load_custom_func(&name, MODULE, ptx(&dev)?)?;
     let (t_i, h_i) = (t_len as i32, h as i32);
     let stream = dev.cuda_stream();
@@ -257,7 +292,11 @@ pub fn kv_write(
     (sp, lp): (&CudaStorage, &Layout),
 ) -> Result<()> {
     let dev = sc.device().clone();
-    let cfg = LaunchConfig { grid_dim: (rows as u32, t_len as u32, 1), block_dim: (d.min(1024) as u32, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, t_len as u32, 1),
+        block_dim: (d.min(1024) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let dt = sc.dtype();
     let f = dev.get_or_load_custom_func(&func_name("unmask_kv_write", dt)?, MODULE, ptx(&dev)?)?;
     let (t_i, d_i, cap_i) = (t_len as i32, d as i32, cap as i32);
@@ -295,7 +334,11 @@ pub struct QkvPrepCache<'a> {
 impl QkvPrepCache<'_> {
     /// bf16 on the GPU, heads of 128 (the kernel's warp a head), every row 8-byte aligned.
     pub fn fits(op: &QkvPrep, q_out: &Tensor, qkv: &Tensor) -> bool {
-        let ok = |t: &Tensor| t.dtype() == DType::BF16 && t.is_contiguous() && t.layout().start_offset().is_multiple_of(4);
+        let ok = |t: &Tensor| {
+            t.dtype() == DType::BF16
+                && t.is_contiguous()
+                && t.layout().start_offset().is_multiple_of(4)
+        };
         q_out.device().is_cuda() && op.head_dim == 128 && ok(q_out) && ok(qkv)
     }
 }
@@ -305,36 +348,84 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
         "unmask-qkv-prep-cache"
     }
 
-    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout) -> Result<()> {
-        candle_core::bail!("qkv-prep-cache is the GPU kernel; the CPU composes qkv_prep and kv_write")
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> Result<()> {
+        candle_core::bail!(
+            "qkv-prep-cache is the GPU kernel; the CPU composes qkv_prep and kv_write"
+        )
     }
 
-    fn cuda_fwd(&self, sc: &mut CudaStorage, lc: &Layout, sq: &CudaStorage, lq: &Layout, sp: &CudaStorage, lp: &Layout) -> Result<()> {
+    fn cuda_fwd(
+        &self,
+        sc: &mut CudaStorage,
+        lc: &Layout,
+        sq: &CudaStorage,
+        lq: &Layout,
+        sp: &CudaStorage,
+        lp: &Layout,
+    ) -> Result<()> {
         let op = self.prep;
         let (h, kv, d) = (op.heads, op.kv_heads, op.head_dim);
         let (t_len, width) = lq.shape().dims2()?;
         let (two, ckv, cap, cd) = lc.shape().dims4()?;
-        if width != (h + 2 * kv) * d || (two, ckv, cd) != (2, kv, d) || lp.shape().dims1()? != t_len {
-            candle_core::bail!("qkv-prep-cache: qkv {:?}, cache {:?}, positions {:?}", lq.shape(), lc.shape(), lp.shape());
+        if width != (h + 2 * kv) * d || (two, ckv, cd) != (2, kv, d) || lp.shape().dims1()? != t_len
+        {
+            candle_core::bail!(
+                "qkv-prep-cache: qkv {:?}, cache {:?}, positions {:?}",
+                lq.shape(),
+                lc.shape(),
+                lp.shape()
+            );
         }
-        if self.q_out.dims() != [h, t_len, d] || self.cos.dims() != [t_len, d / 2] || self.sin.dims() != [t_len, d / 2] {
-            candle_core::bail!("qkv-prep-cache: q buffer {:?}, cos {:?} for {t_len} rows", self.q_out.shape(), self.cos.shape());
+        if self.q_out.dims() != [h, t_len, d]
+            || self.cos.dims() != [t_len, d / 2]
+            || self.sin.dims() != [t_len, d / 2]
+        {
+            candle_core::bail!(
+                "qkv-prep-cache: q buffer {:?}, cos {:?} for {t_len} rows",
+                self.q_out.shape(),
+                self.cos.shape()
+            );
         }
         let dev = sq.device().clone();
         let nh = h + 2 * kv;
-        let cfg = LaunchConfig { grid_dim: (nh.div_ceil(4) as u32, t_len as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (nh.div_ceil(4) as u32, t_len as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let f = dev.get_or_load_custom_func("unmask_qkv_prep_kv_bf16_d128", MODULE, ptx(&dev)?)?;
         let stream = dev.cuda_stream();
         let qkv = view::<bf16>(sq, lq, "qkv-prep qkv")?;
         let pos = view::<u32>(sp, lp, "qkv-prep positions")?;
-        let Some((a, b)) = lc.contiguous_offsets() else { candle_core::bail!("qkv-prep-cache: the cache must be contiguous") };
+        let Some((a, b)) = lc.contiguous_offsets() else {
+            candle_core::bail!("qkv-prep-cache: the cache must be contiguous")
+        };
         let mut cache = sc.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
-        let held = [self.q_out, self.cos, self.sin, &op.q_norm, &op.k_norm].map(Tensor::storage_and_layout);
+        let held = [self.q_out, self.cos, self.sin, &op.q_norm, &op.k_norm]
+            .map(Tensor::storage_and_layout);
         let [q_out, cos, sin, qn, kn] = &held;
-        let (q_out, cos, sin) = (held_view::<bf16>(q_out, "q buffer")?, held_view::<bf16>(cos, "cos")?, held_view::<bf16>(sin, "sin")?);
+        let (q_out, cos, sin) = (
+            held_view::<bf16>(q_out, "q buffer")?,
+            held_view::<bf16>(cos, "cos")?,
+            held_view::<bf16>(sin, "sin")?,
+        );
         let (qn, kn) = (held_view::<bf16>(qn, "q_norm")?, held_view::<bf16>(kn, "k_norm")?);
         let mut b = Args::new(&stream);
-        b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).input(&q_out).output(&mut cache);
+        b.input(&qkv)
+            .input(&qn)
+            .input(&kn)
+            .input(&cos)
+            .input(&sin)
+            .input(&q_out)
+            .output(&mut cache);
         b.input(&pos).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).f32(op.eps);
         // SAFETY: kernels/fused.cu's unmask_qkv_prep_kv_bf16_d128 signature; shapes
         // checked above, slots checked by the caller (positions < capacity).
@@ -359,7 +450,11 @@ pub struct PrepAttentionInto<'a> {
 
 /// Whether a block of `dev` may take `bytes` of dynamic shared memory (opted in past 48 KiB).
 fn smem_fits(dev: &CudaDevice, bytes: usize) -> Result<bool> {
-    let max = dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).w()?;
+    let max = dev
+        .cuda_stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .w()?;
     Ok(bytes <= max as usize)
 }
 
@@ -375,7 +470,11 @@ impl PrepAttentionInto<'_> {
     /// attention kernel ([`AttentionInto`]).
     pub fn fits(prep: &QkvPrep, op: &Attention, qkv: &Tensor, out: &Tensor) -> bool {
         let (Device::Cuda(dev), Ok(t)) = (qkv.device(), qkv.dim(0)) else { return false };
-        let ok = |x: &Tensor| x.dtype() == DType::BF16 && x.is_contiguous() && x.layout().start_offset().is_multiple_of(8);
+        let ok = |x: &Tensor| {
+            x.dtype() == DType::BF16
+                && x.is_contiguous()
+                && x.layout().start_offset().is_multiple_of(8)
+        };
         prep.head_dim == 128
             && op.head_dim == 128
             && op.keys <= 512
@@ -391,11 +490,29 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
         "unmask-prep-attention-into"
     }
 
-    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout) -> Result<()> {
-        candle_core::bail!("prep-attention-into is the GPU kernel; the CPU composes q/k prep and attention")
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> Result<()> {
+        candle_core::bail!(
+            "prep-attention-into is the GPU kernel; the CPU composes q/k prep and attention"
+        )
     }
 
-    fn cuda_fwd(&self, sc: &mut CudaStorage, lc: &Layout, sq: &CudaStorage, lq: &Layout, sp: &CudaStorage, lp: &Layout) -> Result<()> {
+    fn cuda_fwd(
+        &self,
+        sc: &mut CudaStorage,
+        lc: &Layout,
+        sq: &CudaStorage,
+        lq: &Layout,
+        sp: &CudaStorage,
+        lp: &Layout,
+    ) -> Result<()> {
         let (prep, op) = (self.prep, self.op);
         let (h, kv, keys) = (op.heads, op.kv_heads, op.keys);
         let (t_len, width) = lq.shape().dims2()?;
@@ -414,34 +531,69 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
             && self.sin.dims() == [t_len, 64]
             && self.mask.is_none_or(|m| m.dims() == [t_len, keys]);
         if !fits {
-            candle_core::bail!("prep-attention-into: qkv {:?}, cache {:?}, positions {:?}, out {:?} for {op:?}", lq.shape(), lc.shape(), lp.shape(), self.out.shape());
+            candle_core::bail!(
+                "prep-attention-into: qkv {:?}, cache {:?}, positions {:?}, out {:?} for {op:?}",
+                lq.shape(),
+                lc.shape(),
+                lp.shape(),
+                self.out.shape()
+            );
         }
         let dev = sq.device().clone();
         let smem = prep_smem(keys);
-        let f = dev.get_or_load_custom_func("unmask_attention_prep_bf16_d128", MODULE, ptx(&dev)?)?;
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+        let f =
+            dev.get_or_load_custom_func("unmask_attention_prep_bf16_d128", MODULE, ptx(&dev)?)?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .w()?;
         super::launch::carveout(&f)?;
-        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 };
+        let cfg = LaunchConfig {
+            grid_dim: (h as u32, t_len as u32, 1),
+            block_dim: (512, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
         let stream = dev.cuda_stream();
         let qkv = view::<bf16>(sq, lq, "prep-attention qkv")?;
         let pos = view::<u32>(sp, lp, "prep-attention positions")?;
-        let Some((a, b)) = lc.contiguous_offsets() else { candle_core::bail!("prep-attention-into: the cache must be contiguous") };
+        let Some((a, b)) = lc.contiguous_offsets() else {
+            candle_core::bail!("prep-attention-into: the cache must be contiguous")
+        };
         let mut cache = sc.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
         let (mut k_half, mut v_half) = cache.split_at_mut(kv * cap * 128);
-        let held = [self.out, self.cos, self.sin, &prep.q_norm, &prep.k_norm].map(Tensor::storage_and_layout);
+        let held = [self.out, self.cos, self.sin, &prep.q_norm, &prep.k_norm]
+            .map(Tensor::storage_and_layout);
         let [out, cos, sin, qn, kn] = &held;
-        let (out, cos, sin) = (held_view::<bf16>(out, "attention output")?, held_view::<bf16>(cos, "cos")?, held_view::<bf16>(sin, "sin")?);
+        let (out, cos, sin) = (
+            held_view::<bf16>(out, "attention output")?,
+            held_view::<bf16>(cos, "cos")?,
+            held_view::<bf16>(sin, "sin")?,
+        );
         let (qn, kn) = (held_view::<bf16>(qn, "q_norm")?, held_view::<bf16>(kn, "k_norm")?);
         let mask_held = self.mask.map(Tensor::storage_and_layout);
-        let mask = mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
+        let mask =
+            mask_held.as_ref().map(|m| held_view::<bf16>(m, "attention mask")).transpose()?;
         let mut b = Args::new(&stream);
-        b.input(&qkv).input(&qn).input(&kn).input(&cos).input(&sin).output(&mut k_half).output(&mut v_half);
+        b.input(&qkv)
+            .input(&qn)
+            .input(&kn)
+            .input(&cos)
+            .input(&sin)
+            .output(&mut k_half)
+            .output(&mut v_half);
         match &mask {
             Some(m) => b.input(m),
             None => b.null(),
         };
         b.input(&pos).input(&out);
-        b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale).f32(prep.eps);
+        b.i32(t_len as i32)
+            .i32(h as i32)
+            .i32(kv as i32)
+            .i32(cap as i32)
+            .i32(keys as i32)
+            .f32(op.scale)
+            .f32(prep.eps);
         // SAFETY: kernels/fused.cu's unmask_attention_prep_bf16_d128 signature; shapes checked
         // above (T <= 15, keys <= 512 within the cache, heads of 128) and by `fits` (8-byte
         // aligned rows, the shared memory within the GPU's); the slots are below the capacity
@@ -524,21 +676,37 @@ impl AttentionInto<'_> {
         let op = self.op;
         let (h, kv, keys) = (op.heads, op.kv_heads, op.keys);
         let smem = staged_smem(keys);
-        let f = dev.get_or_load_custom_func("unmask_attention_staged_bf16_d128", MODULE, ptx(dev)?)?;
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32).w()?;
+        let f =
+            dev.get_or_load_custom_func("unmask_attention_staged_bf16_d128", MODULE, ptx(dev)?)?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .w()?;
         super::launch::carveout(&f)?;
-        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: smem as u32 };
+        let cfg = LaunchConfig {
+            grid_dim: (h as u32, t_len as u32, 1),
+            block_dim: (512, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
         let stream = dev.cuda_stream();
         let mask_held = self.mask.map(Tensor::storage_and_layout);
         let views = AttentionViews::new((sq, lq), (skv, lkv), kv * cap * 128, mask_held.as_ref())?;
-        let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
+        let Some((a, b)) = lo.contiguous_offsets() else {
+            candle_core::bail!("attention-into: output must be contiguous")
+        };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
         let pos_held = self.positions.storage_and_layout();
         let pos = held_view::<u32>(&pos_held, "attention positions")?;
         let mut b = Args::new(&stream);
         views.push(&mut b);
         b.input(&pos).output(&mut out);
-        b.i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+        b.i32(t_len as i32)
+            .i32(h as i32)
+            .i32(kv as i32)
+            .i32(cap as i32)
+            .i32(keys as i32)
+            .f32(op.scale);
         // SAFETY: the kernel's signature; shapes checked by the caller (`op.check`: q [H, T, 128],
         // the cache [2, KV, cap, 128], keys <= cap, the mask [T, keys]) and by `staged`
         // (positions [T], T <= 16, keys <= 512); the kernel reads a position's row only if it
@@ -564,7 +732,11 @@ const SPLIT_STRIDE: usize = 132;
 /// exponentials (bf16, rows padded to 16), each row's (max, sum).
 const fn split_smem(r: usize) -> usize {
     const VP: usize = 136;
-    SPLIT_KEYS * VP * 2 + r * 128 * 2 + r * (SPLIT_KEYS + 1) * 4 + r.div_ceil(16) * 16 * VP * 2 + r * 2 * 4
+    SPLIT_KEYS * VP * 2
+        + r * 128 * 2
+        + r * (SPLIT_KEYS + 1) * 4
+        + r.div_ceil(16) * 16 * VP * 2
+        + r * 2 * 4
 }
 
 impl AttentionInto<'_> {
@@ -592,25 +764,55 @@ impl AttentionInto<'_> {
         let views = AttentionViews::new((sq, lq), (skv, lkv), kv * cap * 128, mask_held.as_ref())?;
         // (max, sum, V sum) of every row for every chunk; freed in stream order after the merge
         let mut part = unsafe { dev.alloc::<f32>(kv * chunks * rows * SPLIT_STRIDE)? };
-        let f = dev.get_or_load_custom_func(&format!("unmask_attention_split_r{r}_bf16_d128"), MODULE, ptx(dev)?)?;
+        let f = dev.get_or_load_custom_func(
+            &format!("unmask_attention_split_r{r}_bf16_d128"),
+            MODULE,
+            ptx(dev)?,
+        )?;
         // past the default 48 KiB from 16 rows a block
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, split_smem(r) as i32).w()?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            split_smem(r) as i32,
+        )
+        .w()?;
         super::launch::carveout(&f)?;
         let smem = split_smem(r) as u32;
-        let cfg = LaunchConfig { grid_dim: (kv as u32, chunks as u32, rows.div_ceil(r) as u32), block_dim: (256, 1, 1), shared_mem_bytes: smem };
+        let cfg = LaunchConfig {
+            grid_dim: (kv as u32, chunks as u32, rows.div_ceil(r) as u32),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: smem,
+        };
         let mut b = Args::new(&stream);
         views.push(&mut b);
-        b.output(&mut part).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+        b.output(&mut part)
+            .i32(t_len as i32)
+            .i32(h as i32)
+            .i32(kv as i32)
+            .i32(cap as i32)
+            .i32(keys as i32)
+            .f32(op.scale);
         // SAFETY: the kernel's signature; q [H, T, 128], the cache [2, KV, cap, 128] with keys
         // <= cap and the mask [T, keys] checked by `op.check`; part holds KV x chunks x rows
         // rows of SPLIT_STRIDE floats, the grid's z covers the rows R at a time.
         unsafe { b.launch(&f, cfg)? };
-        let Some((a, e)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
+        let Some((a, e)) = lo.contiguous_offsets() else {
+            candle_core::bail!("attention-into: output must be contiguous")
+        };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..e);
-        let f = dev.get_or_load_custom_func("unmask_attention_merge_bf16_d128", MODULE, ptx(dev)?)?;
-        let cfg = LaunchConfig { grid_dim: (h as u32, t_len as u32, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        let f =
+            dev.get_or_load_custom_func("unmask_attention_merge_bf16_d128", MODULE, ptx(dev)?)?;
+        let cfg = LaunchConfig {
+            grid_dim: (h as u32, t_len as u32, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut b = Args::new(&stream);
-        b.input(&part).output(&mut out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(chunks as i32);
+        b.input(&part)
+            .output(&mut out)
+            .i32(t_len as i32)
+            .i32(h as i32)
+            .i32(kv as i32)
+            .i32(chunks as i32);
         // SAFETY: unmask_attention_merge_bf16_d128(part, out [T, H * 128], T, H, KV, chunks):
         // every (row, chunk) of part was written by the split kernel above.
         unsafe { b.launch(&f, cfg) }
@@ -622,17 +824,38 @@ impl candle_core::InplaceOp3 for AttentionInto<'_> {
         "unmask-attention-into"
     }
 
-    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout, _: &candle_core::CpuStorage, _: &Layout) -> Result<()> {
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> Result<()> {
         candle_core::bail!("attention-into is the GPU kernel; the CPU copies attention's result")
     }
 
-    fn cuda_fwd(&self, so: &mut CudaStorage, lo: &Layout, sq: &CudaStorage, lq: &Layout, skv: &CudaStorage, lkv: &Layout) -> Result<()> {
+    fn cuda_fwd(
+        &self,
+        so: &mut CudaStorage,
+        lo: &Layout,
+        sq: &CudaStorage,
+        lq: &Layout,
+        skv: &CudaStorage,
+        lkv: &Layout,
+    ) -> Result<()> {
         let op = self.op;
         let mask_layout = self.mask.map(|m| m.layout().clone());
         let (t_len, cap) = op.check(lq, lkv, mask_layout.as_ref())?;
         let (h, kv, d, keys) = (op.heads, op.kv_heads, op.head_dim, op.keys);
         if lo.shape().dims2()? != (t_len, h * d) || sq.dtype() != DType::BF16 {
-            candle_core::bail!("attention-into: output {:?} ({:?}) for [{t_len}, {}] bf16", lo.shape(), sq.dtype(), h * d);
+            candle_core::bail!(
+                "attention-into: output {:?} ({:?}) for [{t_len}, {}] bf16",
+                lo.shape(),
+                sq.dtype(),
+                h * d
+            );
         }
         let dev = sq.device().clone();
         if self.staged(&dev, t_len)? {
@@ -648,11 +871,20 @@ impl candle_core::InplaceOp3 for AttentionInto<'_> {
         let stream = dev.cuda_stream();
         let mask_held = self.mask.map(Tensor::storage_and_layout);
         let views = AttentionViews::new((sq, lq), (skv, lkv), kv * cap * d, mask_held.as_ref())?;
-        let Some((a, b)) = lo.contiguous_offsets() else { candle_core::bail!("attention-into: output must be contiguous") };
+        let Some((a, b)) = lo.contiguous_offsets() else {
+            candle_core::bail!("attention-into: output must be contiguous")
+        };
         let mut out = so.as_cuda_slice_mut::<bf16>()?.slice_mut(a..b);
         let mut b = Args::new(&stream);
         views.push(&mut b);
-        b.output(&mut out).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(d as i32).i32(cap as i32).i32(keys as i32).f32(op.scale);
+        b.output(&mut out)
+            .i32(t_len as i32)
+            .i32(h as i32)
+            .i32(kv as i32)
+            .i32(d as i32)
+            .i32(cap as i32)
+            .i32(keys as i32)
+            .f32(op.scale);
         // SAFETY: kernels/fused.cu's unmask_attention_bf16 signature, shapes checked above.
         unsafe { b.launch(&f, cfg) }
     }

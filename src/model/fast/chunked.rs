@@ -26,7 +26,13 @@ pub struct Target<'a> {
 
 /// Commits `ids` (after the cache's committed positions) in passes of `chunk` rows (a multiple
 /// of `block`), as one committed forward a chunk would, value for value, but layer by layer.
-pub fn store_chunks(net: &Decoder, on: Target, ids: &[u32], (chunk, block): (usize, usize), cache: &mut KvCache) -> Result<()> {
+pub fn store_chunks(
+    net: &Decoder,
+    on: Target,
+    ids: &[u32],
+    (chunk, block): (usize, usize),
+    cache: &mut KvCache,
+) -> Result<()> {
     let start = cache.len;
     if chunk == 0 || block == 0 {
         bail!("storing in chunks of {chunk} rows, blocks of {block}: both must be at least 1");
@@ -53,12 +59,20 @@ pub fn store_chunks(net: &Decoder, on: Target, ids: &[u32], (chunk, block): (usi
         for (input, inner, (cos, sin), x, h) in parts.iter_mut() {
             let (t, from) = (input.ids.dim(0)?, input.keys - input.ids.dim(0)?);
             let mask = match inner {
-                Some(m) if from > 0 => Some(Tensor::cat(&[&visible.narrow(0, 0, t)?.narrow(1, 0, from)?, &*m], 1)?),
+                Some(m) if from > 0 => {
+                    Some(Tensor::cat(&[&visible.narrow(0, 0, t)?.narrow(1, 0, from)?, &*m], 1)?)
+                }
                 other => other.clone(),
             };
-            let input = PassInput { ids: input.ids.clone(), positions: input.positions.clone(), keys: input.keys, mask };
+            let input = PassInput {
+                ids: input.ids.clone(),
+                positions: input.positions.clone(),
+                keys: input.keys,
+                mask,
+            };
             let pass = LayerPass { input: &input, rope: (cos, sin), eps: net.eps, fused: on.fused };
-            let (nx, nh, _) = layer.forward_with(blocks, (x, h), net.next_norm(l), &cache.kv[l], &pass)?;
+            let (nx, nh, _) =
+                layer.forward_with(blocks, (x, h), net.next_norm(l), &cache.kv[l], &pass)?;
             (*x, *h) = (nx, nh);
         }
     }

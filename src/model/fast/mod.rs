@@ -45,7 +45,12 @@ impl StreamedLayer {
             true => Some(moe_grouped::new_tables(net.layers.len(), device)?),
             false => None,
         };
-        let mut s = StreamedLayer { device: device.clone(), layout: WeightLayout::Rows, moe_tables, packed };
+        let mut s = StreamedLayer {
+            device: device.clone(),
+            layout: WeightLayout::Rows,
+            moe_tables,
+            packed,
+        };
         s.repack(net)?;
         Ok(s)
     }
@@ -73,7 +78,13 @@ impl StreamedLayer {
 
     /// The streamed pass of `t` rows over `keys` keys, its workspace allocated, or `None`
     /// where the pass runs the standard layer (streamed.rs says when).
-    pub fn plan<'a>(&'a self, net: &'a Decoder, t: usize, keys: usize, fused: bool) -> Result<Option<StreamedPass<'a>>> {
+    pub fn plan<'a>(
+        &'a self,
+        net: &'a Decoder,
+        t: usize,
+        keys: usize,
+        fused: bool,
+    ) -> Result<Option<StreamedPass<'a>>> {
         streamed::plan(self, net, (t, keys), fused)
     }
 

@@ -20,7 +20,9 @@
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
 
-use crate::model::gemv::{experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout};
+use crate::model::gemv::{
+    experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout,
+};
 
 /// Rows a block pass has at most (the gemv kernel's 8 columns).
 pub const MAX_ROWS: usize = 8;
@@ -35,7 +37,8 @@ pub const TABLE_WORDS: usize = 2 + MAX_SLOTS + MAX_SLOTS + MAX_SLOTS * 8 + MAX_S
 // The u64 counters follow the tables (`tables_len`) and the route kernel adds to them with
 // 64-bit atomics: an odd table would misalign them after an odd number of layers
 // (CUDA_ERROR_MISALIGNED_ADDRESS).
-const _: () = assert!(TABLE_WORDS.is_multiple_of(2), "a routing table must be an even number of u32 words");
+const _: () =
+    assert!(TABLE_WORDS.is_multiple_of(2), "a routing table must be an even number of u32 words");
 /// The two u64 counters at the end of the tables buffer: distinct experts summed over passes,
 /// passes.
 pub const STATS_WORDS: usize = 4;
@@ -114,7 +117,14 @@ impl Table {
 /// Routes `t` rows of router logits `[t, e]`: softmax over all experts in f32, the top `k` by
 /// logit (exact ties: the lower id; see the module's note), renormalised to sum 1 if `norm`. The table the kernels read.
 pub fn route(logits: &[f32], t: usize, e: usize, k: usize, norm: bool) -> Table {
-    let mut table = Table { k, experts: Vec::new(), rows: Vec::new(), slot: Vec::new(), topk: Vec::new(), weight: Vec::new() };
+    let mut table = Table {
+        k,
+        experts: Vec::new(),
+        rows: Vec::new(),
+        slot: Vec::new(),
+        topk: Vec::new(),
+        weight: Vec::new(),
+    };
     for r in 0..t {
         let z = &logits[r * e..(r + 1) * e];
         let mx = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -150,7 +160,9 @@ pub fn route(logits: &[f32], t: usize, e: usize, k: usize, norm: bool) -> Table 
 /// Checks the shared preconditions of the grouped ops: `t` rows, `k` choices.
 fn check_rows(t: usize, k: usize) -> Result<()> {
     if t == 0 || t > MAX_ROWS || k == 0 || k > MAX_CHOICES {
-        candle_core::bail!("moe: {t} rows and {k} choices; the kernels take 1..={MAX_ROWS} and 1..={MAX_CHOICES}");
+        candle_core::bail!(
+            "moe: {t} rows and {k} choices; the kernels take 1..={MAX_ROWS} and 1..={MAX_CHOICES}"
+        );
     }
     Ok(())
 }
@@ -237,7 +249,10 @@ impl RouteInto {
         let (t, e) = ll.shape().dims2()?;
         check_rows(t, self.k)?;
         if e > MAX_EXPERTS || self.k > e {
-            candle_core::bail!("moe route: {e} experts, top {}; at most {MAX_EXPERTS} experts", self.k);
+            candle_core::bail!(
+                "moe route: {e} experts, top {}; at most {MAX_EXPERTS} experts",
+                self.k
+            );
         }
         if !holds_layer(lt, self.layer) {
             candle_core::bail!("moe route: the tables buffer does not hold layer {}", self.layer);
@@ -251,14 +266,24 @@ impl candle_core::InplaceOp2 for RouteInto {
         "unmask-moe-route"
     }
 
-    fn cpu_fwd(&self, st: &mut CpuStorage, lt: &Layout, sl: &CpuStorage, ll: &Layout) -> Result<()> {
+    fn cpu_fwd(
+        &self,
+        st: &mut CpuStorage,
+        lt: &Layout,
+        sl: &CpuStorage,
+        ll: &Layout,
+    ) -> Result<()> {
         let (t, e) = self.dims(lt, ll)?;
         let logits: Vec<f32> = match sl {
-            CpuStorage::BF16(v) => contiguous(v, ll, "logits")?.iter().map(|x| x.to_f32()).collect(),
+            CpuStorage::BF16(v) => {
+                contiguous(v, ll, "logits")?.iter().map(|x| x.to_f32()).collect()
+            }
             CpuStorage::F32(v) => contiguous(v, ll, "logits")?.to_vec(),
             _ => candle_core::bail!("moe route: logits must be bf16 or f32"),
         };
-        let CpuStorage::U32(words) = st else { candle_core::bail!("moe route: tables must be u32") };
+        let CpuStorage::U32(words) = st else {
+            candle_core::bail!("moe route: tables must be u32")
+        };
         let words = &mut words[lt.start_offset()..];
         let table = route(&logits, t, e, self.k, self.norm);
         let at = self.layer * TABLE_WORDS;
@@ -294,25 +319,48 @@ pub struct ExpertsUpInto<'a> {
 
 impl ExpertsUpInto<'_> {
     pub fn run(&self, act: &Tensor, x: &Tensor, w: &Tensor) -> Result<()> {
-        refuse_aliases(act, &[(self.tables, "the tables"), (self.logits, "the router logits")], "moe up: act")?;
+        refuse_aliases(
+            act,
+            &[(self.tables, "the tables"), (self.logits, "the router logits")],
+            "moe up: act",
+        )?;
         if !act.device().is_cuda() {
-            RouteInto { layer: self.layer, k: self.k, norm: self.norm }.run(self.tables, self.logits)?;
+            RouteInto { layer: self.layer, k: self.k, norm: self.norm }
+                .run(self.tables, self.logits)?;
         }
         act.inplace_op3(x, w, self)
     }
 
     /// `(t, experts, i, h)` after checking every operand.
-    pub fn dims(&self, la: &Layout, lx: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
+    pub fn dims(
+        &self,
+        la: &Layout,
+        lx: &Layout,
+        lw: &Layout,
+    ) -> Result<(usize, usize, usize, usize)> {
         let (t, h) = lx.shape().dims2()?;
         let (e, i2, wh) = expert_weights(lw, "moe up")?;
         check_rows(t, self.k)?;
         check_tables(self.tables, self.layer, "moe up")?;
-        if self.logits.dims() != [t, e] || !self.logits.is_contiguous() || e > MAX_EXPERTS || self.k > e {
+        if self.logits.dims() != [t, e]
+            || !self.logits.is_contiguous()
+            || e > MAX_EXPERTS
+            || self.k > e
+        {
             candle_core::bail!("moe up: router logits {:?} for {t} rows of {e} experts (at most {MAX_EXPERTS}), top {}", self.logits.shape(), self.k);
         }
         // packed, each half (gate, up) must be whole tiles: the kernel finds up a half apart
-        if wh != h || !halves_fit(i2, expert_layout(lw)) || la.shape().dims2()? != (t * self.k, i2 / 2) || !la.is_contiguous() {
-            candle_core::bail!("moe up: x {:?}, w {:?}, act {:?} do not fit", lx.shape(), lw.shape(), la.shape());
+        if wh != h
+            || !halves_fit(i2, expert_layout(lw))
+            || la.shape().dims2()? != (t * self.k, i2 / 2)
+            || !la.is_contiguous()
+        {
+            candle_core::bail!(
+                "moe up: x {:?}, w {:?}, act {:?} do not fit",
+                lx.shape(),
+                lw.shape(),
+                la.shape()
+            );
         }
         Ok((t, e, i2 / 2, h))
     }
@@ -323,7 +371,15 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
         "unmask-moe-up"
     }
 
-    fn cpu_fwd(&self, sa: &mut CpuStorage, la: &Layout, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+    fn cpu_fwd(
+        &self,
+        sa: &mut CpuStorage,
+        la: &Layout,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+    ) -> Result<()> {
         let (t, _, i, h) = self.dims(la, lx, lw)?;
         let layout = expert_layout(lw);
         let (CpuStorage::BF16(act), CpuStorage::BF16(x), CpuStorage::BF16(w)) = (sa, sx, sw) else {
@@ -334,9 +390,11 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
         let act = &mut act[la.start_offset()..];
         for (u, &e) in table.experts.iter().enumerate() {
             let rows: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).collect();
-            let xs: Vec<bf16> = rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
+            let xs: Vec<bf16> =
+                rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
             let scale = rms_inv_rows(&xs, rows.len(), h, self.eps);
-            let we = rows_of(&w[e as usize * 2 * i * h..(e as usize + 1) * 2 * i * h], 2 * i, h, layout);
+            let we =
+                rows_of(&w[e as usize * 2 * i * h..(e as usize + 1) * 2 * i * h], 2 * i, h, layout);
             let gu = gemv_scaled(&xs, &we, (rows.len(), 2 * i, h), &scale);
             let y = silu_mul_rows(&gu, rows.len(), i);
             for (c, &r) in rows.iter().enumerate() {
@@ -366,7 +424,10 @@ impl candle_core::InplaceOp3 for ExpertsUpInto<'_> {
 fn expert_weights(lw: &Layout, what: &str) -> Result<(usize, usize, usize)> {
     match experts_dims(lw.dims()) {
         Some((e, n, k, _)) if lw.is_contiguous() => Ok((e, n, k)),
-        _ => candle_core::bail!("{what}: expert weights {:?} are neither [E, N, K] rows nor packed, contiguous", lw.shape()),
+        _ => candle_core::bail!(
+            "{what}: expert weights {:?} are neither [E, N, K] rows nor packed, contiguous",
+            lw.shape()
+        ),
     }
 }
 
@@ -395,21 +456,42 @@ pub struct ExpertsDownInto<'a> {
 
 impl ExpertsDownInto<'_> {
     pub fn run(&self, out: &Tensor, act: &Tensor, w: &Tensor) -> Result<()> {
-        refuse_aliases(out, &[(self.tables, "the tables"), (self.part, "part"), (self.res, "the residual")], "moe down: out")?;
+        refuse_aliases(
+            out,
+            &[(self.tables, "the tables"), (self.part, "part"), (self.res, "the residual")],
+            "moe down: out",
+        )?;
         out.inplace_op3(act, w, self)
     }
 
     /// `(t, experts, i, h)` after checking every operand.
-    pub fn dims(&self, lo: &Layout, la: &Layout, lw: &Layout) -> Result<(usize, usize, usize, usize)> {
+    pub fn dims(
+        &self,
+        lo: &Layout,
+        la: &Layout,
+        lw: &Layout,
+    ) -> Result<(usize, usize, usize, usize)> {
         let (slots, i) = la.shape().dims2()?;
         let (e, h, wi) = expert_weights(lw, "moe down")?;
         let t = slots / self.k.max(1);
         check_rows(t, self.k)?;
         check_tables(self.tables, self.layer, "moe down")?;
-        let fits = wi == i && slots == t * self.k && lo.shape().dims2()? == (t, h) && lo.is_contiguous();
-        if !fits || self.part.dims() != [slots, h] || self.part.dtype() != DType::F32 || self.res.dims() != [t, h] {
+        let fits =
+            wi == i && slots == t * self.k && lo.shape().dims2()? == (t, h) && lo.is_contiguous();
+        if !fits
+            || self.part.dims() != [slots, h]
+            || self.part.dtype() != DType::F32
+            || self.res.dims() != [t, h]
+        {
             let shapes = (la.shape(), lw.shape(), lo.shape(), self.part.shape(), self.res.shape());
-            candle_core::bail!("moe down: act {:?}, w {:?}, out {:?}, part {:?}, res {:?} do not fit", shapes.0, shapes.1, shapes.2, shapes.3, shapes.4);
+            candle_core::bail!(
+                "moe down: act {:?}, w {:?}, out {:?}, part {:?}, res {:?} do not fit",
+                shapes.0,
+                shapes.1,
+                shapes.2,
+                shapes.3,
+                shapes.4
+            );
         }
         Ok((t, e, i, h))
     }
@@ -420,18 +502,31 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
         "unmask-moe-down"
     }
 
-    fn cpu_fwd(&self, so: &mut CpuStorage, lo: &Layout, sa: &CpuStorage, la: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<()> {
+    fn cpu_fwd(
+        &self,
+        so: &mut CpuStorage,
+        lo: &Layout,
+        sa: &CpuStorage,
+        la: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+    ) -> Result<()> {
         let (t, _, i, h) = self.dims(lo, la, lw)?;
         let layout = expert_layout(lw);
-        let (CpuStorage::BF16(out), CpuStorage::BF16(act), CpuStorage::BF16(w)) = (so, sa, sw) else {
+        let (CpuStorage::BF16(out), CpuStorage::BF16(act), CpuStorage::BF16(w)) = (so, sa, sw)
+        else {
             candle_core::bail!("moe down: out, act and w must be bf16");
         };
         let (act, w) = (contiguous(act, la, "act")?, contiguous(w, lw, "w")?);
         let table = read_table(self.tables, self.layer, t)?;
         let mut part = vec![0f32; t * self.k * h];
         for (u, &e) in table.experts.iter().enumerate() {
-            let slots: Vec<usize> = (0..t).filter(|r| table.rows[u] >> r & 1 == 1).map(|r| table.slot[u][r] as usize).collect();
-            let xs: Vec<bf16> = slots.iter().flat_map(|&s| act[s * i..(s + 1) * i].iter().copied()).collect();
+            let slots: Vec<usize> = (0..t)
+                .filter(|r| table.rows[u] >> r & 1 == 1)
+                .map(|r| table.slot[u][r] as usize)
+                .collect();
+            let xs: Vec<bf16> =
+                slots.iter().flat_map(|&s| act[s * i..(s + 1) * i].iter().copied()).collect();
             let we = rows_of(&w[e as usize * h * i..(e as usize + 1) * h * i], h, i, layout);
             let y = gemv_scaled(&xs, &we, (slots.len(), h, i), &vec![1.0; slots.len()]);
             for (c, &s) in slots.iter().enumerate() {
@@ -441,13 +536,16 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
             }
         }
         let (sr, lr) = self.res.storage_and_layout();
-        let candle_core::Storage::Cpu(CpuStorage::BF16(res)) = &*sr else { candle_core::bail!("moe down: res must be bf16 on the CPU") };
+        let candle_core::Storage::Cpu(CpuStorage::BF16(res)) = &*sr else {
+            candle_core::bail!("moe down: res must be bf16 on the CPU")
+        };
         let res = contiguous(res, lr, "res")?;
         let out = &mut out[lo.start_offset()..];
         for r in 0..t {
             for c in 0..h {
                 let s: f32 = (0..self.k).map(|j| part[(r * self.k + j) * h + c]).sum();
-                out[r * h + c] = bf16::from_f32(bf16::from_f32(s).to_f32() + res[r * h + c].to_f32());
+                out[r * h + c] =
+                    bf16::from_f32(bf16::from_f32(s).to_f32() + res[r * h + c].to_f32());
             }
         }
         Ok(())
@@ -506,7 +604,8 @@ mod tests {
     fn tables_round_trip_through_the_kernel_layout_and_count_passes() -> Result<()> {
         let dev = Device::Cpu;
         let tables = new_tables(3, &dev)?;
-        let logits = Tensor::new(&[[0.5f32, 1.0, -2.0, 3.0], [3.0, 0.0, 1.0, 2.0]], &dev)?.to_dtype(DType::BF16)?;
+        let logits = Tensor::new(&[[0.5f32, 1.0, -2.0, 3.0], [3.0, 0.0, 1.0, 2.0]], &dev)?
+            .to_dtype(DType::BF16)?;
         let op = RouteInto { layer: 1, k: 2, norm: true };
         op.run(&tables, &logits)?;
         op.run(&tables, &logits)?;
@@ -534,7 +633,8 @@ mod tests {
                 })
                 .collect()
         };
-        let bf = |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev)?.to_dtype(DType::BF16);
+        let bf =
+            |v: Vec<f32>, shape: &[usize]| Tensor::from_vec(v, shape, &dev)?.to_dtype(DType::BF16);
         let x = bf(rnd(t * h, 1), &[t, h])?;
         let router = bf(rnd(e * h, 2), &[e, h])?;
         let gate_up = bf(rnd(e * 2 * i * h, 3), &[e, 2 * i, h])?;
@@ -542,7 +642,12 @@ mod tests {
         let eps = 1e-6;
         // router logits through the norm-folded gemv (norm weight of ones)
         let xv: Vec<bf16> = x.flatten_all()?.to_vec1()?;
-        let logits = gemv_scaled(&xv, &router.flatten_all()?.to_vec1::<bf16>()?, (t, e, h), &rms_inv_rows(&xv, t, h, eps));
+        let logits = gemv_scaled(
+            &xv,
+            &router.flatten_all()?.to_vec1::<bf16>()?,
+            (t, e, h),
+            &rms_inv_rows(&xv, t, h, eps),
+        );
         let logits = Tensor::from_vec(logits, (t, e), &dev)?;
         let tables = new_tables(1, &dev)?;
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
@@ -556,7 +661,8 @@ mod tests {
         let got: Vec<f32> = out.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
 
         // reference in f32 from the same bf16 values, one row and one expert at a time
-        let f = |t: &Tensor| -> Result<Vec<f32>> { t.to_dtype(DType::F32)?.flatten_all()?.to_vec1() };
+        let f =
+            |t: &Tensor| -> Result<Vec<f32>> { t.to_dtype(DType::F32)?.flatten_all()?.to_vec1() };
         let (xf, guf, dnf, lf) = (f(&x)?, f(&gate_up)?, f(&down)?, f(&logits)?);
         let table = route(&lf, t, e, k, true);
         let mut worst = 0f32;
@@ -565,10 +671,18 @@ mod tests {
             let rs = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / h as f32 + eps).sqrt();
             let mut acc = vec![0f32; h];
             for (ex, wt) in table.row(r) {
-                let g = |n: usize| -> f32 { (0..h).map(|c| guf[((ex as usize * 2 * i) + n) * h + c] * row[c] * rs).sum() };
-                let a: Vec<f32> = (0..i).map(|n| { let (gv, uv) = (g(n), g(i + n)); gv / (1.0 + (-gv).exp()) * uv }).collect();
+                let g = |n: usize| -> f32 {
+                    (0..h).map(|c| guf[((ex as usize * 2 * i) + n) * h + c] * row[c] * rs).sum()
+                };
+                let a: Vec<f32> = (0..i)
+                    .map(|n| {
+                        let (gv, uv) = (g(n), g(i + n));
+                        gv / (1.0 + (-gv).exp()) * uv
+                    })
+                    .collect();
                 for (n, o) in acc.iter_mut().enumerate() {
-                    *o += wt * (0..i).map(|c| dnf[(ex as usize * h + n) * i + c] * a[c]).sum::<f32>();
+                    *o +=
+                        wt * (0..i).map(|c| dnf[(ex as usize * h + n) * i + c] * a[c]).sum::<f32>();
                 }
             }
             for n in 0..h {
@@ -581,7 +695,8 @@ mod tests {
         let a: Vec<f32> = f(&act)?;
         assert!((0..t * k).all(|s| a[s * i..(s + 1) * i].iter().any(|v| *v != 0.0)));
         // each expert packed: the same activations and slots, bit for bit
-        let (gate_up_p, down_p) = (crate::model::gemv::pack_experts(&gate_up)?, crate::model::gemv::pack_experts(&down)?);
+        let (gate_up_p, down_p) =
+            (crate::model::gemv::pack_experts(&gate_up)?, crate::model::gemv::pack_experts(&down)?);
         assert_eq!(gate_up_p.dims(), &[e, 2 * i / 16, h / 32, 16, 32]);
         let (act_p, out_p) = (act.zeros_like()?, out.zeros_like()?);
         up.run(&act_p, &x, &gate_up_p)?;
@@ -600,8 +715,8 @@ mod tests {
     /// ones; and the routing read back from the tables equals the standard layer's.
     #[test]
     fn the_streamed_moe_layer_matches_the_standard_one() {
-        use crate::model::random::RandomWeights;
         use crate::model::random::passes;
+        use crate::model::random::RandomWeights;
         use crate::model::Model;
         let cfg = crate::model::random::three_layer_moe((256, 4, 2, 1000, 512), (8, 3, 64));
         let dev = Device::Cpu;
@@ -630,12 +745,22 @@ mod tests {
             for (p, q) in x.rows.iter().zip(&y.rows) {
                 assert_eq!(p.experts, q.experts, "layer {}", x.layer);
                 for (u, v) in p.weights.iter().zip(&q.weights) {
-                    assert!((u - v).abs() < 2e-2, "layer {}: weights {:?} vs {:?}", x.layer, p.weights, q.weights);
+                    assert!(
+                        (u - v).abs() < 2e-2,
+                        "layer {}: weights {:?} vs {:?}",
+                        x.layer,
+                        p.weights,
+                        q.weights
+                    );
                 }
             }
         }
-        let distinct: std::collections::BTreeSet<Vec<u32>> = ra[0].rows.iter().map(|r| r.experts.clone()).collect();
-        assert!(distinct.len() > 1, "every row took the same experts: the test would not see a mix-up");
+        let distinct: std::collections::BTreeSet<Vec<u32>> =
+            ra[0].rows.iter().map(|r| r.experts.clone()).collect();
+        assert!(
+            distinct.len() > 1,
+            "every row took the same experts: the test would not see a mix-up"
+        );
         // 5 streamed passes (commit, denoise, window; prefill is standard) x 2 sparse layers
         let (touched, passes) = streamed.moe_stats().unwrap().unwrap();
         assert_eq!(passes, 6);
@@ -653,11 +778,15 @@ mod tests {
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
         // out as the residual: refused with a message, not a wait on its own lock
-        let err = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k }.run(&x, &act, &down).unwrap_err().to_string();
+        let err = ExpertsDownInto { tables: &tables, part: &part, res: &x, layer: 0, k }
+            .run(&x, &act, &down)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("moe down: out shares its buffer with the residual"), "{err}");
         let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
         let gate_up = Tensor::zeros((e, 2 * i, h), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
+        let up =
+            ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
         let err = up.run(&act, &x, &gate_up).unwrap_err().to_string();
         assert!(err.contains("act shares its buffer with the router logits"), "{err}");
         ExpertsUpInto { logits: &logits, ..up }.run(&act, &x, &gate_up)?;
@@ -669,10 +798,12 @@ mod tests {
         let dev = Device::Cpu;
         let tables = new_tables(1, &dev)?;
         let logits = Tensor::zeros((9, 4), DType::BF16, &dev)?;
-        let err = RouteInto { layer: 0, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
+        let err =
+            RouteInto { layer: 0, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
         assert!(err.contains("9 rows"), "{err}");
         let logits = Tensor::zeros((2, 4), DType::BF16, &dev)?;
-        let err = RouteInto { layer: 1, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
+        let err =
+            RouteInto { layer: 1, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
         assert!(err.contains("layer 1"), "{err}");
         Ok(())
     }

@@ -59,12 +59,19 @@ struct MoeWorkspace {
 /// The streamed pass of `t` rows over `keys` keys, or `None` where the pass runs the standard
 /// layer: the streamed one needs every projection kept for the gemv kernel ([`Linear::Rows`]
 /// or [`Linear::Packed`]), the fused ops, and the kernels to take these shapes.
-pub(super) fn plan<'a>(layer: &'a StreamedLayer, net: &'a Decoder, (t, keys): (usize, usize), fused: bool) -> Result<Option<StreamedPass<'a>>> {
+pub(super) fn plan<'a>(
+    layer: &'a StreamedLayer,
+    net: &'a Decoder,
+    (t, keys): (usize, usize),
+    fused: bool,
+) -> Result<Option<StreamedPass<'a>>> {
     if !fused || t > gemv::MAX_ROWS {
         return Ok(None);
     }
     let heads = net.heads();
-    if !ops::cuda_attention_takes(keys, heads.head_dim) && !long_attention(layer, net, keys) || !net.streamable() {
+    if !ops::cuda_attention_takes(keys, heads.head_dim) && !long_attention(layer, net, keys)
+        || !net.streamable()
+    {
         return Ok(None);
     }
     let Some(ws) = Workspace::new(layer, net, t)? else { return Ok(None) };
@@ -97,7 +104,11 @@ impl Workspace {
             Some(m) => {
                 let Some((_, router)) = m.grouped() else { return Ok(None) };
                 let (e, k, i) = (router.dim(0)?, m.top_k(), m.intermediate());
-                Some(MoeWorkspace { router: buf(&[t, e], bf16)?, act: buf(&[t * k, i], bf16)?, part: buf(&[t * k, hidden], DType::F32)? })
+                Some(MoeWorkspace {
+                    router: buf(&[t, e], bf16)?,
+                    act: buf(&[t * k, i], bf16)?,
+                    part: buf(&[t * k, hidden], DType::F32)?,
+                })
             }
             None => None,
         };
@@ -118,10 +129,14 @@ impl Workspace {
     fn fits(&self, net: &Decoder) -> bool {
         let l0 = &net.layers[0];
         let [qkv_p, o_p, gate_up_p, down_p] = self.products(&self.mid, net.eps);
-        let fits = |(op, input, _): &(GemvInto, &Tensor, &Tensor), w: Option<&Tensor>| w.is_some_and(|w| op.fits(input, w));
-        let mut ok = fits(&qkv_p, l0.attn.qkv_proj.gemv_weight()) && fits(&o_p, l0.attn.o_proj.gemv_weight());
+        let fits = |(op, input, _): &(GemvInto, &Tensor, &Tensor), w: Option<&Tensor>| {
+            w.is_some_and(|w| op.fits(input, w))
+        };
+        let mut ok = fits(&qkv_p, l0.attn.qkv_proj.gemv_weight())
+            && fits(&o_p, l0.attn.o_proj.gemv_weight());
         if let Some(m) = net.layers.iter().find_map(|l| l.ffn.dense()) {
-            ok &= fits(&gate_up_p, m.gate_up_proj.gemv_weight()) && fits(&down_p, m.down_proj.gemv_weight());
+            ok &= fits(&gate_up_p, m.gate_up_proj.gemv_weight())
+                && fits(&down_p, m.down_proj.gemv_weight());
         }
         if let (Some(m), Some(mw)) = (net.layers.iter().find_map(|l| l.ffn.sparse()), &self.moe) {
             ok &= moe_fits(m, &self.mid, mw, net.eps);
@@ -133,13 +148,21 @@ impl Workspace {
     /// the layer input `x`: q|k|v (the input norm folded in), o (plus the residual `x`),
     /// gate|up (the post-attention norm folded in, then SiLU) and down (plus `mid`). One list
     /// for both the run and the check that the kernel takes every product.
-    fn products<'a>(&'a self, x: &'a Tensor, eps: f32) -> [(GemvInto<'a>, &'a Tensor, &'a Tensor); 4] {
+    fn products<'a>(
+        &'a self,
+        x: &'a Tensor,
+        eps: f32,
+    ) -> [(GemvInto<'a>, &'a Tensor, &'a Tensor); 4] {
         let (rms, plain) = (Some(eps), Epilogue::Plain);
         [
             (GemvInto { epilogue: plain, rms, residual: None }, x, &self.qkv),
             (GemvInto { epilogue: plain, rms: None, residual: Some(x) }, &self.attn, &self.mid),
             (GemvInto { epilogue: Epilogue::SiluMul, rms, residual: None }, &self.mid, &self.act),
-            (GemvInto { epilogue: plain, rms: None, residual: Some(&self.mid) }, &self.act, &self.out),
+            (
+                GemvInto { epilogue: plain, rms: None, residual: Some(&self.mid) },
+                &self.act,
+                &self.out,
+            ),
         ]
     }
 }
@@ -150,7 +173,9 @@ impl Workspace {
 fn moe_fits(m: &MoeBlock, mid: &Tensor, mw: &MoeWorkspace, eps: f32) -> bool {
     use moe_grouped::{MAX_CHOICES, MAX_EXPERTS, MAX_SLOTS};
     let Some((g, router)) = m.grouped() else { return false };
-    let (Ok(t), Some((e, i2, h, _))) = (mid.dim(0), gemv::experts_dims(g.gate_up.dims())) else { return false };
+    let (Ok(t), Some((e, i2, h, _))) = (mid.dim(0), gemv::experts_dims(g.gate_up.dims())) else {
+        return false;
+    };
     let router_op = GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None };
     router_op.fits(mid, router)
         && mw.act.dim(1).is_ok_and(|i| 2 * i == i2)
@@ -164,7 +189,13 @@ fn moe_fits(m: &MoeBlock, mid: &Tensor, mw: &MoeWorkspace, eps: f32) -> bool {
 impl StreamedPass<'_> {
     /// The pass from the embedded rows `x`: every layer's kernels, then the final norm; and
     /// (`routes`) the routes read back from the device tables.
-    pub fn forward(self, mut x: Tensor, pass: &LayerPass, cache: &KvCache, routes: bool) -> Result<(Tensor, Vec<LayerRoutes>)> {
+    pub fn forward(
+        self,
+        mut x: Tensor,
+        pass: &LayerPass,
+        cache: &KvCache,
+        routes: bool,
+    ) -> Result<(Tensor, Vec<LayerRoutes>)> {
         let (net, ws) = (self.net, &self.ws);
         let t = x.dim(0)?;
         let (cos, sin) = pass.rope;
@@ -172,13 +203,24 @@ impl StreamedPass<'_> {
         let attn = net.heads().attention_op(input.keys);
         for (l, layer) in net.layers.iter().enumerate() {
             let run = |(op, input, out): (GemvInto, &Tensor, &Tensor), p: &Linear| -> Result<()> {
-                let w = p.gemv_weight().ok_or_else(|| anyhow::anyhow!("layer {l}: a projection is not the gemv kernel's"))?;
+                let w = p.gemv_weight().ok_or_else(|| {
+                    anyhow::anyhow!("layer {l}: a projection is not the gemv kernel's")
+                })?;
                 Ok(op.run(out, input, w)?)
             };
             let [qkv, o, gate_up, down] = ws.products(&x, net.eps);
             run(qkv, &layer.attn.qkv_proj)?;
             let prep = layer.attn.qkv_op();
-            ops::prep_attention_into(&ws.attn, &ws.q, &cache.kv[l], (&ws.qkv, cos, sin), input.mask.as_ref(), &input.positions, &prep, &attn)?;
+            ops::prep_attention_into(
+                &ws.attn,
+                &ws.q,
+                &cache.kv[l],
+                (&ws.qkv, cos, sin),
+                input.mask.as_ref(),
+                &input.positions,
+                &prep,
+                &attn,
+            )?;
             run(o, &layer.attn.o_proj)?;
             match &layer.ffn {
                 FeedForward::Dense(mlp) => {
@@ -202,14 +244,25 @@ impl StreamedPass<'_> {
     /// the host.
     fn moe(&self, l: usize, moe: &MoeBlock) -> Result<()> {
         let (ws, eps) = (&self.ws, self.net.eps);
-        let (Some((g, router)), Some(mw), Some(tables)) = (moe.grouped(), &ws.moe, &self.layer.moe_tables) else {
+        let (Some((g, router)), Some(mw), Some(tables)) =
+            (moe.grouped(), &ws.moe, &self.layer.moe_tables)
+        else {
             bail!("layer {l}: the streamed layer needs the MoE block's grouped form");
         };
         let k = moe.top_k();
-        GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None }.run(&mw.router, &ws.mid, router)?;
-        let up = ExpertsUpInto { tables, logits: &mw.router, layer: l, k, norm: moe.norm_topk_prob(), eps };
+        GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None }
+            .run(&mw.router, &ws.mid, router)?;
+        let up = ExpertsUpInto {
+            tables,
+            logits: &mw.router,
+            layer: l,
+            k,
+            norm: moe.norm_topk_prob(),
+            eps,
+        };
         up.run(&mw.act, &ws.mid, &g.gate_up)?;
-        ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k }.run(&ws.out, &mw.act, &g.down)?;
+        ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k }
+            .run(&ws.out, &mw.act, &g.down)?;
         Ok(())
     }
 }
@@ -220,7 +273,12 @@ impl StreamedPass<'_> {
 pub(super) fn routes(tables: Option<&Tensor>, net: &Decoder, t: usize) -> Result<Vec<LayerRoutes>> {
     let Some(tables) = tables else { return Ok(Vec::new()) };
     let all = moe_grouped::read_tables(tables, net.layers.len(), t)?;
-    let sparse = net.layers.iter().zip(all).enumerate().filter(|(_, (layer, _))| layer.ffn.sparse().is_some());
+    let sparse = net
+        .layers
+        .iter()
+        .zip(all)
+        .enumerate()
+        .filter(|(_, (layer, _))| layer.ffn.sparse().is_some());
     Ok(sparse
         .map(|(l, (_, table))| {
             let rows = (0..t)

@@ -28,7 +28,12 @@ impl Heads {
     /// The fields every Qwen3-style config.json spells alike: `num_attention_heads`,
     /// `num_key_value_heads`, `head_dim`, and `rms_norm_eps` for the q/k norms.
     pub fn of(cfg: &ModelConfig) -> Self {
-        Heads { heads: cfg.num_attention_heads, kv_heads: cfg.kv_heads(), head_dim: cfg.head_dim(), eps: cfg.rms_norm_eps as f32 }
+        Heads {
+            heads: cfg.num_attention_heads,
+            kv_heads: cfg.kv_heads(),
+            head_dim: cfg.head_dim(),
+            eps: cfg.rms_norm_eps as f32,
+        }
     }
 
     /// Rows of the q product and of each of the k and v products: `(heads d, kv_heads d)`.
@@ -39,7 +44,13 @@ impl Heads {
     /// The attention op over `keys` cache slots.
     pub fn attention_op(&self, keys: usize) -> ops::Attention {
         let scale = (1.0 / (self.head_dim as f64).sqrt()) as f32;
-        ops::Attention { heads: self.heads, kv_heads: self.kv_heads, head_dim: self.head_dim, keys, scale }
+        ops::Attention {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            keys,
+            scale,
+        }
     }
 }
 
@@ -67,7 +78,13 @@ pub struct SelfAttention {
 
 impl SelfAttention {
     /// The tensors `names` (in that order) of an attention over `hidden` wide rows.
-    pub fn load(b: &Loader, names: &AttentionTensors, hidden: usize, heads: Heads, rope: Rope) -> Result<Self> {
+    pub fn load(
+        b: &Loader,
+        names: &AttentionTensors,
+        hidden: usize,
+        heads: Heads,
+        rope: Rope,
+    ) -> Result<Self> {
         let (d, (q_out, _)) = (heads.head_dim, heads.widths());
         Ok(SelfAttention {
             qkv_proj: b.proj(&names.qkv, hidden)?,
@@ -94,13 +111,24 @@ impl SelfAttention {
     /// The block's output `[T, hidden]` for the normed input `x`, writing the pass's K/V into
     /// `kv` (this layer's cache) at `input.positions`. `fused`: the fused ops of ops.rs, else
     /// the generic candle chains they are checked against.
-    pub fn forward(&self, x: &Tensor, (cos, sin): (&Tensor, &Tensor), kv: &Tensor, input: &PassInput, fused: bool) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        kv: &Tensor,
+        input: &PassInput,
+        fused: bool,
+    ) -> Result<Tensor> {
         let s = &self.heads;
         let (t, d, kvh, heads) = (x.dim(0)?, s.head_dim, s.kv_heads, s.heads);
         // One matmul for q, k, v, then every head as [H + 2 KV, T, d]: q and k normalised and
         // rotated, v as is.
         let qkv = self.qkv_proj.forward(x)?;
-        let all = if fused { ops::qkv_prep(&qkv, cos, sin, &self.qkv_op())? } else { self.qkv_prep_generic(&qkv, cos, sin, s)? };
+        let all = if fused {
+            ops::qkv_prep(&qkv, cos, sin, &self.qkv_op())?
+        } else {
+            self.qkv_prep_generic(&qkv, cos, sin, s)?
+        };
         let q = all.narrow(0, 0, heads)?;
         // k|v heads are the [2, KV, T, d] block of this pass: to their slots in place; only the
         // caller's commit makes them part of the prefix.
@@ -117,12 +145,27 @@ impl SelfAttention {
     /// This attention with packed projections unpacked into rows ([`Linear::unpacked_pair`]);
     /// `None` where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SelfAttention>> {
-        let Some((qkv_proj, o_proj)) = Linear::unpacked_pair(&self.qkv_proj, &self.o_proj)? else { return Ok(None) };
-        Ok(Some(SelfAttention { qkv_proj, o_proj, q_norm: self.q_norm.clone(), k_norm: self.k_norm.clone(), heads: self.heads, rope: self.rope }))
+        let Some((qkv_proj, o_proj)) = Linear::unpacked_pair(&self.qkv_proj, &self.o_proj)? else {
+            return Ok(None);
+        };
+        Ok(Some(SelfAttention {
+            qkv_proj,
+            o_proj,
+            q_norm: self.q_norm.clone(),
+            k_norm: self.k_norm.clone(),
+            heads: self.heads,
+            rope: self.rope,
+        }))
     }
 
     /// [`ops::qkv_prep`] as generic candle ops.
-    fn qkv_prep_generic(&self, qkv: &Tensor, cos: &Tensor, sin: &Tensor, s: &Heads) -> Result<Tensor> {
+    fn qkv_prep_generic(
+        &self,
+        qkv: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        s: &Heads,
+    ) -> Result<Tensor> {
         let (t, d, kvh, heads) = (qkv.dim(0)?, s.head_dim, s.kv_heads, s.heads);
         let x = qkv.reshape((t, heads + 2 * kvh, d))?.transpose(0, 1)?.contiguous()?;
         let normed = |from: usize, n: usize, w: &Tensor| -> Result<Tensor> {
@@ -149,7 +192,11 @@ fn attention_generic(q: &Tensor, kv: &Tensor, input: &PassInput, s: &Heads) -> R
     let q = q.reshape((kvh, group * t, d))?;
     let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
     if let Some(mask) = &input.mask {
-        scores = scores.reshape((kvh, group, t, keys))?.broadcast_add(mask)?.reshape((kvh, group * t, keys))?;
+        scores = scores.reshape((kvh, group, t, keys))?.broadcast_add(mask)?.reshape((
+            kvh,
+            group * t,
+            keys,
+        ))?;
     }
     let probs = softmax_last_dim(&scores)?;
     let out = probs.matmul(&v_all)?; // [kvh, group*t, d]
@@ -202,14 +249,31 @@ mod tests {
     /// `None` exactly where the whole mask is.
     #[test]
     fn the_inner_mask_is_the_whole_masks_own_columns() {
-        for (start, t, block) in [(0, 12, 4), (512, 512, 4), (8, 5, 4), (6, 5, 4), (4, 4, 4), (0, 16, 16), (1024, 1024, 1024), (3, 9, 2)] {
+        for (start, t, block) in [
+            (0, 12, 4),
+            (512, 512, 4),
+            (8, 5, 4),
+            (6, 5, 4),
+            (4, 4, 4),
+            (0, 16, 16),
+            (1024, 1024, 1024),
+            (3, 9, 2),
+        ] {
             let keys = start + t;
-            let (whole, inner) = (block_causal_mask(start, t, block, keys), block_causal_inner(start, t, block));
+            let (whole, inner) =
+                (block_causal_mask(start, t, block, keys), block_causal_inner(start, t, block));
             assert_eq!(whole.is_none(), inner.is_none(), "start {start} t {t} block {block}");
             if let (Some(w), Some(i)) = (whole, inner) {
                 for r in 0..t {
-                    assert!(w[r * keys..r * keys + start].iter().all(|v| *v == 0.0), "the committed columns are visible");
-                    assert_eq!(&w[r * keys + start..(r + 1) * keys], &i[r * t..(r + 1) * t], "start {start} t {t} block {block} row {r}");
+                    assert!(
+                        w[r * keys..r * keys + start].iter().all(|v| *v == 0.0),
+                        "the committed columns are visible"
+                    );
+                    assert_eq!(
+                        &w[r * keys + start..(r + 1) * keys],
+                        &i[r * t..(r + 1) * t],
+                        "start {start} t {t} block {block} row {r}"
+                    );
                 }
             }
         }

@@ -36,7 +36,13 @@ impl DecoderLayer {
     /// The layer over the residual stream `x` and its normed `h`, writing the pass's K/V into
     /// `kv`: the next `(x, h)`, `h` normed by `next_norm` (the next layer's input norm, or the
     /// final norm), and each row's route where the feed-forward block is sparse.
-    pub fn forward(&self, xh: (&Tensor, &Tensor), next_norm: &Tensor, kv: &Tensor, pass: &LayerPass) -> Result<(Tensor, Tensor, Option<Vec<Route>>)> {
+    pub fn forward(
+        &self,
+        xh: (&Tensor, &Tensor),
+        next_norm: &Tensor,
+        kv: &Tensor,
+        pass: &LayerPass,
+    ) -> Result<(Tensor, Tensor, Option<Vec<Route>>)> {
         self.forward_with((&self.attn, &self.ffn), xh, next_norm, kv, pass)
     }
 
@@ -61,7 +67,10 @@ impl DecoderLayer {
     /// Bytes of the layer's weights.
     pub fn bytes(&self) -> usize {
         let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
-        let norms = [&self.input_norm, &self.attn.q_norm, &self.attn.k_norm, &self.post_norm].into_iter().map(size).sum::<usize>();
+        let norms = [&self.input_norm, &self.attn.q_norm, &self.attn.k_norm, &self.post_norm]
+            .into_iter()
+            .map(size)
+            .sum::<usize>();
         norms + self.attn.qkv_proj.bytes() + self.attn.o_proj.bytes() + self.ffn.bytes()
     }
 }

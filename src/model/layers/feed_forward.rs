@@ -41,7 +41,9 @@ impl FeedForward {
     /// sparse with its experts stacked for the grouped kernels.
     pub fn streamable(&self) -> bool {
         match self {
-            FeedForward::Dense(m) => m.gate_up_proj.gemv_weight().is_some() && m.down_proj.gemv_weight().is_some(),
+            FeedForward::Dense(m) => {
+                m.gate_up_proj.gemv_weight().is_some() && m.down_proj.gemv_weight().is_some()
+            }
             FeedForward::Sparse(m) => m.grouped().is_some(),
         }
     }
@@ -53,4 +55,3 @@ impl FeedForward {
         }
     }
 }
-

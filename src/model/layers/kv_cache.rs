@@ -37,16 +37,33 @@ pub struct KvCache {
 impl KvCache {
     /// Zeroed K/V for `layers` layers of `kv_heads` heads of `head_dim`, and `rope`'s tables,
     /// for `capacity` positions; its size is checked against the device's memory first.
-    pub fn new(layers: usize, (kv_heads, head_dim): (usize, usize), rope: &Rope, capacity: usize, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(
+        layers: usize,
+        (kv_heads, head_dim): (usize, usize),
+        rope: &Rope,
+        capacity: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let shape = (2, kv_heads, capacity, head_dim);
         // K/V of every layer plus the cos/sin tables, checked before allocating.
         let bytes = [2, kv_heads, capacity, head_dim, layers + 1, dtype.size_in_bytes()]
             .into_iter()
             .try_fold(1usize, usize::checked_mul);
-        crate::limits::fits_in_memory(&format!("a KV cache of {capacity} positions"), bytes, device)?;
+        crate::limits::fits_in_memory(
+            &format!("a KV cache of {capacity} positions"),
+            bytes,
+            device,
+        )?;
         let zeros = || Tensor::zeros(shape, dtype, device);
         let (cos, sin) = rope.tables(capacity, dtype, device)?;
-        Ok(KvCache { kv: (0..layers).map(|_| zeros()).collect::<candle_core::Result<_>>()?, cos, sin, len: 0, capacity })
+        Ok(KvCache {
+            kv: (0..layers).map(|_| zeros()).collect::<candle_core::Result<_>>()?,
+            cos,
+            sin,
+            len: 0,
+            capacity,
+        })
     }
 
     /// Whether `t` more positions fit after the committed ones: an error saying how many do not.
@@ -88,7 +105,13 @@ impl KvCache {
 impl PassInput {
     /// The input of a pass over `ids` placed from position `from`, attending over every slot up
     /// to its last, with the additive `mask` (`[ids, from + ids]`) or none.
-    pub fn new(ids: &[u32], from: usize, mask: Option<Vec<f32>>, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(
+        ids: &[u32],
+        from: usize,
+        mask: Option<Vec<f32>>,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let (t, keys) = (ids.len(), from + ids.len());
         Ok(PassInput {
             ids: Tensor::from_slice(ids, t, device)?,
@@ -104,13 +127,19 @@ impl PassInput {
     /// and `capacity`, so one captured graph serves every block of a decode.
     pub fn window(start: usize, t: usize, block: usize, capacity: usize) -> (Vec<u32>, Vec<f32>) {
         let positions = (start..start + t).map(|p| p as u32).collect();
-        let mask = block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
+        let mask =
+            block_causal_mask(start, t, block, capacity).unwrap_or_else(|| vec![0.0; t * capacity]);
         (positions, mask)
     }
 }
 
 /// An additive mask of `shape` on `device`, in `dtype`.
-pub fn mask_tensor(mask: Option<Vec<f32>>, shape: (usize, usize), dtype: DType, device: &Device) -> Result<Option<Tensor>> {
+pub fn mask_tensor(
+    mask: Option<Vec<f32>>,
+    shape: (usize, usize),
+    dtype: DType,
+    device: &Device,
+) -> Result<Option<Tensor>> {
     Ok(match mask {
         None => None,
         Some(m) => Some(Tensor::from_vec(m, shape, device)?.to_dtype(dtype)?),
@@ -129,7 +158,12 @@ pub struct Rope {
 impl Rope {
     /// cos/sin tables `[positions, dims/2]`, computed in f32 the way transformers does so that
     /// parity holds at long positions too.
-    pub fn tables(&self, positions: usize, dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
+    pub fn tables(
+        &self,
+        positions: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
         let (d, half) = (self.dims, self.dims / 2);
         let inv_freq: Vec<f32> =
             (0..half).map(|i| 1.0 / (self.theta as f32).powf((2 * i) as f32 / d as f32)).collect();

@@ -60,7 +60,13 @@ impl LayerRoutes {
 
 impl MoeBlock {
     /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`.
-    pub fn load(b: &Loader, prefix: &str, hidden: usize, (experts, top_k, intermediate): (usize, usize, usize), norm_topk_prob: bool) -> Result<Self> {
+    pub fn load(
+        b: &Loader,
+        prefix: &str,
+        hidden: usize,
+        (experts, top_k, intermediate): (usize, usize, usize),
+        norm_topk_prob: bool,
+    ) -> Result<Self> {
         let router = b.proj(&[(format!("{prefix}.gate.weight"), experts)], hidden)?;
         let experts = (0..experts)
             .map(|e| SwiGlu::load(b, &format!("{prefix}.experts.{e}"), hidden, intermediate))
@@ -74,7 +80,12 @@ impl MoeBlock {
     /// ([`Linear::Rows`]): one copy, after which each expert's projections are views into the
     /// stacks (so the standard layer and the streamed one read the same memory).
     pub fn group(&mut self) -> Result<()> {
-        if self.grouped.is_some() || !self.experts.iter().all(|e| e.gate_up_proj.rows().is_some() && e.down_proj.rows().is_some()) {
+        if self.grouped.is_some()
+            || !self
+                .experts
+                .iter()
+                .all(|e| e.gate_up_proj.rows().is_some() && e.down_proj.rows().is_some())
+        {
             return Ok(());
         }
         let stack = |f: &dyn Fn(&SwiGlu) -> Option<&Tensor>| -> Result<Tensor> {
@@ -132,11 +143,25 @@ impl MoeBlock {
     /// into new tensors; the router shared): for products over many rows, which would unpack
     /// each expert they route to. `None` where nothing is packed.
     pub fn unpacked(&self) -> Result<Option<MoeBlock>> {
-        let (Some(g), Some(router)) = (self.rows_form()?, self.router.as_rows()?) else { return Ok(None) };
+        let (Some(g), Some(router)) = (self.rows_form()?, self.router.as_rows()?) else {
+            return Ok(None);
+        };
         let experts = (self.experts.iter().enumerate())
-            .map(|(e, x)| Ok(SwiGlu { gate_up_proj: Linear::Rows(g.gate_up.get(e)?), down_proj: Linear::Rows(g.down.get(e)?), intermediate: x.intermediate }))
+            .map(|(e, x)| {
+                Ok(SwiGlu {
+                    gate_up_proj: Linear::Rows(g.gate_up.get(e)?),
+                    down_proj: Linear::Rows(g.down.get(e)?),
+                    intermediate: x.intermediate,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(MoeBlock { router, experts, top_k: self.top_k, norm_topk_prob: self.norm_topk_prob, grouped: Some(g) }))
+        Ok(Some(MoeBlock {
+            router,
+            experts,
+            top_k: self.top_k,
+            norm_topk_prob: self.norm_topk_prob,
+            grouped: Some(g),
+        }))
     }
 
     /// The grouped stacks as rows, if they are packed.
@@ -150,7 +175,9 @@ impl MoeBlock {
 
     /// Whether the grouped experts are packed ([`MoeBlock::pack`]).
     pub fn packed(&self) -> bool {
-        self.grouped.as_ref().is_some_and(|g| matches!(experts_dims(g.gate_up.dims()), Some((.., WeightLayout::Packed))))
+        self.grouped.as_ref().is_some_and(|g| {
+            matches!(experts_dims(g.gate_up.dims()), Some((.., WeightLayout::Packed)))
+        })
     }
 
     /// Multiplies the post-attention norm's weight `w` into the router's and every expert's
@@ -199,7 +226,8 @@ impl MoeBlock {
     /// `[T, hidden]` -> `[T, hidden]`, and each row's route.
     pub fn forward(&self, x: &Tensor, fused: bool) -> Result<(Tensor, Vec<Route>)> {
         let logits = self.router.forward(x)?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-        let routes: Vec<Route> = logits.iter().map(|l| route(l, self.top_k, self.norm_topk_prob)).collect();
+        let routes: Vec<Route> =
+            logits.iter().map(|l| route(l, self.top_k, self.norm_topk_prob)).collect();
         let groups = by_expert(&routes, self.experts.len());
         let expert = |(e, rows, weights): &(usize, Vec<u32>, Vec<f32>)| -> candle_core::Result<(Tensor, Tensor)> {
             let dev = x.device();
@@ -264,7 +292,11 @@ fn by_expert(routes: &[Route], experts: usize) -> Vec<(usize, Vec<u32>, Vec<f32>
             per[e as usize].1.push(w);
         }
     }
-    per.into_iter().enumerate().filter(|(_, (rows, _))| !rows.is_empty()).map(|(e, (r, w))| (e, r, w)).collect()
+    per.into_iter()
+        .enumerate()
+        .filter(|(_, (rows, _))| !rows.is_empty())
+        .map(|(e, (r, w))| (e, r, w))
+        .collect()
 }
 
 /// Distinct experts `routes` touch (what the stats panel shows per pass).
@@ -322,7 +354,14 @@ mod tests {
             Route { experts: vec![0, 3], weights: vec![0.5, 0.5] },
         ];
         let groups = by_expert(&routes, 4);
-        assert_eq!(groups, vec![(0, vec![0, 1], vec![0.25, 0.5]), (2, vec![0], vec![0.75]), (3, vec![1], vec![0.5])]);
+        assert_eq!(
+            groups,
+            vec![
+                (0, vec![0, 1], vec![0.25, 0.5]),
+                (2, vec![0], vec![0.75]),
+                (3, vec![1], vec![0.5])
+            ]
+        );
         assert_eq!(distinct_experts(&routes), 3);
     }
 
@@ -330,7 +369,13 @@ mod tests {
     struct Mem(HashMap<String, (Vec<f32>, Vec<usize>)>);
 
     impl WeightSource for Mem {
-        fn get(&self, name: &str, shape: &[usize], dtype: DType, device: &Device) -> anyhow::Result<Tensor> {
+        fn get(
+            &self,
+            name: &str,
+            shape: &[usize],
+            dtype: DType,
+            device: &Device,
+        ) -> anyhow::Result<Tensor> {
             let (v, s) = self.0.get(name).ok_or_else(|| anyhow::anyhow!("no tensor {name}"))?;
             assert_eq!(s, shape, "{name}");
             Ok(Tensor::from_vec(v.clone(), s.as_slice(), device)?.to_dtype(dtype)?)
@@ -342,7 +387,13 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed * 97)) % 2000) as f32 / 1000.0 - 1.0).collect()
+        (0..n)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed * 97)) % 2000) as f32
+                    / 1000.0
+                    - 1.0
+            })
+            .collect()
     }
 
     #[test]
@@ -351,30 +402,41 @@ mod tests {
         let mut m = HashMap::new();
         m.insert("m.gate.weight".to_string(), (values(n * h, 1), vec![n, h]));
         for e in 0..n {
-            for (p, shape, seed) in [("gate_proj", [i, h], 10), ("up_proj", [i, h], 20), ("down_proj", [h, i], 30)] {
+            for (p, shape, seed) in
+                [("gate_proj", [i, h], 10), ("up_proj", [i, h], 20), ("down_proj", [h, i], 30)]
+            {
                 let len = shape[0] * shape[1];
-                m.insert(format!("m.experts.{e}.{p}.weight"), (values(len, seed + e as u32), shape.to_vec()));
+                m.insert(
+                    format!("m.experts.{e}.{p}.weight"),
+                    (values(len, seed + e as u32), shape.to_vec()),
+                );
             }
         }
         let w = Mem(m);
         let dev = Device::Cpu;
-        let block = MoeBlock::load(&Loader::new(&w, DType::F32, &dev), "m", h, (n, k, i), true).unwrap();
+        let block =
+            MoeBlock::load(&Loader::new(&w, DType::F32, &dev), "m", h, (n, k, i), true).unwrap();
         let x = values(3 * h, 7);
-        let (y, routes) = block.forward(&Tensor::from_vec(x.clone(), (3, h), &dev).unwrap(), false).unwrap();
+        let (y, routes) =
+            block.forward(&Tensor::from_vec(x.clone(), (3, h), &dev).unwrap(), false).unwrap();
         let y = y.to_vec2::<f32>().unwrap();
         // The same by hand, row by row, in f64.
         let get = |name: &str| w.0[name].0.iter().map(|&v| v as f64).collect::<Vec<f64>>();
-        let matvec = |wt: &[f64], rows: usize, x: &[f64]| -> Vec<f64> { (0..rows).map(|r| (0..x.len()).map(|c| wt[r * x.len() + c] * x[c]).sum()).collect() };
+        let matvec = |wt: &[f64], rows: usize, x: &[f64]| -> Vec<f64> {
+            (0..rows).map(|r| (0..x.len()).map(|c| wt[r * x.len() + c] * x[c]).sum()).collect()
+        };
         for row in 0..3 {
             let xr: Vec<f64> = x[row * h..(row + 1) * h].iter().map(|&v| v as f64).collect();
-            let logits: Vec<f32> = matvec(&get("m.gate.weight"), n, &xr).into_iter().map(|v| v as f32).collect();
+            let logits: Vec<f32> =
+                matvec(&get("m.gate.weight"), n, &xr).into_iter().map(|v| v as f32).collect();
             let want_route = route(&logits, k, true);
             assert_eq!(routes[row].experts, want_route.experts, "row {row}");
             let mut want = vec![0f64; h];
             for (&e, &wt) in want_route.experts.iter().zip(&want_route.weights) {
                 let g = matvec(&get(&format!("m.experts.{e}.gate_proj.weight")), i, &xr);
                 let u = matvec(&get(&format!("m.experts.{e}.up_proj.weight")), i, &xr);
-                let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                let act: Vec<f64> =
+                    g.iter().zip(&u).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
                 let d = matvec(&get(&format!("m.experts.{e}.down_proj.weight")), h, &act);
                 want.iter_mut().zip(d).for_each(|(o, d)| *o += wt as f64 * d);
             }

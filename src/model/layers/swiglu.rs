@@ -19,7 +19,10 @@ pub struct SwiGlu {
 impl SwiGlu {
     /// `{prefix}.{gate,up,down}_proj.weight` (`prefix` e.g. `model.layers.N.mlp`).
     pub fn load(b: &Loader, prefix: &str, hidden: usize, intermediate: usize) -> Result<Self> {
-        let gate_up = [(format!("{prefix}.gate_proj.weight"), intermediate), (format!("{prefix}.up_proj.weight"), intermediate)];
+        let gate_up = [
+            (format!("{prefix}.gate_proj.weight"), intermediate),
+            (format!("{prefix}.up_proj.weight"), intermediate),
+        ];
         Ok(SwiGlu {
             gate_up_proj: b.proj(&gate_up, hidden)?,
             down_proj: b.proj(&[(format!("{prefix}.down_proj.weight"), hidden)], intermediate)?,
@@ -46,7 +49,11 @@ impl SwiGlu {
     /// This block with packed projections unpacked into rows ([`Linear::unpacked_pair`]);
     /// `None` where neither is packed.
     pub fn unpacked(&self) -> Result<Option<SwiGlu>> {
-        let Some((gate_up_proj, down_proj)) = Linear::unpacked_pair(&self.gate_up_proj, &self.down_proj)? else { return Ok(None) };
+        let Some((gate_up_proj, down_proj)) =
+            Linear::unpacked_pair(&self.gate_up_proj, &self.down_proj)?
+        else {
+            return Ok(None);
+        };
         Ok(Some(SwiGlu { gate_up_proj, down_proj, intermediate: self.intermediate }))
     }
 

@@ -226,7 +226,11 @@ mod tests {
             (vec![0.0; 6], 3, vec![3, 5, 4]),
             (vec![0.0; 8], 3, vec![6, 5, 4]),
             (vec![0.0; 128], 8, vec![84, 87, 86, 85, 82, 81, 88, 83]),
-            ((0..128).map(|i| if i % 3 == 0 { 1.0 } else { 0.5 }).collect(), 8, vec![42, 93, 51, 48, 96, 45, 99, 30]),
+            (
+                (0..128).map(|i| if i % 3 == 0 { 1.0 } else { 0.5 }).collect(),
+                8,
+                vec![42, 93, 51, 48, 96, 45, 99, 30],
+            ),
             ((0..64).map(|i| (i % 5) as f32).collect(), 8, vec![14, 39, 54, 24, 44, 19, 9, 49]),
             ((0..20).map(|i| ((i * 7) % 4) as f32).collect(), 4, vec![13, 5, 1, 9]),
             (vec![0.0; 600], 8, vec![7, 4, 1, 3, 5, 0, 2, 6]),
@@ -242,7 +246,8 @@ mod tests {
         let v = [0.1, 0.7, 0.3, 0.9, 0.5, f32::NAN, 0.2];
         assert_eq!(topk(&v, 3), vec![5, 3, 1]);
         let v: Vec<f32> = (0..300).map(|i| ((i * 37) % 300) as f32).collect();
-        let want: Vec<usize> = (0..5).map(|r| v.iter().position(|&x| x == (299 - r) as f32).unwrap()).collect();
+        let want: Vec<usize> =
+            (0..5).map(|r| v.iter().position(|&x| x == (299 - r) as f32).unwrap()).collect();
         assert_eq!(topk(&v, 5), want);
     }
 }

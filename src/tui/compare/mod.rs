@@ -42,8 +42,24 @@ pub const KEYS: &KeyTable = &[
             help::STEP,
             help::BLOCK,
             key("Home End", 6, &["first step / both heads", "first / heads"]),
-            key("a", 7, &["lock-step by step index / aligned by block", "align by step index / by block", "align step / block"]),
-            key("L", 5, &["each side's Steps list in place of its text", "Steps lists in place of text", "Steps lists / text"]),
+            key(
+                "a",
+                7,
+                &[
+                    "lock-step by step index / aligned by block",
+                    "align by step index / by block",
+                    "align step / block",
+                ],
+            ),
+            key(
+                "L",
+                5,
+                &[
+                    "each side's Steps list in place of its text",
+                    "Steps lists in place of text",
+                    "Steps lists / text",
+                ],
+            ),
         ],
     ),
     ("", help::GENERAL),
@@ -166,7 +182,8 @@ impl CompareApp {
         if self.mode == Mode::Live {
             self.k = self.max_head();
             // The side that went furthest says where "the end" is, block-wise.
-            let furthest = self.runs().max_by_key(|r| r.head()).and_then(|r| r.step(r.head()?).cloned());
+            let furthest =
+                self.runs().max_by_key(|r| r.head()).and_then(|r| r.step(r.head()?).cloned());
             if let Some(s) = furthest {
                 (self.block, self.step) = (s.block, s.step);
             }
@@ -185,7 +202,9 @@ impl CompareApp {
         match self.align {
             Align::Step => self.k = (self.k + 1).min(self.max_head()),
             Align::Block if self.step + 1 < self.block_len(self.block) => self.step += 1,
-            Align::Block if self.block < self.last_block() => (self.block, self.step) = (self.block + 1, 0),
+            Align::Block if self.block < self.last_block() => {
+                (self.block, self.step) = (self.block + 1, 0)
+            }
             Align::Block => {}
         }
         self.position() != before
@@ -205,7 +224,10 @@ impl CompareApp {
 
     /// Every step index at which a block starts, on either side.
     fn block_starts(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = self.runs().flat_map(|r| r.blocks().iter().map(|b| b.first_step).collect::<Vec<_>>()).collect();
+        let mut v: Vec<usize> = self
+            .runs()
+            .flat_map(|r| r.blocks().iter().map(|b| b.first_step).collect::<Vec<_>>())
+            .collect();
         v.sort_unstable();
         v
     }
@@ -216,16 +238,22 @@ impl CompareApp {
                 let next = self.block_starts().into_iter().find(|&s| s > self.k);
                 self.k = next.unwrap_or(self.max_head());
             }
-            Align::Block if self.block < self.last_block() => (self.block, self.step) = (self.block + 1, 0),
+            Align::Block if self.block < self.last_block() => {
+                (self.block, self.step) = (self.block + 1, 0)
+            }
             Align::Block => self.step = self.block_len(self.block).saturating_sub(1),
         }
     }
 
     fn block_back(&mut self) {
         match self.align {
-            Align::Step => self.k = self.block_starts().into_iter().rfind(|&s| s < self.k).unwrap_or(0),
+            Align::Step => {
+                self.k = self.block_starts().into_iter().rfind(|&s| s < self.k).unwrap_or(0)
+            }
             Align::Block if self.step > 0 => self.step = 0,
-            Align::Block if self.block > self.first_block() => (self.block, self.step) = (self.block - 1, 0),
+            Align::Block if self.block > self.first_block() => {
+                (self.block, self.step) = (self.block - 1, 0)
+            }
             Align::Block => {}
         }
     }
@@ -296,7 +324,9 @@ impl CompareApp {
             KeyCode::Char('?') => self.help = true,
             KeyCode::Char(' ') => self.toggle_play(),
             KeyCode::Char('a') => self.toggle_align(),
-            KeyCode::Char('L') => self.sides.iter_mut().for_each(|s| s.steps_panel = !s.steps_panel),
+            KeyCode::Char('L') => {
+                self.sides.iter_mut().for_each(|s| s.steps_panel = !s.steps_panel)
+            }
             KeyCode::Left | KeyCode::Char('h') => self.back(),
             KeyCode::Right | KeyCode::Char('l') => {
                 self.forward();
@@ -340,12 +370,23 @@ impl CompareApp {
     /// Every position where both sides, as shown, have committed a cell of the output, and
     /// the two differ: in the token, or only in the step of its block that decoded it.
     pub fn marks(&self) -> Vec<(usize, Mark)> {
-        let [Some(a), Some(b)] = [self.sides[0].view(), self.sides[1].view()] else { return Vec::new() };
-        let end = [a.run.shown_end(a.at), b.run.shown_end(b.at), a.run.output_end(a.at), b.run.output_end(b.at)];
+        let [Some(a), Some(b)] = [self.sides[0].view(), self.sides[1].view()] else {
+            return Vec::new();
+        };
+        let end = [
+            a.run.shown_end(a.at),
+            b.run.shown_end(b.at),
+            a.run.output_end(a.at),
+            b.run.output_end(b.at),
+        ];
         (a.run.prompt_len()..end.into_iter().min().unwrap_or(0))
             .filter_map(|p| match (a.run.cell(p, a.at), b.run.cell(p, b.at)) {
-                (CellState::Decoded(x), CellState::Decoded(y)) if x.token != y.token => Some((p, Mark::OtherToken)),
-                (CellState::Decoded(x), CellState::Decoded(y)) if x.step != y.step => Some((p, Mark::OtherStep)),
+                (CellState::Decoded(x), CellState::Decoded(y)) if x.token != y.token => {
+                    Some((p, Mark::OtherToken))
+                }
+                (CellState::Decoded(x), CellState::Decoded(y)) if x.step != y.step => {
+                    Some((p, Mark::OtherStep))
+                }
                 _ => None,
             })
             .collect()
@@ -515,7 +556,10 @@ mod tests {
         for c in ['?', ' ', 'a', 'L'] {
             app.on_input(key(c), now);
         }
-        assert!(!app.help && app.mode == Mode::Live && app.align == Align::Step, "a key acted unseen");
+        assert!(
+            !app.help && app.mode == Mode::Live && app.align == Align::Step,
+            "a key acted unseen"
+        );
         app.on_input(TermEvent::Resize(80, 22), now);
         app.on_input(key('?'), now);
         assert!(app.help);

@@ -21,11 +21,19 @@ const HINTS: &str = "? help  space play  ←→ step  [] block  a align  q quit 
 /// The compare screen as a pure function of the app.
 pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     if too_small(area) {
-        let msg = format!("terminal too small: {}×{}; compare needs at least {MIN_WIDTH}×{MIN_HEIGHT} (q quits)", area.width, area.height);
+        let msg = format!(
+            "terminal too small: {}×{}; compare needs at least {MIN_WIDTH}×{MIN_HEIGHT} (q quits)",
+            area.width, area.height
+        );
         centred(app.theme, area, buf, msg);
         return;
     }
-    let rows = Layout::vertical([1, 1, 1, 1].map(Constraint::Length).into_iter().chain([Constraint::Min(0), Constraint::Length(1)]));
+    let rows = Layout::vertical(
+        [1, 1, 1, 1]
+            .map(Constraint::Length)
+            .into_iter()
+            .chain([Constraint::Min(0), Constraint::Length(1)]),
+    );
     let [title, line_a, line_b, diff, body, footer] = rows.areas(area);
     title_line(app, title, buf);
     side_lines(app, [line_a, line_b], buf);
@@ -37,7 +45,13 @@ pub fn render(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     }
     let (hints, _) = crate::glyph::fit(HINTS, footer.width as usize);
     let w = hints.chars().count() as u16;
-    buf.set_stringn(footer.right().saturating_sub(w), footer.y, hints, w as usize, app.theme.faint());
+    buf.set_stringn(
+        footer.right().saturating_sub(w),
+        footer.y,
+        hints,
+        w as usize,
+        app.theme.faint(),
+    );
     if app.help {
         help::render_table(app.theme, KEYS, area, buf);
     }
@@ -47,7 +61,10 @@ const NAMES: [&str; 2] = ["A", "B"];
 
 fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     let t = app.theme;
-    let brand = Span::styled(" unmask compare ", Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD));
+    let brand = Span::styled(
+        " unmask compare ",
+        Style::default().fg(t.prompt_bg).bg(t.accent).add_modifier(Modifier::BOLD),
+    );
     let mut left = vec![brand];
     let align = match app.align {
         Align::Step => "lock-step by step",
@@ -58,7 +75,10 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
         Mode::Paused => "⏸ PAUSED",
         Mode::Playing => "▶ PLAYING",
     };
-    let right = Line::from(vec![Span::styled(format!("{align} · "), t.dim()), Span::styled(format!("{mode} "), t.label())]);
+    let right = Line::from(vec![
+        Span::styled(format!("{align} · "), t.dim()),
+        Span::styled(format!("{mode} "), t.label()),
+    ]);
     let right_w = right.width();
     if let Some(r) = app.runs().next() {
         // The checkpoint's name and the prompt share the room; a cut prompt ends in `…"`.
@@ -92,12 +112,19 @@ fn title_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
 fn side_lines(app: &CompareApp, areas: [Rect; 2], buf: &mut Buffer) {
     let room = |i: usize| (areas[i].width as usize).saturating_sub(side_name(app, i).width());
     let sides = [side_fields(app, 0), side_fields(app, 1)];
-    let floor = sides.iter().enumerate().filter_map(|(i, f)| Some(fields::rank_needed(f.as_ref()?, "", room(i)))).max().unwrap_or(0);
+    let floor = sides
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| Some(fields::rank_needed(f.as_ref()?, "", room(i))))
+        .max()
+        .unwrap_or(0);
     for (i, (area, f)) in areas.into_iter().zip(sides).enumerate() {
         let mut spans = vec![side_name(app, i)];
         match f {
             Some(f) => spans.extend(fields::line_from(f, "", room(i), floor).spans),
-            None => spans.push(Span::styled("waiting for the engine's first event…", app.theme.dim())),
+            None => {
+                spans.push(Span::styled("waiting for the engine's first event…", app.theme.dim()))
+            }
         }
         buf.set_line(area.x, area.y, &Line::from(spans), area.width);
     }
@@ -121,13 +148,18 @@ fn side_fields(app: &CompareApp, i: usize) -> Option<Vec<Field<'static>>> {
     // Both summaries padded to one width, so the figures after them line up.
     let pad = app.runs().map(|r| r.latest_settings().summary().len()).max().unwrap_or(0);
     let summary = v.run.latest_settings().summary();
-    let kv = |k: &str, val: String| vec![Span::styled(format!(" {k} "), t.label()), Span::styled(val, t.value())];
+    let kv = |k: &str, val: String| {
+        vec![Span::styled(format!(" {k} "), t.label()), Span::styled(val, t.value())]
+    };
     Some(vec![
         // Padded so that both sides' figures line up, until the room runs short.
-        Field::new(vec![Span::styled(format!("{summary:<pad$}"), t.value())]).or(2, vec![Span::styled(summary.clone(), t.value())]),
+        Field::new(vec![Span::styled(format!("{summary:<pad$}"), t.value())])
+            .or(2, vec![Span::styled(summary.clone(), t.value())]),
         Field::new(kv("step", format!("{}/{head}", v.at.map_or(0, |k| k + 1)))),
         Field::new(kv("forwards", fwd.to_string())).or(3, kv("fwd", fwd.to_string())).drop_at(6),
-        Field::new(kv("tokens", tokens.to_string())).or(3, kv("tok", tokens.to_string())).drop_at(5),
+        Field::new(kv("tokens", tokens.to_string()))
+            .or(3, kv("tok", tokens.to_string()))
+            .drop_at(5),
         Field::new(kv("tok/fwd", format!("{tpf:.2}"))).drop_at(4),
         Field::new(vec![Span::styled(format!("  {state}"), t.dim())])
             .or(1, vec![Span::styled(format!(" {}", state.replace("finished", "ended")), t.dim())])
@@ -141,7 +173,9 @@ fn shown_counts(app: &CompareApp, i: usize, v: &View) -> (usize, usize) {
     let at_end = v.at == v.run.head() && app.mode == Mode::Live;
     match (app.comparison(), at_end) {
         (Some(c), true) => (c.runs[i].forwards, c.runs[i].output_ids.len()),
-        _ => v.at.and_then(|k| Some((v.run.step(k)?.forward, v.run.tokens_out(k)))).unwrap_or((0, 0)),
+        _ => {
+            v.at.and_then(|k| Some((v.run.step(k)?.forward, v.run.tokens_out(k)))).unwrap_or((0, 0))
+        }
     }
 }
 
@@ -151,7 +185,9 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     let overall = match app.comparison() {
         Some(c) => match c.first_divergence {
             // the output token counted from 1, as steps are; the position as the trace's
-            Some(i) => format!("outputs diverge at output token {} (position {})", i + 1, prompt_len + i),
+            Some(i) => {
+                format!("outputs diverge at output token {} (position {})", i + 1, prompt_len + i)
+            }
             None if c.runs[0].output_ids == c.runs[1].output_ids => "outputs are identical".into(),
             None => "one output is a prefix of the other".into(),
         },
@@ -163,10 +199,15 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
     // overall verdict stays.
     let mut fields = vec![Field::new(vec![Span::styled(format!(" {overall}"), t.value())])];
     if marks.is_empty() {
-        fields.push(Field::new(vec![Span::styled("no committed cell differs here", t.dim())]).drop_at(3));
+        fields.push(
+            Field::new(vec![Span::styled("no committed cell differs here", t.dim())]).drop_at(3),
+        );
     }
     let count = |kind| marks.iter().filter(|m| m.1 == kind).count();
-    let parts = [(Mark::OtherToken, count(Mark::OtherToken), "", 2u8), (Mark::OtherStep, count(Mark::OtherStep), " at another step", 1)];
+    let parts = [
+        (Mark::OtherToken, count(Mark::OtherToken), "", 2u8),
+        (Mark::OtherStep, count(Mark::OtherStep), " at another step", 1),
+    ];
     for (i, &(kind, n, tail, drop)) in parts.iter().filter(|p| p.1 > 0).enumerate() {
         let what = match kind {
             Mark::OtherToken => "other token",
@@ -174,12 +215,30 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
         };
         let plural = if n == 1 { "" } else { "s" };
         let here = if i == 0 { vec![Span::styled("here ", t.dim())] } else { Vec::new() };
-        let full = [here.clone(), vec![Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)), Span::styled(format!("{n} {what}{plural}{tail}"), t.warn())]].concat();
-        let short = [here, vec![Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)), Span::styled(n.to_string(), t.warn())]].concat();
+        let full = [
+            here.clone(),
+            vec![
+                Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)),
+                Span::styled(format!("{n} {what}{plural}{tail}"), t.warn()),
+            ],
+        ]
+        .concat();
+        let short = [
+            here,
+            vec![
+                Span::styled(format!("{} ", kind.glyph()), mark_style(t, kind)),
+                Span::styled(n.to_string(), t.warn()),
+            ],
+        ]
+        .concat();
         fields.push(Field::new(full).or(drop, short).drop_at(drop + 2));
     }
     if app.comparison().is_some_and(Comparison::sampled) {
-        fields.push(Field::new(vec![Span::styled("sampled: draws differ too", t.dim())]).or(4, vec![Span::styled("sampled", t.dim())]).drop_at(5));
+        fields.push(
+            Field::new(vec![Span::styled("sampled: draws differ too", t.dim())])
+                .or(4, vec![Span::styled("sampled", t.dim())])
+                .drop_at(5),
+        );
     }
     buf.set_line(area.x, area.y, &fields::line(fields, " · ", area.width as usize), area.width);
 }
@@ -196,10 +255,17 @@ fn mark_style(t: &Theme, kind: Mark) -> Style {
 /// One side: grid, text and timeline in a column, the differing cells marked.
 fn column(app: &CompareApp, i: usize, area: Rect, marks: &[(usize, Mark)], buf: &mut Buffer) {
     let Some(v) = app.sides[i].view() else {
-        centred(app.theme, area, buf, format!("{}: waiting for the engine's first event…", NAMES[i]));
+        centred(
+            app.theme,
+            area,
+            buf,
+            format!("{}: waiting for the engine's first event…", NAMES[i]),
+        );
         return;
     };
-    let [g, txt, tl] = Layout::vertical([Constraint::Percentage(55), Constraint::Min(3), Constraint::Length(4)]).areas(area);
+    let [g, txt, tl] =
+        Layout::vertical([Constraint::Percentage(55), Constraint::Min(3), Constraint::Length(4)])
+            .areas(area);
     grid::render(&v, g, buf);
     if app.sides[i].steps_panel {
         steps::render(&v, txt, buf);
@@ -209,7 +275,9 @@ fn column(app: &CompareApp, i: usize, area: Rect, marks: &[(usize, Mark)], buf: 
     timeline::render(&v, tl, buf);
     // Another token: the cell reversed in the warning colour, and `≠`; the same token at
     // another step: `≈` only, the cell keeps its step's hue.
-    let reversed = Style::default().fg(app.theme.warn).add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
+    let reversed = Style::default()
+        .fg(app.theme.warn)
+        .add_modifier(Modifier::UNDERLINED | Modifier::BOLD | Modifier::REVERSED);
     for &(p, kind) in marks {
         if let (Mark::OtherToken, Some(r)) = (kind, grid::cell_area(&v, g, p)) {
             buf.set_style(r, reversed);
@@ -277,7 +345,12 @@ mod tests {
         }
         let s = screen(&app, 80, 22);
         let title = s.lines().next().unwrap();
-        assert!(title.contains("prompt \"") && title.trim_end().ends_with("⏸ PAUSED") && title.matches('"').count() == 2, "{s}");
+        assert!(
+            title.contains("prompt \"")
+                && title.trim_end().ends_with("⏸ PAUSED")
+                && title.matches('"').count() == 2,
+            "{s}"
+        );
         assert!(!s.contains("B=4"), "{s}");
         insta::assert_snapshot!(s);
     }
@@ -302,7 +375,11 @@ mod tests {
         let mut b = trace(&Synth { new_tokens: 10, steps: 2, ..Synth::small() });
         for e in &mut b {
             match e {
-                Event::Step(s) => s.committed.iter_mut().filter(|c| c.pos == 9).for_each(|c| (c.token, c.text) = (0, "ROMEO".into())),
+                Event::Step(s) => s
+                    .committed
+                    .iter_mut()
+                    .filter(|c| c.pos == 9)
+                    .for_each(|c| (c.token, c.text) = (0, "ROMEO".into())),
                 Event::Block(bl) if bl.start == 8 => bl.tokens[1] = 0,
                 Event::Finish(f) => f.output_ids[3] = 0,
                 _ => {}
@@ -330,16 +407,26 @@ mod tests {
         insta::assert_snapshot!(s);
         // Without colour the marks are the same glyphs (and the different token stays reversed).
         let mut mono = steps_pair();
-        mono.theme = crate::tui::theme::pick(crate::tui::theme::ThemeName::Dark, crate::tui::theme::Depth::Mono);
+        mono.theme = crate::tui::theme::pick(
+            crate::tui::theme::ThemeName::Dark,
+            crate::tui::theme::Depth::Mono,
+        );
         let m = screen(&mono, 120, 36);
-        assert_eq!((m.matches('≠').count(), m.matches('≈').count()), (3, 1 + 2 * steps.len()), "{m}");
+        assert_eq!(
+            (m.matches('≠').count(), m.matches('≈').count()),
+            (3, 1 + 2 * steps.len()),
+            "{m}"
+        );
     }
 
     #[test]
     fn sampled_sides_are_announced_on_the_screen() {
         let mut app = steps_pair();
         assert!(!screen(&app, 160, 36).contains("draws differ"));
-        let mut events = crate::trace::synth::trace(&crate::trace::synth::Synth { new_tokens: 10, ..crate::trace::synth::Synth::small() });
+        let mut events = crate::trace::synth::trace(&crate::trace::synth::Synth {
+            new_tokens: 10,
+            ..crate::trace::synth::Synth::small()
+        });
         if let crate::trace::events::Event::Header(h) = &mut events[0] {
             h.settings.sampling.temperature = 0.7;
         }
