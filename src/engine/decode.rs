@@ -382,6 +382,7 @@ impl Loop<'_> {
                 step,
                 forward: self.forwards,
                 committed,
+                edited: Vec::new(),
                 masked: candidates,
                 t_ms: self.ms(),
                 settings: if step == 0 { changed.take() } else { None },

@@ -11,7 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::engine::settings::DecodeSettings;
 
 /// Bumped whenever a field changes meaning or disappears. Added optional fields do not bump it.
-pub const TRACE_VERSION: u32 = 1;
+/// Version 2: a committed position may be replaced later (`StepEvent::edited`), so a step's
+/// `committed` is no longer a position's final token; the block event's `tokens` are. Every
+/// version up to this one is read.
+pub const TRACE_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -115,6 +118,12 @@ pub struct StepEvent {
     /// prefill and each block's commit ride on the next denoising pass).
     pub forward: usize,
     pub committed: Vec<Committed>,
+    /// Positions of this block decoded before this step whose token this step replaced (token
+    /// editing: `--strategy joint_threshold`), ascending. Never a prompt position, never an
+    /// earlier block's. Absent when nothing was replaced (always, for strategies that do not
+    /// edit, and in version 1 traces).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edited: Vec<Edited>,
     /// Still-masked positions after this step, with the candidate the model preferred.
     pub masked: Vec<Candidate>,
     /// Milliseconds since the decode started, at the end of this step.
@@ -147,6 +156,28 @@ pub struct Committed {
     /// `--routing` on a mixture-of-experts model: per sparse layer (`model.moe.sparse_layers`),
     /// the experts this position's row was routed to in the pass that committed it, and their
     /// weights. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<Route>,
+}
+
+/// A decoded position whose token a step replaced: what it held (`from`) and what it holds now,
+/// with the distribution the new token was drawn from, as in [`Committed`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Edited {
+    pub pos: usize,
+    /// The token it held before this step.
+    pub from: u32,
+    pub token: u32,
+    /// As in [`Committed`].
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+    pub conf: f32,
+    pub entropy: f32,
+    /// As in [`Committed`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<TopCandidate>,
+    /// As in [`Committed`]: the route of the pass that made this edit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
 }
@@ -200,7 +231,8 @@ pub struct BlockEvent {
     /// spelled out. Absent in traces written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub texts: Option<Vec<String>>,
-    /// Denoising steps this block took.
+    /// Denoising steps this block took (with token editing: every pass, those after its last
+    /// mask included).
     pub steps: usize,
     pub forward: usize,
     pub t_ms: f64,
@@ -256,6 +288,13 @@ impl Event {
                         ("committed.entropy", c.entropy as f64),
                     ]);
                     nums.extend(c.top.iter().map(|t| ("committed.top.p", t.p as f64)));
+                }
+                for c in &s.edited {
+                    nums.extend([
+                        ("edited.conf", c.conf as f64),
+                        ("edited.entropy", c.entropy as f64),
+                    ]);
+                    nums.extend(c.top.iter().map(|t| ("edited.top.p", t.p as f64)));
                 }
                 for c in &s.masked {
                     nums.push(("masked.conf", c.conf as f64));

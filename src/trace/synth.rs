@@ -362,6 +362,7 @@ fn decode_block(
             step,
             forward: *forward,
             committed,
+            edited: vec![],
             masked: cands,
             t_ms: ms(*forward),
             settings: if step == 0 { changed.take() } else { None },
