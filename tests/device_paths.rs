@@ -49,6 +49,7 @@ fn settings(strategy: Strategy, sampling: Sampling) -> DecodeSettings {
         steps: 4,
         sampling,
         max_new_tokens: 24,
+        ..DecodeSettings::default()
     }
 }
 

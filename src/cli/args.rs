@@ -454,9 +454,20 @@ pub struct DecodeArgs {
     /// Where SDAR and lmdeploy disagree (tokens per step, dynamic's use of steps).
     #[arg(long, value_enum, global = true)]
     pub schedule: Option<Schedule>,
-    /// Confidence threshold of low_confidence_dynamic.
+    /// Confidence threshold of low_confidence_dynamic and joint_threshold.
     #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub threshold: Option<f32>,
+    /// joint_threshold: replace a decoded token when the pass decodes another there with a
+    /// probability over F.
+    #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
+    pub edit_threshold: Option<f32>,
+    /// joint_threshold: passes a block may take after its last mask (editing only).
+    #[arg(long, allow_negative_numbers = true, value_name = "N", global = true)]
+    pub max_post_steps: Option<usize>,
+    /// End the decode after the block that holds the first EOS (false: decode every block, as
+    /// LLaDA2.1's generate() does; the output still ends at the first EOS).
+    #[arg(long, value_name = "BOOL", global = true, action = clap::ArgAction::Set)]
+    pub eos_early_stop: Option<bool>,
     /// Cumulative-entropy bound of entropy_bounded.
     #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub eb_threshold: Option<f32>,
@@ -527,22 +538,37 @@ impl DecodeArgs {
         gen: &GenerationConfig,
         block_size: Option<usize>,
     ) -> Result<DecodeSettings> {
+        self.settings_over(gen, block_size, &GenerationConfig::default())
+    }
+
+    /// [`DecodeArgs::settings`], with `family` (what the family's published `generate()` uses,
+    /// [`crate::model::registry::Family::decoding`]) under the checkpoint's own values.
+    pub fn settings_over(
+        &self,
+        gen: &GenerationConfig,
+        block_size: Option<usize>,
+        family: &GenerationConfig,
+    ) -> Result<DecodeSettings> {
         let taken = self.taken_from(gen);
-        if let Err(e) = DecodeArgs::default().merge(&taken, None)?.validate() {
+        let none = GenerationConfig::default();
+        if let Err(e) = DecodeArgs::default().merge(&taken, None, &none)?.validate() {
             use crate::engine::settings::SettingsError::*;
             let field = match e {
                 BlockLength(_) => "block_length",
-                Steps(_) => "denoising_steps",
+                Steps(_) if gen.steps_field.is_empty() => "denoising_steps",
+                Steps(_) => gen.steps_field,
                 Threshold(_) if gen.threshold_field.is_empty() => "threshold",
                 Threshold(_) => gen.threshold_field,
                 EbThreshold(_) => "eb_threshold",
                 Temperature(_) => "temperature",
                 TopP(_) => "top_p",
                 MaxNewTokens(_) => "max_new_tokens",
+                EditThreshold(_) => "editing_threshold",
+                MaxPostSteps(_) => "max_post_steps",
             };
             bail!("{}: field `{field}` is {}; it {}", gen.label(), e.value(), e.requirement());
         }
-        let s = self.merge(gen, block_size)?;
+        let s = self.merge(gen, block_size, family)?;
         s.validate().context("invalid settings")?;
         Ok(s)
     }
@@ -564,6 +590,9 @@ impl DecodeArgs {
             denoising_steps: unless(self.steps.is_some(), &gen.denoising_steps),
             threshold: unless(self.threshold.is_some(), &gen.threshold),
             eb_threshold: unless(self.eb_threshold.is_some(), &gen.eb_threshold),
+            editing_threshold: unless(self.edit_threshold.is_some(), &gen.editing_threshold),
+            max_post_steps: unless(self.max_post_steps.is_some(), &gen.max_post_steps),
+            eos_early_stop: unless(self.eos_early_stop.is_some(), &gen.eos_early_stop),
             max_new_tokens: unless(self.max_new_tokens.is_some(), &gen.max_new_tokens),
             remasking_strategy: unless(self.strategy.is_some(), &gen.remasking_strategy),
             temperature: unless(self.temperature.is_some(), &gen.temperature),
@@ -574,13 +603,19 @@ impl DecodeArgs {
         }
     }
 
-    /// Flags over `gen` over `block_size` over unmask's defaults, not validated.
+    /// Flags over `gen` over `block_size` over `family` over unmask's defaults, not validated.
     /// generation_config.json's `do_sample: false` is transformers' greedy search: temperature
     /// 0, whatever the file's `temperature` (`--temperature` still wins); `do_sample: true`
     /// samples, with transformers' temperature and top-k where the file has none.
-    fn merge(&self, gen: &GenerationConfig, block_size: Option<usize>) -> Result<DecodeSettings> {
+    fn merge(
+        &self,
+        gen: &GenerationConfig,
+        block_size: Option<usize>,
+        family: &GenerationConfig,
+    ) -> Result<DecodeSettings> {
         let d = DecodeSettings::default();
-        let strategy = match (self.strategy, gen.remasking_strategy.as_deref()) {
+        let named = gen.remasking_strategy.as_deref().or(family.remasking_strategy.as_deref());
+        let strategy = match (self.strategy, named) {
             (Some(s), _) => s,
             (None, Some(name)) => {
                 <Strategy as clap::ValueEnum>::from_str(name, true).map_err(|_| {
@@ -605,14 +640,15 @@ impl DecodeArgs {
         Ok(DecodeSettings {
             strategy,
             schedule: self.schedule.unwrap_or(d.schedule),
-            threshold: self.threshold.or(gen.threshold).unwrap_or(d.threshold),
+            threshold: self.threshold.or(gen.threshold).or(family.threshold).unwrap_or(d.threshold),
             eb_threshold: self.eb_threshold.or(gen.eb_threshold).unwrap_or(d.eb_threshold),
             block_length: self
                 .block_length
                 .or(gen.block_length)
                 .or(block_size)
+                .or(family.block_length)
                 .unwrap_or(d.block_length),
-            steps: self.steps.or(gen.denoising_steps).unwrap_or(d.steps),
+            steps: self.steps.or(gen.denoising_steps).or(family.denoising_steps).unwrap_or(d.steps),
             sampling: Sampling {
                 temperature: self.temperature.or(gen_temperature).unwrap_or(d.sampling.temperature),
                 top_k: self.top_k.or(gen_top_k).unwrap_or(d.sampling.top_k),
@@ -620,6 +656,21 @@ impl DecodeArgs {
                 seed: self.seed.unwrap_or(d.sampling.seed),
             },
             max_new_tokens: self.max_new_tokens.or(gen.max_new_tokens).unwrap_or(d.max_new_tokens),
+            edit_threshold: self
+                .edit_threshold
+                .or(gen.editing_threshold)
+                .or(family.editing_threshold)
+                .unwrap_or(d.edit_threshold),
+            max_post_steps: self
+                .max_post_steps
+                .or(gen.max_post_steps)
+                .or(family.max_post_steps)
+                .unwrap_or(d.max_post_steps),
+            eos_early_stop: self
+                .eos_early_stop
+                .or(gen.eos_early_stop)
+                .or(family.eos_early_stop)
+                .unwrap_or(d.eos_early_stop),
         })
     }
 }
@@ -637,6 +688,8 @@ macro_rules! side_args {
             pub threshold: Option<f32>,
             #[arg(help = concat!("--eb-threshold for side ", $suffix, " only (over the shared flag)"), id = concat!("eb_threshold_", $suffix), long = concat!("eb-threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
             pub eb_threshold: Option<f32>,
+            #[arg(help = concat!("--edit-threshold for side ", $suffix, " only (over the shared flag)"), id = concat!("edit_threshold_", $suffix), long = concat!("edit-threshold-", $suffix), allow_negative_numbers = true, value_name = "F")]
+            pub edit_threshold: Option<f32>,
             #[arg(help = concat!("--steps for side ", $suffix, " only (over the shared flag)"), id = concat!("steps_", $suffix), long = concat!("steps-", $suffix), allow_negative_numbers = true, value_name = "N")]
             pub steps: Option<usize>,
             #[arg(help = concat!("--block-length for side ", $suffix, " only (over the shared flag)"), id = concat!("block_length_", $suffix), long = concat!("block-length-", $suffix), allow_negative_numbers = true, value_name = "N")]
@@ -659,6 +712,7 @@ macro_rules! side_args {
                     schedule: self.schedule.or(base.schedule),
                     threshold: self.threshold.or(base.threshold),
                     eb_threshold: self.eb_threshold.or(base.eb_threshold),
+                    edit_threshold: self.edit_threshold.or(base.edit_threshold),
                     steps: self.steps.or(base.steps),
                     block_length: self.block_length.or(base.block_length),
                     temperature: self.temperature.or(base.temperature),
@@ -778,6 +832,42 @@ mod tests {
         }
     }
 
+    /// LLaDA2's `generate()` keys, from generation_config.json, under the flags, over a
+    /// family's defaults.
+    #[test]
+    fn editing_settings_come_from_flags_then_the_file_then_the_family() {
+        let file = gen(r#"{"steps":6,"editing_threshold":0.7,"eos_early_stop":false}"#);
+        let family = GenerationConfig {
+            remasking_strategy: Some("joint_threshold".into()),
+            block_length: Some(32),
+            editing_threshold: Some(0.5),
+            max_post_steps: Some(3),
+            ..GenerationConfig::default()
+        };
+        let s = DecodeArgs::default().settings_over(&file, None, &family).unwrap();
+        assert_eq!(s.strategy, Strategy::JointThreshold);
+        assert_eq!((s.block_length, s.steps), (32, 6));
+        assert_eq!((s.edit_threshold, s.max_post_steps, s.eos_early_stop), (0.7, 3, false));
+        let flags = DecodeArgs {
+            edit_threshold: Some(0.25),
+            max_post_steps: Some(0),
+            eos_early_stop: Some(true),
+            block_length: Some(8),
+            ..DecodeArgs::default()
+        };
+        let s = flags.settings_over(&file, Some(16), &family).unwrap();
+        assert_eq!((s.edit_threshold, s.max_post_steps, s.eos_early_stop), (0.25, 0, true));
+        assert_eq!(s.block_length, 8);
+        // the checkpoint's block size is over the family's
+        let s = DecodeArgs::default().settings_over(&file, Some(16), &family).unwrap();
+        assert_eq!(s.block_length, 16);
+        let e = GenerationConfig::parse(r#"{"steps":4,"denoising_steps":4}"#, "g.json");
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "g.json: both `denoising_steps` and `steps` are given; keep one"
+        );
+    }
+
     fn gen(json: &str) -> GenerationConfig {
         GenerationConfig::parse(json, "m/generation_config.json").unwrap()
     }
@@ -815,6 +905,15 @@ mod tests {
             (
                 r#"{"remasking_strategy":"zz"}"#,
                 "field `remasking_strategy`: unknown strategy \"zz\"",
+            ),
+            (r#"{"steps":0}"#, "field `steps` is 0; it must be within 1 to 4096"),
+            (
+                r#"{"editing_threshold":1.5}"#,
+                "field `editing_threshold` is 1.5; it must be within [0, 1]",
+            ),
+            (
+                r#"{"max_post_steps":5000}"#,
+                "field `max_post_steps` is 5000; it must be within 0 to 4096",
             ),
         ];
         for (json, want) in cases {

@@ -62,7 +62,13 @@ impl Session {
         if args.block_length.is_none() && ckpt.generation.block_length.is_none() {
             check_name_block(block.as_ref())?;
         }
-        let settings = args.settings(&ckpt.generation, block.as_ref().map(|b| b.0))?;
+        let family = crate::model::registry::family(&ckpt.config)?;
+        let defaults = (family.decoding)(&ckpt.generation, name.as_deref());
+        let settings = args.settings_over(
+            &ckpt.generation,
+            block.as_ref().map(|b| b.0),
+            defaults.as_ref().unwrap_or(&GenerationConfig::default()),
+        )?;
         let user = user_message(args, &ckpt)?;
         let template = if args.raw { None } else { ckpt.chat_template.as_ref() };
         let ask =
@@ -72,7 +78,13 @@ impl Session {
         check_prompt_ids(&prompt_ids, ckpt.config.vocab_size, &ckpt.tokenizer)?;
         check_positions(prompt_ids.len(), &settings, ckpt.config.max_position_embeddings)?;
         let mut sources = BTreeMap::new();
-        sources.insert("block_length".into(), block_length_source(args, &ckpt.generation, block));
+        sources.insert(
+            "block_length".into(),
+            block_length_source(args, &ckpt.generation, block, defaults.as_ref()),
+        );
+        if let Some(d) = &defaults {
+            sources.insert("decoding".into(), d.origin.clone());
+        }
         sources.insert("mask_token".into(), ckpt.mask_source.clone());
         sources.insert("sampling".into(), sampling_source(args, &ckpt.generation));
         if let Some(t) = template {
@@ -282,6 +294,7 @@ fn block_length_source(
     args: &DecodeArgs,
     gen: &GenerationConfig,
     block: Option<(usize, String)>,
+    family: Option<&GenerationConfig>,
 ) -> String {
     if args.block_length.is_some() {
         return "--block-length".into();
@@ -289,7 +302,11 @@ fn block_length_source(
     if gen.block_length.is_some() {
         return "generation_config.json block_length".into();
     }
-    block.map_or_else(|| "default".into(), |b| b.1)
+    match (block, family) {
+        (Some(b), _) => b.1,
+        (None, Some(f)) if f.block_length.is_some() => f.origin.clone(),
+        (None, _) => "default".into(),
+    }
 }
 
 fn sampling_source(args: &DecodeArgs, gen: &GenerationConfig) -> String {

@@ -9,11 +9,11 @@ use anyhow::Result;
 
 use super::{Ask, Control, Denoised, Denoiser, Detok, Pass};
 use crate::engine::settings::DecodeSettings;
-use crate::sampler::strategy::{Cell, StepRule};
+use crate::sampler::strategy::{Cell, Held, StepRule};
 use crate::sampler::{PosSample, Ranked, Uniforms};
 use crate::trace::detok::{self, End};
 use crate::trace::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo,
+    BlockEvent, Candidate, Committed, Edited, Event, FinishEvent, FinishReason, Header, ModelInfo,
     StepEvent, TopCandidate, TRACE_VERSION,
 };
 
@@ -253,6 +253,9 @@ impl Loop<'_> {
         // Finished blocks not in the cache yet: the next block's first pass stores them.
         let mut unstored = req.prompt_ids[..first_block * b].to_vec();
         let mut uniforms = Uniforms::new(self.settings.sampling.seed);
+        // Whether the output has ended at an EOS: without `eos_early_stop` the blocks after it
+        // are still decoded (LLaDA2.1's generate()), and all their cells are dropped.
+        let mut ended = false;
         for block in first_block..end_blocks {
             let start = block * b;
             let mut cells: Vec<u32> = (start..start + b)
@@ -266,10 +269,12 @@ impl Loop<'_> {
             *blocks += 1;
             let generated: Vec<u32> =
                 (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
-            let eos_at = generated.iter().position(|t| req.eos_ids.contains(t));
+            let eos_at =
+                if ended { None } else { generated.iter().position(|t| req.eos_ids.contains(t)) };
             if self.events {
                 // The output ends here at an EOS or in the last block; cells after it are dropped.
                 let out_end = match eos_at {
+                    _ if ended => Some(0),
                     Some(i) => Some(start.max(p) + i + 1 - start),
                     None => (block + 1 == end_blocks).then(|| (p + n).min(start + b) - start),
                 };
@@ -279,14 +284,18 @@ impl Loop<'_> {
             }
             unstored = cells;
             match eos_at {
+                _ if ended => {}
                 Some(i) => {
                     output.extend_from_slice(&generated[..=i]);
-                    return Ok(FinishReason::Eos);
+                    if self.settings.eos_early_stop {
+                        return Ok(FinishReason::Eos);
+                    }
+                    ended = true;
                 }
                 None => output.extend_from_slice(&generated),
             }
         }
-        Ok(FinishReason::Length)
+        Ok(if ended { FinishReason::Eos } else { FinishReason::Length })
     }
 
     /// Denoises one block to the end and emits its events. Its first pass also stores
@@ -311,18 +320,24 @@ impl Loop<'_> {
         }
         let rule = StepRule::from_settings(&self.settings);
         let sampling = self.settings.sampler();
-        let mut masked: Vec<bool> = cells.iter().map(|&t| t == req.mask_id).collect();
         // A prompt token that happens to be the mask id is still prompt.
-        for (i, m) in masked.iter_mut().enumerate() {
-            if start + i < req.prompt_ids.len() {
-                *m = false;
-            }
-        }
+        let mut held: Vec<Held> = (0..b)
+            .map(|i| if start + i < req.prompt_ids.len() { Held::Prompt } else { Held::Mask })
+            .collect();
         // Every block holds a mask (the first starts before the prompt's end, the rest after
         // it), so its first pass always runs and stores `unstored`.
-        debug_assert!(masked.iter().any(|&m| m));
+        debug_assert!(held.contains(&Held::Mask));
         let mut step = 0;
-        while masked.iter().any(|&m| m) {
+        // Passes begun with no mask left: only an editing strategy takes any.
+        let mut post = 0;
+        loop {
+            let masks_left = held.contains(&Held::Mask);
+            if !masks_left {
+                post += 1;
+                if !rule.post_step_allowed(post) {
+                    break;
+                }
+            }
             if let Interrupt::Cancel = self.poll_control()? {
                 return Ok(Interrupt::Cancel);
             }
@@ -341,19 +356,34 @@ impl Loop<'_> {
             };
             self.forwards += 1;
             check_samples(&samples, b, start, block, step, self.forwards)?;
-            let view: Vec<Cell> = samples
-                .iter()
-                .zip(&masked)
-                .map(|(s, &m)| Cell { masked: m, conf: s.conf, entropy: s.entropy })
+            let view: Vec<Cell> = (0..b)
+                .map(|i| Cell {
+                    held: match held[i] {
+                        Held::Decoded { .. } => {
+                            Held::Decoded { differs: samples[i].token != cells[i] }
+                        }
+                        h => h,
+                    },
+                    conf: samples[i].conf,
+                    entropy: samples[i].entropy,
+                })
                 .collect();
             let picked = rule.select(&view, step);
-            for &i in &picked {
+            let edits = rule.edit(&view);
+            let replaced: Vec<u32> = edits.iter().map(|&i| cells[i]).collect();
+            for &i in picked.iter().chain(&edits) {
                 cells[i] = samples[i].token;
-                masked[i] = false;
+                held[i] = Held::Decoded { differs: false };
             }
             self.steps += 1;
+            // A pass begun with no mask that replaced nothing ends the block (its forward
+            // counts): LLaDA2.1's generate().
+            let settled = !masks_left && edits.is_empty();
             if !self.events {
                 step += 1;
+                if settled {
+                    break;
+                }
                 continue;
             }
             let t0 = Instant::now();
@@ -373,8 +403,16 @@ impl Loop<'_> {
                     ..self.committed(start + i, &samples[i], top(i))
                 })
                 .collect();
+            let edited = edits
+                .iter()
+                .zip(replaced)
+                .map(|(&i, from)| Edited {
+                    routes: routes(i),
+                    ..self.edited(start + i, from, &samples[i], top(i))
+                })
+                .collect();
             let candidates = (0..b)
-                .filter(|&i| masked[i])
+                .filter(|&i| held[i] == Held::Mask)
                 .map(|i| self.candidate(start + i, &samples[i], top(i)))
                 .collect();
             let ev = StepEvent {
@@ -382,7 +420,7 @@ impl Loop<'_> {
                 step,
                 forward: self.forwards,
                 committed,
-                edited: Vec::new(),
+                edited,
                 masked: candidates,
                 t_ms: self.ms(),
                 settings: if step == 0 { changed.take() } else { None },
@@ -391,6 +429,9 @@ impl Loop<'_> {
             self.event_time += t0.elapsed();
             (self.sink)(Event::Step(ev));
             step += 1;
+            if settled {
+                break;
+            }
         }
         self.block_steps = step;
         Ok(Interrupt::None)
@@ -432,6 +473,21 @@ impl Loop<'_> {
         let TokenText { text, bytes } = self.token(s.token);
         Committed {
             pos,
+            token: s.token,
+            text,
+            bytes,
+            conf: s.conf,
+            entropy: s.entropy,
+            top: self.top(top),
+            routes: Vec::new(),
+        }
+    }
+
+    fn edited(&self, pos: usize, from: u32, s: &PosSample, top: &[Ranked]) -> Edited {
+        let TokenText { text, bytes } = self.token(s.token);
+        Edited {
+            pos,
+            from,
             token: s.token,
             text,
             bytes,

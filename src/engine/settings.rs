@@ -15,14 +15,18 @@ pub enum Strategy {
     LowConfidenceDynamic,
     #[value(alias = "entropy-bounded", alias = "entropy")]
     EntropyBounded,
+    /// LLaDA2.1's token editing: commits masks and replaces decoded tokens (SGLang's name).
+    #[value(alias = "joint-threshold", alias = "joint", alias = "edit")]
+    JointThreshold,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Sequential,
         Strategy::LowConfidenceStatic,
         Strategy::LowConfidenceDynamic,
         Strategy::EntropyBounded,
+        Strategy::JointThreshold,
     ];
 
     pub fn name(self) -> &'static str {
@@ -31,6 +35,7 @@ impl Strategy {
             Strategy::LowConfidenceStatic => "low_confidence_static",
             Strategy::LowConfidenceDynamic => "low_confidence_dynamic",
             Strategy::EntropyBounded => "entropy_bounded",
+            Strategy::JointThreshold => "joint_threshold",
         }
     }
 
@@ -107,6 +112,34 @@ pub struct DecodeSettings {
     pub steps: usize,
     pub sampling: Sampling,
     pub max_new_tokens: usize,
+    /// joint_threshold: a decoded token is replaced by the pass's when they differ and the
+    /// pass's probability is over this. Traces written before editing existed have none.
+    #[serde(default = "default_edit_threshold")]
+    pub edit_threshold: f32,
+    /// joint_threshold: passes a block may take once no mask is left.
+    #[serde(default = "default_max_post_steps")]
+    pub max_post_steps: usize,
+    /// Whether the decode ends after the block that holds the first EOS (SDAR, LLaDA2.0); when
+    /// off, every block to `max_new_tokens` is decoded and the output still ends at the first
+    /// EOS, as LLaDA2.1's `generate()` does by default.
+    #[serde(default = "yes")]
+    pub eos_early_stop: bool,
+}
+
+/// LLaDA2.1's `generate()` defaults.
+pub const EDIT_THRESHOLD: f32 = 0.9;
+pub const MAX_POST_STEPS: usize = 16;
+
+fn default_edit_threshold() -> f32 {
+    EDIT_THRESHOLD
+}
+
+fn default_max_post_steps() -> usize {
+    MAX_POST_STEPS
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,6 +207,9 @@ impl Default for DecodeSettings {
             steps: 4,
             sampling: Sampling::default(),
             max_new_tokens: 256,
+            edit_threshold: EDIT_THRESHOLD,
+            max_post_steps: MAX_POST_STEPS,
+            eos_early_stop: true,
         }
     }
 }
@@ -189,6 +225,8 @@ pub enum SettingsError {
     Temperature(f32),
     TopP(f32),
     MaxNewTokens(usize),
+    EditThreshold(f32),
+    MaxPostSteps(usize),
 }
 
 impl SettingsError {
@@ -202,6 +240,8 @@ impl SettingsError {
             SettingsError::Temperature(_) => "--temperature",
             SettingsError::TopP(_) => "--top-p",
             SettingsError::MaxNewTokens(_) => "--max-new-tokens",
+            SettingsError::EditThreshold(_) => "--edit-threshold",
+            SettingsError::MaxPostSteps(_) => "--max-post-steps",
         }
     }
 
@@ -211,7 +251,10 @@ impl SettingsError {
         match self {
             SettingsError::BlockLength(_) => format!("must be within 1 to {MAX_BLOCK_LENGTH}"),
             SettingsError::Steps(_) => format!("must be within 1 to {MAX_STEPS}"),
-            SettingsError::Threshold(_) => "must be within [0, 1]".into(),
+            SettingsError::Threshold(_) | SettingsError::EditThreshold(_) => {
+                "must be within [0, 1]".into()
+            }
+            SettingsError::MaxPostSteps(_) => format!("must be within 0 to {MAX_STEPS}"),
             SettingsError::EbThreshold(_) | SettingsError::Temperature(_) => {
                 "must be a finite number >= 0".into()
             }
@@ -225,8 +268,10 @@ impl SettingsError {
         match self {
             SettingsError::BlockLength(v)
             | SettingsError::Steps(v)
-            | SettingsError::MaxNewTokens(v) => v.to_string(),
+            | SettingsError::MaxNewTokens(v)
+            | SettingsError::MaxPostSteps(v) => v.to_string(),
             SettingsError::Threshold(v)
+            | SettingsError::EditThreshold(v)
             | SettingsError::EbThreshold(v)
             | SettingsError::Temperature(v)
             | SettingsError::TopP(v) => v.to_string(),
@@ -263,10 +308,13 @@ impl DecodeSettings {
     }
 
     /// The threshold the strategy reads, named as the flags name it: `threshold` for
-    /// low_confidence_dynamic, `eb` for entropy_bounded, none for the others.
+    /// low_confidence_dynamic and joint_threshold (whose edit threshold is the summary's),
+    /// `eb` for entropy_bounded, none for the others.
     pub fn threshold_knob(&self) -> Option<(&'static str, f32)> {
         match self.strategy {
-            Strategy::LowConfidenceDynamic => Some(("threshold", self.threshold)),
+            Strategy::LowConfidenceDynamic | Strategy::JointThreshold => {
+                Some(("threshold", self.threshold))
+            }
             Strategy::EntropyBounded => Some(("eb", self.eb_threshold)),
             Strategy::Sequential | Strategy::LowConfidenceStatic => None,
         }
@@ -276,10 +324,14 @@ impl DecodeSettings {
     /// per-step counts, `steps` under sdar's (at most one a position), and under lmdeploy's
     /// as many steps of `max(1, B / S)` as a block's `B` positions take (B8 S3 commits 2 a
     /// step: 4 steps, not 3); else one a position (entropy_bounded, and low_confidence_dynamic
-    /// under lmdeploy's rule, loop until no mask is left).
+    /// under lmdeploy's rule, loop until no mask is left); joint_threshold adds its passes
+    /// after the last mask.
     pub fn step_budget(&self) -> usize {
         let per_position = self.block_length.max(1);
         let rule = crate::sampler::strategy::StepRule::from_settings(self);
+        if rule.edits() {
+            return per_position + self.max_post_steps;
+        }
         if !rule.follows_schedule() {
             return per_position;
         }
@@ -312,6 +364,12 @@ impl DecodeSettings {
         if !(1..=MAX_NEW_TOKENS).contains(&self.max_new_tokens) {
             return Err(SettingsError::MaxNewTokens(self.max_new_tokens));
         }
+        if !(0.0..=1.0).contains(&self.edit_threshold) {
+            return Err(SettingsError::EditThreshold(self.edit_threshold));
+        }
+        if self.max_post_steps > MAX_STEPS {
+            return Err(SettingsError::MaxPostSteps(self.max_post_steps));
+        }
         Ok(())
     }
 
@@ -334,7 +392,19 @@ impl DecodeSettings {
             Strategy::EntropyBounded => {
                 s += &format!(" eb={}", crate::format::fixed(self.eb_threshold.into(), 2))
             }
+            Strategy::JointThreshold => {
+                let f = |v: f32| crate::format::fixed(v.into(), 2);
+                s += &format!(
+                    " thr={} edit={} post={}",
+                    f(self.threshold),
+                    f(self.edit_threshold),
+                    self.max_post_steps
+                )
+            }
             _ => {}
+        }
+        if !self.eos_early_stop {
+            s += " past-eos";
         }
         if self.schedule == Schedule::Lmdeploy {
             s += " lmdeploy";
@@ -462,7 +532,7 @@ mod tests {
     fn strategy_cycle_visits_all() {
         let mut s = Strategy::Sequential;
         let mut seen = vec![];
-        for _ in 0..4 {
+        for _ in 0..Strategy::ALL.len() {
             seen.push(s);
             s = s.next();
         }

@@ -207,6 +207,10 @@ pub struct GenerationConfig {
     pub block_length: Option<usize>,
     #[serde(default)]
     pub denoising_steps: Option<usize>,
+    /// LLaDA2's `generate()` spelling of `denoising_steps`, folded into it by
+    /// [`GenerationConfig::parse`].
+    #[serde(default)]
+    pub(crate) steps: Option<usize>,
     /// Either spelling's value, once parsed: lmdeploy and our recipe spell it
     /// `confidence_threshold`.
     #[serde(default)]
@@ -217,6 +221,13 @@ pub struct GenerationConfig {
     pub(crate) confidence_threshold: Option<f32>,
     #[serde(default)]
     pub eb_threshold: Option<f32>,
+    /// joint_threshold's `--edit-threshold`, as LLaDA2.1's `generate()` names it.
+    #[serde(default)]
+    pub editing_threshold: Option<f32>,
+    #[serde(default)]
+    pub max_post_steps: Option<usize>,
+    #[serde(default)]
+    pub eos_early_stop: Option<bool>,
     #[serde(default)]
     pub max_new_tokens: Option<usize>,
     #[serde(default)]
@@ -239,6 +250,9 @@ pub struct GenerationConfig {
     /// How the file spells the threshold: `threshold` or `confidence_threshold`.
     #[serde(skip)]
     pub threshold_field: &'static str,
+    /// How the file spells the steps: `denoising_steps` or `steps`.
+    #[serde(skip)]
+    pub steps_field: &'static str,
 }
 
 impl GenerationConfig {
@@ -258,6 +272,16 @@ impl GenerationConfig {
                 "confidence_threshold"
             }
             _ => "threshold",
+        };
+        gen.steps_field = match (gen.denoising_steps, gen.steps.take()) {
+            (Some(_), Some(_)) => {
+                bail!("{origin}: both `denoising_steps` and `steps` are given; keep one")
+            }
+            (None, Some(v)) => {
+                gen.denoising_steps = Some(v);
+                "steps"
+            }
+            _ => "denoising_steps",
         };
         Ok(gen)
     }

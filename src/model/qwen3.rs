@@ -29,6 +29,8 @@ pub const FAMILY: Family = Family {
     check: |_| Ok(()),
     layer_tensor: |l| format!("model.layers.{l}.input_layernorm.weight"),
     load: |cfg, b| model(cfg, b, dense),
+    // SDAR decodes with unmask's defaults: they are its generate.py's.
+    decoding: |_, _| None,
 };
 
 /// Attention under `prefix` (`model.layers.N.self_attn`): `q_proj`, `k_proj` and `v_proj`

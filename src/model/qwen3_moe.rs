@@ -20,6 +20,8 @@ pub const FAMILY: Family = Family {
     check,
     layer_tensor: qwen3::FAMILY.layer_tensor,
     load: |cfg, b| qwen3::model(cfg, b, ffn),
+    // SDAR decodes with unmask's defaults: they are its generate.py's.
+    decoding: |_, _| None,
 };
 
 /// Config: the MoE fields, bounded (crate::limits) before experts are allocated from them.

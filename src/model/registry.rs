@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use super::config::ModelConfig;
 use super::decoder::Decoder;
 use super::loader::Loader;
+use super::GenerationConfig;
 
 /// A family: which checkpoints it takes, and how it builds the network from one.
 pub struct Family {
@@ -24,6 +25,11 @@ pub struct Family {
     /// random weight source draws tensors in the order they are read (random.rs,
     /// `tensor_order`).
     pub load: fn(&ModelConfig, &Loader) -> Result<Decoder>,
+    /// What the family's published `generate()` decodes with where the checkpoint's own files
+    /// (generation_config.json, config.json's `block_size`, its name) say nothing: given the
+    /// checkpoint's generation config and its name, defaults whose `origin` names where they
+    /// come from. `None`: unmask's own defaults.
+    pub decoding: fn(&GenerationConfig, Option<&str>) -> Option<GenerationConfig>,
 }
 
 pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY, super::qwen3_moe::FAMILY];

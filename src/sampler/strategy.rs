@@ -12,15 +12,40 @@
 //!   a count exceeds the masks left, SDAR picks already-decoded (even prompt) positions and
 //!   overwrites them. Here the count is capped at the masks left, and only masked positions are
 //!   ever candidates.
+//!
+//! joint_threshold (LLaDA2.1's `generate()`, SGLang's `JointThreshold`) is the one strategy
+//! that also edits: besides committing masks it replaces decoded tokens of the block that the
+//! pass would now decode otherwise, with confidence over `edit_threshold`. It ignores the
+//! schedule: its blocks end when a pass with no mask left edits nothing, or after
+//! `max_post_steps` passes with no mask left ([`StepRule::post_step_allowed`]).
 
 use crate::engine::settings::{Schedule, Strategy};
+
+/// What a position of the block holds when a step begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// A mask: a commit may fill it.
+    Mask,
+    /// A token an earlier step of this block decoded; `differs`: this pass's sample there is
+    /// another token. Only an editing strategy ever replaces it.
+    Decoded { differs: bool },
+    /// A prompt token (the prompt's tail in the first decoded block): never replaced.
+    Prompt,
+}
 
 /// What a strategy knows about one position of the block at this step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Cell {
-    pub masked: bool,
+    pub held: Held,
+    /// The pass's sample there: its probability and its distribution's entropy.
     pub conf: f32,
     pub entropy: f32,
+}
+
+impl Cell {
+    pub fn masked(&self) -> bool {
+        self.held == Held::Mask
+    }
 }
 
 /// Everything a strategy needs besides the cells.
@@ -32,6 +57,11 @@ pub struct StepRule {
     pub eb_threshold: f32,
     pub block_length: usize,
     pub steps: usize,
+    /// joint_threshold: a decoded token is replaced when the pass's differs from it with a
+    /// probability over this.
+    pub edit_threshold: f32,
+    /// joint_threshold: passes a block may take once no mask is left.
+    pub max_post_steps: usize,
 }
 
 impl StepRule {
@@ -44,7 +74,22 @@ impl StepRule {
             eb_threshold: s.eb_threshold,
             block_length: s.block_length,
             steps: s.steps,
+            edit_threshold: s.edit_threshold,
+            max_post_steps: s.max_post_steps,
         }
+    }
+
+    /// Whether the strategy may replace tokens it committed (and so runs passes after a
+    /// block's last mask).
+    pub fn edits(&self) -> bool {
+        self.strategy == Strategy::JointThreshold
+    }
+
+    /// Whether a block with no mask left may take its `post`-th such pass (1-based): LLaDA2.1's
+    /// `generate()` counts a pass that starts with no mask and stops once the count passes
+    /// `max_post_steps`, before that pass's forward. Never for a strategy that does not edit.
+    pub fn post_step_allowed(&self, post: usize) -> bool {
+        self.edits() && post <= self.max_post_steps
     }
 
     /// Whether the strategy follows the per-step counts of the schedule.
@@ -52,7 +97,7 @@ impl StepRule {
         match self.strategy {
             Strategy::Sequential | Strategy::LowConfidenceStatic => true,
             Strategy::LowConfidenceDynamic => self.schedule == Schedule::Sdar,
-            Strategy::EntropyBounded => false,
+            Strategy::EntropyBounded | Strategy::JointThreshold => false,
         }
     }
 
@@ -77,7 +122,7 @@ impl StepRule {
 
     /// Indices (into `cells`) to commit, ascending. Empty only when no cell is masked.
     pub fn select(&self, cells: &[Cell], step: usize) -> Vec<usize> {
-        let masked: Vec<usize> = (0..cells.len()).filter(|&i| cells[i].masked).collect();
+        let masked: Vec<usize> = (0..cells.len()).filter(|&i| cells[i].masked()).collect();
         if masked.is_empty() {
             return vec![];
         }
@@ -88,9 +133,37 @@ impl StepRule {
             Strategy::LowConfidenceStatic => top_by_confidence(cells, &masked, k),
             Strategy::LowConfidenceDynamic => self.dynamic(cells, &masked, k),
             Strategy::EntropyBounded => self.entropy_bounded(cells, &masked),
+            Strategy::JointThreshold => self.over_threshold_or_best(cells, &masked),
         };
         picked.sort_unstable();
         picked
+    }
+
+    /// Indices (into `cells`) of decoded tokens to replace with the pass's, ascending: under
+    /// joint_threshold, every one the pass would decode otherwise with a probability strictly
+    /// over `edit_threshold`; none under any other strategy. Masks and prompt are never edited.
+    pub fn edit(&self, cells: &[Cell]) -> Vec<usize> {
+        if !self.edits() {
+            return vec![];
+        }
+        (0..cells.len())
+            .filter(|&i| {
+                cells[i].held == Held::Decoded { differs: true }
+                    && cells[i].conf > self.edit_threshold
+            })
+            .collect()
+    }
+
+    /// LLaDA2.1's mask-to-token rule: every mask with probability strictly over the threshold,
+    /// else the single best (its `num_to_transfer` of 1).
+    fn over_threshold_or_best(&self, cells: &[Cell], masked: &[usize]) -> Vec<usize> {
+        let over: Vec<usize> =
+            masked.iter().copied().filter(|&i| cells[i].conf > self.threshold).collect();
+        if over.is_empty() {
+            top_by_confidence(cells, masked, 1)
+        } else {
+            over
+        }
     }
 
     fn dynamic(&self, cells: &[Cell], masked: &[usize], k: usize) -> Vec<usize> {
@@ -158,6 +231,8 @@ mod tests {
             eb_threshold: 0.35,
             block_length: 4,
             steps: 4,
+            edit_threshold: 0.9,
+            max_post_steps: 16,
         }
     }
 
@@ -165,7 +240,11 @@ mod tests {
         confs
             .iter()
             .zip(masked)
-            .map(|(&conf, &masked)| Cell { masked, conf, entropy: 1.0 - conf })
+            .map(|(&conf, &masked)| Cell {
+                held: if masked { Held::Mask } else { Held::Decoded { differs: false } },
+                conf,
+                entropy: 1.0 - conf,
+            })
             .collect()
     }
 
@@ -197,10 +276,10 @@ mod tests {
     fn run_block(r: &StepRule, masked: &[bool]) -> Vec<Vec<usize>> {
         let mut c = cells(&vec![0.5; masked.len()], masked);
         let mut steps = vec![];
-        while c.iter().any(|c| c.masked) {
+        while c.iter().any(Cell::masked) {
             let picked = r.select(&c, steps.len());
             for &i in &picked {
-                c[i].masked = false;
+                c[i].held = Held::Decoded { differs: false };
             }
             steps.push(picked);
         }
@@ -369,5 +448,55 @@ mod tests {
             let r = rule(s, Schedule::Sdar);
             assert!(r.select(&cells(&[0.5; 4], &[false; 4]), 0).is_empty());
         }
+    }
+
+    #[test]
+    fn joint_threshold_commits_every_mask_over_the_threshold_else_the_best() {
+        let r = StepRule { threshold: 0.6, ..rule(Strategy::JointThreshold, Schedule::Sdar) };
+        let c = cells(&[0.7, 0.6, 0.9, 0.1], &ALL_MASKED);
+        // strict: 0.6 is not over 0.6; the schedule (B4 S4: 1 a step) is not read
+        assert_eq!(r.select(&c, 0), vec![0, 2]);
+        let c = cells(&[0.2, 0.5, 0.4, 0.1], &ALL_MASKED);
+        assert_eq!(r.select(&c, 0), vec![1]);
+        assert!(!r.follows_schedule());
+    }
+
+    #[test]
+    fn joint_threshold_edits_decoded_tokens_it_would_now_decode_otherwise() {
+        let r = StepRule { edit_threshold: 0.5, ..rule(Strategy::JointThreshold, Schedule::Sdar) };
+        let held = [
+            Held::Decoded { differs: true },  // over: replaced
+            Held::Decoded { differs: true },  // at the threshold: kept (strict)
+            Held::Decoded { differs: false }, // the same token: nothing to replace
+            Held::Prompt,                     // never
+            Held::Mask,                       // a mask is committed, not edited
+        ];
+        let c: Vec<Cell> = held
+            .iter()
+            .zip([0.8, 0.5, 0.99, 0.99, 0.99])
+            .map(|(&held, conf)| Cell { held, conf, entropy: 0.0 })
+            .collect();
+        assert_eq!(r.edit(&c), vec![0]);
+        // NaN is never over a threshold
+        let nan = [Cell { held: Held::Decoded { differs: true }, conf: f32::NAN, entropy: 0.0 }];
+        assert!(r.edit(&nan).is_empty());
+    }
+
+    #[test]
+    fn only_joint_threshold_edits_or_takes_post_steps() {
+        for s in Strategy::ALL {
+            let r = StepRule { edit_threshold: 0.0, ..rule(s, Schedule::Sdar) };
+            let c = [Cell { held: Held::Decoded { differs: true }, conf: 1.0, entropy: 0.0 }];
+            let edits = s == Strategy::JointThreshold;
+            assert_eq!(r.edit(&c).len(), usize::from(edits), "{s:?}");
+            assert_eq!(r.post_step_allowed(1), edits, "{s:?}");
+        }
+        let r = StepRule { max_post_steps: 2, ..rule(Strategy::JointThreshold, Schedule::Sdar) };
+        assert_eq!(
+            (1..=3).map(|p| r.post_step_allowed(p)).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+        let r = StepRule { max_post_steps: 0, ..r };
+        assert!(!r.post_step_allowed(1));
     }
 }

@@ -488,7 +488,7 @@ impl App {
         Vec::new()
     }
 
-    /// `t`/`T`: only the dynamic and entropy-bounded strategies have a threshold to move.
+    /// `t`/`T`: only the dynamic, joint and entropy-bounded strategies have a threshold to move.
     fn threshold(&mut self, by: f32) -> Vec<EngineCmd> {
         let strategy = self
             .desired
@@ -498,7 +498,7 @@ impl App {
         if let Some(s @ (Strategy::Sequential | Strategy::LowConfidenceStatic)) =
             strategy.filter(|_| self.is_live())
         {
-            self.warn(format!("{} has no threshold: t/T move low_confidence_dynamic's and entropy_bounded's (m changes the strategy)", s.name()));
+            self.warn(format!("{} has no threshold: t/T move those of low_confidence_dynamic, joint_threshold and entropy_bounded (m changes the strategy)", s.name()));
             return Vec::new();
         }
         self.adjust(|s| nudge_threshold(s, by))
@@ -760,13 +760,14 @@ mod tests {
     fn threshold_keys_under_a_strategy_without_one_say_so() {
         let mut app = live_app();
         press(&mut app, key('m'));
-        press(&mut app, key('m')); // entropy_bounded, then sequential
+        press(&mut app, key('m'));
+        press(&mut app, key('m')); // entropy_bounded, joint_threshold, then sequential
         assert_eq!(app.pending().unwrap().strategy, Strategy::Sequential);
         for c in ['t', 'T'] {
             assert!(press(&mut app, key(c)).is_empty());
             let m = app.message.clone().unwrap();
             assert_eq!(m.level, Level::Warn);
-            assert_eq!(m.text, "sequential has no threshold: t/T move low_confidence_dynamic's and entropy_bounded's (m changes the strategy)");
+            assert_eq!(m.text, "sequential has no threshold: t/T move those of low_confidence_dynamic, joint_threshold and entropy_bounded (m changes the strategy)");
         }
         assert_eq!(app.pending().unwrap().threshold, 0.85, "unchanged");
     }

@@ -312,6 +312,9 @@ mod tests {
         app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));
         assert!(s.contains("pending entropy_bounded eb 0.35 steps 4"), "{s}");
+        app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(s.contains("pending joint_threshold threshold 0.85 steps 4"), "{s}");
         // on to sequential: a strategy without a threshold shows none (it showed dynamic's)
         app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));

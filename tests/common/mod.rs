@@ -121,6 +121,7 @@ pub fn run_case(case: &Case, ck: Checkpoint, routing: bool) -> Vec<Event> {
         steps: case.steps,
         sampling: Sampling::default(),
         max_new_tokens: case.max_new_tokens,
+        ..DecodeSettings::default()
     };
     settings.validate().unwrap();
     let req = Request {
