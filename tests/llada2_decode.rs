@@ -4,6 +4,8 @@
 //! return the same output. The model is a test double here, so this checks the decoders alone;
 //! the fixture model's own decodes are checked against the same goldens elsewhere.
 
+mod common;
+
 use anyhow::Result;
 use serde_json::Value;
 use unmask::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Schedule, Strategy};
@@ -18,7 +20,8 @@ const GOLDEN: &str = include_str!("fixtures/golden_llada2_decodes.json");
 struct Replayed {
     passes: Vec<Value>,
     next: usize,
-    block_start: usize,
+    /// The block of the last pass: blocks come in order.
+    block: usize,
     mask: u32,
 }
 
@@ -32,22 +35,19 @@ impl Denoiser for Replayed {
             panic!("pass {} asked; upstream made {}", self.next, self.passes.len())
         };
         let block = want["block"].as_u64().unwrap() as usize;
+        assert!(block >= self.block, "pass {}: block {block} after {}", self.next, self.block);
+        self.block = block;
         let start = block * pass.block.len();
-        if !pass.store.is_empty() {
-            self.block_start = start;
-        }
-        assert_eq!(start, self.block_start.max(start), "pass {}: block order", self.next);
-        let masked: Vec<usize> = (0..pass.block.len())
+        let masked: Vec<u64> = (0..pass.block.len())
             .filter(|&i| pass.block[i] == self.mask)
-            .map(|i| start + i)
+            .map(|i| (start + i) as u64)
             .collect();
-        let want_masked: Vec<usize> = want["masked"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
-        assert_eq!(masked, want_masked, "pass {} (block {block}): masked positions", self.next);
+        assert_eq!(
+            masked,
+            ints(&want["masked"]),
+            "pass {} (block {block}): masked positions",
+            self.next
+        );
         let argmax = want["argmax"].as_array().unwrap();
         let conf = want["conf"].as_array().unwrap();
         self.next += 1;
@@ -96,31 +96,30 @@ fn settings(case: &Value) -> DecodeSettings {
     }
 }
 
+/// The integers of a golden list.
+fn ints(v: &Value) -> Vec<u64> {
+    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect()
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    ints(v).into_iter().map(|t| t as u32).collect()
+}
+
 fn request(case: &Value) -> Request {
-    let ids = |v: &Value| -> Vec<u32> {
-        v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+    let model = ModelInfo {
+        source: "golden".into(),
+        model_type: "llada2_moe".into(),
+        vocab_size: 354,
+        hidden_size: 64,
+        num_layers: 3,
+        num_params: 1,
+        dtype: "f32".into(),
+        moe: None,
     };
+    let mask = case["settings"]["mask_id"].as_u64().unwrap() as u32;
     Request {
-        prompt: String::new(),
-        prompt_ids: ids(&case["prompt_ids"]),
-        settings: settings(case),
-        mask_id: case["settings"]["mask_id"].as_u64().unwrap() as u32,
         eos_ids: vec![case["settings"]["eos_id"].as_u64().unwrap() as u32],
-        model: ModelInfo {
-            source: "golden".into(),
-            model_type: "llada2_moe".into(),
-            vocab_size: 354,
-            hidden_size: 64,
-            num_layers: 3,
-            num_params: 1,
-            dtype: "f32".into(),
-            moe: None,
-        },
-        device: "cpu".into(),
-        chat: None,
-        sources: Default::default(),
-        candidates: 1,
-        routing: false,
+        ..common::request(&u32s(&case["prompt_ids"]), settings(case), mask, model)
     }
 }
 
@@ -144,9 +143,9 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let want = &case["expected"];
-        let passes = want["passes"].as_array().unwrap().clone();
+        let passes = want["passes"].as_array().unwrap();
         let req = request(case);
-        let mut d = Replayed { passes: passes.clone(), next: 0, block_start: 0, mask: req.mask_id };
+        let mut d = Replayed { passes: passes.clone(), next: 0, block: 0, mask: req.mask_id };
         let mut events = vec![];
         let fin = decode(&mut d, &Ids, &req, &mut |e| events.push(e), None);
         assert_eq!(fin.error, None, "{name}");
@@ -158,7 +157,7 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
             })
             .collect();
         assert_eq!(steps.len(), passes.len(), "{name}: passes");
-        for (i, (got, want)) in steps.iter().zip(&passes).enumerate() {
+        for (i, (got, want)) in steps.iter().zip(passes).enumerate() {
             let at = format!("{name} pass {i} (block {} step {})", want["block"], want["step"]);
             assert_eq!(
                 (got.block as u64, got.step as u64),
@@ -174,28 +173,21 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
             assert_eq!(edits, want_edits, "{at}: edits");
             edits_seen += edits.len();
         }
-        let blocks: Vec<(usize, usize)> = events
+        let blocks: Vec<(u64, u64)> = events
             .iter()
             .filter_map(|e| match e {
-                Event::Block(b) => Some((b.block, b.steps)),
+                Event::Block(b) => Some((b.block as u64, b.steps as u64)),
                 _ => None,
             })
             .collect();
-        let want_blocks: Vec<(usize, usize)> = want["blocks"]
+        let want_blocks: Vec<(u64, u64)> = want["blocks"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|b| {
-                (b["block"].as_u64().unwrap() as usize, b["passes"].as_u64().unwrap() as usize)
-            })
+            .map(|b| (b["block"].as_u64().unwrap(), b["passes"].as_u64().unwrap()))
             .collect();
         assert_eq!(blocks, want_blocks, "{name}: blocks and the passes each took");
-        let out: Vec<u32> = want["output_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+        let out = u32s(&want["output_ids"]);
         assert_eq!(fin.output_ids, out, "{name}: output");
         assert_eq!(fin.forwards as u64, want["forwards"].as_u64().unwrap(), "{name}: forwards");
         let eos = out.last().is_some_and(|t| req.eos_ids.contains(t));
@@ -211,12 +203,7 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
             .flatten()
             .skip(req.prompt_ids.len() % req.settings.block_length)
             .collect();
-        let want_finals: Vec<u32> = want["final_sequence_ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect();
+        let want_finals = u32s(&want["final_sequence_ids"]);
         // (a decode stopped at an EOS leaves upstream's later blocks masked)
         let (done, rest) = want_finals.split_at(finals.len().min(want_finals.len()));
         assert_eq!(&finals[..done.len()], done, "{name}: final sequence");

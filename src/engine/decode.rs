@@ -379,55 +379,50 @@ impl Loop<'_> {
             // A pass begun with no mask that replaced nothing ends the block (its forward
             // counts): LLaDA2.1's generate().
             let settled = !masks_left && edits.is_empty();
-            if !self.events {
-                step += 1;
-                if settled {
-                    break;
-                }
-                continue;
+            if self.events {
+                let t0 = Instant::now();
+                let top = |i: usize| ranked.get(i).map_or(&[][..], Vec::as_slice);
+                // Each position's routes, moved out: a pass commits or edits a position once.
+                let mut routes = |i: usize| {
+                    routing
+                        .as_mut()
+                        .and_then(|r| r.block.get_mut(i))
+                        .map(std::mem::take)
+                        .unwrap_or_default()
+                };
+                let committed = picked
+                    .iter()
+                    .map(|&i| Committed {
+                        routes: routes(i),
+                        ..self.committed(start + i, &samples[i], top(i))
+                    })
+                    .collect();
+                let edited = edits
+                    .iter()
+                    .zip(replaced)
+                    .map(|(&i, from)| Edited {
+                        routes: routes(i),
+                        ..self.edited(start + i, from, &samples[i], top(i))
+                    })
+                    .collect();
+                let candidates = (0..b)
+                    .filter(|&i| held[i] == Held::Mask)
+                    .map(|i| self.candidate(start + i, &samples[i], top(i)))
+                    .collect();
+                let ev = StepEvent {
+                    block,
+                    step,
+                    forward: self.forwards,
+                    committed,
+                    edited,
+                    masked: candidates,
+                    t_ms: self.ms(),
+                    settings: if step == 0 { changed.take() } else { None },
+                    distinct_experts: routing.map(|r| r.distinct).unwrap_or_default(),
+                };
+                self.event_time += t0.elapsed();
+                (self.sink)(Event::Step(ev));
             }
-            let t0 = Instant::now();
-            let top = |i: usize| ranked.get(i).map_or(&[][..], Vec::as_slice);
-            // Each committed position's routes, moved out: a position is committed once.
-            let mut routes = |i: usize| {
-                routing
-                    .as_mut()
-                    .and_then(|r| r.block.get_mut(i))
-                    .map(std::mem::take)
-                    .unwrap_or_default()
-            };
-            let committed = picked
-                .iter()
-                .map(|&i| Committed {
-                    routes: routes(i),
-                    ..self.committed(start + i, &samples[i], top(i))
-                })
-                .collect();
-            let edited = edits
-                .iter()
-                .zip(replaced)
-                .map(|(&i, from)| Edited {
-                    routes: routes(i),
-                    ..self.edited(start + i, from, &samples[i], top(i))
-                })
-                .collect();
-            let candidates = (0..b)
-                .filter(|&i| held[i] == Held::Mask)
-                .map(|i| self.candidate(start + i, &samples[i], top(i)))
-                .collect();
-            let ev = StepEvent {
-                block,
-                step,
-                forward: self.forwards,
-                committed,
-                edited,
-                masked: candidates,
-                t_ms: self.ms(),
-                settings: if step == 0 { changed.take() } else { None },
-                distinct_experts: routing.map(|r| r.distinct).unwrap_or_default(),
-            };
-            self.event_time += t0.elapsed();
-            (self.sink)(Event::Step(ev));
             step += 1;
             if settled {
                 break;
@@ -483,19 +478,10 @@ impl Loop<'_> {
         }
     }
 
+    /// As [`Loop::committed`], for a decoded position that held `from`.
     fn edited(&self, pos: usize, from: u32, s: &PosSample, top: &[Ranked]) -> Edited {
-        let TokenText { text, bytes } = self.token(s.token);
-        Edited {
-            pos,
-            from,
-            token: s.token,
-            text,
-            bytes,
-            conf: s.conf,
-            entropy: s.entropy,
-            top: self.top(top),
-            routes: Vec::new(),
-        }
+        let Committed { token, text, bytes, conf, entropy, top, .. } = self.committed(pos, s, top);
+        Edited { pos, from, token, text, bytes, conf, entropy, top, routes: Vec::new() }
     }
 
     fn candidate(&self, pos: usize, s: &PosSample, top: &[Ranked]) -> Candidate {

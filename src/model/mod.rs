@@ -263,26 +263,12 @@ impl GenerationConfig {
         let mut gen: GenerationConfig =
             config::parse_object(text, origin, "invalid generation config")?;
         gen.origin = origin.to_string();
-        gen.threshold_field = match (gen.threshold, gen.confidence_threshold.take()) {
-            (Some(_), Some(_)) => {
-                bail!("{origin}: both `threshold` and `confidence_threshold` are given; keep one")
-            }
-            (None, Some(v)) => {
-                gen.threshold = Some(v);
-                "confidence_threshold"
-            }
-            _ => "threshold",
-        };
-        gen.steps_field = match (gen.denoising_steps, gen.steps.take()) {
-            (Some(_), Some(_)) => {
-                bail!("{origin}: both `denoising_steps` and `steps` are given; keep one")
-            }
-            (None, Some(v)) => {
-                gen.denoising_steps = Some(v);
-                "steps"
-            }
-            _ => "denoising_steps",
-        };
+        let alias = gen.confidence_threshold.take();
+        gen.threshold_field =
+            one_spelling(origin, &mut gen.threshold, alias, ["threshold", "confidence_threshold"])?;
+        let alias = gen.steps.take();
+        gen.steps_field =
+            one_spelling(origin, &mut gen.denoising_steps, alias, ["denoising_steps", "steps"])?;
         Ok(gen)
     }
 
@@ -293,6 +279,26 @@ impl GenerationConfig {
         } else {
             &self.origin
         }
+    }
+}
+
+/// Folds a field's other spelling (`alias`, named `names[1]`) into `field` (`names[0]`),
+/// refusing a file that gives both; returns the name the file used, for errors.
+fn one_spelling<T>(
+    origin: &str,
+    field: &mut Option<T>,
+    alias: Option<T>,
+    names: [&'static str; 2],
+) -> Result<&'static str> {
+    match (field.is_some(), alias) {
+        (true, Some(_)) => {
+            bail!("{origin}: both `{}` and `{}` are given; keep one", names[0], names[1])
+        }
+        (false, Some(v)) => {
+            *field = Some(v);
+            Ok(names[1])
+        }
+        (_, None) => Ok(names[0]),
     }
 }
 
