@@ -6,7 +6,7 @@
 //! Qwen3 models have at most 94 layers and a 151,936-token vocabulary) and far below what
 //! would exhaust memory or wrap arithmetic.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::Metadata;
 use std::path::Path;
 
@@ -168,7 +168,8 @@ struct RunShape {
     end_block: usize,
     /// `forward` of the newest step: the running count only grows.
     last_forward: usize,
-    committed: HashSet<usize>,
+    /// Every decoded position and the token it holds now (an edit replaces it).
+    held: HashMap<usize, u32>,
     /// The header's routing layout, which `--routing` fields must follow.
     moe: Option<MoeInfo>,
     /// The settings in force (the header's, then a step's change), for a block's step budget.
@@ -180,7 +181,8 @@ struct RunShape {
 /// Checks each event of a trace against its header and the events before it, so that nothing
 /// downstream (store, export, views) allocates or indexes from an unchecked number: a header's
 /// sizes are bounded and consistent with each other, a step stays inside its block and the
-/// decode, commits each position at most once, and names only tokens of the vocabulary.
+/// decode, commits each position at most once, edits only positions its block decoded before
+/// it (from the token they hold), and names only tokens of the vocabulary.
 #[derive(Default)]
 pub struct TraceCheck {
     run: Option<RunShape>,
@@ -284,7 +286,7 @@ fn header(h: &Header) -> Result<RunShape, String> {
         vocab,
         end_block: h.max_len.div_ceil(b).max(h.first_block + 1),
         last_forward: 0,
-        committed: HashSet::new(),
+        held: HashMap::new(),
         moe: h.model.moe.clone().map(|m| moe_info(m, h.model.num_layers)).transpose()?,
         settings: h.settings.clone(),
         last_step: None,
@@ -347,18 +349,18 @@ impl RunShape {
         Ok(m)
     }
 
-    /// A committed position's routes (`--routing`): at most top-k experts of the layout's per
-    /// sparse layer, each with a weight.
-    fn routes(&self, pos: usize, routes: &[Route]) -> Result<(), String> {
+    /// A committed or edited position's routes (`--routing`; `list` names which): at most
+    /// top-k experts of the layout's per sparse layer, each with a weight.
+    fn routes(&self, list: &str, pos: usize, routes: &[Route]) -> Result<(), String> {
         if routes.is_empty() {
             return Ok(());
         }
-        let m = self.layout("committed.routes", routes.len())?;
+        let m = self.layout(&format!("{list}.routes"), routes.len())?;
         for (r, &layer) in routes.iter().zip(&m.sparse_layers) {
             let at = format!("position {pos} layer {layer}");
             if r.experts.len() > m.top_k || r.weights.len() != r.experts.len() {
                 return Err(format!(
-                    "field `committed.routes` of {at} holds {} experts and {} weights; top_k is {}",
+                    "field `{list}.routes` of {at} holds {} experts and {} weights; top_k is {}",
                     r.experts.len(),
                     r.weights.len(),
                     m.top_k
@@ -366,13 +368,13 @@ impl RunShape {
             }
             if let Some(e) = r.experts.iter().find(|&&e| e as usize >= m.experts) {
                 return Err(format!(
-                    "field `committed.routes.experts` of {at} is {e}, outside the {} experts",
+                    "field `{list}.routes.experts` of {at} is {e}, outside the {} experts",
                     m.experts
                 ));
             }
             if let Some(w) = r.weights.iter().find(|w| !(0.0..=1.0).contains(*w)) {
                 return Err(format!(
-                    "field `committed.routes.weights` of {at} is {w}, not a weight from 0 to 1"
+                    "field `{list}.routes.weights` of {at} is {w}, not a weight from 0 to 1"
                 ));
             }
         }
@@ -406,6 +408,7 @@ impl RunShape {
 
         let span = s.block * self.block_length..(s.block + 1) * self.block_length;
         let generated = self.prompt_len.max(span.start)..span.end;
+        self.edited(s, &generated)?;
         for (i, c) in s.committed.iter().enumerate() {
             if !generated.contains(&c.pos) {
                 return Err(format!(
@@ -423,10 +426,13 @@ impl RunShape {
                 return Err(format!("field `committed[{i}].entropy` is {}, below 0", c.entropy));
             }
             self.top("committed", &c.top)?;
-            self.routes(c.pos, &c.routes)?;
-            if !self.committed.insert(c.pos) {
+            self.routes("committed", c.pos, &c.routes)?;
+            if self.held.insert(c.pos, c.token).is_some() {
                 return Err(format!("committed position {} a second time", c.pos));
             }
+        }
+        for e in &s.edited {
+            self.held.insert(e.pos, e.token);
         }
         for (i, c) in s.masked.iter().enumerate() {
             if !generated.contains(&c.pos) {
@@ -453,8 +459,68 @@ impl RunShape {
         Ok(())
     }
 
+    /// A step's edits (token editing): each replaces the token a decoded position of this block
+    /// holds before the step (`from`) with another, in ascending positions, with the same checks
+    /// as a commit. Checked before the step's own commits: a position the step commits was
+    /// still masked before it.
+    fn edited(&self, s: &StepEvent, generated: &std::ops::Range<usize>) -> Result<(), String> {
+        let mut prev: Option<usize> = None;
+        for (i, e) in s.edited.iter().enumerate() {
+            let pos = e.pos;
+            if pos < self.prompt_len {
+                return Err(format!(
+                    "field `edited[{i}].pos` is {pos}, a prompt position (the prompt ends at {}): only a decoded position can be edited",
+                    self.prompt_len - 1
+                ));
+            }
+            if !generated.contains(&pos) {
+                return Err(format!(
+                    "field `edited[{i}].pos` is {pos}, outside block {}'s generated positions {} to {}",
+                    s.block,
+                    generated.start,
+                    generated.end - 1
+                ));
+            }
+            if let Some(p) = prev.filter(|&p| p >= pos) {
+                return Err(format!(
+                    "field `edited[{i}].pos` is {pos}, not after `edited[{}].pos` {p}: the list is ascending, each position once",
+                    i - 1
+                ));
+            }
+            prev = Some(pos);
+            match self.held.get(&pos) {
+                None => {
+                    return Err(format!(
+                        "field `edited[{i}].pos` is {pos}, a position still masked before this step: only a decoded position can be edited"
+                    ))
+                }
+                Some(&held) if held != e.from => {
+                    return Err(format!(
+                        "field `edited[{i}].from` is {}, but position {pos} holds token {held} before this step",
+                        e.from
+                    ))
+                }
+                Some(_) => {}
+            }
+            self.token(|| format!("edited[{i}].token"), e.token)?;
+            if e.token == e.from {
+                return Err(format!(
+                    "field `edited[{i}].token` is {}, the token position {pos} already holds: an edit replaces it",
+                    e.token
+                ));
+            }
+            probability(|| format!("edited[{i}].conf"), e.conf)?;
+            if e.entropy < -1e-6 {
+                return Err(format!("field `edited[{i}].entropy` is {}, below 0", e.entropy));
+            }
+            self.top("edited", &e.top)?;
+            self.routes("edited", pos, &e.routes)?;
+        }
+        Ok(())
+    }
+
     /// A block's steps come 0, 1, 2, ... and stay within what a block under the settings in
-    /// force may take.
+    /// force may take (for a strategy that edits, its passes after the last mask included).
     fn step_order(&mut self, s: &StepEvent) -> Result<(), String> {
         let want = match self.last_step {
             Some((b, k)) if b == s.block => k + 1,
@@ -653,6 +719,84 @@ mod tests {
             let e = check_all(&ev).unwrap_err();
             assert!(e.contains(&want), "{e} / {want}");
         }
+    }
+
+    /// An edit names a decoded position of its block and the token it holds: each other case is
+    /// named by its field, and the reader says which line of which file.
+    #[test]
+    fn each_bad_edit_is_named() {
+        let good = synth::trace(&Synth::small_edits());
+        assert_eq!(check_all(&good), Ok(()));
+        // Block 1 holds prompt positions 4 and 5; its step 1 edits position 7.
+        let at =
+            good.iter().position(|e| matches!(e, Event::Step(s) if !s.edited.is_empty())).unwrap();
+        let Event::Step(s) = &good[at] else { panic!() };
+        assert_eq!((s.block, s.step, s.edited[0].pos, s.edited[0].from), (1, 1, 7, 15));
+        type Edit = Box<dyn Fn(&mut crate::trace::events::Edited)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (
+                Box::new(|e| e.pos = 5),
+                "field `edited[0].pos` is 5, a prompt position (the prompt ends at 5): only a decoded position can be edited",
+            ),
+            (Box::new(|e| e.pos = 8), "field `edited[0].pos` is 8, outside block 1's generated positions 6 to 7"),
+            (
+                // Position 6 is committed by this very step: masked before it.
+                Box::new(|e| e.pos = 6),
+                "field `edited[0].pos` is 6, a position still masked before this step: only a decoded position can be edited",
+            ),
+            (Box::new(|e| e.from = 3), "field `edited[0].from` is 3, but position 7 holds token 15 before this step"),
+            (
+                Box::new(|e| e.token = e.from),
+                "field `edited[0].token` is 15, the token position 7 already holds: an edit replaces it",
+            ),
+            (Box::new(|e| e.token = 1 << 30), "field `edited[0].token` is 1073741824, outside the vocabulary of 34"),
+            (Box::new(|e| e.conf = 2.0), "field `edited[0].conf` is 2, not a probability from 0 to 1"),
+            (Box::new(|e| e.entropy = -1.0), "field `edited[0].entropy` is -1, below 0"),
+        ];
+        for (edit, want) in cases {
+            let mut ev = good.clone();
+            let Event::Step(s) = &mut ev[at] else { panic!() };
+            edit(&mut s.edited[0]);
+            assert_eq!(check_all(&ev).unwrap_err(), want);
+        }
+        // The same position twice in one step, or out of order.
+        let mut ev = good.clone();
+        let Event::Step(s) = &mut ev[at] else { panic!() };
+        s.edited.push(s.edited[0].clone());
+        let e = check_all(&ev).unwrap_err();
+        assert_eq!(e, "field `edited[1].pos` is 7, not after `edited[0].pos` 7: the list is ascending, each position once");
+        // As the reader reports it: the file, the line, the field.
+        let mut ev = good.clone();
+        let Event::Step(s) = &mut ev[at] else { panic!() };
+        s.edited[0].from = 3;
+        let text: String = ev.iter().map(|e| serde_json::to_string(e).unwrap() + "\n").collect();
+        let read = crate::trace::file::read(text.as_bytes(), "edits.jsonl").unwrap();
+        assert_eq!(
+            read.stopped.as_deref(),
+            Some(format!("edits.jsonl:{}: field `edited[0].from` is 3, but position 7 holds token 15 before this step", at + 1).as_str())
+        );
+        assert_eq!(read.events.len(), at);
+    }
+
+    /// A block of an editing strategy may take its post-steps (passes after its last mask,
+    /// which only edit): the settings' step budget counts them (`max_post_steps`), and a step
+    /// past it is refused as any other.
+    #[test]
+    fn post_steps_count_in_the_step_budget() {
+        let good = synth::trace(&Synth::small_edits());
+        let last = good
+            .iter()
+            .filter_map(|e| if let Event::Step(s) = e { Some(s.step) } else { None })
+            .max();
+        assert_eq!(last, Some(5), "block 2's second post-step, within 4 + 2");
+        let mut ev = good.clone();
+        let Event::Header(h) = &mut ev[0] else { panic!() };
+        h.settings.max_post_steps = 1;
+        let e = check_all(&ev).unwrap_err();
+        assert!(
+            e.contains("field `step` is 5, but a block of these settings takes at most 5 steps"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! step index that decoded it, so the state of a cell at `k` is one comparison, and drawing a
 //! window of a 10,000-token decode never replays events.
 //!
+//! Token editing replaces a decoded cell's token at a later step of its block: a cell keeps the
+//! token it was committed with, and an edited one also the list of its replacements (step
+//! index, the token it held, the new token, its confidence), so the state at `k` is the newest
+//! replacement at or before `k`: going back undoes edits and going forward redoes them, with
+//! nothing to replay. A cell that was never edited costs what it did before.
+//!
 //! A new header starts a new run (a restart); the old run is dropped.
 
 use std::collections::HashMap;
@@ -23,6 +29,7 @@ const NOT_DECODED: u32 = u32::MAX;
 /// `CellRec::at` of a prompt position (decoded before any step).
 const PROMPT: u32 = u32::MAX - 1;
 
+/// The cell's first token: the one its commit set (an edit's are in `Run::edits`).
 #[derive(Clone, Copy, Debug)]
 struct CellRec {
     token: u32,
@@ -43,11 +50,19 @@ pub struct StepRec {
     pub t_ms: f64,
     /// Positions this step committed.
     pub committed: usize,
+    /// Positions this step edited (replaced the token of: token editing).
+    pub edited: usize,
+    /// No mask of its block was left before it: a post-step, which can only edit.
+    pub post: bool,
+    /// Edits by all steps up to and including this one.
+    pub edits_total: usize,
+    /// This step's edits, ascending by position, in `Run::edits`.
+    edits: Range<u32>,
     /// Positions committed by all steps up to and including this one.
     pub tokens_total: usize,
     /// Of those, the ones inside `max_new_tokens` (cells past it are decoded but dropped).
     kept_total: usize,
-    /// Lowest position this step committed (the inspector's default cell).
+    /// Lowest position this step committed, else edited (the inspector's default cell).
     pub first_commit: Option<usize>,
     /// This step's candidates for still-masked cells, sorted by position, in `Run::cands`.
     cands: Range<u32>,
@@ -117,15 +132,77 @@ pub enum CellState {
     },
 }
 
+/// A decoded cell at some step index: the token it holds then, and the step that set it (its
+/// commit, or the newest edit up to then).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decoded {
     pub token: u32,
-    /// Step index that decoded it.
+    /// Step index that set the token: the commit, or the newest edit.
     pub at: usize,
-    /// Step within its block that decoded it.
+    /// Step within its block that set the token.
     pub step: usize,
     pub conf: f32,
     pub entropy: f32,
+    /// How many times its token was replaced up to the step asked about (0: never edited).
+    pub edits: usize,
+    /// Step index that committed it (`at`, unless edited).
+    pub committed_at: usize,
+}
+
+impl Decoded {
+    /// Its token is not the one it was committed with.
+    pub fn edited(&self) -> bool {
+        self.edits > 0
+    }
+}
+
+/// One token a position held: committed, or put there by an edit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Held {
+    pub token: u32,
+    /// Step index that set it.
+    pub at: usize,
+    /// Step within its block that set it.
+    pub step: usize,
+    pub conf: f32,
+    pub entropy: f32,
+}
+
+/// One replacement of a decoded position's token by a step (token editing).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Edit {
+    pub pos: usize,
+    /// Step index that made it.
+    pub at: usize,
+    /// The token the position held before.
+    pub from: u32,
+    pub token: u32,
+    pub conf: f32,
+    pub entropy: f32,
+}
+
+/// An edit as stored: compact, as every edited cell of a long decode keeps its list.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct EditRec {
+    pos: u32,
+    at: u32,
+    from: u32,
+    token: u32,
+    conf: f32,
+    entropy: f32,
+}
+
+impl EditRec {
+    fn public(&self) -> Edit {
+        Edit {
+            pos: self.pos as usize,
+            at: self.at as usize,
+            from: self.from,
+            token: self.token,
+            conf: self.conf,
+            entropy: self.entropy,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -141,8 +218,10 @@ pub struct TrajPoint {
     pub step: usize,
     pub token: u32,
     pub conf: f32,
-    /// This step committed it (the last point of a decoded cell).
+    /// This step committed it (the last point of a decoded cell that was never edited).
     pub committed: bool,
+    /// This step replaced the cell's token with `token` (points after the commit).
+    pub edited: bool,
 }
 
 /// Everything recorded for one decode, from its header on.
@@ -150,6 +229,10 @@ pub struct TrajPoint {
 pub struct Run {
     pub header: Header,
     cells: Vec<CellRec>,
+    /// Every edit, in step order (each step's ascending by position).
+    edits: Vec<EditRec>,
+    /// Per edited position, its edits' indices in `edits`, oldest first.
+    edits_of: HashMap<u32, Vec<u32>>,
     steps: Vec<StepRec>,
     blocks: Vec<BlockRec>,
     cands: Vec<Cand>,
@@ -157,10 +240,11 @@ pub struct Run {
     /// of `pos` at that step (committed or still masked). Empty for a trace without them.
     tops: Vec<Ranked>,
     top_of: HashMap<(u32, u32), Range<u32>>,
-    /// `--routing` routes, all in one vector: a routed position's `top_k` slots per sparse
-    /// layer (the header's `model.moe` order) start at `route_of[pos]`. Empty without them.
+    /// `--routing` routes, all in one vector: the `top_k` slots per sparse layer (the header's
+    /// `model.moe` order) of a position's row in the pass of step index `k` that committed or
+    /// edited it start at `route_of[(pos, k)]`. Empty without them.
     routes: Vec<RouteSlot>,
-    route_of: HashMap<u32, u32>,
+    route_of: HashMap<(u32, u32), u32>,
     /// Text of every token id seen (a token's piece never changes within a run).
     pieces: HashMap<u32, Box<str>>,
     /// Bytes of the tokens whose bytes are not their piece (they split a character).
@@ -171,8 +255,9 @@ pub struct Run {
     carries: Vec<Box<[u8]>>,
     /// `(block, settings)` in force from that block on; the first entry is the header's.
     settings_log: Vec<(usize, DecodeSettings)>,
-    /// `(pos, step index)` of every EOS committed inside the output range.
-    eos: Vec<(usize, usize)>,
+    /// `(pos, from, until)` of every EOS inside the output range: put there at step index
+    /// `from` (a commit or an edit), replaced by an edit at `until` (`usize::MAX`: never).
+    eos: Vec<(usize, usize, usize)>,
     pub finish: Option<FinishEvent>,
     /// Events that contradicted what came before and were dropped (a corrupt trace).
     pub ignored: usize,
@@ -262,6 +347,8 @@ impl Run {
         let mut run = Run {
             header,
             cells,
+            edits: Vec::new(),
+            edits_of: HashMap::new(),
             steps: Vec::new(),
             blocks: Vec::new(),
             cands: Vec::new(),
@@ -391,7 +478,7 @@ impl Run {
         let span = block * b..(block + 1) * b;
         let Some(carry) = self.carries.get(block).cloned() else { return };
         let tokens: Vec<u32> =
-            span.clone().filter_map(|p| self.cells.get(p).map(|c| c.token)).collect();
+            span.clone().filter(|&p| p < self.cells.len()).map(|p| self.final_token(p)).collect();
         let bytes: Vec<&[u8]> = tokens.iter().map(|&t| self.token_bytes(t)).collect();
         let cut = out_end
             .map_or(bytes.len(), |e| e.clamp(span.start, span.start + bytes.len()) - span.start);
@@ -407,20 +494,83 @@ impl Run {
     /// State of `pos` right after step `k` (`None`: before any step).
     pub fn cell(&self, pos: usize, k: Option<usize>) -> CellState {
         let Some(c) = self.cells.get(pos) else { return CellState::Masked { cand: None } };
-        match c.at {
-            PROMPT => CellState::Prompt { token: c.token },
-            at if at != NOT_DECODED && k.is_some_and(|k| at as usize <= k) => {
+        match (c.at, k) {
+            (PROMPT, _) => CellState::Prompt { token: c.token },
+            (at, Some(k)) if at != NOT_DECODED && at as usize <= k => {
                 let at = at as usize;
-                CellState::Decoded(Decoded {
+                let mut d = Decoded {
                     token: c.token,
                     at,
                     step: self.steps[at].step,
                     conf: c.conf,
                     entropy: c.entropy,
-                })
+                    edits: 0,
+                    committed_at: at,
+                };
+                // The newest edit at or before `k` (the list is in step order).
+                if let Some(list) = self.edits_of.get(&(pos as u32)) {
+                    let n = list.partition_point(|&i| self.edits[i as usize].at as usize <= k);
+                    if let Some(e) = n.checked_sub(1).map(|i| self.edits[list[i] as usize]) {
+                        let at = e.at as usize;
+                        d = Decoded {
+                            token: e.token,
+                            at,
+                            step: self.steps[at].step,
+                            conf: e.conf,
+                            entropy: e.entropy,
+                            edits: n,
+                            ..d
+                        };
+                    }
+                }
+                CellState::Decoded(d)
             }
             _ => CellState::Masked { cand: k.and_then(|k| self.candidate(pos, k)) },
         }
+    }
+
+    /// The token `pos` holds once every step recorded so far is applied (its edits included).
+    fn final_token(&self, pos: usize) -> u32 {
+        let last = self.edits_of.get(&(pos as u32)).and_then(|l| l.last());
+        last.map_or(self.cells[pos].token, |&i| self.edits[i as usize].token)
+    }
+
+    /// Every token `pos` held up to step `k`, oldest first: its commit, then each edit's
+    /// token (empty while masked, and for a prompt cell).
+    pub fn history(&self, pos: usize, k: usize) -> Vec<Held> {
+        let Some(c) = self.cells.get(pos).filter(|c| c.at != PROMPT && c.at != NOT_DECODED) else {
+            return Vec::new();
+        };
+        if c.at as usize > k {
+            return Vec::new();
+        }
+        let held = |token, at: usize, conf, entropy| Held {
+            token,
+            at,
+            step: self.steps[at].step,
+            conf,
+            entropy,
+        };
+        let mut out = vec![held(c.token, c.at as usize, c.conf, c.entropy)];
+        for e in self.edits_of.get(&(pos as u32)).into_iter().flatten() {
+            let e = self.edits[*e as usize];
+            if e.at as usize > k {
+                break;
+            }
+            out.push(held(e.token, e.at as usize, e.conf, e.entropy));
+        }
+        out
+    }
+
+    /// The edits step `k` made, ascending by position.
+    pub fn edits_at(&self, k: usize) -> impl Iterator<Item = Edit> + '_ {
+        let r = self.steps.get(k).map_or(0..0, |s| s.edits.start as usize..s.edits.end as usize);
+        self.edits[r].iter().map(EditRec::public)
+    }
+
+    /// Whether any step recorded so far edited a token: views that mark edits say so only then.
+    pub fn has_edits(&self) -> bool {
+        !self.edits.is_empty()
     }
 
     /// The model's preference for masked `pos` as of step `k`: from the newest step of its
@@ -442,7 +592,7 @@ impl Run {
     }
 
     /// What the model preferred for `pos` at every step of its block up to `k`, while it was
-    /// still masked; the committing step comes last, marked.
+    /// still masked; then the committing step, marked, and each edit up to `k` after it.
     pub fn trajectory(&self, pos: usize, k: usize) -> Vec<TrajPoint> {
         let block = pos / self.block_length();
         let decoded = match self.cell(pos, Some(k)) {
@@ -451,7 +601,7 @@ impl Run {
             CellState::Masked { .. } => None,
         };
         let steps = self.block_steps(block);
-        let end = decoded.map_or(k + 1, |d| d.at).min(steps.end);
+        let end = decoded.map_or(k + 1, |d| d.committed_at).min(steps.end);
         let mut out: Vec<TrajPoint> = (steps.start..end.max(steps.start))
             .filter_map(|i| {
                 let c = self.cand_in_step(pos, i)?;
@@ -461,17 +611,19 @@ impl Run {
                     token: c.token,
                     conf: c.conf,
                     committed: false,
+                    edited: false,
                 })
             })
             .collect();
-        if let Some(d) = decoded {
-            out.push(TrajPoint {
-                at: d.at,
-                step: d.step,
-                token: d.token,
-                conf: d.conf,
-                committed: true,
-            });
+        if decoded.is_some() {
+            out.extend(self.history(pos, k).into_iter().enumerate().map(|(i, h)| TrajPoint {
+                at: h.at,
+                step: h.step,
+                token: h.token,
+                conf: h.conf,
+                committed: i == 0,
+                edited: i > 0,
+            }));
         }
         out
     }
@@ -489,8 +641,9 @@ impl Run {
     /// Position one past the last output token at `k`: cells after it (beyond the length, or
     /// after a decoded EOS) are decoded but dropped from the output.
     pub fn output_end(&self, k: Option<usize>) -> usize {
-        let eos =
-            k.and_then(|k| self.eos.iter().filter(|&&(_, at)| at <= k).map(|&(p, _)| p + 1).min());
+        let held =
+            |k: usize| move |&&(_, from, until): &&(usize, usize, usize)| from <= k && k < until;
+        let eos = k.and_then(|k| self.eos.iter().filter(held(k)).map(|&(p, _, _)| p + 1).min());
         eos.unwrap_or(usize::MAX).min(self.header.max_len)
     }
 
@@ -571,8 +724,59 @@ impl Run {
             self.settings_log.push((s.block, new));
         }
         let span = s.block * b..(s.block + 1) * b;
+        // Before this step's commits: did its block have a mask left?
+        let post = span
+            .clone()
+            .filter(|&p| p >= self.prompt_len())
+            .all(|p| self.cells.get(p).is_some_and(|c| c.at != NOT_DECODED));
         let mut first_commit = None;
         let (mut committed, mut kept) = (0, 0);
+        // Edits first, against what the cells held before the step (a position the step also
+        // commits was masked, so cannot be edited by it).
+        let edits_start = self.edits.len() as u32;
+        let mut first_edit = None;
+        let mut edited: Vec<&crate::trace::events::Edited> = s.edited.iter().collect();
+        edited.sort_by_key(|e| e.pos);
+        for e in edited {
+            // Only a decoded, generated cell of this block, from the token it holds, to another.
+            let held = span.contains(&e.pos)
+                && e.pos >= self.prompt_len()
+                && self.cells[e.pos].at != NOT_DECODED
+                && self.final_token(e.pos) == e.from
+                && e.token != e.from
+                && self.edits_of.get(&(e.pos as u32)).is_none_or(|l| {
+                    l.last().is_none_or(|&i| (self.edits[i as usize].at as usize) < k)
+                });
+            if !held {
+                continue;
+            }
+            let pos = e.pos as u32;
+            self.edits_of.entry(pos).or_default().push(self.edits.len() as u32);
+            self.edits.push(EditRec {
+                pos,
+                at: k as u32,
+                from: e.from,
+                token: e.token,
+                conf: e.conf,
+                entropy: e.entropy,
+            });
+            self.learn(e.token, &e.text, e.bytes.as_deref());
+            self.push_top(k, e.pos, &e.top);
+            self.push_routes(e.pos, k, &e.routes);
+            if e.pos < self.header.max_len {
+                let eos = &self.header.eos_ids;
+                if eos.contains(&e.from) {
+                    let open = self.eos.iter_mut().find(|x| x.0 == e.pos && x.2 == usize::MAX);
+                    if let Some(x) = open {
+                        x.2 = k;
+                    }
+                }
+                if eos.contains(&e.token) {
+                    self.eos.push((e.pos, k, usize::MAX));
+                }
+            }
+            first_edit = Some(first_edit.map_or(e.pos, |f: usize| f.min(e.pos)));
+        }
         for c in &s.committed {
             // Only a masked, generated cell of this block can be committed, and only once.
             let fresh = span.contains(&c.pos)
@@ -585,9 +789,9 @@ impl Run {
                 CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
             self.learn(c.token, &c.text, c.bytes.as_deref());
             self.push_top(k, c.pos, &c.top);
-            self.push_routes(c.pos, &c.routes);
+            self.push_routes(c.pos, k, &c.routes);
             if self.header.eos_ids.contains(&c.token) && c.pos < self.header.max_len {
-                self.eos.push((c.pos, k));
+                self.eos.push((c.pos, k, usize::MAX));
             }
             first_commit = Some(first_commit.map_or(c.pos, |f: usize| f.min(c.pos)));
             committed += 1;
@@ -602,6 +806,8 @@ impl Run {
         // Sorted so that a cell's candidate is a binary search away.
         self.cands[start as usize..].sort_by_key(|c| c.pos);
         let tokens_total = self.steps.last().map_or(0, |p| p.tokens_total) + committed;
+        let edited = self.edits.len() - edits_start as usize;
+        let edits_total = self.steps.last().map_or(0, |p| p.edits_total) + edited;
         let kept_total = self.steps.last().map_or(0, |p| p.kept_total) + kept;
         let experts = ExpertCounts::of(&s.distinct_experts);
         let (sum, n) = self.steps.last().map_or((0.0, 0), |p| p.experts_run);
@@ -612,9 +818,13 @@ impl Run {
             forward: s.forward,
             t_ms: s.t_ms,
             committed,
+            edited,
+            post,
+            edits_total,
+            edits: edits_start..self.edits.len() as u32,
             tokens_total,
             kept_total,
-            first_commit,
+            first_commit: first_commit.or(first_edit),
             cands: start..self.cands.len() as u32,
             experts,
             experts_run,
@@ -644,14 +854,15 @@ impl Run {
         self.top_of.insert((k as u32, pos as u32), start..self.tops.len() as u32);
     }
 
-    /// Keeps the `--routing` routes of committed `pos` (nothing for none, or where the header
-    /// has no layout for them: a trace checked by limits.rs always does).
-    fn push_routes(&mut self, pos: usize, routes: &[crate::trace::events::Route]) {
+    /// Keeps the `--routing` routes of `pos`, committed or edited at step index `at` (nothing
+    /// for none, or where the header has no layout for them: a trace checked by limits.rs
+    /// always does).
+    fn push_routes(&mut self, pos: usize, at: usize, routes: &[crate::trace::events::Route]) {
         let Some(k) = self.header.model.moe.as_ref().map(|m| m.top_k) else { return };
         if routes.is_empty() {
             return;
         }
-        self.route_of.insert(pos as u32, self.routes.len() as u32);
+        self.route_of.insert((pos as u32, at as u32), self.routes.len() as u32);
         for r in routes {
             let slots = (0..k).map(|i| match (r.experts.get(i), r.weights.get(i)) {
                 (Some(&e), Some(&w)) => {
@@ -663,11 +874,18 @@ impl Run {
         }
     }
 
-    /// The `--routing` routes of committed `pos`, one per sparse layer (the header's
-    /// `model.moe.sparse_layers`), or `None` where none were recorded.
+    /// The `--routing` routes of `pos` in the pass that committed it, one per sparse layer
+    /// (the header's `model.moe.sparse_layers`), or `None` where none were recorded.
     pub fn routes(&self, pos: usize) -> Option<Vec<crate::trace::events::Route>> {
+        let at = self.cells.get(pos).map(|c| c.at).filter(|&a| a != PROMPT && a != NOT_DECODED)?;
+        self.routes_at(pos, at as usize)
+    }
+
+    /// The `--routing` routes of `pos` in the pass of step index `at`, which committed or
+    /// edited it (`Decoded::at`: the pass that set the token it holds).
+    pub fn routes_at(&self, pos: usize, at: usize) -> Option<Vec<crate::trace::events::Route>> {
         let m = self.header.model.moe.as_ref()?;
-        let start = *self.route_of.get(&(pos as u32))? as usize;
+        let start = *self.route_of.get(&(pos as u32, at as u32))? as usize;
         let all = self.routes.get(start..start + m.sparse_layers.len() * m.top_k)?;
         let route = |slots: &[RouteSlot]| {
             let used = slots.iter().filter(|s| s.expert != NO_EXPERT);
@@ -750,10 +968,16 @@ impl Run {
             + self.steps.capacity() * size_of::<StepRec>()
             + self.blocks.capacity() * size_of::<BlockRec>()
             + self.cands.capacity() * size_of::<Cand>()
-            + self.eos.capacity() * size_of::<(usize, usize)>()
+            + self.eos.capacity() * size_of::<(usize, usize, usize)>()
+            + self.edits.capacity() * size_of::<EditRec>()
+            + self
+                .edits_of
+                .values()
+                .map(|l| l.capacity() * size_of::<u32>() + size_of::<(u32, Vec<u32>)>())
+                .sum::<usize>()
             + self.tops.capacity() * size_of::<Ranked>()
             + self.routes.capacity() * size_of::<RouteSlot>()
-            + self.route_of.capacity() * size_of::<(u32, u32)>()
+            + self.route_of.capacity() * size_of::<((u32, u32), u32)>()
             + self.top_of.capacity() * size_of::<((u32, u32), Range<u32>)>()
             + pieces
     }
@@ -885,6 +1109,152 @@ mod tests {
         assert!(seen > 24);
         assert!(r.top(0, 0).is_empty(), "a prompt cell has none");
         assert!(store().run().unwrap().top(8, 0).is_empty(), "a trace without them has none");
+    }
+
+    /// What every position holds after each step, replayed from the events themselves: the
+    /// oracle the store's one-lookup answers are checked against.
+    fn replayed(events: &[Event]) -> Vec<HashMap<usize, (u32, usize, usize)>> {
+        let mut held: HashMap<usize, (u32, usize, usize)> = HashMap::new();
+        let mut out = Vec::new();
+        for e in events {
+            let Event::Step(s) = e else { continue };
+            let k = out.len();
+            for x in &s.edited {
+                let edits = held[&x.pos].2 + 1;
+                held.insert(x.pos, (x.token, k, edits));
+            }
+            held.extend(s.committed.iter().map(|c| (c.pos, (c.token, k, 0))));
+            out.push(held.clone());
+        }
+        out
+    }
+
+    /// Each step applies its edits; any step index shows what each cell held then: going back
+    /// undoes edits exactly and forward redoes them. History and trajectory end on that token.
+    #[test]
+    fn edits_apply_at_their_step_and_undo_before_it() {
+        let events = synth::trace(&Synth::small_edits());
+        let s = Store::from_events(events.clone());
+        let r = s.run().unwrap();
+        let want = replayed(&events);
+        assert_eq!(r.steps().len(), want.len());
+        let mut edited_seen = 0;
+        // Backwards over the steps, then forwards: the store keeps no cursor state.
+        for k in (0..want.len()).rev().chain(0..want.len()) {
+            for pos in r.prompt_len()..r.header.max_len + 2 {
+                match (r.cell(pos, Some(k)), want[k].get(&pos)) {
+                    (CellState::Decoded(d), Some(&(token, at, edits))) => {
+                        assert_eq!((d.token, d.at, d.edits), (token, at, edits), "pos {pos} k {k}");
+                        assert_eq!(d.step, r.step(at).unwrap().step);
+                        let h = r.history(pos, k);
+                        assert_eq!(h.len(), edits + 1);
+                        assert_eq!((h[0].at, h.last().unwrap().token), (d.committed_at, token));
+                        let t = r.trajectory(pos, k);
+                        let last = t.last().unwrap();
+                        assert_eq!((last.token, last.edited), (token, edits > 0));
+                        assert_eq!(t.iter().filter(|p| p.committed).count(), 1);
+                        edited_seen += usize::from(edits > 0);
+                    }
+                    (CellState::Masked { .. }, None) => {}
+                    (got, want) => panic!("pos {pos} at {k}: {got:?}, want {want:?}"),
+                }
+            }
+        }
+        assert!(edited_seen > 20, "{edited_seen}");
+        assert!(r.has_edits() && !store().run().unwrap().has_edits());
+    }
+
+    /// A block's steps after its last mask are post-steps that only edit; the step records
+    /// count the edits, and a post-step's first edit is the inspector's default cell.
+    #[test]
+    fn post_steps_and_edit_counts_are_recorded() {
+        let s = Store::from_events(synth::trace(&Synth::small_edits()));
+        let r = s.run().unwrap();
+        let post: Vec<&StepRec> = r.steps().iter().filter(|s| s.post).collect();
+        // Every block ends on a post-step that edits nothing; blocks 2 and 5 edit in one first.
+        assert_eq!(post.len(), 7 + 2);
+        assert!(post.iter().all(|s| s.committed == 0));
+        let editing: Vec<(usize, usize, usize)> =
+            post.iter().filter(|s| s.edited > 0).map(|s| (s.block, s.step, s.edited)).collect();
+        assert_eq!(editing, [(2, 4, 2), (5, 4, 2)]);
+        let k = r.steps().iter().position(|s| s.post && s.edited > 0).unwrap();
+        assert_eq!(r.step(k).unwrap().first_commit, Some(10));
+        let edits: Vec<Edit> = r.edits_at(k).collect();
+        assert_eq!(edits.iter().map(|e| (e.pos, e.at)).collect::<Vec<_>>(), [(10, k), (11, k)]);
+        assert_eq!(
+            r.step(k).unwrap().edits_total,
+            r.steps()[..=k].iter().map(|s| s.edited).sum::<usize>()
+        );
+        assert_eq!(r.head().map(|h| r.step(h).unwrap().edits_total), Some(9));
+        // The block's texts are its final tokens'.
+        let plain = store();
+        let p = plain.run().unwrap();
+        for pos in 0..r.header.max_len {
+            assert_eq!(r.cell_piece(pos, r.head()), p.cell_piece(pos, p.head()), "pos {pos}");
+        }
+    }
+
+    /// An EOS put in by an edit ends the output from that step; one edited away no longer does.
+    #[test]
+    fn an_eos_edited_in_or_out_moves_the_output_end() {
+        let mut events = synth::trace(&Synth::small_edits());
+        // Position 11 is edited twice, at step indices 5 and 6: make the first edit an EOS.
+        let mut n = 0;
+        for e in &mut events {
+            let Event::Step(s) = e else { continue };
+            for x in s.edited.iter_mut().filter(|x| x.pos == 11) {
+                if n == 0 {
+                    x.token = synth::EOS_ID;
+                } else {
+                    x.from = synth::EOS_ID;
+                }
+                n += 1;
+            }
+        }
+        let s = Store::from_events(events);
+        let r = s.run().unwrap();
+        let at: Vec<usize> =
+            (0..r.steps().len()).filter(|&k| r.edits_at(k).any(|e| e.pos == 11)).collect();
+        assert_eq!(at.len(), 2);
+        assert_eq!(r.output_end(Some(at[0] - 1)), r.header.max_len);
+        assert_eq!(r.output_end(Some(at[0])), 12);
+        assert_eq!(r.output_end(Some(at[1])), r.header.max_len);
+    }
+
+    /// `--routing` on an edit: the route of the pass that set the token held.
+    #[test]
+    fn an_edit_keeps_the_route_of_its_pass() {
+        let events =
+            synth::with_routes(synth::trace(&Synth::small_edits()), &synth::sdar_moe_layout());
+        let s = Store::from_events(events.clone());
+        let r = s.run().unwrap();
+        let mut k = 0;
+        for ev in &events {
+            let Event::Step(step) = ev else { continue };
+            for e in &step.edited {
+                assert_eq!(r.routes_at(e.pos, k).as_deref(), Some(&e.routes[..]));
+                assert_ne!(r.routes(e.pos).as_deref(), Some(&e.routes[..]), "the commit's differ");
+            }
+            k += 1;
+        }
+    }
+
+    /// A contradicting edit (of a masked cell, from a token it does not hold, to the same
+    /// token) is dropped, as contradicting commits are: the reader refuses such a trace, a
+    /// live stream does not pass through the reader.
+    #[test]
+    fn a_contradicting_edit_is_dropped() {
+        let mut events = synth::trace(&Synth::small_edits());
+        let Some(Event::Step(s)) =
+            events.iter_mut().find(|e| matches!(e, Event::Step(s) if !s.edited.is_empty()))
+        else {
+            panic!()
+        };
+        s.edited[0].from += 1;
+        let st = Store::from_events(events);
+        let r = st.run().unwrap();
+        assert_eq!(r.steps()[1].edited, 0);
+        assert!(matches!(r.cell(7, r.head()), CellState::Decoded(d) if d.edits == 0));
     }
 
     #[test]

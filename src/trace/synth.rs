@@ -8,8 +8,8 @@
 
 use crate::engine::settings::DecodeSettings;
 use crate::trace::events::{
-    BlockEvent, Candidate, Committed, Event, FinishEvent, FinishReason, Header, ModelInfo, MoeInfo,
-    Route, StepEvent, TopCandidate, TRACE_VERSION,
+    BlockEvent, Candidate, Committed, Edited, Event, FinishEvent, FinishReason, Header, ModelInfo,
+    MoeInfo, Route, StepEvent, TopCandidate, TRACE_VERSION,
 };
 
 /// The vocabulary; a token id is an index. The mask and EOS ids follow it.
@@ -69,6 +69,16 @@ pub struct Synth {
     /// Put an EOS at this absolute position (the decode stops after its block).
     pub eos_at: Option<usize>,
     pub seed: u64,
+    /// Token editing, in the shape `--strategy joint_threshold` writes (the header says that
+    /// strategy, with [`SYNTH_POST_STEPS`] passes after a block's last mask): of every three
+    /// decode blocks, the first commits a draft at its first step and replaces it at its next
+    /// step; the second commits drafts at its first two steps, replaces one of them again at
+    /// its last unmasking step, and replaces both with their final tokens in a step after its
+    /// last mask (a post-step, which only edits); the third does not edit. Every block then
+    /// ends as the engine ends one, on a post-step that edits nothing. The last replacement is
+    /// always the final token, so blocks, output and text are those of the same trace without
+    /// edits. (Which positions commit at a step still follows the schedule: a test double.)
+    pub edits: bool,
 }
 
 impl Synth {
@@ -83,6 +93,7 @@ impl Synth {
             change_at: None,
             eos_at: None,
             seed: 7,
+            edits: false,
         }
     }
 
@@ -96,18 +107,38 @@ impl Synth {
             change_at: None,
             eos_at: None,
             seed: 11,
+            edits: false,
         }
     }
 
+    /// [`Synth::small`] with token edits: blocks 1, 4 and 7 edit at their next step, blocks 2
+    /// and 5 edit a position twice, the second time in a post-step (the fixture trace
+    /// `tests/fixtures/traces/edits.jsonl`).
+    pub fn small_edits() -> Self {
+        Synth { edits: true, ..Synth::small() }
+    }
+
     fn settings(&self) -> DecodeSettings {
-        DecodeSettings {
+        let base = DecodeSettings {
             block_length: self.block_length,
             steps: self.steps,
             max_new_tokens: self.new_tokens,
             ..DecodeSettings::default()
+        };
+        match self.edits {
+            true => DecodeSettings {
+                strategy: crate::engine::settings::Strategy::JointThreshold,
+                max_post_steps: SYNTH_POST_STEPS,
+                ..base
+            },
+            false => base,
         }
     }
 }
+
+/// Passes an editing synthetic block may take after its last mask: the one that edits and the
+/// one that finds nothing left to edit.
+pub const SYNTH_POST_STEPS: usize = 2;
 
 /// A small, fast, deterministic hash (splitmix64) to pick tokens and confidences.
 fn mix(mut x: u64) -> u64 {
@@ -237,6 +268,7 @@ pub fn with_candidates(mut events: Vec<Event>, k: usize) -> Vec<Event> {
     for ev in &mut events {
         if let Event::Step(s) = ev {
             s.committed.iter_mut().for_each(|c| c.top = top(c.token, c.conf));
+            s.edited.iter_mut().for_each(|c| c.top = top(c.token, c.conf));
             s.masked.iter_mut().for_each(|c| c.top = top(c.token, c.conf));
         }
     }
@@ -280,6 +312,9 @@ pub fn with_routes(mut events: Vec<Event>, moe: &MoeInfo) -> Vec<Event> {
                 s.committed.iter_mut().for_each(|c| {
                     c.routes = moe.sparse_layers.iter().map(|&l| route(c.pos, l)).collect()
                 });
+                s.edited.iter_mut().for_each(|c| {
+                    c.routes = moe.sparse_layers.iter().map(|&l| route(c.pos + 1, l)).collect()
+                });
                 let rows = (s.committed.len() + s.masked.len()).max(1);
                 s.distinct_experts = moe
                     .sparse_layers
@@ -300,6 +335,18 @@ fn ms(forward: usize) -> f64 {
     forward as f64 * 7.5
 }
 
+/// A token a synthetic decode commits first and replaces later: never the final one.
+fn draft(cfg: &Synth, pos: usize, n: usize) -> u32 {
+    ((final_token(cfg, pos) as usize + 5 + 3 * n) % VOCAB.len()) as u32
+}
+
+/// A replacement the block will make: at `step`, `pos` gets `token`.
+struct Planned {
+    step: usize,
+    pos: usize,
+    token: u32,
+}
+
 /// The denoising steps of one block; returns how many it took.
 fn decode_block(
     cfg: &Synth,
@@ -313,31 +360,93 @@ fn decode_block(
     let mut masked: Vec<usize> = (block * b..(block + 1) * b).filter(|&q| q >= p).collect();
     // generate.py's counts from (block_length, steps), capped at the masks left.
     let (base, extra) = (b / steps, b % steps);
+    let count = |step: usize| (base + usize::from(step < extra)).max(1);
+    // The step that commits the block's last mask, for the edits planned around it.
+    let last_unmask = {
+        let (mut left, mut step) = (masked.len(), 0);
+        while left > count(step) {
+            left -= count(step);
+            step += 1;
+        }
+        step
+    };
+    let plan = if cfg.edits { (block - p / b) % 3 } else { 2 };
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut held: Vec<(usize, u32)> = Vec::new();
     let mut step = 0;
-    while !masked.is_empty() {
+    // As the engine's loop: a strategy that edits goes on after the last mask while its passes
+    // edit, and ends the block on the first that does not (or at its post-step cap).
+    let mut post = 0;
+    loop {
+        let masks_left = !masked.is_empty();
+        if !masks_left {
+            post += 1;
+            if !cfg.edits || post > SYNTH_POST_STEPS {
+                break;
+            }
+        }
         *forward += 1;
-        let k = (base + usize::from(step < extra)).max(1);
+        let k = count(step);
         // Most confident first, like low_confidence_static.
         let conf = |q: usize| 0.15 + 0.85 * unit(cfg.seed, q, step);
         masked.sort_by(|&x, &y| conf(y).total_cmp(&conf(x)).then(x.cmp(&y)));
         let picked: Vec<usize> = masked.drain(..k.min(masked.len())).collect();
         masked.sort_unstable();
-        let committed = picked
+        let committed: Vec<Committed> = picked
             .iter()
-            .map(|&q| {
-                let token = final_token(cfg, q);
+            .enumerate()
+            .map(|(i, &q)| {
+                // The block's first commit of its first step (and, in the second plan, of its
+                // second) is a draft that a later step replaces.
+                let drafted = i == 0 && (step == 0 && plan < 2 || step == 1 && plan == 1);
+                let token = if drafted { draft(cfg, q, 0) } else { final_token(cfg, q) };
+                if drafted {
+                    let fin = final_token(cfg, q);
+                    let again = last_unmask.max(1);
+                    match (plan, step) {
+                        (0, _) => planned.push(Planned { step: 1, pos: q, token: fin }),
+                        (_, 0) => {
+                            planned.push(Planned { step: again, pos: q, token: draft(cfg, q, 1) });
+                            planned.push(Planned { step: again + 1, pos: q, token: fin });
+                        }
+                        _ => planned.push(Planned { step: again + 1, pos: q, token: fin }),
+                    }
+                }
+                held.push((q, token));
+                let c = if drafted { 0.3 + 0.2 * unit(cfg.seed ^ 3, q, step) } else { conf(q) };
                 Committed {
                     pos: q,
                     token,
                     text: piece(token),
                     bytes: None,
-                    conf: conf(q),
-                    entropy: 2.0 * (1.0 - conf(q)),
+                    conf: c,
+                    entropy: 2.0 * (1.0 - c),
                     top: vec![],
                     routes: vec![],
                 }
             })
             .collect();
+        let mut edited: Vec<Edited> = planned
+            .iter()
+            .filter(|e| e.step == step)
+            .map(|e| {
+                let slot = held.iter_mut().find(|h| h.0 == e.pos).expect("committed before");
+                let from = std::mem::replace(&mut slot.1, e.token);
+                let c = 0.8 + 0.15 * unit(cfg.seed ^ 4, e.pos, step);
+                Edited {
+                    pos: e.pos,
+                    from,
+                    token: e.token,
+                    text: piece(e.token),
+                    bytes: None,
+                    conf: c,
+                    entropy: 2.0 * (1.0 - c),
+                    top: vec![],
+                    routes: vec![],
+                }
+            })
+            .collect();
+        edited.sort_by_key(|e| e.pos);
         let cands = masked
             .iter()
             .map(|&q| {
@@ -357,18 +466,23 @@ fn decode_block(
                 }
             })
             .collect();
+        // A pass begun with no mask that replaced nothing ends the block.
+        let settled = !masks_left && edited.is_empty();
         events.push(Event::Step(StepEvent {
             block,
             step,
             forward: *forward,
             committed,
-            edited: vec![],
+            edited,
             masked: cands,
             t_ms: ms(*forward),
             settings: if step == 0 { changed.take() } else { None },
             distinct_experts: vec![],
         }));
         step += 1;
+        if settled {
+            break;
+        }
     }
     step
 }
@@ -564,6 +678,89 @@ mod tests {
             .collect();
         seen.sort_unstable();
         assert_eq!(seen, (6..32).collect::<Vec<_>>());
+    }
+
+    /// Every block's tokens, and the finish event, of a trace.
+    fn ends(ev: &[Event]) -> (Vec<Vec<u32>>, Option<FinishEvent>) {
+        let blocks = ev
+            .iter()
+            .filter_map(|e| if let Event::Block(b) = e { Some(b.tokens.clone()) } else { None })
+            .collect();
+        let fin =
+            ev.iter().find_map(|e| if let Event::Finish(f) = e { Some(f.clone()) } else { None });
+        (blocks, fin)
+    }
+
+    /// The editing trace replaces drafts in later steps of their block, some twice, some in a
+    /// post-step (after the block's last mask: no commit, no mask, only edits); every block
+    /// ends on a post-step that edits nothing, as the engine's do; the trace ends on the tokens
+    /// of the trace without edits, and the reader's checks accept it.
+    #[test]
+    fn edits_replace_drafts_and_end_on_the_final_tokens() {
+        let ev = trace(&Synth::small_edits());
+        let (blocks, fin) = ends(&ev);
+        let (plain_blocks, plain_fin) = ends(&trace(&Synth::small()));
+        assert_eq!(blocks, plain_blocks);
+        let (fin, plain_fin) = (fin.unwrap(), plain_fin.unwrap());
+        assert_eq!((&fin.output_ids, &fin.text), (&plain_fin.output_ids, &plain_fin.text));
+        assert!(fin.steps > plain_fin.steps, "post-steps add steps");
+        let mut held = std::collections::HashMap::new();
+        let mut edits = std::collections::HashMap::new();
+        let (mut post, mut settle, mut in_block) = (0, 0, 0);
+        for e in &ev {
+            match e {
+                Event::Step(s) => {
+                    for x in &s.edited {
+                        assert_eq!(held.insert(x.pos, x.token), Some(x.from), "{x:?}");
+                        *edits.entry(x.pos).or_insert(0) += 1;
+                    }
+                    if s.committed.is_empty() && s.masked.is_empty() {
+                        match s.edited.is_empty() {
+                            true => settle += 1,
+                            false => post += 1,
+                        }
+                    } else if !s.edited.is_empty() {
+                        in_block += 1;
+                    }
+                    held.extend(s.committed.iter().map(|c| (c.pos, c.token)));
+                }
+                Event::Block(b) => {
+                    for (i, &t) in b.tokens.iter().enumerate().filter(|(i, _)| b.start + i >= 6) {
+                        assert_eq!(held[&(b.start + i)], t, "pos {}", b.start + i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            (post, settle, in_block),
+            (2, 7, 5),
+            "blocks 2 and 5 edit after their last mask"
+        );
+        assert!(edits.values().any(|&n| n == 2), "a position is edited twice");
+        let mut check = crate::limits::TraceCheck::default();
+        assert_eq!(ev.iter().try_for_each(|e| check.check(e)), Ok(()));
+        // With candidates and routes too.
+        let routed = with_routes(with_candidates(ev, 3), &sdar_moe_layout());
+        let mut check = crate::limits::TraceCheck::default();
+        assert_eq!(routed.iter().try_for_each(|e| check.check(e)), Ok(()));
+    }
+
+    /// `tests/fixtures/traces/edits.jsonl` is [`Synth::small_edits`]'s trace, line for line;
+    /// `UNMASK_WRITE_FIXTURES=1` rewrites it after a deliberate change.
+    #[test]
+    fn the_edits_fixture_is_the_synthetic_editing_trace() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/traces/edits.jsonl");
+        let text: String = trace(&Synth::small_edits())
+            .iter()
+            .map(|e| serde_json::to_string(e).expect("serialises") + "\n")
+            .collect();
+        if std::env::var_os("UNMASK_WRITE_FIXTURES").is_some() {
+            std::fs::write(&path, &text).expect("the fixture is writable");
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(want == text, "{} is stale: UNMASK_WRITE_FIXTURES=1 rewrites it", path.display());
     }
 
     #[test]
