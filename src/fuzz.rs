@@ -128,6 +128,7 @@ pub fn exercise_trace(bytes: &[u8], render: bool) -> usize {
     let _ = crate::trace::export::tokens_csv(&t);
     let _ = crate::trace::export::steps_csv(&t);
     let _ = crate::trace::export::step_map_csv(&t);
+    let _ = crate::trace::export::edits_csv(&t);
     let _ = serde_json::to_string(&t);
     let _ = store.run().map(|r| (r.head(), r.max_blocks(), r.step_span()));
     if render {
@@ -166,5 +167,11 @@ fn check_tables(t: &crate::trace::export::Tables, events: &[Event]) {
             "token row outside the decode: {r:?}"
         );
         assert!(seen.insert(r.pos), "position {} exported twice", r.pos);
+    }
+    for e in &t.edits {
+        assert!(
+            e.pos >= h.prompt_ids.len() && e.from != e.to,
+            "an edit of a prompt position, or to the token held: {e:?}"
+        );
     }
 }

@@ -172,3 +172,40 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
         "{err}"
     );
 }
+
+/// A trace with token edits: the tokens table holds the final tokens with the step that set
+/// each and its edit count, the step map the final steps, `--table edits` every edit; JSON
+/// holds the edits table too.
+#[test]
+fn a_trace_with_edits_exports_final_tokens_and_the_edits() {
+    let trace = traces().join("edits.jsonl");
+    let (tokens, _) = export(&trace, &["--table", "tokens"]);
+    let lines: Vec<&str> = tokens.lines().collect();
+    assert_eq!(
+        lines[0],
+        "pos,index,block,step,global_step,forward,final_step,edits,token,text,conf,entropy"
+    );
+    assert!(lines[2].starts_with("7,1,1,0,0,1,1,1,10, It,0.9038231,"), "{tokens}");
+    let (edits, _) = export(&trace, &["--table", "edits"]);
+    let lines: Vec<&str> = edits.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [
+            "global_step,block,step,forward,pos,index,from,to,from_text,to_text,conf,entropy",
+            "1,1,1,2,7,1,15,10, purr, It,0.9038231,0.19235384",
+            "6,2,3,7,11,5,19,22, dream, fish,0.86701596,0.26596808",
+        ]
+    );
+    assert_eq!(lines.len(), 1 + 9);
+    let (map, _) = export(&trace, &["--table", "step_map"]);
+    assert!(map.starts_with("index,step_map\n0,2\n1,2\n2,4\n3,3\n4,5\n5,5\n"), "{map}");
+    let (json, _) = export(&trace, &["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["edits"].as_array().unwrap().len(), 9);
+    assert_eq!(v["tokens"][5]["edits"], 2);
+    let events = unmask::trace::file::read_file(&trace).unwrap().events;
+    let Some(unmask::trace::events::Event::Finish(f)) = events.last() else { panic!() };
+    let ids: Vec<u64> =
+        v["tokens"].as_array().unwrap().iter().map(|r| r["token"].as_u64().unwrap()).collect();
+    assert_eq!(ids, f.output_ids.iter().map(|&t| u64::from(t)).collect::<Vec<_>>());
+}

@@ -25,6 +25,16 @@ proptest! {
         unmask::fuzz::exercise_trace(text.as_bytes(), seed % 30 == 0);
     }
 
+    /// The trace with token edits, mutated: edits of masked, prompt or foreign positions, from
+    /// tokens not held, steps out of place; read, stored, exported and drawn without a panic.
+    #[test]
+    fn mutated_traces_with_edits_read_store_and_export_without_panicking(seed in any::<u64>()) {
+        let base = fixture("traces/edits.jsonl");
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let text = unmask::fuzz::mutate_trace_n(&base, &mut rng);
+        unmask::fuzz::exercise_trace(text.as_bytes(), seed % 30 == 0);
+    }
+
     #[test]
     fn arbitrary_bytes_are_never_a_trace_that_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         unmask::fuzz::exercise_trace(&bytes, false);

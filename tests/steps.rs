@@ -254,3 +254,56 @@ fn a_trace_that_is_not_a_regular_file_is_refused_before_reading() {
         "unmask: error: /dev/zero: not a regular file (a character device)\n"
     );
 }
+
+/// The synthetic trace with token edits: each edit on its step's line after the commits,
+/// `~"old"→"new"`; the post-edit steps (after a block's last mask) commit nothing, `[]`, and
+/// the last of each block edits nothing either.
+const EDITS: &str = r#"step 1 · block 1 · step 1/6 · fwd 1  [" purr"]
+step 2 · block 1 · step 2/6 · fwd 2  ["."] ~" purr"→" It"
+step 3 · block 1 · step 3/6 · fwd 3  []
+step 4 · block 2 · step 1/6 · fwd 4  [" dream"]
+step 5 · block 2 · step 2/6 · fwd 5  ["\t"]
+step 6 · block 2 · step 3/6 · fwd 6  [" warm"]
+step 7 · block 2 · step 4/6 · fwd 7  [" was"] ~" dream"→" fish"
+step 8 · block 2 · step 5/6 · fwd 8  [] ~"\t"→"," ~" fish"→" and"
+step 9 · block 2 · step 6/6 · fwd 9  []
+step 10 · block 3 · step 1/6 · fwd 10  [" purr"]
+step 11 · block 3 · step 2/6 · fwd 11  [" the"]
+step 12 · block 3 · step 3/6 · fwd 12  ["ed"]
+step 13 · block 3 · step 4/6 · fwd 13  [" cat"]
+step 14 · block 3 · step 5/6 · fwd 14  []
+step 15 · block 4 · step 1/6 · fwd 15  ["\t"]
+step 16 · block 4 · step 2/6 · fwd 16  ["\t"] ~"\t"→","
+step 17 · block 4 · step 3/6 · fwd 17  ["\n"]
+step 18 · block 4 · step 4/6 · fwd 18  [" softly"]
+step 19 · block 4 · step 5/6 · fwd 19  []
+step 20 · block 5 · step 1/6 · fwd 20  [" 🦀"]
+step 21 · block 5 · step 2/6 · fwd 21  ["\u0007"]
+step 22 · block 5 · step 3/6 · fwd 22  ["ing"]
+step 23 · block 5 · step 4/6 · fwd 23  [" dream"] ~" 🦀"→" \""
+step 24 · block 5 · step 5/6 · fwd 24  [] ~" \""→" of" ~"\u0007"→" fish"
+step 25 · block 5 · step 6/6 · fwd 25  []
+step 26 · block 6 · step 1/6 · fwd 26  [" 日本"]
+step 27 · block 6 · step 2/6 · fwd 27  [" café"]
+step 28 · block 6 · step 3/6 · fwd 28  [" \""]
+step 29 · block 6 · step 4/6 · fwd 29  [" —"]
+step 30 · block 6 · step 5/6 · fwd 30  []
+step 31 · block 7 · step 1/6 · fwd 31  ["ROMEO"]
+step 32 · block 7 · step 2/6 · fwd 32  [" 🦀"] ~"ROMEO"→"\u0007"
+step 33 · block 7 · step 3/6 · fwd 33  ["\""]
+step 34 · block 7 · step 4/6 · fwd 34  ["́"]
+step 35 · block 7 · step 5/6 · fwd 35  []
+"#;
+
+#[test]
+fn a_trace_with_edits_lists_them_on_their_step_lines() {
+    let trace = fixture("traces/edits.jsonl");
+    assert_eq!(stdout(unmask(&["steps", trace.to_str().unwrap()])), EDITS);
+    let out = stdout(unmask(&["steps", "--json", trace.to_str().unwrap()]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[7],
+        r#"{"step":8,"block":2,"block_step":5,"block_steps":6,"forward":8,"pos":[],"texts":[],"conf":[],"edits":[{"pos":10,"from":18,"token":13,"from_text":"\t","text":",","conf":0.8010297},{"pos":11,"from":22,"token":14,"from_text":" fish","text":" and","conf":0.85181785}]}"#
+    );
+    assert_eq!(lines.iter().filter(|l| l.contains(r#""edits":"#)).count(), 7);
+}

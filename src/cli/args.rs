@@ -64,7 +64,7 @@ impl Cli {
             if given(s, "table")
                 && s.get_one::<ExportFormat>("format").is_some_and(|f| *f != ExportFormat::Csv)
             {
-                return refuse("export: --table picks one CSV table (JSON holds all three; SVG draws the step map)".into());
+                return refuse("export: --table picks one CSV table (JSON holds every table; SVG draws the step map)".into());
             }
         }
         if let Some(msg) = sub.and_then(|(name, s)| ignored_flag(name, &|id| given(s, id))) {
@@ -243,14 +243,14 @@ pub enum Command {
         #[arg(long)]
         headless: bool,
     },
-    /// Per-token and per-step tables of a trace: which token was decoded at which step; or
-    /// the step map as a figure (`--format svg`).
+    /// Per-token, per-step and per-edit tables of a trace: which token was decoded at which
+    /// step, and which later steps replaced; or the step map as a figure (`--format svg`).
     Export {
         /// A trace written by `unmask trace` (`-`: read it from stdin).
         trace: PathBuf,
         #[arg(long, value_enum, default_value = "csv")]
         format: ExportFormat,
-        /// Which table, for CSV (JSON holds all three; SVG draws the step map).
+        /// Which table, for CSV (JSON holds every table; SVG draws the step map).
         #[arg(long, value_enum, default_value = "tokens")]
         table: ExportTable,
         /// Write here instead of stdout (`-`: stdout); never the trace read.
@@ -408,8 +408,12 @@ pub enum ExportTable {
     Tokens,
     /// One row per denoising step: tokens committed.
     Steps,
-    /// The 1-based step within its block of every output token (lmdeploy/SGLang `step_map`).
+    /// The 1-based step within its block that set every output token's final token
+    /// (lmdeploy/SGLang `step_map`).
     StepMap,
+    /// One row per edit (token editing): step, block, position, the token replaced and the new
+    /// one, their texts, confidence.
+    Edits,
 }
 
 /// Numeric flags take `allow_negative_numbers`, so that `--threshold -1` reaches the range

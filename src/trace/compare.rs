@@ -1,6 +1,10 @@
 //! Two decodes of the same prompt, compared: where the outputs diverge, what each spent in
 //! forwards and steps, block by block, and cell by cell which output tokens differ and which
 //! are the same token decoded at another step. Pure: two event lists in, a comparison out.
+//!
+//! With token editing a position's token can change after its commit: every judgment here is
+//! on the final tokens (the finish event's output, the block events' tokens) and the step that
+//! set each (its commit, or its last edit), and the cells either side edited are listed.
 
 use std::collections::HashMap;
 
@@ -50,6 +54,19 @@ pub struct Comparison {
     pub other_step: Vec<CellPair>,
     /// Output cells where the runs decoded different tokens.
     pub other_token: Vec<CellPair>,
+    /// Output cells that either run edited (replaced the token of after its commit).
+    pub edited: Vec<CellEdits>,
+    /// Edits each run made, over every position.
+    pub edits: [usize; 2],
+}
+
+/// An output cell that a run edited: how many times each replaced its token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellEdits {
+    pub index: usize,
+    /// Absolute position in run A.
+    pub pos: usize,
+    pub edits: [usize; 2],
 }
 
 impl Comparison {
@@ -68,17 +85,19 @@ pub struct CellPair {
     /// Absolute position in each run (they differ only if the prompts do).
     pub pos: usize,
     pub tokens: [u32; 2],
-    /// The step within its block (0-based) at which each run committed it; `None` where the
-    /// trace has no step event that committed it.
+    /// The step within its block (0-based) at which each run set its final token (committed
+    /// it, or last edited it); `None` where the trace has no step event that did.
     pub steps: [Option<usize>; 2],
 }
 
-/// What one run did: header, blocks, the step (within its block) that committed each
-/// position, finish.
+/// What one run did: header, blocks, the step (within its block) that set each position's
+/// final token and how many edits it had, finish.
 struct RunEvents<'a> {
     header: Option<&'a Header>,
     blocks: Vec<BlockRow>,
     committed_at: HashMap<usize, usize>,
+    edits_of: HashMap<usize, usize>,
+    edits: usize,
     finish: Option<&'a FinishEvent>,
 }
 
@@ -87,14 +106,28 @@ type BlockRow = (usize, usize, Vec<u32>);
 
 fn last_run(events: &[Event]) -> RunEvents<'_> {
     let start = events.iter().rposition(|e| matches!(e, Event::Header(_))).unwrap_or(0);
-    let mut run =
-        RunEvents { header: None, blocks: Vec::new(), committed_at: HashMap::new(), finish: None };
+    let mut run = RunEvents {
+        header: None,
+        blocks: Vec::new(),
+        committed_at: HashMap::new(),
+        edits_of: HashMap::new(),
+        edits: 0,
+        finish: None,
+    };
     for e in &events[start..] {
         match e {
             Event::Header(h) => run.header = Some(h),
             Event::Block(b) => run.blocks.push((b.block, b.steps, b.tokens.clone())),
             Event::Finish(f) => run.finish = Some(f),
-            Event::Step(s) => run.committed_at.extend(s.committed.iter().map(|c| (c.pos, s.step))),
+            Event::Step(s) => {
+                run.committed_at.extend(s.committed.iter().map(|c| (c.pos, s.step)));
+                // A later edit's step is the final token's.
+                run.committed_at.extend(s.edited.iter().map(|c| (c.pos, s.step)));
+                for c in &s.edited {
+                    *run.edits_of.entry(c.pos).or_default() += 1;
+                }
+                run.edits += s.edited.len();
+            }
         }
     }
     run
@@ -145,6 +178,21 @@ pub fn compare(a: &[Event], b: &[Event]) -> Comparison {
     ];
     let (other_step, other_token) =
         cell_pairs(&ra, &rb, [&runs[0].output_ids, &runs[1].output_ids]);
+    let out = runs[0].output_ids.len().max(runs[1].output_ids.len());
+    let edited = (0..out)
+        .filter_map(|index| {
+            let [pa, pb] = [ra.prompt_len() + index, rb.prompt_len() + index];
+            let edits = [
+                ra.edits_of.get(&pa).copied().filter(|_| index < runs[0].output_ids.len()),
+                rb.edits_of.get(&pb).copied().filter(|_| index < runs[1].output_ids.len()),
+            ];
+            (edits != [None, None]).then(|| CellEdits {
+                index,
+                pos: pa,
+                edits: edits.map(|e| e.unwrap_or(0)),
+            })
+        })
+        .collect();
     let (ba, bb) = (&ra.blocks, &rb.blocks);
     let first_divergence =
         runs[0].output_ids.iter().zip(&runs[1].output_ids).position(|(x, y)| x != y);
@@ -164,7 +212,15 @@ pub fn compare(a: &[Event], b: &[Event]) -> Comparison {
             .collect(),
         _ => vec![],
     };
-    Comparison { runs, first_divergence, blocks, other_step, other_token }
+    Comparison {
+        runs,
+        first_divergence,
+        blocks,
+        other_step,
+        other_token,
+        edited,
+        edits: [ra.edits, rb.edits],
+    }
 }
 
 /// How many cells the headless summary lists by position.
@@ -184,6 +240,21 @@ fn cell_list(cells: &[CellPair], with_steps: bool) -> String {
             true => format!("pos {} steps {}/{}", c.pos, step(c.steps[0]), step(c.steps[1])),
             false => format!("pos {}", c.pos),
         })
+        .collect();
+    let more = if cells.len() > LISTED { ", …" } else { "" };
+    format!("{} (first: {}{more})", cells.len(), shown.join(", "))
+}
+
+/// `3 (first: pos 6 edits 1/0, pos 9 edits 2/1)`: output cells either side edited, and how
+/// many times each did.
+fn edited_list(cells: &[CellEdits]) -> String {
+    if cells.is_empty() {
+        return "0".into();
+    }
+    let shown: Vec<String> = cells
+        .iter()
+        .take(LISTED)
+        .map(|c| format!("pos {} edits {}/{}", c.pos, c.edits[0], c.edits[1]))
         .collect();
     let more = if cells.len() > LISTED { ", …" } else { "" };
     format!("{} (first: {}{more})", cells.len(), shown.join(", "))
@@ -236,6 +307,10 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
     s += "\n";
     s += &format!("same token, other step (A/B): {}\n", cell_list(&c.other_step, true));
     s += &format!("different token: {}\n", cell_list(&c.other_token, false));
+    if c.edits != [0, 0] {
+        s += &format!("edits (A/B): {}/{}\n", c.edits[0], c.edits[1]);
+        s += &format!("edited output cells: {}\n", edited_list(&c.edited));
+    }
     if c.sampled() {
         s += SAMPLED_NOTE;
         s += "\n";
@@ -430,6 +505,32 @@ y
             cell_list(&many, true),
             "7 (first: pos 6 steps 1/-, pos 7 steps 1/-, pos 8 steps 1/-, pos 9 steps 1/-, pos 10 steps 1/-, …)"
         );
+    }
+
+    /// A decode that edits against one that does not, same final tokens: identical outputs,
+    /// no cell of another token (the drafts were replaced), the steps those of the final
+    /// tokens, and the edited cells listed.
+    #[test]
+    fn edits_are_judged_by_the_final_tokens_and_listed() {
+        use crate::trace::synth::{trace, Synth};
+        let a = trace(&Synth::small());
+        let b = trace(&Synth::small_edits());
+        let c = compare(&a, &b);
+        assert_eq!(c.first_divergence, None);
+        assert!(c.other_token.is_empty());
+        assert!(c.blocks.iter().all(|p| p.same_tokens));
+        // Position 7 is committed at step 1 in both, then B edits it at step 2.
+        let p7 = c.other_step.iter().find(|p| p.pos == 7).unwrap();
+        assert_eq!(p7.steps, [Some(0), Some(1)]);
+        assert_eq!(c.edits, [0, 9]);
+        // Output cells only: block 7's edit is of a cell past max_new_tokens.
+        let listed: Vec<(usize, [usize; 2])> = c.edited.iter().map(|e| (e.pos, e.edits)).collect();
+        assert_eq!(listed[..3], [(7, [0, 1]), (10, [0, 1]), (11, [0, 2])]);
+        assert_eq!(listed.len(), 6);
+        let t = table(&c, ["", ""]);
+        assert!(t.contains("\nedits (A/B): 0/9\nedited output cells: 6 (first: pos 7 edits 0/1, pos 10 edits 0/1, pos 11 edits 0/2, "), "{t}");
+        // Without edits on either side the table says nothing of them.
+        assert!(!table(&compare(&a, &a), ["", ""]).contains("edit"));
     }
 
     #[test]

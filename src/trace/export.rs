@@ -1,21 +1,35 @@
-//! Tables derived from a trace: which token was decoded at which step. Pure: events in, rows out.
+//! Tables derived from a trace: which token was decoded at which step, and which tokens later
+//! steps replaced (token editing). Pure: events in, rows out.
+//!
+//! A trace with edits adds columns (`final_step`, `edits` to the tokens, `edited` to the steps)
+//! and the edits table; one without has exactly the tables it always had.
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 
 use crate::trace::events::Event;
 
-/// One generated token: where it sits and when it was decoded.
+/// One generated token: where it sits, when it was decoded and, with token editing, when its
+/// final token was set. The token, its text, confidence and entropy are the final token's.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TokenRow {
     pub pos: usize,
     /// Index among the generated tokens (0 = first token after the prompt).
     pub index: usize,
     pub block: usize,
-    /// 0-based denoising step within the block.
+    /// 0-based denoising step within the block that committed the position (unmasked it).
     pub step: usize,
-    /// 0-based denoising step over the whole decode.
+    /// 0-based denoising step over the whole decode that committed it.
     pub global_step: usize,
     pub forward: usize,
+    /// 0-based step within the block that set the final token: `step`, unless an edit replaced
+    /// the committed token. Present when the trace has edits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_step: Option<usize>,
+    /// How many times a step replaced the position's token. Present when the trace has edits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edits: Option<usize>,
     pub token: u32,
     /// What the token adds to the text of the positions before it (the block event's `texts`),
     /// else, in older traces, the token decoded alone.
@@ -36,17 +50,48 @@ pub struct StepRow {
     pub step: usize,
     pub forward: usize,
     pub committed: usize,
+    /// Positions whose token the step replaced. Present when the trace has edits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited: Option<usize>,
     pub still_masked: usize,
     pub t_ms: f64,
+}
+
+/// One edit: a step replaced the token a decoded position held.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EditRow {
+    pub global_step: usize,
+    pub block: usize,
+    /// 0-based step within the block.
+    pub step: usize,
+    pub forward: usize,
+    pub pos: usize,
+    /// Index among the generated tokens, as in the tokens table (a position past the output
+    /// has one too: edits are listed whether or not their position is output).
+    pub index: usize,
+    /// The token it held and the one it holds now, each decoded alone (`U+FFFD` where its bytes
+    /// are no whole characters; the token ids say exactly).
+    pub from: u32,
+    pub to: u32,
+    pub from_text: String,
+    pub to_text: String,
+    /// The new token's confidence and entropy.
+    pub conf: f32,
+    pub entropy: f32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Tables {
     pub tokens: Vec<TokenRow>,
     pub steps: Vec<StepRow>,
-    /// For every output token, the 1-based step within its block at which it was decoded: the
-    /// shape of the `step_map` that lmdeploy (PR #4057) and SGLang (`return_step_maps`) return.
+    /// For every output token, the 1-based step within its block that set its final token (its
+    /// commit, or the edit that last replaced it): the shape of the `step_map` that lmdeploy
+    /// (PR #4057) and SGLang (`return_step_maps`) return.
     pub step_map: Vec<usize>,
+    /// Every edit of the run, in step order (each step's ascending by position); absent in JSON
+    /// for a trace without edits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<EditRow>,
 }
 
 /// Builds the tables from the last run in `events` (a trace may hold restarts).
@@ -63,8 +108,15 @@ pub fn tables(events: &[Event]) -> Tables {
         _ => None,
     });
     let limit = out_len.map_or(max_len, |n| prompt_len + n);
-    let mut tokens = Vec::new();
+    let has_edits = run.iter().any(|e| matches!(e, Event::Step(s) if !s.edited.is_empty()));
+    let counted = |n: usize| has_edits.then_some(n);
+    let mut tokens: Vec<TokenRow> = Vec::new();
     let mut steps = Vec::new();
+    let mut edits = Vec::new();
+    // Token row of each output position, and the text of every token seen (an edit names the
+    // token it replaces by id only).
+    let mut row_of: HashMap<usize, usize> = HashMap::new();
+    let mut texts: HashMap<u32, String> = HashMap::new();
     for ev in run {
         let Event::Step(s) = ev else { continue };
         let global_step = steps.len();
@@ -74,10 +126,39 @@ pub fn tables(events: &[Event]) -> Tables {
             step: s.step,
             forward: s.forward,
             committed: s.committed.len(),
+            edited: counted(s.edited.len()),
             still_masked: s.masked.len(),
             t_ms: s.t_ms,
         });
+        for c in &s.edited {
+            edits.push(EditRow {
+                global_step,
+                block: s.block,
+                step: s.step,
+                forward: s.forward,
+                pos: c.pos,
+                index: c.pos.saturating_sub(prompt_len),
+                from: c.from,
+                to: c.token,
+                from_text: texts.get(&c.from).cloned().unwrap_or_default(),
+                to_text: c.text.clone(),
+                conf: c.conf,
+                entropy: c.entropy,
+            });
+            texts.entry(c.token).or_insert_with(|| c.text.clone());
+            if let Some(&i) = row_of.get(&c.pos) {
+                let r = &mut tokens[i];
+                (r.token, r.text, r.bytes) = (c.token, c.text.clone(), c.bytes.clone());
+                (r.conf, r.entropy) = (c.conf, c.entropy);
+                r.final_step = Some(s.step);
+                r.edits = r.edits.map(|n| n + 1);
+            }
+        }
+        for c in &s.committed {
+            texts.entry(c.token).or_insert_with(|| c.text.clone());
+        }
         for c in s.committed.iter().filter(|c| c.pos >= prompt_len && c.pos < limit) {
+            row_of.insert(c.pos, tokens.len());
             tokens.push(TokenRow {
                 pos: c.pos,
                 index: c.pos - prompt_len,
@@ -85,6 +166,8 @@ pub fn tables(events: &[Event]) -> Tables {
                 step: s.step,
                 global_step,
                 forward: s.forward,
+                final_step: counted(s.step),
+                edits: counted(0),
                 token: c.token,
                 text: c.text.clone(),
                 bytes: c.bytes.clone(),
@@ -103,8 +186,8 @@ pub fn tables(events: &[Event]) -> Tables {
         }
     }
     tokens.sort_by_key(|t| t.pos);
-    let step_map = tokens.iter().map(|t| t.step + 1).collect();
-    Tables { tokens, steps, step_map }
+    let step_map = tokens.iter().map(|t| t.final_step.unwrap_or(t.step) + 1).collect();
+    Tables { tokens, steps, step_map, edits }
 }
 
 /// Token text shown as the TUI shows it (control characters as visible stand-ins), for an
@@ -113,6 +196,10 @@ pub fn tables(events: &[Event]) -> Tables {
 pub fn escape_for_terminal(t: &mut Tables) {
     for r in &mut t.tokens {
         r.text = crate::glyph::escape_line(&r.text).into_owned();
+    }
+    for r in &mut t.edits {
+        r.from_text = crate::glyph::escape_line(&r.from_text).into_owned();
+        r.to_text = crate::glyph::escape_line(&r.to_text).into_owned();
     }
 }
 
@@ -132,18 +219,28 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// `,a,b` for the columns a trace with edits adds (`None`: it has none, nor the columns).
+fn extra<const N: usize>(cols: [Option<usize>; N]) -> String {
+    cols.iter().flatten().map(|c| format!(",{c}")).collect()
+}
+
 pub fn tokens_csv(t: &Tables) -> String {
-    let mut out =
-        String::from("pos,index,block,step,global_step,forward,token,text,conf,entropy\n");
+    let edits = !t.edits.is_empty();
+    let mut out = String::from("pos,index,block,step,global_step,forward,");
+    if edits {
+        out += "final_step,edits,";
+    }
+    out += "token,text,conf,entropy\n";
     for r in &t.tokens {
         out += &format!(
-            "{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{}{},{},{},{},{}\n",
             r.pos,
             r.index,
             r.block,
             r.step,
             r.global_step,
             r.forward,
+            extra([r.final_step, r.edits]),
             r.token,
             csv_field(&r.text),
             r.conf,
@@ -154,11 +251,49 @@ pub fn tokens_csv(t: &Tables) -> String {
 }
 
 pub fn steps_csv(t: &Tables) -> String {
-    let mut out = String::from("global_step,block,step,forward,committed,still_masked,t_ms\n");
+    let edits = !t.edits.is_empty();
+    let mut out = String::from("global_step,block,step,forward,committed,");
+    if edits {
+        out += "edited,";
+    }
+    out += "still_masked,t_ms\n";
     for r in &t.steps {
         out += &format!(
-            "{},{},{},{},{},{},{:.3}\n",
-            r.global_step, r.block, r.step, r.forward, r.committed, r.still_masked, r.t_ms
+            "{},{},{},{},{}{},{},{:.3}\n",
+            r.global_step,
+            r.block,
+            r.step,
+            r.forward,
+            r.committed,
+            extra([r.edited]),
+            r.still_masked,
+            r.t_ms
+        );
+    }
+    out
+}
+
+/// Every edit: which step replaced which position's token with which (a header alone for a
+/// trace without edits).
+pub fn edits_csv(t: &Tables) -> String {
+    let mut out = String::from(
+        "global_step,block,step,forward,pos,index,from,to,from_text,to_text,conf,entropy\n",
+    );
+    for r in &t.edits {
+        out += &format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.global_step,
+            r.block,
+            r.step,
+            r.forward,
+            r.pos,
+            r.index,
+            r.from,
+            r.to,
+            csv_field(&r.from_text),
+            csv_field(&r.to_text),
+            r.conf,
+            r.entropy
         );
     }
     out
@@ -175,6 +310,61 @@ pub fn step_map_csv(t: &Tables) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::trace::synth::{self, Synth};
+
+    /// With edits: the token rows hold the final tokens (the output), the step that committed
+    /// and the one that set the final token, and the edit count; the step map is the final
+    /// step's; the edits table has every edit; the CSV gains the columns.
+    #[test]
+    fn edits_give_final_tokens_their_steps_and_a_table() {
+        let events = synth::trace(&Synth::small_edits());
+        let t = tables(&events);
+        let Some(Event::Finish(f)) = events.last() else { panic!() };
+        assert_eq!(t.tokens.iter().map(|r| r.token).collect::<Vec<_>>(), f.output_ids);
+        let plain = tables(&synth::trace(&Synth::small()));
+        assert_eq!(
+            t.tokens.iter().map(|r| (r.pos, r.step, r.text.as_str())).collect::<Vec<_>>(),
+            plain.tokens.iter().map(|r| (r.pos, r.step, r.text.as_str())).collect::<Vec<_>>(),
+            "committed at the same steps, to the same final texts"
+        );
+        let p7 = t.tokens.iter().find(|r| r.pos == 7).unwrap();
+        assert_eq!((p7.step, p7.final_step, p7.edits, p7.token), (0, Some(1), Some(1), 10));
+        let p11 = t.tokens.iter().find(|r| r.pos == 11).unwrap();
+        assert_eq!((p11.step, p11.final_step, p11.edits), (0, Some(4), Some(2)));
+        let unedited = t.tokens.iter().find(|r| r.pos == 6).unwrap();
+        assert_eq!((unedited.final_step, unedited.edits), (Some(1), Some(0)));
+        assert_eq!(t.step_map[11 - 6], 5, "1-based, the final token's step");
+        assert_eq!(t.step_map[7 - 6], 2);
+        assert!(plain.step_map.iter().zip(&t.step_map).any(|(a, b)| a != b));
+        assert_eq!(t.edits.len(), 9);
+        let e = &t.edits[0];
+        assert_eq!(
+            (e.global_step, e.block, e.step, e.pos, e.index, e.from, e.to),
+            (1, 1, 1, 7, 1, 15, 10)
+        );
+        assert_eq!((e.from_text.as_str(), e.to_text.as_str()), (" purr", " It"));
+        assert_eq!(t.steps.iter().filter_map(|s| s.edited).sum::<usize>(), 9);
+        let csv = tokens_csv(&t);
+        assert!(csv.starts_with("pos,index,block,step,global_step,forward,final_step,edits,token,text,conf,entropy\n6,0,1,1,1,2,1,0,9,.,"), "{csv}");
+        assert!(csv.contains("\n7,1,1,0,0,1,1,1,10, It,"), "{csv}");
+        assert!(steps_csv(&t).starts_with(
+            "global_step,block,step,forward,committed,edited,still_masked,t_ms\n0,1,0,1,1,0,1,"
+        ));
+        let edits = edits_csv(&t);
+        assert!(edits.starts_with("global_step,block,step,forward,pos,index,from,to,from_text,to_text,conf,entropy\n1,1,1,2,7,1,15,10, purr, It,0.9038231,"), "{edits}");
+        assert_eq!(edits.lines().count(), 10);
+        let json = serde_json::to_string(&t).unwrap();
+        assert!(
+            json.contains(r#""final_step":1,"edits":1,"token":10"#)
+                && json.contains(r#""edits":[{"global_step":1"#),
+            "{json}"
+        );
+        // Without edits: none of it.
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("final_step") && !json.contains("edit"), "{json}");
+        assert_eq!(edits_csv(&plain).lines().count(), 1);
+    }
 
     #[test]
     fn csv_quotes_only_what_needs_it() {

@@ -1,5 +1,5 @@
 //! The per-step list: one line per denoising step, in decode order, with the texts it committed
-//! (`unmask steps`, the TUI's Steps panel). Pure: events in, lines out.
+//! and the tokens it edited (`unmask steps`, the TUI's Steps panel). Pure: events in, lines out.
 //!
 //! Numbering, as people (and SDAR, SGLang, JetEngine) count: the step over the decode and the
 //! step within its block are 1-based; the block is the trace's block index (0-based, prompt
@@ -41,6 +41,43 @@ pub struct StepLine {
     pub bytes: Vec<Option<Vec<u8>>>,
     /// Their confidences, in the same order.
     pub conf: Vec<f32>,
+    /// Positions whose token this step replaced (token editing), ascending. Absent in JSON
+    /// when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<EditLine>,
+}
+
+/// One edit of a step: the token a decoded position held and the one it holds now.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EditLine {
+    pub pos: usize,
+    pub from: u32,
+    pub token: u32,
+    /// The two tokens each on its own (not read with their neighbours, as committed texts are:
+    /// an edit names tokens), `U+FFFD` per invalid sequence.
+    #[serde(serialize_with = "piece_json")]
+    pub from_text: Piece,
+    #[serde(serialize_with = "piece_json")]
+    pub text: Piece,
+    /// Their raw bytes where they are not whole characters; absent in JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_bytes: Option<Vec<u8>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+    /// The new token's confidence.
+    pub conf: f32,
+}
+
+fn piece_json<S: serde::Serializer>(p: &Piece, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Piece::Text(t) => s.serialize_some(&t.lossy()),
+        Piece::Pending(_) => s.serialize_none(),
+    }
+}
+
+/// A token on its own, every byte known: its characters, invalid bytes as such.
+fn own_piece(bytes: &[u8]) -> Piece {
+    detok::pieces(&[], &[Some(bytes)], End::Final).0.swap_remove(0).expect("not masked")
 }
 
 fn texts_json<S: serde::Serializer>(texts: &[Piece], s: S) -> Result<S::Ok, S::Error> {
@@ -67,10 +104,11 @@ fn shown(p: &Piece) -> String {
 
 impl StepLine {
     /// `step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]`: the texts as JSON strings,
-    /// bytes that are no characters (yet) as bare hex (`<E2>`).
+    /// bytes that are no characters (yet) as bare hex (`<E2>`); then each edit as
+    /// `~" cat"→" dog"` (`~` as in a diff's changed line: it never starts a commit's text).
     pub fn text(&self) -> String {
         let texts: Vec<String> = self.texts.iter().map(shown).collect();
-        format!(
+        let s = format!(
             "step {} · block {} · step {}/{} · fwd {}  [{}]",
             self.step,
             self.block,
@@ -78,7 +116,14 @@ impl StepLine {
             self.block_steps,
             self.forward,
             texts.join(", ")
-        )
+        );
+        s + &self.edits_text()
+    }
+
+    /// The end of [`StepLine::text`] that lists the edits: ` ~" cat"→" dog"` for each, or
+    /// nothing.
+    pub fn edits_text(&self) -> String {
+        self.edits.iter().map(|e| format!(" ~{}→{}", shown(&e.from_text), shown(&e.text))).collect()
     }
 
     pub fn json(&self) -> String {
@@ -152,6 +197,28 @@ impl StepLines {
             texts: committed.iter().map(|c| own(c)).collect(),
             bytes: committed.iter().map(|c| c.bytes.clone()).collect(),
             conf: committed.iter().map(|c| c.conf).collect(),
+            edits: {
+                let mut e: Vec<EditLine> = s.edited.iter().map(|e| self.edit_line(e)).collect();
+                e.sort_by_key(|e| e.pos);
+                e
+            },
+        }
+    }
+
+    /// An edit from its event; the replaced token's bytes from the run, which has seen it.
+    fn edit_line(&self, e: &crate::trace::events::Edited) -> EditLine {
+        let bytes = e.bytes.as_deref().unwrap_or(e.text.as_bytes());
+        let run = self.store.run();
+        let from = run.map_or(&[][..], |r| r.token_bytes(e.from));
+        EditLine {
+            pos: e.pos,
+            from: e.from,
+            token: e.token,
+            from_text: own_piece(from),
+            text: own_piece(bytes),
+            from_bytes: run.filter(|r| r.is_raw(e.from)).map(|_| from.to_vec()),
+            bytes: e.bytes.clone(),
+            conf: e.conf,
         }
     }
 }
@@ -161,13 +228,29 @@ impl StepLines {
 pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
     let s = run.step(k)?;
     let b = run.block_length();
+    let raw = |token| run.is_raw(token).then(|| run.token_bytes(token).to_vec());
     let committed: Vec<_> = (s.block * b..(s.block + 1) * b)
         .filter_map(|pos| match run.cell(pos, Some(k)) {
-            CellState::Decoded(d) if d.at == k => Some((pos, d)),
+            CellState::Decoded(d) if d.committed_at == k => {
+                // An edit of the same step can not follow its commit, but a trace may say so.
+                Some((pos, run.history(pos, k)[0]))
+            }
             _ => None,
         })
         .collect();
-    let raw = |token| run.is_raw(token).then(|| run.token_bytes(token).to_vec());
+    let edits = run
+        .edits_at(k)
+        .map(|e| EditLine {
+            pos: e.pos,
+            from: e.from,
+            token: e.token,
+            from_text: own_piece(run.token_bytes(e.from)),
+            text: own_piece(run.token_bytes(e.token)),
+            from_bytes: raw(e.from),
+            bytes: raw(e.token),
+            conf: e.conf,
+        })
+        .collect();
     Some(StepLine {
         step: k + 1,
         block: s.block,
@@ -181,6 +264,7 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
             .collect(),
         bytes: committed.iter().map(|(_, d)| raw(d.token)).collect(),
         conf: committed.iter().map(|(_, d)| d.conf).collect(),
+        edits,
     })
 }
 
@@ -223,6 +307,7 @@ mod tests {
             ],
             bytes: vec![None, None],
             conf: vec![0.9, 0.8],
+            edits: vec![],
         };
         assert_eq!(l.text(), r#"step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]"#);
         assert_eq!(
@@ -341,6 +426,41 @@ mod tests {
             (0..run.steps().len()).map(|k| from_run(run, k).unwrap()).collect();
         assert_eq!(from_store, lines(&events));
         assert_eq!(from_run(run, run.steps().len()), None);
+    }
+
+    /// A step lists its edits after its commits, `~"old"→"new"`; a post-step has only edits;
+    /// JSON gives each with both tokens; the store's lines are the events' lines.
+    #[test]
+    fn edits_are_listed_on_their_step_line() {
+        let events = synth::trace(&Synth::small_edits());
+        let ls = lines(&events);
+        let texts: Vec<String> = ls.iter().map(StepLine::text).collect();
+        assert_eq!(texts[1], r#"step 2 · block 1 · step 2/6 · fwd 2  ["."] ~" purr"→" It""#);
+        assert_eq!(
+            texts[2], "step 3 · block 1 · step 3/6 · fwd 3  []",
+            "the pass that ends the block"
+        );
+        let post = ls.iter().position(|l| l.pos.is_empty() && !l.edits.is_empty()).unwrap();
+        assert_eq!(
+            texts[post],
+            r#"step 8 · block 2 · step 5/6 · fwd 8  [] ~"\t"→"," ~" fish"→" and""#
+        );
+        assert_eq!(
+            ls[1].json(),
+            r#"{"step":2,"block":1,"block_step":2,"block_steps":6,"forward":2,"pos":[6],"texts":["."],"conf":[0.4813137],"edits":[{"pos":7,"from":15,"token":10,"from_text":" purr","text":" It","conf":0.9038231}]}"#
+        );
+        assert!(!ls[0].json().contains("edits"), "absent when none");
+        let store = crate::trace::store::Store::from_events(events.clone());
+        let run = store.run().unwrap();
+        let from_store: Vec<StepLine> =
+            (0..run.steps().len()).map(|k| from_run(run, k).unwrap()).collect();
+        assert_eq!(from_store, ls);
+        // From the events alone (the store refused the step): the same edits.
+        let mut sl = StepLines::new();
+        let Event::Step(s) = &events[2] else { panic!() };
+        sl.push(&events[0]);
+        sl.push(&events[1]);
+        assert_eq!(sl.line(s).edits, ls[1].edits);
     }
 
     #[test]

@@ -1,12 +1,14 @@
-//! `unmask export`: a trace's per-token table, per-step table and step map, as CSV or JSON,
-//! or the step map drawn as an SVG figure.
+//! `unmask export`: a trace's per-token table, per-step table, step map and edits, as CSV or
+//! JSON, or the step map drawn as an SVG figure.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use crate::cli::{ExportFormat, ExportTable};
-use crate::trace::export::{escape_for_terminal, step_map_csv, steps_csv, tables, tokens_csv};
+use crate::trace::export::{
+    edits_csv, escape_for_terminal, step_map_csv, steps_csv, tables, tokens_csv,
+};
 
 /// Why there is no `--format png`: resvg would rasterise the SVG, but it needs fonts (a system
 /// font, or one embedded in the binary), and resvg 0.45 with its default (text) features adds
@@ -46,7 +48,7 @@ pub fn run(
     write_out(out, &text)
 }
 
-/// A table as CSV, or all three as JSON; token text escaped for a terminal when `to_stdout`
+/// A table as CSV, or all of them as JSON; token text escaped for a terminal when `to_stdout`
 /// goes to one.
 fn table_text(
     events: &[crate::trace::events::Event],
@@ -62,6 +64,7 @@ fn table_text(
         (ExportFormat::Json, _) => serde_json::to_string_pretty(&t)? + "\n",
         (ExportFormat::Csv, ExportTable::Steps) => steps_csv(&t),
         (ExportFormat::Csv, ExportTable::StepMap) => step_map_csv(&t),
+        (ExportFormat::Csv, ExportTable::Edits) => edits_csv(&t),
         // Tokens is CSV's default table; the figure formats do not come here.
         (_, _) => tokens_csv(&t),
     })
