@@ -13,6 +13,9 @@ pub const MASK: &str = "░";
 pub const ELLIPSIS: &str = "…";
 /// A grid cell whose bytes only start a character that a later cell completes (and shows).
 pub const PART: &str = "→";
+/// A decoded cell whose token a later step replaced (token editing): a glyph, so that the mark
+/// reads without colour too.
+pub const EDIT: &str = "✎";
 
 /// Where text is drawn: a grid cell shows spaces as `·` (token boundaries matter there); prose
 /// keeps spaces and keeps `\n` so that the wrapper can break the line after drawing `↵`.

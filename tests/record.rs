@@ -269,3 +269,43 @@ fn casts_take_the_look_flags() {
     }
     assert_ne!(cast("light.cast", None, &["--theme", "light"]), dark);
 }
+
+/// A trace with token edits (the synthetic editing fixture): the cast shows the edits as the
+/// TUI does, frame by frame (the post-edit step's timeline and its edited cells) and on the
+/// final screen, which is exactly the TUI's.
+#[test]
+fn a_cast_of_a_trace_with_edits_shows_them_as_the_tui_does() {
+    let trace = "tests/fixtures/traces/edits.jsonl";
+    let dir = tmp();
+    let path = dir.path().join("edits.cast");
+    let c = path.to_str().unwrap();
+    // A second a step: one frame per step.
+    unmask(&[
+        "replay",
+        trace,
+        "--cast",
+        c,
+        "--width",
+        "100",
+        "--height",
+        "32",
+        "--step-delay",
+        "1",
+    ]);
+    let played = play(&path, W, H);
+    assert_eq!(played, final_screen(Path::new(trace), Some(trace), false, W, H));
+    assert!(played.iter().any(|l| l.contains("✎ edited")), "{}", played.join("\n"));
+    let (_, events) = cast::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut vt = vt100::Parser::new(H, W, 0);
+    let frames: Vec<String> = events
+        .iter()
+        .map(|(_, _, data)| {
+            vt.process(data.as_bytes());
+            vt.screen().contents()
+        })
+        .collect();
+    // The eighth frame is block 2's post-edit step: two cells edited, the timeline says so;
+    // the one before holds position 10's first token still.
+    assert!(frames[7].contains("post-edit ✎2") && frames[7].contains("✎,"), "{}", frames[7]);
+    assert!(!frames[6].contains("✎,") && frames[6].contains("⇥"), "{}", frames[6]);
+}

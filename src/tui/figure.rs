@@ -1,7 +1,9 @@
 //! The step map as a figure: `unmask export TRACE --format svg`. Every generated token is a
-//! cell filled with the hue of the step (within its block) that decoded it, a bar along its
-//! bottom for the model's confidence, its text in it; blocks are outlined and packed into
-//! rows; a title gives the settings and a legend the step colours and the confidence key.
+//! cell filled with the hue of the step (within its block) that set its final token (its
+//! commit, or the edit that last replaced it), a bar along its bottom for the model's
+//! confidence, its text in it, a corner mark when a later step replaced its token; blocks are
+//! outlined and packed into rows; a title gives the settings and a legend the step colours,
+//! the confidence key and, when some token was edited, the edit mark.
 //!
 //! Pure: events in, SVG text out. The SVG is written by hand: it is a few dozen rectangles and
 //! text elements in a layout of our own (blocks packed into rows, cells clipped to a fixed
@@ -38,6 +40,8 @@ const BLOCK_GAP: f64 = 5.0;
 const ROW_GAP: f64 = 4.0;
 /// The confidence bar: its track spans the cell's width, its fill the confidence's share.
 const BAR_H: f64 = 2.0;
+/// The edit mark: a triangle of this side in a cell's top right corner.
+const EDIT_MARK: f64 = 4.0;
 const BAR_Y: f64 = 12.6;
 const SMALL: f64 = 7.0;
 const LINE: f64 = 10.0;
@@ -62,8 +66,9 @@ pub enum FigureError {
 enum Fill {
     /// A prompt token sharing the first decoded block.
     Prompt,
-    /// Decoded at this 0-based step of its block, with this confidence.
-    Decoded { step: usize, conf: f32 },
+    /// Its final token set at this 0-based step of its block, with this confidence, after
+    /// `edits` replacements of the token it was committed with.
+    Decoded { step: usize, conf: f32, edits: usize },
     /// Still masked where the trace ends (a cut-short trace).
     Masked,
 }
@@ -122,7 +127,7 @@ fn cells(run: &Run) -> Vec<Cell> {
             let (token, fill) = match run.cell(pos, head) {
                 CellState::Prompt { token } => (Some(token), Fill::Prompt),
                 CellState::Decoded(d) => {
-                    (Some(d.token), Fill::Decoded { step: d.step, conf: d.conf })
+                    (Some(d.token), Fill::Decoded { step: d.step, conf: d.conf, edits: d.edits })
                 }
                 CellState::Masked { .. } => (None, Fill::Masked),
             };
@@ -233,7 +238,8 @@ fn draw(run: &Run, cells: &[Cell]) -> String {
     for c in cells {
         cell(&mut s, &layout, origin, first, c, span);
     }
-    legend(&mut s, (MARGIN, legend_y), span);
+    let edited = cells.iter().any(|c| matches!(c.fill, Fill::Decoded { edits: 1.., .. }));
+    legend(&mut s, (MARGIN, legend_y), span, edited);
     s.push_str("</svg>\n");
     s
 }
@@ -269,6 +275,10 @@ fn settings_words(s: &DecodeSettings) -> Vec<String> {
     match s.strategy {
         Strategy::LowConfidenceDynamic => w.push(format!("threshold {}", s.threshold)),
         Strategy::EntropyBounded => w.push(format!("entropy bound {}", s.eb_threshold)),
+        Strategy::JointThreshold => {
+            w.push(format!("threshold {}", s.threshold));
+            w.push(format!("edit threshold {}", s.edit_threshold));
+        }
         _ => {}
     }
     if s.schedule == Schedule::Lmdeploy {
@@ -332,8 +342,9 @@ fn cell(s: &mut String, l: &Layout, origin: (f64, f64), first: usize, c: &Cell, 
         Fill::Masked => ("#ffffff".to_string(), GREY.to_string()),
     };
     let (kind, data) = match c.fill {
-        Fill::Decoded { step, conf } => {
-            ("decoded", format!(r#" data-step="{}" data-conf="{conf:.3}""#, step + 1))
+        Fill::Decoded { step, conf, edits } => {
+            let edits = if edits > 0 { format!(r#" data-edits="{edits}""#) } else { String::new() };
+            ("decoded", format!(r#" data-step="{}" data-conf="{conf:.3}"{edits}"#, step + 1))
         }
         Fill::Prompt => ("prompt", String::new()),
         Fill::Masked => ("masked", String::new()),
@@ -352,8 +363,11 @@ fn cell(s: &mut String, l: &Layout, origin: (f64, f64), first: usize, c: &Cell, 
         num(CELL_W),
         num(CELL_H)
     );
-    if let Fill::Decoded { conf, .. } = c.fill {
+    if let Fill::Decoded { conf, edits, .. } = c.fill {
         bar(s, x + 1.0, y + BAR_Y, CELL_W - 2.0, conf);
+        if edits > 0 {
+            edit_mark(s, x + CELL_W, y, &ink);
+        }
     }
     let shown = glyph::fit(&c.text, CELL_COLS).0;
     let _ = write!(
@@ -367,12 +381,27 @@ fn cell(s: &mut String, l: &Layout, origin: (f64, f64), first: usize, c: &Cell, 
     s.push_str("</g>\n");
 }
 
-/// `pos 12 · step 2 · conf 0.812 · token 315 "·the"`.
+/// The edit mark: a triangle in the top right corner of the cell whose corner is at `(x, y)`,
+/// in the cell's text colour (which reads on its fill).
+fn edit_mark(s: &mut String, x: f64, y: f64, ink: &str) {
+    let _ = write!(
+        s,
+        r#"<path class="edit" d="M{} {}H{}V{}Z" fill="{ink}"/>"#,
+        num(x - EDIT_MARK),
+        num(y),
+        num(x),
+        num(y + EDIT_MARK)
+    );
+}
+
+/// `pos 12 · step 2 · conf 0.812 · token 315 "·the"` (`· edited 2×` after the confidence when
+/// later steps replaced the token it was committed with: the step is the final token's).
 fn tooltip(c: &Cell) -> String {
     let token = c.token.map(|t| format!(" · token {t}")).unwrap_or_default();
     match c.fill {
-        Fill::Decoded { step, conf } => {
-            format!("pos {} · step {} · conf {conf:.3}{token} {}", c.pos, step + 1, c.tip)
+        Fill::Decoded { step, conf, edits } => {
+            let edited = if edits > 0 { format!(" · edited {edits}×") } else { String::new() };
+            format!("pos {} · step {} · conf {conf:.3}{edited}{token} {}", c.pos, step + 1, c.tip)
         }
         Fill::Prompt => format!("pos {} · prompt{token} {}", c.pos, c.tip),
         Fill::Masked => format!("pos {} · still masked", c.pos),
@@ -402,8 +431,9 @@ fn swatch_w(span: usize) -> f64 {
 }
 
 /// Step swatches numbered from 1 (all of them up to 16, else the first, the last and evenly
-/// spaced ones between), then the confidence key.
-fn legend(s: &mut String, (x, y): (f64, f64), span: usize) {
+/// spaced ones between), then the confidence key and, when some token was `edited`, the edit
+/// mark.
+fn legend(s: &mut String, (x, y): (f64, f64), span: usize, edited: bool) {
     let theme = pick(ThemeName::Light, Depth::TrueColor);
     let w = swatch_w(span);
     let _ = writeln!(
@@ -467,6 +497,21 @@ fn legend(s: &mut String, (x, y): (f64, f64), span: usize) {
             num(cy + 5.5)
         );
         kx += 36.0;
+    }
+    if edited {
+        let _ = write!(
+            s,
+            r##"<rect x="{}" y="{}" width="8" height="8" fill="{PROMPT_FILL}" stroke="{GREY}" stroke-width="0.3"/>"##,
+            num(kx),
+            num(cy - 1.0)
+        );
+        edit_mark(s, kx + 8.0, cy - 1.0, INK);
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" font-size="6" fill="{INK}">edited</text>"#,
+            num(kx + 10.0),
+            num(cy + 5.5)
+        );
     }
     s.push('\n');
 }
@@ -618,6 +663,45 @@ mod tests {
         ] {
             assert!(svg.contains(want), "{want} missing:\n{svg}");
         }
+    }
+
+    /// With edits each cell is coloured by the step that set its final token (the step map's
+    /// step), an edited one carries the corner mark, `data-edits` and `edited N×` in its
+    /// tooltip, and the legend names the mark; without edits there is none of it.
+    #[test]
+    fn edited_cells_are_marked_and_coloured_by_their_final_step() {
+        use crate::trace::synth::{trace, Synth};
+        let events = trace(&Synth::small_edits());
+        let svg = step_map_svg(&events).unwrap();
+        let t = crate::trace::export::tables(&events);
+        let cells = decoded_cells(&svg);
+        assert_eq!(
+            cells.iter().map(|c| c.1).collect::<Vec<_>>(),
+            t.step_map,
+            "data-step is the step map's"
+        );
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let edited: Vec<(usize, usize)> = doc
+            .descendants()
+            .filter(|n| n.attribute("data-edits").is_some())
+            .map(|g| {
+                assert!(g.children().any(|c| c.attribute("class") == Some("edit")), "a mark");
+                let n = |a| g.attribute(a).unwrap().parse().unwrap();
+                (n("data-pos"), n("data-edits"))
+            })
+            .collect();
+        let want: Vec<(usize, usize)> = t
+            .tokens
+            .iter()
+            .filter(|r| r.edits > Some(0))
+            .map(|r| (r.pos, r.edits.unwrap()))
+            .collect();
+        assert_eq!(edited, want);
+        assert!(svg.contains("pos 11 · step 5 · conf 0.852 · edited 2× · token 14"), "{svg}");
+        assert!(svg.contains(">edited</text>"));
+        let plain = step_map_svg(&trace(&Synth::small())).unwrap();
+        assert!(!plain.contains("edit"));
+        insta::assert_snapshot!(svg);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The block grid: one row per block, one cell per position. A decoded cell is filled with the
 //! hue of the step that decoded it, as bright as the model was confident; a masked cell shows
 //! the mask glyph; the block being decoded is marked `▶` and lit; prompt blocks sit above a
-//! rule, in grey. Only the rows in view are drawn, so a 10,000-token decode costs what a
+//! rule, in grey; a cell whose token a later step replaced (token editing) starts with `✎`. Only the rows in view are drawn, so a 10,000-token decode costs what a
 //! 100-token one does.
 
 use ratatui::buffer::Buffer;
@@ -117,19 +117,28 @@ fn legend<'a>(v: &View, width: u16) -> Line<'a> {
     let span = v.run.step_span();
     let conf = format!("  conf {}…{} ", theme::conf_mark(0.1), theme::conf_mark(1.0));
     let masked = format!(" {} masked ", glyph::MASK);
+    // Named only in a run that has edits: a legend for every other run stays as it was.
+    let edited =
+        if v.run.has_edits() { format!("· {} edited ", glyph::EDIT) } else { String::new() };
     if t.mono() {
-        let marks = format!(
-            " step {}…{} before the token,",
-            theme::superscript(1),
-            theme::superscript(span)
-        );
-        return Line::from(vec![
-            Span::styled(marks, t.dim()),
-            Span::styled(conf + "after it ·" + &masked, t.dim()),
-        ]);
+        let steps = format!("{}…{}", theme::superscript(1), theme::superscript(span));
+        let marks = format!(" step {steps} before the token,");
+        let full = format!("{marks}{conf}after it ·{masked}{edited}");
+        if edited.is_empty() || glyph::width(&full) + 2 <= width as usize {
+            return Line::from(Span::styled(full, t.dim()));
+        }
+        // The edit mark is named whole, before the confidence key's words give way.
+        let bars = format!("{}…{}", theme::conf_mark(0.1), theme::conf_mark(1.0));
+        let short = [
+            format!(" step {steps} {} edited before the token, conf {bars} after ", glyph::EDIT),
+            format!(" {steps} step {} edited · {bars} conf ·{masked}", glyph::EDIT),
+        ];
+        let fits = |l: &&String| glyph::width(l) + 2 <= width as usize;
+        let pick = short.iter().find(fits).unwrap_or(&short[1]);
+        return Line::from(Span::styled(pick.clone(), t.dim()));
     }
     let mut s = vec![Span::styled(" step ", t.dim())];
-    let fixed = 6 + conf.chars().count() + masked.chars().count() + 2;
+    let fixed = 6 + conf.chars().count() + masked.chars().count() + edited.chars().count() + 2;
     let w = legend_label_w(span);
     for step in legend_steps(span, (width as usize).saturating_sub(fixed)) {
         // Each step a swatch of its hue, its number centred with a blank column at least
@@ -138,6 +147,11 @@ fn legend<'a>(v: &View, width: u16) -> Line<'a> {
     }
     s.push(Span::styled(conf, t.dim()));
     s.push(Span::styled(masked, t.dim()));
+    if !edited.is_empty() {
+        s.push(Span::styled("· ", t.dim()));
+        s.push(Span::styled(format!("{} ", glyph::EDIT), t.edit_mark()));
+        s.push(Span::styled("edited ", t.dim()));
+    }
     Line::from(s)
 }
 
@@ -293,7 +307,13 @@ fn block_line(v: &View, g: &Geom, block: usize, sub: usize, area: Rect, buf: &mu
             break;
         }
         let c = cell(v, pos, active);
-        buf.set_stringn(x, area.y, c.draw(g.cell_w as usize), g.cell_w as usize, c.style);
+        let (text, edit_at) = c.layout(g.cell_w as usize);
+        buf.set_stringn(x, area.y, text, g.cell_w as usize, c.style);
+        if let Some(col) = edit_at {
+            // The glyph in the edit colour over the cell's own fill.
+            let style = c.style.patch(v.theme.edit_mark());
+            buf.set_stringn(x + col as u16, area.y, glyph::EDIT, 1, style);
+        }
     }
 }
 
@@ -304,6 +324,8 @@ const BAR_FROM: usize = 2;
 struct Cell {
     /// Superscript step number, when there is no colour to say it.
     mark: String,
+    /// Its token replaced one it held before (token editing): `✎` after the step mark.
+    edit: bool,
     text: String,
     /// `text` is a fill (a mask's `░░░`), cut to the cell without `…`; a token is cut with it.
     fill: bool,
@@ -317,10 +339,20 @@ impl Cell {
     /// another step), the confidence bar in the last column from `BAR_FROM` columns on, and
     /// the token in what is left, ending in `…` when cut (a token with no room at all is
     /// read in the inspector).
+    #[cfg(test)]
     fn draw(&self, w: usize) -> String {
+        self.layout(w).0
+    }
+
+    /// [`Cell::draw`]'s text, and the column of the edit glyph when it has one and room for it
+    /// (after the step mark: the mark, then the glyph, then the bar, then the token get room).
+    fn layout(&self, w: usize) -> (String, Option<usize>) {
         let mark_w = glyph::width(&self.mark);
         let mark = if mark_w <= w { self.mark.as_str() } else { "" };
-        let left = w - glyph::width(mark);
+        let mut left = w - glyph::width(mark);
+        let edit_at = (self.edit && left >= 1).then(|| w - left);
+        left -= usize::from(edit_at.is_some());
+        let edit = if edit_at.is_some() { glyph::EDIT } else { "" };
         let bar = self.conf.filter(|_| w >= BAR_FROM && left >= 1).map(theme::conf_mark);
         let room = left - usize::from(bar.is_some());
         let (fitted, tw) = if self.fill {
@@ -329,9 +361,9 @@ impl Cell {
             let (f, fw) = glyph::fit(&self.text, room);
             (f.into_owned(), fw)
         };
-        let mut out = format!("{mark}{fitted}{}", " ".repeat(room - tw));
+        let mut out = format!("{mark}{edit}{fitted}{}", " ".repeat(room - tw));
         out.extend(bar);
-        out
+        (out, edit_at)
     }
 }
 
@@ -352,8 +384,14 @@ fn cell_text(v: &View, pos: usize) -> String {
 fn cell(v: &View, pos: usize, active: bool) -> Cell {
     let t = v.theme;
     let span = v.run.step_span();
-    let plain =
-        |text: String, style| Cell { mark: String::new(), text, fill: false, conf: None, style };
+    let plain = |text: String, style| Cell {
+        mark: String::new(),
+        edit: false,
+        text,
+        fill: false,
+        conf: None,
+        style,
+    };
     let mut c = match v.run.cell(pos, v.at) {
         CellState::Prompt { .. } => plain(cell_text(v, pos), t.prompt()),
         CellState::Decoded(d) => {
@@ -367,8 +405,9 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
             } else {
                 t.cell_style(d.step, span)
             };
+            // Fresh: committed or edited by the step shown.
             let style = if Some(d.at) == v.at { t.fresh(s) } else { s };
-            Cell { mark, text, fill: false, conf: Some(d.conf), style }
+            Cell { mark, edit: d.edited(), text, fill: false, conf: Some(d.conf), style }
         }
         CellState::Masked { cand } => {
             let fg = if active { t.mask_active_fg } else { t.mask_fg };
@@ -639,6 +678,7 @@ mod tests {
     fn narrow_cells_keep_the_confidence_bar_and_mark_a_cut() {
         let c = |text: &str, mark: &str, conf| Cell {
             mark: mark.into(),
+            edit: false,
             text: text.into(),
             fill: false,
             conf,
@@ -698,6 +738,91 @@ mod tests {
             glyph::width(buf[(r.right() - 1, r.y)].symbol()) == 1
                 && "▁▂▃▄▅▆▇█".contains(buf[(r.right() - 1, r.y)].symbol())
         );
+    }
+
+    /// The editing trace at step index `k` (Home, then `k` steps on).
+    fn edits_app_at(k: usize) -> App {
+        let mut app = App::replay(synth::trace(&Synth::small_edits()), "t".into(), None);
+        key(&mut app, KeyCode::Home);
+        for _ in 0..k {
+            key(&mut app, KeyCode::Right);
+        }
+        assert_eq!(app.view().unwrap().at, Some(k));
+        app
+    }
+
+    /// Step index 7 is block 2's post-step, which replaced the tokens of positions 10 and 11:
+    /// both start with `✎` (11 was edited at step 4 already), fresh; a step back shows them
+    /// as they were, a step on again as edited; the legend names the mark.
+    #[test]
+    fn edited_cells_are_marked_and_a_step_back_undoes_them() {
+        let at_post = edits_app_at(7);
+        let buf = render_panel(&at_post, 64, 8, render);
+        let post = snapshot_text(&buf);
+        let v = at_post.view().unwrap();
+        let area = Rect::new(0, 0, 64, 8);
+        for pos in [10, 11] {
+            let r = cell_area(&v, area, pos).unwrap();
+            assert_eq!(buf[(r.x, r.y)].symbol(), glyph::EDIT, "{post}");
+            assert!(buf[(r.x + 1, r.y)].modifier.contains(Modifier::BOLD | Modifier::UNDERLINED));
+        }
+        assert!(post.contains("✎ edited"), "{post}");
+        let mut back = edits_app_at(7);
+        key(&mut back, KeyCode::Left);
+        let before = snapshot_text(&render_panel(&back, 64, 8, render));
+        assert_ne!(before, post);
+        key(&mut back, KeyCode::Right);
+        assert_eq!(snapshot_text(&render_panel(&back, 64, 8, render)), post, "redone exactly");
+        insta::assert_snapshot!(format!("{post}\n{before}"));
+    }
+
+    /// Without colour (NO_COLOR, `--mono`) an edited cell has the same glyph after its step
+    /// mark, and the legend names it; in colour the glyph is a chip of its own colour.
+    #[test]
+    fn edited_cells_read_in_mono_and_in_the_light_theme() {
+        use theme::{Depth, ThemeName};
+        let mut app = edits_app_at(7);
+        app.theme = theme::pick(ThemeName::Dark, Depth::Mono);
+        let buf = render_panel(&app, 64, 8, render);
+        assert!(!has_colour(&buf));
+        let mono = snapshot_text(&buf);
+        assert!(
+            mono.contains("⁵✎,") && mono.contains("⁵✎·and") && mono.contains("✎ edited"),
+            "{mono}"
+        );
+        insta::assert_snapshot!("edits_mono", mono);
+        app.theme = theme::pick(ThemeName::Light, Depth::TrueColor);
+        let light = render_panel(&app, 64, 8, render);
+        let v = app.view().unwrap();
+        let r = cell_area(&v, Rect::new(0, 0, 64, 8), 10).unwrap();
+        assert_eq!(light[(r.x, r.y)].bg, ratatui::style::Color::Rgb(0xb4, 0x1c, 0x1c));
+        insta::assert_snapshot!("edits_light", crate::tui::testing::snapshot_styled(&light));
+    }
+
+    /// A trace without edits keeps its legend: the mark is named only where it can appear.
+    #[test]
+    fn the_edit_mark_is_named_only_in_a_run_with_edits() {
+        let mut app = app_at_head();
+        key(&mut app, KeyCode::End);
+        let s = snapshot_text(&render_panel(&app, 100, 14, render));
+        assert!(!s.contains(glyph::EDIT), "{s}");
+    }
+
+    #[test]
+    fn an_edited_cell_draws_its_glyph_after_the_step_mark() {
+        let c = |mark: &str| Cell {
+            mark: mark.into(),
+            edit: true,
+            text: "·my".into(),
+            fill: false,
+            conf: Some(1.0),
+            style: Style::default(),
+        };
+        assert_eq!(c("").layout(5), ("✎·my█".to_string(), Some(0)));
+        assert_eq!(c("").layout(3), ("✎…█".to_string(), Some(0)));
+        assert_eq!(c("⁵").layout(4), ("⁵✎…█".to_string(), Some(1)));
+        assert_eq!(c("⁵").layout(2), ("⁵✎".to_string(), Some(1)));
+        assert_eq!(c("¹⁶").layout(1), ("✎".to_string(), Some(0)), "the glyph before a cut token");
     }
 
     #[test]

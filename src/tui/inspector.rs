@@ -1,5 +1,7 @@
 //! The inspector: everything known about one cell at the step shown, and its trajectory, the
-//! model's best candidate and its confidence at every step while the cell was still masked.
+//! model's best candidate and its confidence at every step while the cell was still masked,
+//! then its commit and every edit (token editing) up to the step shown; an edited cell also
+//! has its history on one line, `history ░ → "A" step 3 .41 → "B" step 7 .92`.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -9,6 +11,7 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::fields::{self, Field};
+use super::theme::Theme;
 use crate::format::fixed;
 use crate::glyph::{self, Mode};
 use crate::sampler::Ranked;
@@ -95,10 +98,18 @@ fn frame<'a>(v: &View, width: usize) -> Block<'a> {
             l.spans.push(Span::raw(" "));
             l
         }
-        None => fields::cut_words(
-            Line::from(Span::styled(" the newest commit · ↑↓ Tab or click selects ", t.faint())),
-            room,
-        ),
+        None => {
+            // A post-edit step commits nothing: the default cell is its first edit.
+            let edits_only = v.at.and_then(|k| v.run.step(k)).is_some_and(|s| s.committed == 0);
+            let what = if edits_only { "edit" } else { "commit" };
+            fields::cut_words(
+                Line::from(Span::styled(
+                    format!(" the newest {what} · ↑↓ Tab or click selects "),
+                    t.faint(),
+                )),
+                room,
+            )
+        }
     };
     Block::bordered()
         .border_style(t.border())
@@ -202,8 +213,9 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             // Narrow, the words shorten and the fields go before a figure would be cut.
             let dim = |s: String| vec![Span::styled(s, t.dim())];
             let block = pos / run.block_length();
+            let set = if d.edited() { "edited at " } else { "decoded at " };
             let fields = vec![
-                Field::new(vec![Span::styled("decoded at ", t.label())]).drop_at(3),
+                Field::new(vec![Span::styled(set, t.label())]).drop_at(3),
                 Field::new(vec![Span::styled(
                     format!(" step {} ", d.step + 1),
                     t.cell_style(d.step, span),
@@ -234,13 +246,20 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
                 );
             }
             out.push(fields::line(fields, "  ", width));
+            if d.edited() {
+                // Two lines at most: the trajectory below lists every point anyway.
+                let room = height.saturating_sub(out.len()).clamp(1, 2);
+                out.extend(history_lines(v, pos, d.at, width, room));
+            }
             if pos >= run.output_end(v.at) {
                 out.push(Line::from(Span::styled(
                     "dropped: after the EOS or beyond max_new_tokens",
                     t.warn(),
                 )));
             }
-            if let (Some(routes), Some(moe)) = (run.routes(pos), run.header.model.moe.as_ref()) {
+            // The route of the pass that set the token held (its commit, or its newest edit).
+            let routes = run.routes_at(pos, d.at);
+            if let (Some(routes), Some(moe)) = (routes, run.header.model.moe.as_ref()) {
                 // What is left after the strip's two lines and a three-line trajectory.
                 let id_lines = height.saturating_sub(out.len() + 2 + 3).max(1);
                 out.extend(routing_lines(v, &routes, moe, width, id_lines));
@@ -290,10 +309,94 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
         } else {
             "trajectory: drawn candidate per step while masked"
         };
+        // With edits the points after the commit are named, in words that fit a narrow panel.
+        let what = match traj.iter().any(|p| p.edited) {
+            true => what.replace(" per step", "") + ", ✓ commit, ✎ edits",
+            false => what.to_string(),
+        };
         out.push(Line::from(Span::styled(what, t.faint())));
     }
     out.extend(trajectory(v, pos, &traj, width, room));
     out
+}
+
+/// `history ░ → " cat" step 2 .41 → " dog" step 5 .91`: every token the cell held up to step
+/// index `k`, oldest first, each with the step (1-based, in its hue) that set it and its
+/// confidence; the one it holds now in the text colour. Wrapped between tokens, never inside
+/// one's figures, in at most `max_lines` lines: a longer history keeps its commit and its
+/// newest tokens, `→ …7` standing for the seven between (the trajectory lists them all).
+fn history_lines<'a>(
+    v: &View,
+    pos: usize,
+    k: usize,
+    width: usize,
+    max_lines: usize,
+) -> Vec<Line<'a>> {
+    let t = v.theme;
+    let span = v.run.step_span();
+    let history = v.run.history(pos, k);
+    let groups: Vec<Vec<Span<'a>>> = history
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let now = i + 1 == history.len();
+            vec![
+                Span::styled(" → ", t.faint()),
+                Span::styled(label_of(v, h.token), if now { t.text() } else { t.dim() }),
+                Span::styled(
+                    format!(" step {}", h.step + 1),
+                    Style::default().fg(t.step_text_color(h.step, span)),
+                ),
+                Span::styled(format!(" {}", short_p(h.conf)), t.dim()),
+            ]
+        })
+        .collect();
+    let all = flow_history(t, groups.clone(), width);
+    if all.len() <= max_lines.max(1) || groups.len() < 3 {
+        return all;
+    }
+    // The commit, the elision, then as many of the newest as fit; too narrow for that, the
+    // newest alone after the elision (the token held is what must show).
+    let n = groups.len();
+    let tries = (1..n - 1).rev().map(|newest| (true, newest)).chain([(false, 1)]);
+    let mut lines = all;
+    for (commit, newest) in tries {
+        let skipped = n - newest - usize::from(commit);
+        let mut kept: Vec<Vec<Span<'a>>> = Vec::new();
+        if commit {
+            kept.push(groups[0].clone());
+        }
+        kept.push(vec![Span::styled(format!(" → …{skipped}"), t.faint())]);
+        kept.extend(groups[n - newest..].iter().cloned());
+        lines = flow_history(t, kept, width);
+        if lines.len() <= max_lines.max(1) {
+            break;
+        }
+    }
+    lines
+}
+
+/// The history's groups flowed into lines of `width` columns after its label.
+fn flow_history<'a>(t: &Theme, groups: Vec<Vec<Span<'a>>>, width: usize) -> Vec<Line<'a>> {
+    let label = "history ";
+    let mut lines: Vec<Vec<Span<'a>>> =
+        vec![vec![Span::styled(label, t.label()), Span::styled(glyph::MASK, t.faint())]];
+    let mut used = label.len() + 1;
+    for group in groups {
+        let w: usize = group.iter().map(Span::width).sum();
+        if used + w > width && used > label.len() + 1 {
+            lines.push(vec![Span::raw(" ".repeat(label.len()))]);
+            used = label.len();
+        }
+        used += w;
+        lines.last_mut().expect("never empty").extend(group);
+    }
+    lines.into_iter().map(Line::from).collect()
+}
+
+/// A token as the history quotes it, cut to a dozen columns (the trajectory has it whole).
+fn label_of(v: &View, token: u32) -> String {
+    glyph::fit(&label(v.run, token), 12).0.into_owned()
 }
 
 /// `--routing`: the committed token's route through the sparse layers, as it was in the pass
@@ -410,7 +513,7 @@ fn trajectory<'a>(
     let noted = skip > 0 && room >= 3;
     let text_w = 12;
     let bar_w = width.saturating_sub(4 + 2 + text_w + 7).clamp(1, 24);
-    let final_token = traj.last().filter(|p| p.committed).map(|p| p.token);
+    let final_token = traj.last().filter(|p| p.committed || p.edited).map(|p| p.token);
     let mut out = Vec::new();
     if noted {
         out.push(Line::from(Span::styled(format!("  … {skip} earlier"), t.faint())));
@@ -421,7 +524,7 @@ fn trajectory<'a>(
         if !top.is_empty() {
             let mut l = vec![
                 Span::styled(format!("{:>3} ", p.step + 1), Style::default().fg(hue)),
-                Span::styled(if p.committed { "✓ " } else { "  " }, Style::default().fg(hue)),
+                Span::styled(point_mark(p), Style::default().fg(hue)),
             ];
             l.extend(ranked_spans(v, top, p.token, width.saturating_sub(6)));
             out.push(Line::from(l));
@@ -434,13 +537,22 @@ fn trajectory<'a>(
         let text_style = if Some(p.token) == final_token { t.text() } else { t.dim() };
         out.push(Line::from(vec![
             Span::styled(format!("{:>3} ", p.step + 1), Style::default().fg(hue)),
-            Span::styled(if p.committed { "✓ " } else { "  " }, Style::default().fg(hue)),
+            Span::styled(point_mark(p), Style::default().fg(hue)),
             Span::styled(text, text_style),
             Span::styled(format!(" {} ", fixed(p.conf.into(), 2)), t.dim()),
             Span::styled(bar(p.conf, bar_w), Style::default().fg(hue)),
         ]));
     }
     out
+}
+
+/// `✓` for the commit, `✎` for an edit, blank while masked.
+fn point_mark(p: &TrajPoint) -> &'static str {
+    match (p.committed, p.edited) {
+        (true, _) => "✓ ",
+        (_, true) => "✎ ",
+        _ => "  ",
+    }
 }
 
 /// A horizontal bar of `conf * width` columns in eighths.
@@ -711,6 +823,59 @@ mod tests {
             }
         }
         insta::assert_snapshot!(snapshot_text(&render_panel(&app, 30, 12, render)));
+    }
+
+    /// The editing trace at step index `k`, cell `pos` selected.
+    fn edits_app(k: usize, pos: usize) -> App {
+        let mut app = App::replay(synth::trace(&Synth::small_edits()), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE));
+        for _ in 0..k {
+            app.on_key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE));
+        }
+        app.selected = Some(pos);
+        app
+    }
+
+    /// Position 11 was committed at step 1, edited at step 4 and again at block 2's post-step
+    /// (step 5): the inspector gives its whole history up to the step shown, and the
+    /// trajectory ends on the commit and the edits; a step back, one edit fewer.
+    #[test]
+    fn inspector_of_an_edited_cell_gives_its_history() {
+        let app = edits_app(7, 11);
+        let text = snapshot_text(&render_panel(&app, 64, 14, render));
+        assert!(
+            text.contains(r#"history ░ → " dream" step 1 .38 → " fish" step 4 .87"#)
+                && text.contains(r#"         → " and" step 5 .85"#)
+                && text.contains("edited at  step 5")
+                && text.contains("✓ \" dream\"")
+                && text.contains("✎ \" and\""),
+            "{text}"
+        );
+        let back = edits_app(6, 11);
+        let before = snapshot_text(&render_panel(&back, 64, 14, render));
+        assert!(
+            before.contains(r#"history ░ → " dream" step 1 .38 → " fish" step 4 .87"#),
+            "{before}"
+        );
+        assert!(!before.contains(r#"" and""#), "{before}");
+        // Before its first edit the cell reads as never edited.
+        let plain = snapshot_text(&render_panel(&edits_app(5, 11), 64, 14, render));
+        assert!(plain.contains("decoded at") && !plain.contains("history"), "{plain}");
+        // Narrow: the history wraps between tokens, in two lines at most: the commit, the
+        // newest, and how many between them gave way (the trajectory has them).
+        let narrow = snapshot_text(&render_panel(&app, 40, 16, render));
+        assert!(narrow.contains(r#"history ░ → " dream" step 1 .38 → …1"#), "{narrow}");
+        assert!(narrow.contains(r#"         → " and" step 5 .85"#), "{narrow}");
+        insta::assert_snapshot!(format!("{text}\n{before}\n{narrow}"));
+    }
+
+    /// At a post-step the inspector follows the step's first edit (it committed nothing).
+    #[test]
+    fn a_post_step_shows_its_first_edit() {
+        let mut app = edits_app(7, 0);
+        app.selected = None;
+        let v = app.view().unwrap();
+        assert_eq!(v.focus, Some(10));
     }
 
     #[test]

@@ -366,6 +366,33 @@ mod tests {
         insta::assert_snapshot!(s);
     }
 
+    /// The editing trace at block 2's post-step, at the 80x24 screen and a wide one, and
+    /// without colour: every panel shows the edits (grid `✎`, inspector history, timeline,
+    /// stats, steps); a step back and forward again draws the same screen.
+    #[test]
+    fn full_screen_with_edits_at_80x24_and_wide() {
+        let mut app = App::replay(synth::trace(&Synth::small_edits()), "edits.jsonl".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE));
+        for _ in 0..7 {
+            app.on_key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE));
+        }
+        let small = screen(&app, 80, 24);
+        assert!(small.contains("✎") && small.contains("post-edit"), "{small}");
+        app.on_key(KeyEvent::new(KeyCode::Left, KeyModifiers::NONE));
+        app.on_key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE));
+        assert_eq!(screen(&app, 80, 24), small);
+        let wide = screen(&app, 140, 40);
+        assert!(wide.contains("history ░") && wide.contains("edits/step 2"), "{wide}");
+        app.on_key(KeyEvent::new(KeyCode::Char('L'), KeyModifiers::NONE));
+        let steps = screen(&app, 140, 40);
+        assert!(steps.contains(r#"[] ~"\t"→"," ~"#), "{steps}");
+        app.on_key(KeyEvent::new(KeyCode::Char('L'), KeyModifiers::NONE));
+        app.theme = theme::pick(theme::ThemeName::Dark, theme::Depth::Mono);
+        let mono = screen(&app, 80, 24);
+        assert!(mono.contains("⁵✎"), "{mono}");
+        insta::assert_snapshot!(format!("{small}\n{wide}\n{mono}"));
+    }
+
     #[test]
     fn too_small_says_so() {
         let s = screen(&finished_app(), 50, 15);

@@ -1,6 +1,7 @@
-//! Stats at the step shown: throughput (per forward, per block, per second), the settings in
-//! force for the block shown and since which block, settings waiting to apply, and a chart of
-//! tokens committed per step coloured by step.
+//! Stats at the step shown: throughput (per forward, per block, per second), token edits (the
+//! step's, the run's, and the post-edit steps: those after a block's last mask), the settings
+//! in force for the block shown and since which block, settings waiting to apply, and a chart
+//! of tokens committed per step coloured by step, `✎` over a step that edited.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -26,6 +27,7 @@ pub fn render(v: &View, area: Rect, buf: &mut Buffer) {
     block.render(area, buf);
     let w = inner.width as usize;
     let mut lines = flow(rates(v), w);
+    lines.extend(flow(edit_groups(v), w));
     lines.extend(flow(routing_groups(v), w));
     lines.extend(flow(settings_groups(v), w));
     if let Some(p) = v.app.pending() {
@@ -103,6 +105,21 @@ fn rates<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
         kv(v, "tok/s", format!("{:.1}", tokens / secs)),
         kv(v, "fwd/s", format!("{:.1}", s.forward as f64 / secs)),
         kv(v, "elapsed", format!("{:.2} s", s.t_ms / 1000.0)),
+    ]
+}
+
+/// Token editing, in a run that has edits: `✎ edits/step 2   run total 5   post-edit steps 1`
+/// (up to the step shown; a post-edit step comes after its block's last mask and only edits).
+fn edit_groups<'a>(v: &View) -> Vec<Vec<Span<'a>>> {
+    let (Some(k), true) = (v.at, v.run.has_edits()) else { return Vec::new() };
+    let Some(s) = v.run.step(k) else { return Vec::new() };
+    let post = v.run.steps()[..=k].iter().filter(|s| s.post).count();
+    let mut first = kv(v, "edits/step", s.edited.to_string());
+    first.insert(0, Span::styled(format!("{} ", glyph::EDIT), v.theme.edit_mark()));
+    vec![
+        first,
+        kv(v, "run total", s.edits_total.to_string()),
+        kv(v, "post-edit steps", post.to_string()),
     ]
 }
 
@@ -225,6 +242,13 @@ fn chart(v: &View, area: Rect, buf: &mut Buffer) {
             let y = area.bottom() - 1 - row as u16;
             buf[(x0 + i as u16, y)].set_char(LEVELS[filled - 1]).set_style(style);
         }
+        if s.edited > 0 {
+            // Just above the bar (a post-edit step has none), or over its top when it is full.
+            let row = eighths.div_ceil(8).min(h - 1) as u16;
+            buf[(x0 + i as u16, area.bottom() - 1 - row)]
+                .set_symbol(glyph::EDIT)
+                .set_style(v.theme.edit_mark());
+        }
     }
 }
 
@@ -273,6 +297,30 @@ mod tests {
         assert_eq!(text.trim_end(), "tokens/step █████", "{text}");
         let text = snapshot_text(&render_panel(&app, 20, 1, one_row));
         assert_eq!(text.trim_end(), "tokens/step max 1 ██", "{text}");
+    }
+
+    /// A run with edits: the step's edits, the run's so far and the post-edit steps so far;
+    /// the chart marks the steps that edited with `✎`. A step back counts one edit fewer.
+    #[test]
+    fn stats_count_edits_and_post_edit_steps() {
+        let mut app = App::replay(synth::trace(&Synth::small_edits()), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::Home, KeyModifiers::NONE));
+        for _ in 0..7 {
+            app.on_key(KeyEvent::new(KeyCode::Right, KeyModifiers::NONE));
+        }
+        let post = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(post.contains("✎ edits/step 2   run total 4   post-edit steps 2"), "{post}");
+        let chart: String = post.lines().rev().skip(1).take(2).collect();
+        assert_eq!(chart.matches('✎').count(), 3, "{post}");
+        app.on_key(KeyEvent::new(KeyCode::Left, KeyModifiers::NONE));
+        let before = snapshot_text(&render_panel(&app, 110, 7, render));
+        assert!(before.contains("edits/step 1   run total 2   post-edit steps 1"), "{before}");
+        let narrow = snapshot_text(&render_panel(&app, 30, 12, render));
+        insta::assert_snapshot!(format!("{post}\n{before}\n{narrow}"));
+        // A run without edits has neither the line nor a mark.
+        let mut plain = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        plain.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        assert!(!snapshot_text(&render_panel(&plain, 110, 7, render)).contains('✎'));
     }
 
     #[test]

@@ -58,17 +58,25 @@ fn line<'a>(v: &View, l: &StepLine, vs_shown: std::cmp::Ordering) -> Line<'a> {
     let at = text.find(" · step ").map_or(0, |i| i + " · ".len());
     let (head, rest) = text.split_at(at);
     let tail = rest.strip_prefix(inner.as_str()).unwrap_or(rest);
+    // The edits (`~" cat"→" dog"`) end the line: in the edit colour, unless after the step shown.
+    let edits = l.edits_text();
+    let tail = tail.strip_suffix(edits.as_str()).unwrap_or(tail);
     let mark = if vs_shown == Greater {
         t.faint()
     } else {
         t.cell_style(l.block_step - 1, v.run.step_span())
     };
-    Line::from(vec![
+    let mut spans = vec![
         Span::styled(marker, t.title()),
         Span::styled(head.to_string(), style),
         Span::styled(inner, mark),
         Span::styled(tail.to_string(), style),
-    ])
+    ];
+    if !edits.is_empty() {
+        let edit = if vs_shown == Greater { t.faint() } else { t.warn() };
+        spans.push(Span::styled(edits, edit));
+    }
+    Line::from(spans)
 }
 
 #[cfg(test)]
@@ -115,6 +123,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Edits end their step's line (`~" fish"→" and"`), in the edit colour up to the step
+    /// shown, faint after it.
+    #[test]
+    fn steps_panel_lists_edits() {
+        let mut app = App::replay(synth::trace(&Synth::small_edits()), "t".into(), None);
+        key(&mut app, KeyCode::Home);
+        for _ in 0..6 {
+            key(&mut app, KeyCode::Right);
+        }
+        let buf = render_panel(&app, 96, 9, render);
+        let s = snapshot_text(&buf);
+        assert!(
+            s.contains(r#"▶step 7 · block 2 · step 4/6 · fwd 7  [" was"] ~" dream"→" fish""#),
+            "{s}"
+        );
+        assert!(
+            s.contains(r#" step 8 · block 2 · step 5/6 · fwd 8  [] ~"\t"→"," ~" fish"→" and""#),
+            "{s}"
+        );
+        let y = s.lines().position(|l| l.contains("▶step 7")).unwrap() as u16;
+        let x = s.lines().nth(y as usize).unwrap().chars().position(|c| c == '~').unwrap() as u16;
+        assert_eq!(buf[(x, y)].fg, app.theme.warn);
+        assert_eq!(buf[(x, y + 1)].fg, app.theme.faint);
+        insta::assert_snapshot!(s);
     }
 
     #[test]

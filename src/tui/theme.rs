@@ -154,6 +154,10 @@ pub struct Theme {
     pub mask_active_fg: Color,
     /// Row background of the block being decoded.
     pub active_row_bg: Color,
+    /// The edit glyph's chip (token editing): the error hue, which no step's viridis hue is
+    /// near, with text that reads on it.
+    edit_bg: Color,
+    edit_fg: Color,
     /// At 256 colours, each step count's palette indexes (see `xterm256_steps`), made once.
     steps256: Mutex<Vec<(usize, Vec<u8>)>>,
 }
@@ -351,6 +355,8 @@ impl Theme {
             mask_fg: c(p.mask_fg),
             mask_active_fg: c(p.mask_active_fg),
             active_row_bg: c(p.active_row_bg),
+            edit_bg: c(p.error),
+            edit_fg: c(if luma(p.error) > 0.5 { p.on_light } else { p.on_dark }),
             steps256: Mutex::new(Vec::new()),
         }
     }
@@ -432,6 +438,12 @@ impl Theme {
     /// Cells committed by the step under the cursor stand out.
     pub fn fresh(&self, s: Style) -> Style {
         s.add_modifier(Modifier::BOLD | Modifier::UNDERLINED)
+    }
+
+    /// The `✎` of a cell whose token a later step replaced: a chip of its own colour on any
+    /// step's hue; bold, so that it stands out without colour too (the glyph says it there).
+    pub fn edit_mark(&self) -> Style {
+        Style::default().bg(self.edit_bg).fg(self.edit_fg).add_modifier(Modifier::BOLD)
     }
 
     pub fn prompt(&self) -> Style {

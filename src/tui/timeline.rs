@@ -1,6 +1,6 @@
 //! The timeline: where the view stands among every step recorded so far (block, step within
-//! the block, step overall, forward passes), how it moves (live, paused, playing) and, when it
-//! is behind, where the live head is.
+//! the block, the step's edits and whether it is a post-edit step, step overall, forward
+//! passes), how it moves (live, paused, playing) and, when it is behind, where the live head is.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Position, Rect};
@@ -71,18 +71,40 @@ fn position<'a>(v: &View) -> Vec<Field<'a>> {
     let of_block = run.block_step_budget(s.block);
     let forwards = run.finish.as_ref().map_or(run.steps()[head].forward, |f| f.forwards);
     let val = |x: String| Span::styled(x, v.theme.value());
-    vec![
+    let mut fields = vec![
         Field::new(kv(v, "block", format!("{} ({nth}/{})", s.block, run.blocks().len())))
             .or(5, kv(v, "block", s.block.to_string()))
             .or(8, vec![Span::styled("b", v.theme.label()), val(s.block.to_string())]),
         Field::new(kv(v, "step", format!("{}/{of_block}", s.step + 1))),
+    ];
+    if s.edited > 0 || s.post {
+        // `✎2`: the step replaced two tokens; a post-edit step comes after its block's last
+        // mask and only edits (the last of a block, edits nothing).
+        let edits = || {
+            vec![Span::styled(crate::glyph::EDIT, v.theme.edit_mark()), val(s.edited.to_string())]
+        };
+        let with = |word: &str| {
+            let mut l = vec![Span::styled(format!("{word} "), v.theme.label())];
+            l.extend(edits());
+            l
+        };
+        let word = |w: &str| vec![Span::styled(w.to_string(), v.theme.label())];
+        fields.push(match (s.post, s.edited) {
+            // the pass that found nothing left to edit, which ends its block
+            (true, 0) => Field::new(word("post-edit")).or(2, word("post")),
+            (true, _) => Field::new(with("post-edit")).or(2, with("post")).or(6, edits()),
+            (false, _) => Field::new(edits()),
+        });
+    }
+    fields.extend([
         Field::new(kv(v, "overall", format!("{}/{}", k + 1, head + 1)))
             .or(3, vec![Span::styled("#", v.theme.label()), val(format!("{}/{}", k + 1, head + 1))])
             .drop_at(7),
         Field::new(kv(v, "forwards", format!("{}/{forwards}", s.forward)))
             .or(1, kv(v, "fwd", format!("{}/{forwards}", s.forward)))
             .drop_at(4),
-    ]
+    ]);
+    fields
 }
 
 /// Where the view is: live (following the head), at the end of a replay, paused (and how far
@@ -249,6 +271,30 @@ mod tests {
             let _ = live.ingest(e);
         });
         assert!(snapshot_text(&render_panel(&live, 100, 4, render)).contains("● LIVE"));
+    }
+
+    /// A step that edited says how many tokens it replaced; a post-edit step (after its
+    /// block's last mask) says so too, in shorter words when narrow, never cutting a figure.
+    #[test]
+    fn timeline_shows_edits_and_post_edit_steps() {
+        let mut app = App::replay(synth::trace(&Synth::small_edits()), "t".into(), None);
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Right);
+        let edit = snapshot_text(&render_panel(&app, 100, 4, render));
+        assert!(edit.contains("step 2/6  ✎1  overall 2/35"), "{edit}");
+        key(&mut app, KeyCode::Right);
+        let settle = snapshot_text(&render_panel(&app, 100, 4, render));
+        assert!(settle.contains("step 3/6  post-edit  overall 3/35"), "{settle}");
+        for _ in 0..5 {
+            key(&mut app, KeyCode::Right);
+        }
+        let post: Vec<String> =
+            [100, 60, 44, 30].map(|w| snapshot_text(&render_panel(&app, w, 4, render))).into();
+        assert!(post[0].contains("step 5/6  post-edit ✎2  overall 8/35"), "{}", post[0]);
+        // Without edits no field is added (the synthetic decode's steps).
+        let plain = snapshot_text(&render_panel(&self::app(), 100, 4, render));
+        assert!(!plain.contains('✎'), "{plain}");
+        insta::assert_snapshot!(format!("{edit}\n{settle}\n{}", post.join("\n")));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! in lock-step by global step index, or aligned by block (block n, step s on both sides).
 //! Cells where the two committed different tokens at the same position are marked `≠`, cells
 //! where they committed the same token at different steps of its block `≈` (a glyph, so the
-//! marks read without colour too).
+//! marks read without colour too). With token editing both judge the tokens held at the steps
+//! shown and the steps that set them; each grid marks its edited cells `✎` as the TUI does.
 //!
 //! This module is the state and what every key does to it. Pure: no terminal, no drawing;
 //! [`render`] draws it, and the TUI's loop ([`crate::tui::run`]) runs it, as it runs the
@@ -390,6 +391,23 @@ impl CompareApp {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Output cells each side, as shown, holds an edited token in (token editing: replaced
+    /// after its commit), or `None` when neither side's run has edits.
+    pub fn edited(&self) -> Option<[usize; 2]> {
+        let views = [self.sides[0].view(), self.sides[1].view()];
+        if !views.iter().flatten().any(|v| v.run.has_edits()) {
+            return None;
+        }
+        Some(views.map(|v| {
+            v.map_or(0, |v| {
+                let end = v.run.shown_end(v.at).min(v.run.output_end(v.at));
+                (v.run.prompt_len()..end)
+                    .filter(|&p| matches!(v.run.cell(p, v.at), CellState::Decoded(d) if d.edited()))
+                    .count()
+            })
+        }))
     }
 
     /// Positions where both sides, as shown, have committed different tokens.

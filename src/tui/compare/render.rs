@@ -233,6 +233,18 @@ fn diff_line(app: &CompareApp, area: Rect, buf: &mut Buffer) {
         .concat();
         fields.push(Field::new(full).or(drop, short).drop_at(drop + 2));
     }
+    if let Some([a, b]) = app.edited() {
+        // Edited cells at the steps shown (the grids mark them `✎`).
+        let glyph = Span::styled(crate::glyph::EDIT, t.edit_mark());
+        fields.push(
+            Field::new(vec![
+                glyph.clone(),
+                Span::styled(format!(" edited A {a} · B {b}"), t.warn()),
+            ])
+            .or(3, vec![glyph, Span::styled(format!(" {a}/{b}"), t.warn())])
+            .drop_at(6),
+        );
+    }
     if app.comparison().is_some_and(Comparison::sampled) {
         fields.push(
             Field::new(vec![Span::styled("sampled: draws differ too", t.dim())])
@@ -353,6 +365,35 @@ mod tests {
         );
         assert!(!s.contains("B=4"), "{s}");
         insta::assert_snapshot!(s);
+    }
+
+    /// A decode without edits (A) against one that edits (B), same final tokens: at the first
+    /// step B holds a draft at position 7, another token; one step on B has replaced it, and
+    /// it is the same token at another step. B's grid marks its edited cells `✎`, and the
+    /// line counts them at the steps shown.
+    #[test]
+    fn compare_judges_the_tokens_held_and_shows_edits() {
+        use crate::trace::synth::{trace, Synth};
+        let mut app = CompareApp::replay(trace(&Synth::small()), trace(&Synth::small_edits()));
+        press(&mut app, KeyCode::Home);
+        assert_eq!(at(&app), [Some(0), Some(0)]);
+        assert!(app.marks().contains(&(7, Mark::OtherToken)), "{:?}", app.marks());
+        press(&mut app, KeyCode::Right);
+        let marks = app.marks();
+        assert!(marks.contains(&(7, Mark::OtherStep)) && app.differing().is_empty(), "{marks:?}");
+        let early = screen(&app, 120, 36);
+        assert!(early.contains("✎ edited A 0 · B 1"), "{early}");
+        press(&mut app, KeyCode::End);
+        let end = screen(&app, 120, 36);
+        assert!(
+            end.contains("outputs are identical") && end.contains("✎ edited A 0 · B 6"),
+            "{end}"
+        );
+        // B's six output cells and its dropped one past max_new_tokens, B's legend, the line.
+        assert_eq!(end.matches('✎').count(), 6 + 1 + 1 + 1, "{end}");
+        insta::assert_snapshot!(format!("{early}\n{end}"));
+        // Neither side edits: nothing is said of edits.
+        assert!(!screen(&pair(), 120, 36).contains('✎'));
     }
 
     #[test]
