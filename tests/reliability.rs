@@ -658,3 +658,82 @@ fn a_model_type_found_by_architecture_alone_is_named_in_a_warning() {
         "{err}"
     );
 }
+
+// ---- a checkpoint folder is untrusted input: its template bounded, memory checked first ------
+
+/// A copy of tiny-sdar-chat (the Qwen3 tokenizer, SDAR's template) edited by `edit`.
+fn chat_model_with(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixture("tiny-sdar-chat")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+/// `template` as the checkpoint's chat template: chat_template.jinja, or tokenizer_config.json's
+/// `chat_template` (the file then holds none).
+fn with_template(p: &Path, in_config: bool, template: &str) {
+    if !in_config {
+        std::fs::write(p.join("chat_template.jinja"), template).unwrap();
+        return;
+    }
+    std::fs::remove_file(p.join("chat_template.jinja")).unwrap();
+    let file = p.join("tokenizer_config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config["chat_template"] = template.into();
+    std::fs::write(&file, config.to_string()).unwrap();
+}
+
+/// A template that loops, writes, recurses or nests without end ends the run at once with one
+/// line naming its file, and leaves no output: `trace --out`, `record`, `compare --headless`
+/// (the TUI renders the prompt in the same `Session::open`, before it takes the terminal).
+#[test]
+fn a_chat_template_that_runs_without_end_stops_on_its_budget_with_one_line_and_no_file() {
+    let nest = format!(
+        "{{% set ns = namespace(x=1) %}}{{% for i in range(100000) %}}{{% set ns.x = {}ns.x{} %}}{{% endfor %}}{{{{ ns.x }}}}",
+        "[".repeat(50),
+        "]".repeat(50)
+    );
+    let cases = [
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "the chat template did not finish within its budget (template line 1): it ran out of its 0.3 million steps"),
+        ("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "the chat template did not finish within its budget: it wrote more than 1.0 MiB of prompt"),
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "chat template failed (template line 1): recursion limit exceeded"),
+        (&nest, "the chat template did not finish within its budget"),
+        ("{% include 'tokenizer_config.json' %}", "chat template failed (template line 1): tried to include non-existing template 'tokenizer_config.json'"),
+    ];
+    for (i, (template, want)) in cases.iter().enumerate() {
+        let in_config = i % 2 == 1;
+        let m = chat_model_with(|p| with_template(p, in_config, template));
+        let dir = m.path().to_str().unwrap();
+        let file = if in_config {
+            format!("{dir}/tokenizer_config.json (chat_template)")
+        } else {
+            format!("{dir}/chat_template.jinja")
+        };
+        let (trace, cast) = (m.path().join("t.jsonl"), m.path().join("c.cast"));
+        let runs: [&[&str]; 3] = [
+            &["trace", "--model", dir, "--out", trace.to_str().unwrap()],
+            &[
+                "record",
+                "--model",
+                dir,
+                "--cast",
+                cast.to_str().unwrap(),
+                "--trace",
+                trace.to_str().unwrap(),
+            ],
+            &["compare", "--headless", "--model", dir],
+        ];
+        // every template through trace, the first two through the others too
+        for args in runs.into_iter().take(if i < 2 { 3 } else { 1 }) {
+            let start = Instant::now();
+            let e = one_line_error(&unmask(args));
+            assert!(start.elapsed() < Duration::from_secs(10), "{args:?}: {:?}", start.elapsed());
+            assert!(e.contains(&format!("{file}: {want}")), "{args:?}: {e}");
+            assert!(!trace.exists() && !cast.exists(), "{args:?}: nothing written");
+        }
+    }
+}
