@@ -107,12 +107,21 @@ fn file_kind(meta: &Metadata) -> &'static str {
 }
 
 /// Refuses an allocation of `bytes` (`None`: more than a usize holds) on the CPU when it is more
-/// than the memory available now: the allocator would abort the process instead of failing.
-/// Device memory is not checked here: candle reports a failed CUDA allocation as an error.
+/// than the host can give now, where the allocator would abort the process instead of failing:
+/// more than the memory available (`MemAvailable`), or than the address space left under the
+/// process's limit (`ulimit -v`, `RLIMIT_AS`, which counts every mapping: the checkpoint's
+/// mapped files too). `detail` follows the amount in the message (what it is made of), `advice`
+/// ends it. Device memory is not checked here: candle reports a failed CUDA allocation as an
+/// error.
+///
+/// `UNMASK_MEMORY_CHECK=0` skips the comparison with `MemAvailable` (which leaves out swap, and
+/// the sizes compared are estimates of a peak); the address-space limit always holds.
 pub fn fits_in_memory(
     what: &str,
     bytes: Option<usize>,
+    detail: &str,
     device: &candle_core::Device,
+    advice: &str,
 ) -> Result<()> {
     let Some(bytes) = bytes else {
         bail!("{what} would need more bytes than this machine can address")
@@ -120,13 +129,38 @@ pub fn fits_in_memory(
     if !device.is_cpu() {
         return Ok(());
     }
+    let advice = if advice.is_empty() { String::new() } else { format!("; {advice}") };
+    if let Some((left, limit)) = address_space_left() {
+        if bytes > left {
+            bail!(
+                "{what} needs {:.1} GiB{detail}, more than the {:.1} GiB of address space left under the limit of {:.1} GiB (ulimit -v){advice}",
+                gib(bytes),
+                gib(left),
+                gib(limit)
+            );
+        }
+    }
+    if !memory_check_on()? {
+        return Ok(());
+    }
     match available_memory() {
         Some(avail) if bytes > avail => bail!(
-            "{what} needs {:.1} GiB, more than the {:.1} GiB of memory available; lower --max-new-tokens",
+            "{what} needs {:.1} GiB{detail}, more than the {:.1} GiB of memory available (MemAvailable){advice}",
             gib(bytes),
             gib(avail)
         ),
         _ => Ok(()),
+    }
+}
+
+/// `UNMASK_MEMORY_CHECK`: unset or `1` compares with `MemAvailable`, `0` does not.
+fn memory_check_on() -> Result<bool> {
+    match std::env::var("UNMASK_MEMORY_CHECK").as_deref() {
+        Err(_) | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(other) => {
+            bail!("UNMASK_MEMORY_CHECK={}: expected 0 or 1", crate::glyph::escape_line(other))
+        }
     }
 }
 
@@ -137,7 +171,34 @@ fn gib(b: usize) -> f64 {
 /// `MemAvailable` of /proc/meminfo in bytes (Linux), if it can be read.
 fn available_memory() -> Option<usize> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    kib_field(&text, "MemAvailable:")
+}
+
+/// The address space a new mapping may still take under `RLIMIT_AS` (its soft limit, less
+/// the process's `VmSize`), and the limit; `None` when there is no limit.
+#[cfg(target_os = "linux")]
+fn address_space_left() -> Option<(usize, usize)> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let limit = usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX);
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let used = kib_field(&status, "VmSize:")?;
+    Some((limit.saturating_sub(used), limit))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn address_space_left() -> Option<(usize, usize)> {
+    None
+}
+
+/// The value in bytes of a `Name:   123 kB` line of a /proc file.
+fn kib_field(text: &str, name: &str) -> Option<usize> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
     let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
 }

@@ -737,3 +737,108 @@ fn a_chat_template_that_runs_without_end_stops_on_its_budget_with_one_line_and_n
         }
     }
 }
+
+/// unmask under `ulimit -v KIB`, with a deadline.
+fn unmask_limited(kib: u64, args: &[&str]) -> Output {
+    let script = "ulimit -v \"$1\" && shift && exec \"$@\"";
+    let limited: Vec<String> = ["-c", script, "sh", &kib.to_string(), env!("CARGO_BIN_EXE_unmask")]
+        .into_iter()
+        .map(str::to_string)
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect();
+    let mut child = Command::new("sh")
+        .args(&limited)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running unmask under ulimit");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("unmask {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+const GIB_IN_KIB: u64 = 1 << 20;
+
+/// Random weights of a shape the address space cannot hold are refused before the first one is
+/// drawn, saying how much is needed and how much there is (it ran for minutes, then aborted on
+/// a failed allocation); a shape that fits runs under the same limit.
+#[test]
+fn a_random_init_that_does_not_fit_is_refused_up_front() {
+    let start = Instant::now();
+    let o = unmask_limited(4 * GIB_IN_KIB, &["bench", "--random-init", "sdar-8b", "--repeat", "1"]);
+    let e = one_line_error(&o);
+    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert!(
+        e.contains("--random-init sdar-8b needs 18.9 GiB (weights 15.3, loading them 3.5, KV cache 0.1 GiB), more than the ")
+            && e.contains(" GiB of address space left under the limit of 4.0 GiB (ulimit -v); choose a smaller shape"),
+        "{e}"
+    );
+    let o = unmask_limited(
+        4 * GIB_IN_KIB,
+        &[
+            "bench",
+            "--random-init",
+            "tiny",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--max-new-tokens",
+            "8",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A checkpoint folder of sdar-1.7b's shape (its safetensors sparse: the sizes are real, the
+/// bytes never read) under a limit that holds its mapped file but not its weights: refused
+/// before the weights load, naming config.json. A small checkpoint decodes under a small
+/// limit, chat template and all.
+#[test]
+fn a_checkpoint_that_does_not_fit_is_refused_before_its_weights_load() {
+    let cfg = unmask::model::random::shape_config("sdar-1.7b").unwrap();
+    let m = chat_model_with(|p| {
+        let mut json = unmask::model::random::shape("sdar-1.7b").unwrap().json();
+        json["torch_dtype"] = "bfloat16".into();
+        std::fs::write(p.join("config.json"), json.to_string()).unwrap();
+        let mut header = serde_json::Map::new();
+        let mut at = 0usize;
+        for (name, shape) in unmask::model::random::tensor_order(&cfg) {
+            let len = shape.iter().product::<usize>() * 2;
+            header.insert(
+                name,
+                serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [at, at + len]}),
+            );
+            at += len;
+        }
+        let mut head = serde_json::to_vec(&header).unwrap();
+        head.resize(head.len().div_ceil(8) * 8, b' ');
+        let file = std::fs::File::create(p.join("model.safetensors")).unwrap();
+        use std::io::Write;
+        (&file).write_all(&(head.len() as u64).to_le_bytes()).unwrap();
+        (&file).write_all(&head).unwrap();
+        file.set_len((8 + head.len() + at) as u64).unwrap();
+    });
+    let dir = m.path().to_str().unwrap();
+    let start = Instant::now();
+    let e = one_line_error(&unmask_limited(6 * GIB_IN_KIB, &["trace", "--model", dir]));
+    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert!(
+        e.contains(&format!("{dir}/config.json: the model needs 3.8 GiB, more than the "))
+            && e.contains(" GiB of address space left under the limit of 6.0 GiB (ulimit -v)"),
+        "{e}"
+    );
+    let chat = fixture("tiny-sdar-chat");
+    let o = unmask_limited(
+        GIB_IN_KIB,
+        &["trace", "--model", chat.to_str().unwrap(), "--max-new-tokens", "8"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

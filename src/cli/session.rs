@@ -11,6 +11,7 @@ use crate::engine::{EngineThread, ModelDenoiser, Request};
 use crate::model::chat::{self, ChatTemplate};
 use crate::model::config::block_size_from_name;
 use crate::model::hub;
+use crate::model::memory::HostNeed;
 use crate::model::tokenizer::Tok;
 use crate::model::{
     Checkpoint, Compute, DeviceSpec, GenerationConfig, PathChoices, Products, Source,
@@ -77,6 +78,9 @@ impl Session {
         let prompt_ids = ckpt.tokenizer.encode(&prompt)?;
         check_prompt_ids(&prompt_ids, ckpt.config.vocab_size, &ckpt.tokenizer)?;
         check_positions(prompt_ids.len(), &settings, ckpt.config.max_position_embeddings)?;
+        // the weights are in: what is left must hold the decode's cache and workspace
+        with_decode(HostNeed::new(), &ckpt.config, (compute, &device), prompt_ids.len(), &settings)
+            .check("the decode", "lower --max-new-tokens or shorten the prompt")?;
         let mut sources = BTreeMap::new();
         sources.insert(
             "block_length".into(),
@@ -177,6 +181,23 @@ pub(crate) fn check_positions(
          exceed the model's {max} positions ({limit}); at most {} fit",
         crate::format::count(fit, "new token")
     )
+}
+
+/// `need` and the host memory of a decode of `prompt` tokens under `s`: the KV cache of its
+/// positions and the workspace of its largest pass (the rest of a long prompt, up to
+/// [`crate::engine::PREFILL_CHUNK`] rows, with the first block). Called once the positions are
+/// checked.
+pub(crate) fn with_decode(
+    need: HostNeed,
+    cfg: &crate::model::ModelConfig,
+    (compute, device): (Compute, &candle_core::Device),
+    prompt: usize,
+    s: &crate::engine::settings::DecodeSettings,
+) -> HostNeed {
+    let b = s.block_length.max(1);
+    let capacity = positions(prompt, s.max_new_tokens, b).unwrap_or(usize::MAX);
+    let rows = prompt.min(crate::engine::PREFILL_CHUNK) + 2 * b;
+    need.decode(cfg, compute, device, capacity, (rows, 2 * b))
 }
 
 /// Positions a decode takes: the prompt and the new tokens, in whole blocks.

@@ -19,6 +19,7 @@ pub mod hub;
 pub mod layers;
 pub mod linear;
 pub mod loader;
+pub mod memory;
 pub mod ops;
 mod paths;
 pub mod qwen3;
@@ -413,7 +414,12 @@ impl Checkpoint {
         let chat_template = chat_template(source, &tok_config)?;
         let template_vars = tok_config.template_vars();
         let weights = source.weights()?;
-        check_layers(&config, &weights, &source.file_label("config.json"))?;
+        let config_label = source.file_label("config.json");
+        check_layers(&config, &weights, &config_label)?;
+        let compute = compute.into();
+        memory::HostNeed::new()
+            .weights(&config, memory::Origin::Checkpoint(weights.stored()), compute, device)
+            .check(&format!("{config_label}: the model"), "")?;
         let model = Model::load(&config, &weights, compute, device)?;
         let info = ModelInfo {
             source: source.label(),

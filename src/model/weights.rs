@@ -163,6 +163,21 @@ impl Weights {
             .to_lowercase()
     }
 
+    /// The dtype most of the checkpoint's bytes are stored in (what loading them reads).
+    pub fn stored(&self) -> DType {
+        let mut bytes: Vec<(safetensors::Dtype, usize)> = Vec::new();
+        for st in self.shards.iter().filter_map(|s| parse(s).ok()) {
+            for (_, view) in st.tensors() {
+                match bytes.iter_mut().find(|(dt, _)| *dt == view.dtype()) {
+                    Some((_, b)) => *b += view.data().len(),
+                    None => bytes.push((view.dtype(), view.data().len())),
+                }
+            }
+        }
+        let most = bytes.into_iter().max_by_key(|&(_, b)| b).map(|(dt, _)| dt);
+        most.and_then(|dt| DType::try_from(dt).ok()).unwrap_or(DType::F32)
+    }
+
     fn describe(&self) -> String {
         match self.shards.as_slice() {
             [one] => one.label.clone(),

@@ -28,6 +28,7 @@ use crate::engine::{
     Request, RunStatus,
 };
 use crate::model::config::ModelConfig;
+use crate::model::memory::{HostNeed, Origin};
 use crate::model::random::RandomWeights;
 use crate::model::{Checkpoint, Compute, GenerationConfig, Model, PathChoices, Products};
 use crate::sampler::PosSample;
@@ -543,13 +544,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             if args.decode.routing {
                 crate::cli::session::require_moe(&cfg, &format!("--random-init {name}"))?;
             }
-            // before the weights are made: a --prompt-len past the model is one line, not
-            // minutes of random weights and then an allocation that fails
-            check_prompt_len(
-                args,
-                &args.decode.settings(&GenerationConfig::default(), cfg.block_size)?,
+            // before the weights are made: a --prompt-len past the model, or a shape this
+            // host cannot hold, is one line, not minutes of random weights and then an
+            // allocation that fails
+            let settings = args.decode.settings(&GenerationConfig::default(), cfg.block_size)?;
+            check_prompt_len(args, &settings, &cfg)?;
+            let need = HostNeed::new().weights(&cfg, Origin::Random, compute, &device);
+            crate::cli::session::with_decode(
+                need,
                 &cfg,
-            )?;
+                (compute, &device),
+                args.prompt_len,
+                &settings,
+            )
+            .check(&format!("--random-init {name}"), "choose a smaller shape")?;
             let w = RandomWeights::new(&cfg, args.decode.seed.unwrap_or(0), &device)?;
             let model = Model::load(&cfg, &w, compute, &device)
                 .with_context(|| format!("--random-init {name}"))?;
@@ -581,6 +589,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let load_s = t0.elapsed().as_secs_f64();
     let base: DecodeSettings = args.decode.settings(&generation, cfg.block_size)?;
     check_prompt_len(args, &base, &cfg)?;
+    if args.random_init.is_none() {
+        crate::cli::session::with_decode(
+            HostNeed::new(),
+            &cfg,
+            (compute, &device),
+            args.prompt_len,
+            &base,
+        )
+        .check("the decode", "lower --max-new-tokens or --prompt-len")?;
+    }
     let strategies: Vec<Strategy> = match args.decode.strategy {
         Some(s) => vec![s],
         None => Strategy::ALL.to_vec(),

@@ -46,14 +46,12 @@ impl KvCache {
         device: &Device,
     ) -> Result<Self> {
         let shape = (2, kv_heads, capacity, head_dim);
-        // K/V of every layer plus the cos/sin tables, checked before allocating.
-        let bytes = [2, kv_heads, capacity, head_dim, layers + 1, dtype.size_in_bytes()]
-            .into_iter()
-            .try_fold(1usize, usize::checked_mul);
         crate::limits::fits_in_memory(
             &format!("a KV cache of {capacity} positions"),
-            bytes,
+            Self::bytes(layers, (kv_heads, head_dim), capacity, dtype),
+            "",
             device,
+            "lower --max-new-tokens",
         )?;
         let zeros = || Tensor::zeros(shape, dtype, device);
         let (cos, sin) = rope.tables(capacity, dtype, device)?;
@@ -64,6 +62,19 @@ impl KvCache {
             len: 0,
             capacity,
         })
+    }
+
+    /// Bytes of the cache [`KvCache::new`] allocates: K/V of every layer plus the cos/sin
+    /// tables (`None`: more than a usize holds).
+    pub fn bytes(
+        layers: usize,
+        (kv_heads, head_dim): (usize, usize),
+        capacity: usize,
+        dtype: DType,
+    ) -> Option<usize> {
+        [2, kv_heads, capacity, head_dim, layers.checked_add(1)?, dtype.size_in_bytes()]
+            .into_iter()
+            .try_fold(1usize, usize::checked_mul)
     }
 
     /// Whether `t` more positions fit after the committed ones: an error saying how many do not.
