@@ -498,3 +498,53 @@ fn json_reports_are_checked_first_and_written_whole() {
         .collect();
     assert_eq!(names, ["r.json"], "no temporary file left");
 }
+
+/// An output that is a symbolic link (to a file, or to nothing yet) is refused by every command
+/// that writes one, before any work, naming the flag and where the link points: writing
+/// through it truncated its target, as the shell's `>` does. The process's own descriptors
+/// (`/dev/stdout`) are written in place, whatever the shell opened.
+#[test]
+fn an_output_that_is_a_symlink_is_refused_by_every_command() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, _) = input(d.path());
+    let precious = d.path().join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    let to_file = d.path().join("out-link");
+    std::os::unix::fs::symlink(&precious, &to_file).unwrap();
+    let dangling = d.path().join("new-link");
+    std::os::unix::fs::symlink(d.path().join("elsewhere.txt"), &dangling).unwrap();
+    let cast = d.path().join("c.cast");
+    let model = ["--model", MODEL, "--max-new-tokens", "8"];
+    for link in [&to_file, &dangling] {
+        let to = std::fs::read_link(link).unwrap();
+        let want = |flag: &str| {
+            format!(
+                "{flag} {}: is a symbolic link (to {}); outputs are not written through links: name the file itself, or remove the link",
+                s(link),
+                s(&to)
+            )
+        };
+        refused(&[&["trace"][..], &model, &["--out", s(link)]].concat(), &want("--out"));
+        refused(&[&["record"][..], &model, &["--cast", s(link)]].concat(), &want("--cast"));
+        refused(
+            &[&["record"][..], &model, &["--cast", s(&cast), "--trace", s(link)]].concat(),
+            &want("--trace"),
+        );
+        refused(&["export", s(&a), "--out", s(link)], &want("--out"));
+        refused(&["replay", s(&a), "--cast", s(link)], &want("--cast"));
+        refused(&[&["bench"][..], &model, &["--json", s(link)]].concat(), &want("--json"));
+        assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink());
+    }
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+    assert!(!d.path().join("elsewhere.txt").exists() && !cast.exists());
+    // `--out /dev/stdout` with stdout a file: that file
+    let file = d.path().join("stdout.csv");
+    let out = Command::new(BIN)
+        .current_dir(root())
+        .args(["export", s(&a), "--out", "/dev/stdout"])
+        .stdout(std::fs::File::create(&file).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_to_string(&file).unwrap().starts_with("pos,index,"));
+}

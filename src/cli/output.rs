@@ -98,6 +98,9 @@ fn check_writable(flag: &str, path: &Path) -> Result<()> {
         return Ok(());
     }
     let name = path.display();
+    if let Some(why) = refused_link(path) {
+        bail!("{flag} {name}: {why}");
+    }
     let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     match std::fs::metadata(&target) {
         Ok(m) if m.is_dir() => bail!("{flag} {name}: is a folder; name a file"),
@@ -121,6 +124,35 @@ fn check_writable(flag: &str, path: &Path) -> Result<()> {
         .tempfile_in(dir)
         .map_err(|e| folder_error(&format!("{flag} {name}"), dir, &e))?;
     Ok(())
+}
+
+/// Why an output `path` that is a symbolic link is refused, if it is one: a link to a file, a
+/// folder, or nothing yet. Writing through it, as the shell's `>` does, would truncate or
+/// replace whatever it points at (a link left in a shared folder, or in a checkpoint, can point
+/// anywhere); replacing it would silently drop a link the user made. Written through, as
+/// devices are, are a link to a device or a FIFO (`/dev/null` by another name) and the
+/// process's own descriptors (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`, which name what
+/// the shell opened, whatever it is).
+fn refused_link(path: &Path) -> Option<String> {
+    let link = std::fs::symlink_metadata(path).ok()?;
+    if !link.file_type().is_symlink() || written_in_place(path) {
+        return None;
+    }
+    let to = std::fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_default();
+    Some(format!(
+        "is a symbolic link (to {}); outputs are not written through links: name the file itself, or remove the link",
+        crate::glyph::escape_line(&to)
+    ))
+}
+
+/// Whether `path` is written in place rather than replaced: it is not a file or a folder (a
+/// device, a FIFO, a socket, through a link or not) or it is one of the process's descriptors.
+fn written_in_place(path: &Path) -> bool {
+    let descriptor = |p: &Path| p.starts_with("/proc/self/fd") || p.starts_with("/dev/fd");
+    if descriptor(path) || std::fs::read_link(path).is_ok_and(|t| descriptor(&t)) {
+        return true;
+    }
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// The folder a file `path` goes in: its parent, `.` for a bare name.
@@ -165,46 +197,45 @@ fn forget(p: &Path) {
 }
 
 /// Writes `path` whole or not at all: `write` fills a temporary file in the same folder,
-/// which then replaces `path` (a symlink's target, if `path` is one). The new file keeps the
-/// permissions of the one it replaces, else gets rw-r--r--. A `path` that is not a file (a
-/// device, a FIFO) is written in place.
+/// which then replaces `path`. The new file keeps the permissions of the one it replaces, else
+/// gets rw-r--r--. A `path` that is not a file (a device, a FIFO, `/dev/stdout`) is written in
+/// place; a symbolic link to anything else is refused ([`refused_link`]), and the rename
+/// replaces `path` itself, never what a link put there since points at.
 pub fn write_atomically<T>(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<T>,
 ) -> Result<T> {
     let name = path.display().to_string();
-    // Write through a symlink to what it points at, as an ordinary open would.
-    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    match std::fs::metadata(&target) {
-        // A device, a FIFO, a socket (`/dev/stdout` into a pipe, `/dev/null`): nothing to
-        // replace, and a rename would put a regular file in the device's place. Written in
-        // place, as a shell redirection writes it.
-        Ok(m) if !m.is_file() && !m.is_dir() => {
-            let mut w = BufWriter::new(create_streamed(path)?);
-            let value = write(&mut w)?;
-            w.flush().with_context(|| format!("{name}: cannot write"))?;
-            return Ok(value);
-        }
-        // A rename needs only the folder's permission: a file the user may not write would be
-        // replaced all the same (trace --out, which writes in place, is refused). Asked first.
-        Ok(m) if m.is_file() => {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&target)
-                .with_context(|| format!("{name}: cannot write"))?;
-        }
-        _ => {}
+    if let Some(why) = refused_link(path) {
+        bail!("{name}: {why}");
     }
-    let dir = folder_of(&target);
+    // A device, a FIFO, a socket (`/dev/stdout` into a pipe, `/dev/null`): nothing to replace,
+    // and a rename would put a regular file in the device's place. Written in place, as a shell
+    // redirection writes it.
+    if written_in_place(path) {
+        let mut w = BufWriter::new(create_streamed(path)?);
+        let value = write(&mut w)?;
+        w.flush().with_context(|| format!("{name}: cannot write"))?;
+        return Ok(value);
+    }
+    // A rename needs only the folder's permission: a file the user may not write would be
+    // replaced all the same (trace --out, which writes in place, is refused). Asked first.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("{name}: cannot write"))?;
+    }
+    let dir = folder_of(path);
     let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", target.file_name().unwrap_or_default().to_string_lossy()))
+        .prefix(&format!(".{}.", path.file_name().unwrap_or_default().to_string_lossy()))
         .suffix(".unmask-tmp")
         .tempfile_in(dir)
         .map_err(|e| folder_error(&name, dir, &e))?;
     let tmp_path = tmp.path().to_path_buf();
     UNFINISHED.lock().unwrap_or_else(|e| e.into_inner()).push(tmp_path.clone());
     let result = (|| {
-        let perms = std::fs::metadata(&target).map(|m| m.permissions()).unwrap_or_else(|_| {
+        let perms = std::fs::metadata(path).map(|m| m.permissions()).unwrap_or_else(|_| {
             use std::os::unix::fs::PermissionsExt;
             std::fs::Permissions::from_mode(0o644)
         });
@@ -221,7 +252,7 @@ pub fn write_atomically<T>(
         tmp.as_file()
             .set_permissions(perms)
             .with_context(|| format!("{name}: cannot set permissions"))?;
-        tmp.persist(&target)
+        tmp.persist(path)
             .map_err(|e| e.error)
             .with_context(|| format!("{name}: cannot replace"))?;
         Ok(value)
@@ -254,9 +285,19 @@ pub fn print(text: &str) -> Result<()> {
     std::io::stdout().lock().write_all(text.as_bytes()).context("stdout")
 }
 
-/// Creates (or truncates) a streamed output, written in place.
+/// Creates (or truncates) a streamed output, written in place; a symbolic link is refused
+/// ([`refused_link`]), also one put there since the outputs were checked (`O_NOFOLLOW`).
 pub fn create_streamed(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::create(path).map_err(|e| {
+    if let Some(why) = refused_link(path) {
+        bail!("{}: {why}", path.display());
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create(true).truncate(true);
+    #[cfg(target_os = "linux")]
+    if !written_in_place(path) {
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut open, libc::O_NOFOLLOW);
+    }
+    open.open(path).map_err(|e| {
         // the folder's fault said as every output says it ("the folder nodir does not exist")
         let dir = folder_of(path);
         match std::fs::metadata(dir) {
@@ -400,16 +441,59 @@ mod tests {
         }
     }
 
+    /// An output that is a symbolic link to a file, a folder or nothing is refused by every
+    /// writer, before anything is opened: what it points at is neither truncated nor replaced,
+    /// and the link stays.
     #[test]
-    fn an_atomic_write_through_a_symlink_replaces_its_target() {
+    fn an_output_that_is_a_symlink_is_refused_and_what_it_points_at_untouched() {
         let d = tempfile::tempdir().unwrap();
         let target = d.path().join("real.cast");
         std::fs::write(&target, "old").unwrap();
-        let link = d.path().join("link.cast");
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        write_atomically(&link, |w| Ok(w.write_all(b"new")?)).unwrap();
-        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
-        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        let to_file = d.path().join("link.cast");
+        std::os::unix::fs::symlink(&target, &to_file).unwrap();
+        let dangling = d.path().join("dangling.cast");
+        std::os::unix::fs::symlink(d.path().join("new.cast"), &dangling).unwrap();
+        let to_dir = d.path().join("dir-link");
+        std::os::unix::fs::symlink(d.path(), &to_dir).unwrap();
+        for link in [&to_file, &dangling, &to_dir] {
+            let why = refused_link(link).expect("refused");
+            assert!(why.starts_with("is a symbolic link (to ") && why.ends_with("; outputs are not written through links: name the file itself, or remove the link"), "{why}");
+            assert_eq!(
+                err(check_writable("--cast", link)),
+                format!("--cast {}: {why}", link.display())
+            );
+            let e = write_atomically(link, |w| Ok(w.write_all(b"new")?)).unwrap_err();
+            assert_eq!(format!("{e:#}"), format!("{}: {why}", link.display()));
+            assert_eq!(
+                format!("{:#}", create_streamed(link).unwrap_err()),
+                format!("{}: {why}", link.display())
+            );
+            assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink());
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+        assert!(!d.path().join("new.cast").exists(), "nothing created where the link points");
+        // a link planted after the check: the in-place open does not follow it, the rename
+        // replaces the link itself
+        #[cfg(target_os = "linux")]
+        {
+            let mut open = std::fs::OpenOptions::new();
+            open.write(true).create(true).truncate(true);
+            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut open, libc::O_NOFOLLOW);
+            assert!(open.open(&to_file).is_err());
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
+        }
+    }
+
+    /// The process's own descriptors are written in place whatever they are: `--out
+    /// /dev/stdout > file` writes the file the shell opened.
+    #[test]
+    fn the_processs_descriptors_are_written_in_place() {
+        assert!(refused_link(Path::new("/dev/stdout")).is_none());
+        assert!(written_in_place(Path::new("/dev/stdout")));
+        assert!(written_in_place(Path::new("/proc/self/fd/1")));
+        assert!(written_in_place(Path::new("/dev/null")));
+        let d = tempfile::tempdir().unwrap();
+        assert!(!written_in_place(&d.path().join("x")) && !written_in_place(d.path()));
     }
 
     /// A FIFO (as `/dev/stdout` into a pipe is) and a character device are written, not
