@@ -73,13 +73,15 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 
 // grid (H + 2 KV, T), block 128 (any multiple of 32), dynamic smem 3 d floats. Every load
 // (the row, its norm weight, the RoPE row) is issued before the reduction, unconditionally
-// (clamped in bounds), so the kernel waits on memory once.
+// (clamped in bounds), so the kernel waits on memory once. RoPE turns the first `rot` (even,
+// at most d) dimensions, rotate-half within them; the rest leave normed (a partial rotary
+// embedding: LLaDA2's half head).
 template <typename T>
 __device__ void qkv_prep(const T* __restrict__ qkv, const T* __restrict__ q_norm, const T* __restrict__ k_norm,
                          const T* __restrict__ cos, const T* __restrict__ sin, T* __restrict__ out,
-                         int t_len, int heads, int kvh, int d, float eps) {
+                         int t_len, int heads, int kvh, int d, int rot, float eps) {
     extern __shared__ float sm[];
-    const int half = d / 2;
+    const int half = rot / 2;
     float* x = sm;
     float* wn = sm + d;
     float* cs = sm + 2 * d;
@@ -114,6 +116,7 @@ __device__ void qkv_prep(const T* __restrict__ qkv, const T* __restrict__ q_norm
         st(dst, i, a * cs[i] - b * sn[i]);
         st(dst, i + half, a * sn[i] + b * cs[i]);
     }
+    for (int i = rot + tid; i < d; i += nt) st(dst, i, x[i]);
 }
 
 // Packed bf16 values widened to f32: 4 from a uint2, 8 from a uint4.
@@ -257,10 +260,20 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
 #define ATT_PITCH 136
 #define ATT_STAGED_SMEM(keys) ((keys) * ATT_PITCH * 2 + (128 + (keys) + 16 * 128) * 4)
 
+// The uint2 of a RoPE table row (rot / 2 values: rot / 8 uint2) that lane `lane` of a head of
+// 128 reads at row t: its own 4 values' cos or sin, the same for partner lanes (in bounds for
+// every lane, those past the rotated values included, so the load need not be guarded).
+__device__ __forceinline__ long rope_lane(int t, int lane, int rot) {
+    const int rq = rot >> 3;
+    return (long)t * rq + (lane & (rq - 1));
+}
+
 // One q or k head of 128 (a warp, lane l its values 4l .. 4l + 3 in `raw`) through its RMSNorm
-// (weight values `wr`) and RoPE (the row's cos/sin values `cr`, `sr`, lane l % 16's, the half
-// split at 64: lane l and lane l ^ 16 hold partners), rounded to bf16: lane l's 4 values.
-__device__ __forceinline__ uint2 prep_head_d128(uint2 raw, uint2 wr, uint2 cr, uint2 sr, float eps) {
+// (weight values `wr`) and RoPE over its first `rot` values (the row's cos/sin values `cr`,
+// `sr`, as rope_lane picks them; rot / 8 = rq lanes hold half of them, lane l and lane l ^ rq
+// partners), rounded to bf16: lane l's 4 values. rot is 8, 16, 32, 64 or 128 (rq a power of
+// two); lanes past the rotated values pass theirs through normed (LLaDA2's rot 64: lanes 16-31).
+__device__ __forceinline__ uint2 prep_head_d128(uint2 raw, uint2 wr, uint2 cr, uint2 sr, float eps, int rot) {
     const int lane = threadIdx.x & 31;
     float x[4], w[4], c[4], sn[4];
     unpack4(raw, x);
@@ -270,13 +283,15 @@ __device__ __forceinline__ uint2 prep_head_d128(uint2 raw, uint2 wr, uint2 cr, u
     float ss = x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float r = 1.0f / sqrtf(ss / 128.0f + eps);
+    const int rq = rot >> 3;
     float o4[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const float v = x[i] * r * w[i];
-        const float p = __shfl_xor_sync(0xffffffffu, v, 16);  // the partner half
-        // first half (lanes 0-15): a*c - b*s; second half: b*s... as the generic kernel: out[i+64] = a*s + b*c
-        o4[i] = lane < 16 ? v * c[i] - p * sn[i] : p * sn[i] + v * c[i];
+        const float p = __shfl_xor_sync(0xffffffffu, v, rq);  // the partner half
+        // first half (lanes below rq): a*c - b*s; second half, as the generic kernel:
+        // out[i + rot/2] = a*s + b*c; past the rotated lanes: as normed
+        o4[i] = lane >= 2 * rq ? v : lane < rq ? v * c[i] - p * sn[i] : p * sn[i] + v * c[i];
     }
     unsigned short b[4];
 #pragma unroll
@@ -300,7 +315,7 @@ __device__ void attention_staged(const unsigned short* __restrict__ q, const uin
                                  const uint4* k_cache, const uint4* v_cache, uint2* k_write, uint2* v_write,
                                  const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions,
                                  unsigned short* __restrict__ out, int t_len, int heads, int kvh, int cap, int keys,
-                                 float scale, float eps) {
+                                 int rot, float scale, float eps) {
     extern __shared__ uint4 stage[];
     // PREP: the pass rows' v heads first, [15][32] uint2 (16-byte aligned for their uint4 reads)
     uint2* vfr = (uint2*)stage;
@@ -329,14 +344,14 @@ __device__ void attention_staged(const unsigned short* __restrict__ q, const uin
         uint2 kf = make_uint2(0u, 0u), vf = kf;
         if (warp == 0) {
             const uint2 o = prep_head_d128(qkv[((long)t * nh + h) * 32 + lane], q_norm[lane],
-                                           cos[(long)t * 16 + (lane & 15)], sin[(long)t * 16 + (lane & 15)], eps);
+                                           cos[rope_lane(t, lane, rot)], sin[rope_lane(t, lane, rot)], eps, rot);
             float f[4];
             unpack4(o, f);
 #pragma unroll
             for (int e = 0; e < 4; ++e) qf[4 * lane + e] = f[e];
         } else if (my < t_len) {
             kf = prep_head_d128(qkv[((long)my * nh + heads + g) * 32 + lane], k_norm[lane],
-                                cos[(long)my * 16 + (lane & 15)], sin[(long)my * 16 + (lane & 15)], eps);
+                                cos[rope_lane(my, lane, rot)], sin[rope_lane(my, lane, rot)], eps, rot);
             vf = qkv[((long)my * nh + heads + kvh + g) * 32 + lane];
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
@@ -420,19 +435,20 @@ extern "C" __global__ void __launch_bounds__(512) unmask_attention_staged_bf16_d
     const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
     int t_len, int heads, int kvh, int cap, int keys, float scale) {
     attention_staged<false>(q, nullptr, nullptr, nullptr, nullptr, nullptr, k_cache, v_cache, nullptr, nullptr, mask,
-                            positions, out, t_len, heads, kvh, cap, keys, scale, 0.0f);
+                            positions, out, t_len, heads, kvh, cap, keys, 128, scale, 0.0f);
 }
 
 // grid (H, T), block 512, dynamic smem ATT_PREP_SMEM(keys) bytes; T <= 15. k_cache and v_cache:
-// the halves of the cache [2, KV, cap, 128], written at the pass's slots.
+// the halves of the cache [2, KV, cap, 128], written at the pass's slots; RoPE over the first rot
+// values of a head (prep_head_d128).
 #define ATT_PREP_SMEM(keys) (ATT_STAGED_SMEM(keys) + 15 * 32 * 8 + (keys) * 2)
 extern "C" __global__ void __launch_bounds__(512) unmask_attention_prep_bf16_d128(
     const uint2* __restrict__ qkv, const uint2* __restrict__ q_norm, const uint2* __restrict__ k_norm,
     const uint2* __restrict__ cos, const uint2* __restrict__ sin, uint4* k_cache, uint4* v_cache,
     const unsigned short* __restrict__ mask, const unsigned* __restrict__ positions, unsigned short* __restrict__ out,
-    int t_len, int heads, int kvh, int cap, int keys, float scale, float eps) {
+    int t_len, int heads, int kvh, int cap, int keys, int rot, float scale, float eps) {
     attention_staged<true>(nullptr, qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, (uint2*)k_cache, (uint2*)v_cache,
-                           mask, positions, out, t_len, heads, kvh, cap, keys, scale, eps);
+                           mask, positions, out, t_len, heads, kvh, cap, keys, rot, scale, eps);
 }
 
 // grid ceil(T * I / 256), block 256
@@ -546,14 +562,14 @@ extern "C" __global__ void unmask_add_rms_norm_bf16_v8(const uint4* x, const uin
 
 // qkv_prep for bf16 with d = 128: one warp per head (block 4 warps = 4 heads, grid
 // (ceil((H + 2 KV) / 4), T)), lane l owning values 4l .. 4l+3 (one 8-byte load each of the row,
-// the norm weight and, with RoPE's half split at 64, its cos/sin: lane l and lane l ^ 16 hold
-// partners), so the norm is a warp reduction and nothing waits on a block barrier.
+// the norm weight and its cos/sin: prep_head_d128's lanes), so the norm is a warp reduction and
+// nothing waits on a block barrier.
 // CACHE: the k and v heads go straight to their slots of the cache [2 KV][cap][128] (row
 // positions[t]) and only the q heads to out [H][T][128], so no kv_write kernel follows.
 template <bool CACHE>
 __device__ void qkv_prep_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm, const uint2* cos,
                               const uint2* sin, uint2* out, uint2* cache, const unsigned* positions, int t_len,
-                              int heads, int kvh, int cap, float eps) {
+                              int heads, int kvh, int cap, int rot, float eps) {
     const int lane = threadIdx.x & 31, hh = blockIdx.x * 4 + (threadIdx.x >> 5), t = blockIdx.y;
     const int nh = heads + 2 * kvh;
     if (hh >= nh) return;
@@ -564,30 +580,30 @@ __device__ void qkv_prep_d128(const uint2* qkv, const uint2* q_norm, const uint2
         dst[lane] = raw;
         return;
     }
-    dst[lane] = prep_head_d128(raw, (hh < heads ? q_norm : k_norm)[lane], cos[(long)t * 16 + (lane & 15)],
-                               sin[(long)t * 16 + (lane & 15)], eps);
+    dst[lane] = prep_head_d128(raw, (hh < heads ? q_norm : k_norm)[lane], cos[rope_lane(t, lane, rot)],
+                               sin[rope_lane(t, lane, rot)], eps, rot);
 }
 
 extern "C" __global__ void unmask_qkv_prep_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
                                                      const uint2* cos, const uint2* sin, uint2* out, int t_len,
-                                                     int heads, int kvh, float eps) {
+                                                     int heads, int kvh, int rot, float eps) {
     pdl_enter();
-    qkv_prep_d128<false>(qkv, q_norm, k_norm, cos, sin, out, 0, 0, t_len, heads, kvh, 0, eps);
+    qkv_prep_d128<false>(qkv, q_norm, k_norm, cos, sin, out, 0, 0, t_len, heads, kvh, 0, rot, eps);
 }
 
 extern "C" __global__ void unmask_qkv_prep_kv_bf16_d128(const uint2* qkv, const uint2* q_norm, const uint2* k_norm,
                                                         const uint2* cos, const uint2* sin, uint2* q_out, uint2* cache,
                                                         const unsigned* positions, int t_len, int heads, int kvh,
-                                                        int cap, float eps) {
+                                                        int cap, int rot, float eps) {
     pdl_enter();
-    qkv_prep_d128<true>(qkv, q_norm, k_norm, cos, sin, q_out, cache, positions, t_len, heads, kvh, cap, eps);
+    qkv_prep_d128<true>(qkv, q_norm, k_norm, cos, sin, q_out, cache, positions, t_len, heads, kvh, cap, rot, eps);
 }
 
 #define QKV(NAME, T)                                                                                        \
     extern "C" __global__ void NAME(const T* qkv, const T* qn, const T* kn, const T* cos, const T* sin,    \
-                                    T* out, int t_len, int heads, int kvh, int d, float eps) {             \
+                                    T* out, int t_len, int heads, int kvh, int d, int rot, float eps) {    \
         pdl_enter();                                                                                       \
-        qkv_prep<T>(qkv, qn, kn, cos, sin, out, t_len, heads, kvh, d, eps);                                \
+        qkv_prep<T>(qkv, qn, kn, cos, sin, out, t_len, heads, kvh, d, rot, eps);                           \
     }
 #define ATT(NAME, T)                                                                                        \
     extern "C" __global__ void __launch_bounds__(512) NAME(const T* q, const T* k, const T* v, const T* mask, \

@@ -86,8 +86,8 @@ impl Decoder {
     }
 
     /// What the rest of the decoder assumes of a family's network: layers, one attention shape
-    /// and one rotary embedding (the cache holds one table), over whole heads (what the q/k
-    /// prep ops rotate).
+    /// and one rotary embedding (the cache holds one table), over an even number of a head's
+    /// leading dimensions (what the q/k prep ops rotate: the whole head or its first part).
     fn check(&self) -> Result<()> {
         let Some(first) = self.layers.first() else { bail!("a model needs at least one layer") };
         let (heads, rope) = (first.attn.heads, first.attn.rope);
@@ -96,8 +96,8 @@ impl Decoder {
         {
             bail!("layer {l}: its attention's shape or rotary embedding differs from layer 0's");
         }
-        if rope.dims != heads.head_dim {
-            bail!("rotary embedding over {} of {} dimensions a head: the q/k prep ops rotate whole heads", rope.dims, heads.head_dim);
+        if rope.dims == 0 || !rope.dims.is_multiple_of(2) || rope.dims > heads.head_dim {
+            bail!("rotary embedding over {} of {} dimensions a head: the q/k prep ops rotate an even number of them, at least 2", rope.dims, heads.head_dim);
         }
         Ok(())
     }

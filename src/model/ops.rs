@@ -6,7 +6,8 @@
 //! `unmask check-device`).
 //!
 //! - [`qkv_prep`]: `[T, (H + 2 KV) * d]` (the stacked q/k/v projection) -> `[H + 2 KV, T, d]`:
-//!   q and k heads RMS-normalised (their own weights) and rotated (RoPE), v heads copied.
+//!   q and k heads RMS-normalised (their own weights) and rotated (RoPE over each head's first
+//!   `rotary` dimensions, the rest as normed), v heads copied.
 //! - [`attention`]: `q [H, T, d]` over the cache `[2, KV, cap, d]` slots `[0, keys)`, with an
 //!   optional additive `[T, keys]` mask -> `[T, H * d]`.
 //! - [`silu_mul`]: `[T, 2 I]` (gate | up) -> `[T, I]`.
@@ -27,6 +28,9 @@ pub struct QkvPrep {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// The leading dimensions of a head RoPE rotates (rotate-half within them): `head_dim`, or
+    /// fewer for a partial rotary embedding (LLaDA2's half). Even.
+    pub rotary: usize,
     pub eps: f32,
     /// `[d]` weights of the q and k RMSNorms.
     pub q_norm: Tensor,
@@ -68,7 +72,7 @@ pub struct SiluMul {
     pub intermediate: usize,
 }
 
-/// `qkv [T, (H + 2 KV) * d]`, `cos`/`sin [T, d / 2]` -> `[H + 2 KV, T, d]`.
+/// `qkv [T, (H + 2 KV) * d]`, `cos`/`sin [T, rotary / 2]` -> `[H + 2 KV, T, d]`.
 pub fn qkv_prep(qkv: &Tensor, cos: &Tensor, sin: &Tensor, op: &QkvPrep) -> Result<Tensor> {
     qkv.apply_op3_no_bwd(cos, sin, op)
 }
@@ -297,10 +301,15 @@ fn tensor_f32(t: &Tensor) -> Result<Vec<f32>> {
 impl QkvPrep {
     fn check(&self, l: &Layout, lc: &Layout) -> Result<usize> {
         let (t, width) = l.shape().dims2()?;
-        let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
-        if width != (h + 2 * kv) * d || d % 2 != 0 || lc.shape().dims2()? != (t, d / 2) {
+        let (h, kv, d, rot) = (self.heads, self.kv_heads, self.head_dim, self.rotary);
+        if width != (h + 2 * kv) * d
+            || rot == 0
+            || rot % 2 != 0
+            || rot > d
+            || lc.shape().dims2()? != (t, rot / 2)
+        {
             candle_core::bail!(
-                "qkv-prep: shapes {:?} {:?} do not fit heads {h}/{kv} x {d}",
+                "qkv-prep: shapes {:?} {:?} do not fit heads {h}/{kv} x {d}, {rot} of them rotated",
                 l.shape(),
                 lc.shape()
             );
@@ -326,7 +335,7 @@ impl CustomOp3 for QkvPrep {
         let t_len = self.check(l1, l2)?;
         let (h, kv, d) = (self.heads, self.kv_heads, self.head_dim);
         let nh = h + 2 * kv;
-        let half = d / 2;
+        let half = self.rotary / 2;
         let qkv = to_f32(s1, l1, "qkv-prep")?;
         let cos = to_f32(s2, l2, "qkv-prep cos")?;
         let sin = to_f32(s3, l3, "qkv-prep sin")?;
@@ -344,6 +353,8 @@ impl CustomOp3 for QkvPrep {
                 let r = 1.0 / (ss / d as f32 + self.eps).sqrt();
                 let w = if hh < h { &qn } else { &kn };
                 let y: Vec<f32> = row.iter().zip(w).map(|(x, w)| x * r * w).collect();
+                // past the rotated dimensions the normed values as they are
+                dst[2 * half..].copy_from_slice(&y[2 * half..]);
                 for i in 0..half {
                     let (c, s) = (cos[t * half + i], sin[t * half + i]);
                     let (a, b) = (y[i], y[i + half]);

@@ -86,9 +86,12 @@ pub fn qkv_prep(
     let nh = h + 2 * kv;
     let n = nh * t_len * d;
     let dt = s1.dtype();
-    // a warp per head where the head is 128 wide (every Qwen3) and the rows 8-byte aligned
-    let by_warp =
-        dt == DType::BF16 && d == 128 && [l1, l2, l3].iter().all(|l| l.start_offset() % 4 == 0);
+    // a warp per head where the head is 128 wide (every Qwen3, LLaDA2) with a rotary width the
+    // warp's lanes split evenly, and the rows 8-byte aligned
+    let by_warp = dt == DType::BF16
+        && d == 128
+        && warp_rotary(op.rotary)
+        && [l1, l2, l3].iter().all(|l| l.start_offset() % 4 == 0);
     let (name, blocks, smem) = if by_warp {
         ("unmask_qkv_prep_bf16_d128".to_string(), nh.div_ceil(4), 0)
     } else {
@@ -117,7 +120,7 @@ pub fn qkv_prep(
             if !by_warp {
                 b.i32(d_i);
             }
-            b.f32(op.eps);
+            b.i32(op.rotary as i32).f32(op.eps);
             unsafe { b.launch(&f, cfg) }?;
             wrap(out, &dev)
         }};
@@ -331,15 +334,27 @@ pub struct QkvPrepCache<'a> {
     pub sin: &'a Tensor,
 }
 
+/// Whether the warp-a-head kernels of heads of 128 (kernels/fused.cu, `prep_head_d128`) rotate
+/// `rotary` dimensions: 8, 16, 32, 64 or 128, so that half of them is a power-of-two count of
+/// lanes and a lane's partner is a shuffle away.
+fn warp_rotary(rotary: usize) -> bool {
+    rotary.is_power_of_two() && (8..=128).contains(&rotary)
+}
+
 impl QkvPrepCache<'_> {
-    /// bf16 on the GPU, heads of 128 (the kernel's warp a head), every row 8-byte aligned.
+    /// bf16 on the GPU, heads of 128 (the kernel's warp a head) with a rotary width it takes,
+    /// every row 8-byte aligned.
     pub fn fits(op: &QkvPrep, q_out: &Tensor, qkv: &Tensor) -> bool {
         let ok = |t: &Tensor| {
             t.dtype() == DType::BF16
                 && t.is_contiguous()
                 && t.layout().start_offset().is_multiple_of(4)
         };
-        q_out.device().is_cuda() && op.head_dim == 128 && ok(q_out) && ok(qkv)
+        q_out.device().is_cuda()
+            && op.head_dim == 128
+            && warp_rotary(op.rotary)
+            && ok(q_out)
+            && ok(qkv)
     }
 }
 
@@ -385,8 +400,9 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
             );
         }
         if self.q_out.dims() != [h, t_len, d]
-            || self.cos.dims() != [t_len, d / 2]
-            || self.sin.dims() != [t_len, d / 2]
+            || !warp_rotary(op.rotary)
+            || self.cos.dims() != [t_len, op.rotary / 2]
+            || self.sin.dims() != [t_len, op.rotary / 2]
         {
             candle_core::bail!(
                 "qkv-prep-cache: q buffer {:?}, cos {:?} for {t_len} rows",
@@ -426,7 +442,13 @@ impl candle_core::InplaceOp3 for QkvPrepCache<'_> {
             .input(&sin)
             .input(&q_out)
             .output(&mut cache);
-        b.input(&pos).i32(t_len as i32).i32(h as i32).i32(kv as i32).i32(cap as i32).f32(op.eps);
+        b.input(&pos)
+            .i32(t_len as i32)
+            .i32(h as i32)
+            .i32(kv as i32)
+            .i32(cap as i32)
+            .i32(op.rotary as i32)
+            .f32(op.eps);
         // SAFETY: kernels/fused.cu's unmask_qkv_prep_kv_bf16_d128 signature; shapes
         // checked above, slots checked by the caller (positions < capacity).
         unsafe { b.launch(&f, cfg) }
@@ -476,6 +498,7 @@ impl PrepAttentionInto<'_> {
                 && x.layout().start_offset().is_multiple_of(8)
         };
         prep.head_dim == 128
+            && warp_rotary(prep.rotary)
             && op.head_dim == 128
             && op.keys <= 512
             && t <= 15
@@ -527,8 +550,9 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
             && h % kv == 0
             && lp.shape().dims1()? == t_len
             && self.out.dims() == [t_len, h * 128]
-            && self.cos.dims() == [t_len, 64]
-            && self.sin.dims() == [t_len, 64]
+            && warp_rotary(prep.rotary)
+            && self.cos.dims() == [t_len, prep.rotary / 2]
+            && self.sin.dims() == [t_len, prep.rotary / 2]
             && self.mask.is_none_or(|m| m.dims() == [t_len, keys]);
         if !fits {
             candle_core::bail!(
@@ -592,6 +616,7 @@ impl candle_core::InplaceOp3 for PrepAttentionInto<'_> {
             .i32(kv as i32)
             .i32(cap as i32)
             .i32(keys as i32)
+            .i32(prep.rotary as i32)
             .f32(op.scale)
             .f32(prep.eps);
         // SAFETY: kernels/fused.cu's unmask_attention_prep_bf16_d128 signature; shapes checked

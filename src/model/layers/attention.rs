@@ -1,7 +1,8 @@
-//! Block-causal self-attention over the preallocated KV cache, the form every SDAR family has:
+//! Block-causal self-attention over the preallocated KV cache, the form every family here has:
 //! q, k and v as one product (stacked from three tensors, or one fused tensor), q/k RMSNorm
-//! per head, rotary embedding (kv_cache.rs's [`Rope`]), grouped KV heads; and the block-causal
-//! masks. A family's file says which tensors make up the q|k|v product ([`AttentionTensors`]).
+//! per head, rotary embedding (kv_cache.rs's [`Rope`], over the whole head or its first part),
+//! grouped KV heads; and the block-causal masks. A family's file says which tensors make up the
+//! q|k|v product ([`AttentionTensors`]).
 
 use anyhow::Result;
 use candle_core::Tensor;
@@ -102,6 +103,7 @@ impl SelfAttention {
             heads: s.heads,
             kv_heads: s.kv_heads,
             head_dim: s.head_dim,
+            rotary: self.rope.dims,
             eps: s.eps,
             q_norm: self.q_norm.clone(),
             k_norm: self.k_norm.clone(),
@@ -168,9 +170,17 @@ impl SelfAttention {
     ) -> Result<Tensor> {
         let (t, d, kvh, heads) = (qkv.dim(0)?, s.head_dim, s.kv_heads, s.heads);
         let x = qkv.reshape((t, heads + 2 * kvh, d))?.transpose(0, 1)?.contiguous()?;
+        let rot = self.rope.dims;
         let normed = |from: usize, n: usize, w: &Tensor| -> Result<Tensor> {
-            let h = rms_norm(&x.narrow(0, from, n)?, w, s.eps)?.unsqueeze(0)?;
-            Ok(rope(&h, cos, sin)?.squeeze(0)?)
+            let h = rms_norm(&x.narrow(0, from, n)?, w, s.eps)?;
+            let turned = rope(&h.narrow(2, 0, rot)?.contiguous()?.unsqueeze(0)?, cos, sin)?;
+            let turned = turned.squeeze(0)?;
+            // a partial rotary embedding passes the rest of the head through
+            Ok(if rot == d {
+                turned
+            } else {
+                Tensor::cat(&[&turned, &h.narrow(2, rot, d - rot)?], 2)?
+            })
         };
         let q = normed(0, heads, &self.q_norm)?;
         let k = normed(heads, kvh, &self.k_norm)?;

@@ -158,8 +158,9 @@ pub fn mask_tensor(
 }
 
 /// Rotary position embedding in the rotate-half convention: base `theta` over the first `dims`
-/// dimensions of each head. Every family so far rotates whole heads (`dims == head_dim`);
-/// the decoder refuses any other until the q/k prep ops rotate part of a head.
+/// dimensions of each head, the rest passed through. Qwen3 rotates whole heads (`dims ==
+/// head_dim`); LLaDA2 its first half (`partial_rotary_factor` 0.5), the frequencies then spread
+/// over `dims`, not the head (transformers' default RoPE with a partial factor).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rope {
     pub theta: f64,
