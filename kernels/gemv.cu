@@ -323,6 +323,20 @@ extern "C" __global__ void __launch_bounds__(256) unmask_moe_route(const unsigne
     route_any(logits, t_len, e, k, norm, &s, route_scratch());
     store_table(&s, tab, stats, t_len);
 }
+// The same for LLaDA2's grouped sigmoid router (moe.cuh, route_grouped_any): bias [e] f32, the
+// experts in `groups` groups of which `keep` are kept, the weights times `scale`; its scratch
+// ROUTE_GROUPED_SCRATCH_WORDS(e, t_len) words of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(256) unmask_moe_route_grouped(const unsigned short* logits,
+                                                                           const float* bias, MoeTable* tab,
+                                                                           unsigned long long* stats, int t_len,
+                                                                           int e, int k, int groups, int keep,
+                                                                           float scale) {
+    __shared__ MoeTable s;
+    launch_dependents();
+    dependency_wait();
+    route_grouped_any(logits, bias, t_len, e, k, groups, keep, scale, &s, route_scratch());
+    store_table(&s, tab, stats, t_len);
+}
 template <int U, bool P>
 __device__ void moe_up(const uint4* w, const uint4* x, unsigned short* y, const MoeTable* tab, int t_len, int n, int k8,
                        int ks, float eps) {

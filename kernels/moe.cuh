@@ -1,10 +1,11 @@
-// Routing a MoE layer's block pass (Qwen3-MoE, SDAR-30B-A3B) for the grouped expert products of
-// kernels/gemv.cu, which includes this file (NVRTC gets it as the named header "moe.cuh":
-// src/model/cuda/nvrtc.rs). After the router's logits [T, E] (bf16, gemv.cu's norm form: the
-// post-attention norm folded into the router's columns, as into every expert's gate|up),
-// unmask_moe_route writes the layer's table (route_any: softmax over all experts in f32, the top
-// k, exact ties to the lower expert id, a NaN logit below every number, PyTorch's order on ties
-// being its sort's, src/model/topk.rs; renormalised when the config says so), the grouped
+// Routing a MoE layer's block pass (Qwen3-MoE, SDAR-30B-A3B; LLaDA2) for the grouped expert
+// products of kernels/gemv.cu, which includes this file (NVRTC gets it as the named header
+// "moe.cuh": src/model/cuda/nvrtc.rs). After the router's logits [T, E] (bf16, gemv.cu's norm
+// form: the post-attention norm folded into the router's columns, as into every expert's
+// gate|up), unmask_moe_route writes the layer's table (route_any: softmax over all experts in
+// f32, the top k, exact ties to the lower expert id, a NaN logit below every number, PyTorch's
+// order on ties being its sort's, src/model/topk.rs; renormalised when the config says so), or
+// unmask_moe_route_grouped LLaDA2's (route_grouped_any: the grouped sigmoid router), the grouped
 // gate|up and down products multiply from it, and unmask_moe_combine sums each row's k slots
 // plus the residual (gemv.cu). Every shape depends only on T, E and k, and nothing comes back to
 // the host, so the pass stays one CUDA graph. `stats` counts distinct experts and passes, for
@@ -15,6 +16,8 @@
 #include "common.cuh"  // MoeTable, to_bf16
 
 __device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
+
+#define NEG_INF_ROUTE __int_as_float(0xff800000)
 
 // Experts a layer may have (src/model/moe_grouped.rs, MAX_EXPERTS), and the shared-memory
 // words route_block needs for `e` of them (src/model/moe_grouped.rs, route_scratch_bytes).
@@ -64,12 +67,14 @@ __device__ __forceinline__ unsigned warp_max(unsigned v) {
 // `scratch`: ROUTE_SCRATCH_WORDS(e) words of shared memory the caller lends (route_scratch: one
 // scratch for the three forms of route_any, where static arrays in each would take shared
 // memory three times).
+__device__ __forceinline__ void table_from_picks(int t_len, int k, MoeTable* s, int* scratch);
+
 template <int EPL>
 __device__ void route_block(const unsigned short* logits, int t_len, int e, int k, int norm, MoeTable* s, int* scratch) {
-    int* pick = scratch;                              // [slot] its expert
-    float* prob = (float*)(scratch + MOE_SLOTS);      // [slot] its probability
-    int* u_of = scratch + 2 * MOE_SLOTS;              // [first slot] its distinct expert number
-    int* first_of = scratch + 3 * MOE_SLOTS;          // [expert] its lowest slot
+    // scratch: [slot] its expert, [slot] its probability, then table_from_picks's [first slot]
+    // distinct expert number and [expert] lowest slot
+    int* pick = scratch;
+    float* prob = (float*)(scratch + MOE_SLOTS);
     const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     for (int t = threadIdx.x >> 5; t < t_len; t += warps) {
         const unsigned short* z = logits + (long)t * e;
@@ -109,6 +114,20 @@ __device__ void route_block(const unsigned short* logits, int t_len, int e, int 
         if (norm && lane < k) prob[t * k + lane] /= ps;
     }
     __syncthreads();
+    table_from_picks(t_len, k, s, scratch);
+}
+
+// The table `s` from a pass's picks: `scratch` holds, for every slot t * k + j, its expert
+// (pick, words [0, MOE_SLOTS)) and weight (prob, the next MOE_SLOTS), as route_block and
+// route_grouped_block leave them. One warp builds it: each expert's first slot by an atomic min
+// in shared memory, the distinct experts numbered by a ballot. Every thread of the block calls
+// it (it ends on a barrier), after a barrier that published the picks.
+__device__ __forceinline__ void table_from_picks(int t_len, int k, MoeTable* s, int* scratch) {
+    const int* pick = scratch;
+    const float* prob = (const float*)(scratch + MOE_SLOTS);
+    int* u_of = scratch + 2 * MOE_SLOTS;
+    int* first_of = scratch + 3 * MOE_SLOTS;
+    const int lane = threadIdx.x & 31;
     const int slots = t_len * k;
     if (threadIdx.x < 32) {
         for (int sl = lane; sl < slots; sl += 32) first_of[pick[sl]] = MOE_SLOTS;
@@ -157,6 +176,115 @@ __device__ __forceinline__ void route_any(const unsigned short* logits, int t_le
         route_block<8>(logits, t_len, e, k, norm, s, scratch);
     else
         route_block<32>(logits, t_len, e, k, norm, s, scratch);
+}
+
+// A candidate's rank for the grouped router: a larger value first, equal values the lower id
+// first (a fixed rule the CPU body, src/model/fast/moe_grouped.rs, applies too).
+__device__ __forceinline__ bool ranks_before(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
+
+// The warp's best (value, id) by ranks_before and the score that goes with it, in every lane.
+__device__ __forceinline__ void warp_best(float& v, int& i, float& sc) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o), os = __shfl_xor_sync(0xffffffffu, sc, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ranks_before(ov, oi, v, i)) v = ov, i = oi, sc = os;
+    }
+}
+
+#define ROUTE_NONE 0x7fffffff  // the id of "no candidate": ranked after every expert
+
+// LLaDA2's group-limited sigmoid router (src/model/layers/router.rs) over `t_len` rows of router
+// logits [t_len, e] (bf16) into the table `s`: per row (a warp, expert i at lane i % 32,
+// register i / 32 as in route_block) the score sigmoid(z) and the biased score + bias[i] (f32;
+// a NaN ranks as -inf); each of the `groups` groups of e / groups experts ranked by the sum of
+// its two best biased scores (lane g sums group g from the row in shared memory; at most 32
+// groups); the `keep` best groups kept; the k best biased scores among their experts chosen;
+// weights the chosen scores over their sum (+ 1e-20, for k > 1) times `scale`. Equal values
+// rank the lower group or expert first. Then table_from_picks. `scratch`:
+// ROUTE_GROUPED_SCRATCH_WORDS(e, warps) words (the rows' biased scores after route_block's).
+#define ROUTE_GROUPED_SCRATCH_WORDS(e, warps) (ROUTE_SCRATCH_WORDS(e) + (warps) * (e))
+template <int EPL>
+__device__ void route_grouped_block(const unsigned short* logits, const float* bias, int t_len, int e, int k,
+                                    int groups, int keep, float scale, MoeTable* s, int* scratch) {
+    int* pick = scratch;
+    float* prob = (float*)(scratch + MOE_SLOTS);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float* rb = (float*)(scratch + ROUTE_SCRATCH_WORDS(e)) + (long)warp * e;  // this warp's row
+    const int size = e / groups;
+    for (int t = warp; t < t_len; t += warps) {
+        const unsigned short* z = logits + (long)t * e;
+        float sc[EPL], bv[EPL];
+        bool taken[EPL];
+#pragma unroll
+        for (int r = 0; r < EPL; ++r) {
+            const int i = r * 32 + lane;
+            float g = 0.0f, b = NEG_INF_ROUTE;
+            if (i < e) {
+                g = 1.0f / (1.0f + expf(-bf16_to_f32(z[i])));
+                b = g + bias[i];
+                if (b != b) b = NEG_INF_ROUTE;
+                rb[i] = b;
+            }
+            sc[r] = g;
+            bv[r] = b;
+            taken[r] = i >= e;
+        }
+        __syncwarp();
+        float gv = NEG_INF_ROUTE;
+        int gi = ROUTE_NONE;
+        if (lane < groups) {
+            float a = NEG_INF_ROUTE, c = NEG_INF_ROUTE;
+            for (int j = lane * size; j < (lane + 1) * size; ++j) {
+                const float x = rb[j];
+                if (x > a) c = a, a = x;
+                else if (x > c) c = x;
+            }
+            gv = a + c;
+            gi = lane;
+        }
+        unsigned kept = 0u;
+        for (int j = 0; j < keep; ++j) {
+            float v = gv, unused = 0.0f;
+            int i = gi;
+            warp_best(v, i, unused);
+            kept |= 1u << i;
+            if (gi == i) gv = NEG_INF_ROUTE, gi = ROUTE_NONE;  // taken
+        }
+        float ps = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            float v = NEG_INF_ROUTE, pv = 0.0f;
+            int i = ROUTE_NONE;
+#pragma unroll
+            for (int r = 0; r < EPL; ++r) {
+                const int x = r * 32 + lane;
+                const float b = (x < e && ((kept >> (x / size)) & 1u)) ? bv[r] : NEG_INF_ROUTE;
+                if (!taken[r] && ranks_before(b, x, v, i)) v = b, i = x, pv = sc[r];
+            }
+            warp_best(v, i, pv);
+#pragma unroll
+            for (int r = 0; r < EPL; ++r)
+                if (r * 32 + lane == i) taken[r] = true;
+            ps += pv;
+            if (lane == 0) pick[t * k + j] = i, prob[t * k + j] = pv;
+        }
+        __syncwarp();
+        if (lane < k) prob[t * k + lane] = (k > 1 ? prob[t * k + lane] / (ps + 1e-20f) : prob[t * k + lane]) * scale;
+        __syncwarp();  // the row's scores read before the warp's next row rewrites them
+    }
+    __syncthreads();
+    table_from_picks(t_len, k, s, scratch);
+}
+
+// route_grouped_block with the registers a lane needs for `e` experts (at most ROUTE_MAX_EXPERTS).
+__device__ __forceinline__ void route_grouped_any(const unsigned short* logits, const float* bias, int t_len, int e,
+                                                  int k, int groups, int keep, float scale, MoeTable* s,
+                                                  int* scratch) {
+    if (e <= 128)
+        route_grouped_block<4>(logits, bias, t_len, e, k, groups, keep, scale, s, scratch);
+    else if (e <= 256)
+        route_grouped_block<8>(logits, bias, t_len, e, k, groups, keep, scale, s, scratch);
+    else
+        route_grouped_block<32>(logits, bias, t_len, e, k, groups, keep, scale, s, scratch);
 }
 
 // The table `s` built by route_block out to `g` (the words the grouped products and the host

@@ -832,7 +832,7 @@ mod tests {
         for bad in ["sdar-1.7bb", "sdar-30b", "SDAR-1.7B", ""] {
             let e = shape(bad).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
-            assert!(e.to_string().contains("[possible values: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b]"), "{e}");
+            assert!(e.to_string().contains("[possible values: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b, llada2-mini]"), "{e}");
         }
     }
 

@@ -1,4 +1,5 @@
-//! `config.json` of a Hugging Face Qwen3 / SDAR checkpoint.
+//! `config.json` of a Hugging Face checkpoint of a family unmask knows (registry.rs): the
+//! fields every family shares, checked here, and each family's own, checked by its file.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
@@ -93,12 +94,24 @@ pub struct ModelConfig {
     /// The transformers class names; registry.rs reads them when `model_type` is not one it knows.
     #[serde(default)]
     pub architectures: Vec<String>,
+    /// LLaDA2's share of each head that RoPE rotates (llada2.rs reads it; `None`: absent).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
+    /// LLaDA2's bias switches and q/k norm switch (llada2.rs checks them; `None`: absent).
+    #[serde(default)]
+    pub use_qkv_bias: Option<bool>,
+    #[serde(default)]
+    pub use_bias: Option<bool>,
+    #[serde(default)]
+    pub use_qk_norm: Option<bool>,
     /// The mixture-of-experts fields (qwen3_moe.rs checks them; other families ignore them).
     #[serde(flatten)]
     pub moe: MoeConfig,
 }
 
-/// config.json's MoE fields, with transformers' `Qwen3MoeConfig` defaults where it has them.
+/// config.json's MoE fields, with transformers' `Qwen3MoeConfig` defaults where it has them;
+/// the fields only LLaDA2 has are `None` where absent (llada2.rs applies its config class's
+/// defaults).
 #[derive(Clone, Debug, Deserialize)]
 pub struct MoeConfig {
     #[serde(default)]
@@ -113,6 +126,25 @@ pub struct MoeConfig {
     pub decoder_sparse_step: usize,
     #[serde(default)]
     pub mlp_only_layers: Vec<usize>,
+    /// The first layers that stay dense (LLaDA2; 0, none, where absent).
+    #[serde(default)]
+    pub first_k_dense_replace: usize,
+    /// Shared experts a sparse layer adds to its routed ones (LLaDA2).
+    #[serde(default)]
+    pub num_shared_experts: Option<usize>,
+    /// LLaDA2's group-limited router: groups of experts, the groups kept, the weights' scale.
+    #[serde(default)]
+    pub n_group: Option<usize>,
+    #[serde(default)]
+    pub topk_group: Option<usize>,
+    #[serde(default)]
+    pub routed_scaling_factor: Option<f64>,
+    /// How router logits become scores (LLaDA2 spells it; `sigmoid` is the one it computes).
+    #[serde(default)]
+    pub score_function: Option<String>,
+    /// Whether sparse layers hold `mlp.gate.expert_bias` (LLaDA2; absent: they do).
+    #[serde(default)]
+    pub moe_router_enable_expert_bias: Option<bool>,
 }
 
 fn one() -> usize {
@@ -213,12 +245,43 @@ impl ModelConfig {
     }
 
     /// Whether layer `l`'s feed-forward block is a mixture of experts: as transformers decides
-    /// it, not listed in `mlp_only_layers`, experts configured, and on the `decoder_sparse_step`.
+    /// it, not listed in `mlp_only_layers`, experts configured, on the `decoder_sparse_step`, and
+    /// past the `first_k_dense_replace` dense layers (LLaDA2's rule; Qwen3-MoE has neither field
+    /// against it, LLaDA2 neither of the first two).
     pub fn is_sparse(&self, l: usize) -> bool {
         let m = &self.moe;
         m.num_experts.unwrap_or(0) > 0
             && !m.mlp_only_layers.contains(&l)
             && (l + 1).is_multiple_of(m.decoder_sparse_step.max(1))
+            && l >= m.first_k_dense_replace
+    }
+
+    /// The sizes every MoE family needs, `(num_experts, num_experts_per_tok,
+    /// moe_intermediate_size)`: present, positive, bounded (crate::limits) before experts are
+    /// allocated from them, and no more experts a row than there are.
+    pub fn expert_sizes(&self) -> Result<(usize, usize, usize)> {
+        let m = &self.moe;
+        let required = [
+            ("num_experts", m.num_experts, crate::limits::MAX_EXPERTS),
+            ("num_experts_per_tok", m.num_experts_per_tok, crate::limits::MAX_EXPERTS_PER_TOK),
+            ("moe_intermediate_size", m.moe_intermediate_size, crate::limits::MAX_MOE_INTERMEDIATE),
+        ];
+        let mut sizes = [0usize; 3];
+        for ((field, v, max), size) in required.into_iter().zip(&mut sizes) {
+            let Some(v) = v else {
+                bail!("field `{field}` is missing; model_type {:?} needs it", self.model_type)
+            };
+            if v == 0 {
+                bail!("field `{field}` must be positive");
+            }
+            crate::limits::at_most(&format!("field `{field}`"), v, max)?;
+            *size = v;
+        }
+        let [experts, k, i] = sizes;
+        if k > experts {
+            bail!("field `num_experts_per_tok` ({k}) is more than `num_experts` ({experts})");
+        }
+        Ok((experts, k, i))
     }
 
     /// The sizes every family shares, as `(field, value, largest value allowed)`: each must be
@@ -267,7 +330,10 @@ impl ModelConfig {
         let dense = 3 * h * self.intermediate_size;
         let m = &self.moe;
         let (experts, moe_i) = (m.num_experts.unwrap_or(0), m.moe_intermediate_size.unwrap_or(0));
-        let sparse = experts * h + experts * 3 * h * moe_i;
+        // the router, the routed experts and LLaDA2's shared ones (its router's `expert_bias`,
+        // one value an expert, is a buffer, not a parameter, as transformers counts them)
+        let shared = m.num_shared_experts.unwrap_or(0);
+        let sparse = experts * h + (experts + shared) * 3 * h * moe_i;
         let mlps: usize = (0..self.num_hidden_layers)
             .map(|l| if self.is_sparse(l) { sparse } else { dense })
             .sum();

@@ -1,8 +1,8 @@
 //! The network a family builds ([`Decoder`]: embedding → layers → final norm → lm_head, and its
 //! standard forward), and [`Model`], that network on a device: what the engine runs. A
-//! family's file (qwen3.rs, qwen3_moe.rs) builds the [`Decoder`] from its own tensor names;
-//! registry.rs picks the family from config.json. Where the weights are laid out for it, a
-//! pass may run the device's streamed layer instead of the standard one (fast/).
+//! family's file (qwen3.rs, qwen3_moe.rs, llada2.rs) builds the [`Decoder`] from its own tensor
+//! names; registry.rs picks the family from config.json. Where the weights are laid out for it,
+//! a pass may run the device's streamed layer instead of the standard one (fast/).
 
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};

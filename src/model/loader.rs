@@ -44,6 +44,22 @@ impl<'a> Loader<'a> {
         self.w.contains(name)
     }
 
+    /// How errors name where `name` is (the checkpoint's file that holds it).
+    pub fn origin(&self, name: &str) -> String {
+        self.w.origin(name)
+    }
+
+    /// The device the tensors are loaded on.
+    pub fn device(&self) -> &Device {
+        self.device
+    }
+
+    /// A small tensor read to the host in f32 whatever the compute dtype (a router's bias, which
+    /// ranks experts and must not round to bf16 on a bf16 device).
+    pub fn host_f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self.w.get(name, shape, DType::F32, &Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+    }
+
     /// Whether the projection or embedding `name` is kept in bf16: stored so, or rounded to it
     /// for bf16 products.
     pub(super) fn bf16(&self, name: &str) -> bool {

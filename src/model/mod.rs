@@ -1,5 +1,6 @@
-//! Loading an SDAR / Qwen3 checkpoint (Hugging Face layout) from a folder or from the bytes
-//! embedded in the binary, through one code path.
+//! Loading a checkpoint of a family unmask knows (SDAR / Qwen3, SDAR-MoE / Qwen3-MoE, LLaDA2;
+//! Hugging Face layout) from a folder or from the bytes embedded in the binary, through one
+//! code path.
 
 // How the folder is organised (docs/architecture.md): one file per family, the registry that
 // picks one, the decoder and `Model`, the shared blocks in layers/, the device fast paths in
@@ -18,6 +19,7 @@ pub mod gemv;
 pub mod hub;
 pub mod layers;
 pub mod linear;
+pub mod llada2;
 pub mod loader;
 pub mod memory;
 pub mod ops;

@@ -27,24 +27,7 @@ pub const FAMILY: Family = Family {
 /// Config: the MoE fields, bounded (crate::limits) before experts are allocated from them.
 fn check(cfg: &ModelConfig) -> Result<()> {
     let m = &cfg.moe;
-    let required = [
-        ("num_experts", m.num_experts, crate::limits::MAX_EXPERTS),
-        ("num_experts_per_tok", m.num_experts_per_tok, crate::limits::MAX_EXPERTS_PER_TOK),
-        ("moe_intermediate_size", m.moe_intermediate_size, crate::limits::MAX_MOE_INTERMEDIATE),
-    ];
-    for (field, v, max) in required {
-        let Some(v) = v else {
-            bail!("field `{field}` is missing; model_type {:?} needs it", cfg.model_type)
-        };
-        if v == 0 {
-            bail!("field `{field}` must be positive");
-        }
-        crate::limits::at_most(&format!("field `{field}`"), v, max)?;
-    }
-    let (experts, k) = (m.num_experts.unwrap_or(0), m.num_experts_per_tok.unwrap_or(0));
-    if k > experts {
-        bail!("field `num_experts_per_tok` ({k}) is more than `num_experts` ({experts})");
-    }
+    cfg.expert_sizes()?;
     if m.decoder_sparse_step == 0 {
         bail!("field `decoder_sparse_step` must be positive");
     }

@@ -17,8 +17,20 @@ use super::weights::WeightSource;
 pub struct Shape {
     pub name: &'static str,
     pub dims: Dims,
-    /// The mixture-of-experts sizes of an SDAR-MoE shape; `None`: a dense SDAR.
+    /// The mixture-of-experts sizes of an SDAR-MoE or LLaDA2 shape; `None`: a dense SDAR.
     pub moe: Option<MoeDims>,
+    /// The family its config names.
+    pub kind: Kind,
+}
+
+/// The family of a shape, and the sizes only that family has.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// SDAR (`sdar`), or SDAR-MoE (`sdar_moe`) with MoE sizes.
+    Sdar,
+    /// LLaDA2 (`llada2_moe`): the router's groups and the groups it keeps, the shared experts,
+    /// the dense layers first (`first_k_dense_replace`).
+    Llada2 { groups: usize, keep: usize, shared: usize, dense_first: usize },
 }
 
 /// The sizes every shape has.
@@ -66,8 +78,9 @@ const fn dims(
 }
 
 /// The shapes `--random-init` knows, the one place that names them. SDAR's are their Qwen3
-/// bases (head_dim 128, vocab 151936, rope_theta 1e6, no biases).
-pub const SHAPES: [Shape; 7] = [
+/// bases (head_dim 128, vocab 151936, rope_theta 1e6, no biases); LLaDA2's its released
+/// config's.
+pub const SHAPES: [Shape; 8] = [
     // the test fixture's shape (tests/fixtures/tiny-random)
     Shape {
         name: "tiny",
@@ -83,23 +96,65 @@ pub const SHAPES: [Shape; 7] = [
             mask: 353,
         },
         moe: None,
+        kind: Kind::Sdar,
     },
-    Shape { name: "qwen3-0.6b", dims: dims(1024, 28, 16, 8, 3072, true), moe: None },
+    Shape {
+        name: "qwen3-0.6b",
+        dims: dims(1024, 28, 16, 8, 3072, true),
+        moe: None,
+        kind: Kind::Sdar,
+    },
     // untied lm_head, as in docs/perf.md's PyTorch anchor (4.06 GB of bf16 weights)
-    Shape { name: "sdar-1.7b", dims: dims(2048, 28, 16, 8, 6144, false), moe: None },
-    Shape { name: "sdar-4b", dims: dims(2560, 36, 32, 8, 9728, false), moe: None },
-    Shape { name: "sdar-8b", dims: dims(4096, 36, 32, 8, 12288, false), moe: None },
+    Shape {
+        name: "sdar-1.7b",
+        dims: dims(2048, 28, 16, 8, 6144, false),
+        moe: None,
+        kind: Kind::Sdar,
+    },
+    Shape {
+        name: "sdar-4b",
+        dims: dims(2560, 36, 32, 8, 9728, false),
+        moe: None,
+        kind: Kind::Sdar,
+    },
+    Shape {
+        name: "sdar-8b",
+        dims: dims(4096, 36, 32, 8, 12288, false),
+        moe: None,
+        kind: Kind::Sdar,
+    },
     // a small MoE of the same head geometry, for quick GPU runs
     Shape {
         name: "moe-small",
         dims: dims(1024, 8, 16, 4, 3072, false),
         moe: Some(MoeDims { experts: 64, per_token: 8, intermediate: 512 }),
+        kind: Kind::Sdar,
     },
     // SDAR-30B-A3B (sdar_moe): 48 sparse layers of 128 experts, 8 a row, 32/4 heads
     Shape {
         name: "sdar-30b-a3b",
         dims: dims(2048, 48, 32, 4, 6144, false),
         moe: Some(MoeDims { experts: 128, per_token: 8, intermediate: 768 }),
+        kind: Kind::Sdar,
+    },
+    // LLaDA2.0/2.1-mini (llada2_moe, 16B): 20 layers, the first dense (5120), then 256 experts
+    // of 512 in 8 groups (4 kept), 8 a row, one shared expert; 16/4 heads of 128, half of each
+    // rotated; vocab 157184 with `<|mask|>` at 156895
+    Shape {
+        name: "llada2-mini",
+        dims: Dims {
+            hidden: 2048,
+            layers: 20,
+            heads: 16,
+            kv_heads: 4,
+            head_dim: 128,
+            intermediate: 5120,
+            vocab: 157184,
+            tied: false,
+            mask: 156895,
+        },
+        moe: Some(MoeDims { experts: 256, per_token: 8, intermediate: 512 }),
+        kind: Kind::Llada2 { groups: 8, keep: 4, shared: 1, dense_first: 1 },
     },
 ];
 
@@ -143,6 +198,11 @@ impl Shape {
 
     /// Its `config.json`, as JSON.
     pub fn json(&self) -> serde_json::Value {
+        if let (Kind::Llada2 { groups, keep, shared, dense_first }, Some(m)) =
+            (&self.kind, &self.moe)
+        {
+            return llada2_json(&self.dims, m, (*groups, *keep, *shared, *dense_first));
+        }
         let d = &self.dims;
         let mut json = serde_json::json!({
             "model_type": "sdar",
@@ -174,6 +234,77 @@ impl Shape {
         }
         json
     }
+}
+
+/// LLaDA2's `config.json` of these sizes (the released config's fields, `rope_theta` 600000,
+/// half of each head rotated); `block_size` 4, not one of its fields, so that a benchmark's
+/// blocks are SDAR's shapes' (a flag sets any other).
+fn llada2_json(
+    d: &Dims,
+    m: &MoeDims,
+    (groups, keep, shared, dense_first): (usize, usize, usize, usize),
+) -> serde_json::Value {
+    serde_json::json!({
+        "model_type": "llada2_moe",
+        "architectures": ["LLaDA2MoeModelLM"],
+        "vocab_size": d.vocab,
+        "hidden_size": d.hidden,
+        "intermediate_size": d.intermediate,
+        "num_hidden_layers": d.layers,
+        "num_attention_heads": d.heads,
+        "num_key_value_heads": d.kv_heads,
+        "head_dim": d.head_dim,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 600000.0,
+        "partial_rotary_factor": 0.5,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": d.tied,
+        "block_size": 4,
+        "mask_token_id": d.mask,
+        "num_experts": m.experts,
+        "num_experts_per_tok": m.per_token,
+        "moe_intermediate_size": m.intermediate,
+        "n_group": groups,
+        "topk_group": keep,
+        "num_shared_experts": shared,
+        "first_k_dense_replace": dense_first,
+        "routed_scaling_factor": 2.5,
+        "score_function": "sigmoid",
+        "moe_router_enable_expert_bias": true,
+        "use_qkv_bias": false,
+        "use_bias": false,
+        "use_qk_norm": true,
+    })
+}
+
+/// A random LLaDA2 of three layers, the first dense, heads of 128 (what the streamed layer's
+/// kernels take): `(hidden, heads, kv heads, vocab, dense intermediate)` and `(experts, experts
+/// a row, expert intermediate)`, the experts in `groups` groups of which `keep` are kept, one
+/// shared expert. For tests of the LLaDA2 paths (moe_grouped.rs, check-device).
+pub fn three_layer_llada2(
+    (h, qh, kvh, v, i): (usize, usize, usize, usize, usize),
+    (experts, k, moe_i): (usize, usize, usize),
+    (groups, keep): (usize, usize),
+) -> ModelConfig {
+    let dims = Dims {
+        hidden: h,
+        layers: 3,
+        heads: qh,
+        kv_heads: kvh,
+        head_dim: 128,
+        intermediate: i,
+        vocab: v,
+        tied: false,
+        mask: v as u32 - 1,
+    };
+    let mut json = llada2_json(
+        &dims,
+        &MoeDims { experts, per_token: k, intermediate: moe_i },
+        (groups, keep, 1, 1),
+    );
+    json["max_position_embeddings"] = 4096.into();
+    crate::model::registry::parse_config(&json.to_string(), "a three-layer LLaDA2")
+        .expect("a valid config")
 }
 
 /// A random SDAR-MoE of three layers, the middle one dense (`mlp_only_layers`), heads of 128
@@ -363,8 +494,10 @@ impl WeightSource for RandomWeights {
         Ok(t.to_dtype(dtype)?)
     }
 
+    /// Every weight of the shape, but biases (no family here computes one; LLaDA2 refuses one
+    /// its config does not ask for) and a tied lm_head.
     fn contains(&self, name: &str) -> bool {
-        name != "lm_head.weight" || !self.tied
+        !name.ends_with(".bias") && (name != "lm_head.weight" || !self.tied)
     }
 
     fn stored(&self, _name: &str) -> Option<DType> {
@@ -468,7 +601,12 @@ mod tests {
                 )
             });
             assert_eq!(got, moe, "{}", s.name);
-            assert_eq!(c.model_type, if moe.is_some() { "sdar_moe" } else { "sdar" }, "{}", s.name);
+            let want = match (&s.kind, moe.is_some()) {
+                (Kind::Llada2 { .. }, _) => "llada2_moe",
+                (Kind::Sdar, true) => "sdar_moe",
+                (Kind::Sdar, false) => "sdar",
+            };
+            assert_eq!(c.model_type, want, "{}", s.name);
             assert_eq!(shape(s.name).unwrap(), s, "one shape per name");
         }
         let c = shape_config("sdar-30b-a3b").unwrap();
@@ -476,6 +614,14 @@ mod tests {
             (c.hidden_size, c.num_hidden_layers, c.moe_info().unwrap().sparse_layers.len()),
             (2048, 48, 48)
         );
+        // LLaDA2-mini: 16.26B parameters, layer 0 dense, 19 sparse layers of 256 + 1 experts
+        let c = shape_config("llada2-mini").unwrap();
+        assert_eq!(
+            (c.hidden_size, c.num_hidden_layers, c.moe_info().unwrap().sparse_layers.len()),
+            (2048, 20, 19)
+        );
+        assert_eq!(c.num_params(), 16_255_638_528);
+        assert_eq!((c.head_dim(), c.partial_rotary_factor, c.vocab_size), (128, Some(0.5), 157184));
         let c = shape_config("sdar-1.7b").unwrap();
         assert_eq!(
             (c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size),
@@ -492,7 +638,7 @@ mod tests {
         assert_eq!((c.hidden_size, c.intermediate_size), (4096, 12288));
         assert_eq!(
             shape_config("sdar-3b").unwrap_err().to_string(),
-            "--random-init sdar-3b: unknown shape; known: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b"
+            "--random-init sdar-3b: unknown shape; known: tiny, qwen3-0.6b, sdar-1.7b, sdar-4b, sdar-8b, moe-small, sdar-30b-a3b, llada2-mini"
         );
     }
 

@@ -32,7 +32,8 @@ pub struct Family {
     pub decoding: fn(&GenerationConfig, Option<&str>) -> Option<GenerationConfig>,
 }
 
-pub static FAMILIES: &[Family] = &[super::qwen3::FAMILY, super::qwen3_moe::FAMILY];
+pub static FAMILIES: &[Family] =
+    &[super::qwen3::FAMILY, super::qwen3_moe::FAMILY, super::llada2::FAMILY];
 
 /// Parses and checks `config.json` (`origin` names the file in errors): the fields every family
 /// shares, then the family's own. Every config goes through here.

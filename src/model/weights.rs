@@ -46,6 +46,10 @@ pub trait WeightSource {
     fn bf16_bytes(&self, _name: &str, _shape: &[usize]) -> Option<&[u8]> {
         None
     }
+    /// How errors name where `name` is (a checkpoint's file that holds it).
+    fn origin(&self, _name: &str) -> String {
+        "the weights".to_string()
+    }
 }
 
 impl WeightSource for Weights {
@@ -64,6 +68,12 @@ impl WeightSource for Weights {
         let shard = &self.shards[*self.index.get(name)?];
         let view = parse(shard).ok()?.tensor(name).ok()?;
         (view.dtype() == safetensors::Dtype::BF16 && view.shape() == shape).then(|| view.data())
+    }
+    fn origin(&self, name: &str) -> String {
+        match self.index.get(name) {
+            Some(&i) => self.shards[i].label.clone(),
+            None => self.describe(),
+        }
     }
 }
 

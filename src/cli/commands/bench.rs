@@ -199,19 +199,20 @@ pub fn pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize) -> usize {
     moe_pass_bytes(cfg, rows, elem, 0.0)
 }
 
-/// [`pass_bytes`] of a model with sparse layers, each of which reads its router and the
-/// `experts` distinct experts the pass's rows were routed to (a mean, counted on the device:
-/// `Model::moe_stats`); dense layers as in [`pass_bytes`].
+/// [`pass_bytes`] of a model with sparse layers, each of which reads its router, its shared
+/// experts (LLaDA2) and the `experts` distinct experts the pass's rows were routed to (a mean,
+/// counted on the device: `Model::moe_stats`); dense layers as in [`pass_bytes`].
 pub fn moe_pass_bytes(cfg: &ModelConfig, rows: usize, elem: usize, experts: f64) -> usize {
     let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (q, kv) = (cfg.num_attention_heads * d, cfg.kv_heads() * d);
     let attn = h * (q + 2 * kv) + q * h + 2 * h + 2 * d;
     let (n_experts, moe_i) =
         (cfg.moe.num_experts.unwrap_or(0), cfg.moe.moe_intermediate_size.unwrap_or(0));
+    let shared = cfg.moe.num_shared_experts.unwrap_or(0) * 3 * h * moe_i;
     let layers: f64 = (0..cfg.num_hidden_layers)
         .map(|l| {
             if cfg.is_sparse(l) {
-                (attn + n_experts * h) as f64 + experts * (3 * h * moe_i) as f64
+                (attn + n_experts * h + shared) as f64 + experts * (3 * h * moe_i) as f64
             } else {
                 (attn + 3 * h * i) as f64
             }
@@ -231,15 +232,18 @@ pub fn kv_bytes(cfg: &ModelConfig, keys: usize, elem: usize) -> usize {
 
 /// Floating-point operations (2 per multiply-add) of a pass of `rows` rows over `keys` keys
 /// on average, `head_rows` of which go through lm_head (the block's): every layer's
-/// projections (a sparse layer: its router and `num_experts_per_tok` experts a row), the
-/// attention's two products, lm_head.
+/// projections (a sparse layer: its router, `num_experts_per_tok` experts a row and its shared
+/// experts), the attention's two products, lm_head.
 pub fn pass_flops(cfg: &ModelConfig, rows: usize, head_rows: usize, keys: f64) -> f64 {
     let (h, d, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (heads, kv) = (cfg.num_attention_heads, cfg.kv_heads());
     let attn_proj = h * (heads + 2 * kv) * d + heads * d * h;
     let m = &cfg.moe;
     let sparse = m.num_experts.unwrap_or(0) * h
-        + m.num_experts_per_tok.unwrap_or(0) * 3 * h * m.moe_intermediate_size.unwrap_or(0);
+        + (m.num_experts_per_tok.unwrap_or(0) + m.num_shared_experts.unwrap_or(0))
+            * 3
+            * h
+            * m.moe_intermediate_size.unwrap_or(0);
     let per_row: usize = (0..cfg.num_hidden_layers)
         .map(|l| attn_proj + if cfg.is_sparse(l) { sparse } else { 3 * h * i })
         .sum();
@@ -1040,6 +1044,26 @@ mod tests {
         assert_eq!(pass_bytes(&tied, 4, 2), pass_bytes(&tied, 8, 2));
         assert_eq!(pass_bytes(&tied, 4, 2), 2 * tied.num_params(), "tied: every weight once");
         assert_eq!(pass_bytes(&c, 4, 4), 2 * pass_bytes(&c, 4, 2));
+    }
+
+    /// LLaDA2-mini's block pass reads, in each of its 19 sparse layers, the router, the shared
+    /// expert and the distinct routed experts (the device's count); its dense layer 0 a SwiGLU
+    /// of 5120.
+    #[test]
+    fn a_llada2_pass_reads_its_shared_expert_and_the_distinct_experts() {
+        let c = shape_config("llada2-mini").unwrap();
+        let expert = 3 * 2048 * 512 * 2;
+        let (none, some) = (moe_pass_bytes(&c, 4, 2, 0.0), moe_pass_bytes(&c, 4, 2, 20.0));
+        assert_eq!(some - none, 19 * 20 * expert);
+        let mut alone = c.clone();
+        alone.moe.num_shared_experts = Some(0);
+        assert_eq!(none - moe_pass_bytes(&alone, 4, 2, 0.0), 19 * expert);
+        // every expert a layer, read once: the weights but the embedding's unread rows
+        let all = moe_pass_bytes(&c, 4, 2, 256.0);
+        assert_eq!(all, 2 * (c.num_params() - (c.vocab_size - 4) * 2048));
+        // its FLOPs count the shared expert beside the 8 routed ones a row
+        let (f, g) = (pass_flops(&c, 1, 0, 0.0), pass_flops(&alone, 1, 0, 0.0));
+        assert_eq!(f - g, 2.0 * 19.0 * (3 * 2048 * 512) as f64);
     }
 
     /// qwen3-0.6b (28 layers, 8 KV heads of 128, 16 query heads): a 4096-key f32 cache is

@@ -5,7 +5,10 @@
 //!    block-causal prefill, a cached denoising pass, and the same denoising pass in the
 //!    fixed-shape form that CUDA graphs replay (whole-cache window, mask); with real head
 //!    geometry also through the streamed layer (`Model::use_row_weights`), and the streamed
-//!    layer's attention kernels alone (staged, split, plain) against the CPU's.
+//!    layer's attention kernels alone (staged, split, plain) against the CPU's; a random
+//!    SDAR-MoE and a random LLaDA2 (grouped sigmoid router, shared expert, half of each head
+//!    rotated) of real head geometry, and the grouped route kernel alone. `--model` names the
+//!    test checkpoint: tests/fixtures/tiny-random, or tests/fixtures/tiny-llada2 for LLaDA2's.
 //! 2. The device sampler against the reference sampler on the same logits: the model's, and
 //!    synthetic rows of a real vocabulary (bf16 ties included) for greedy and for
 //!    temperature / top-k / top-p settings.
@@ -139,6 +142,132 @@ fn moe_checks(rep: &mut Report, dev: &Device, capacity: usize, paths: PathChoice
         if let Some((touched, passes)) = g.moe_stats()? {
             println!("MoE {dt:?}: {:.1} distinct experts per sparse layer per pass ({passes} layer passes)", touched as f64 / passes.max(1) as f64);
         }
+    }
+    Ok(())
+}
+
+/// A random LLaDA2 of real head geometry (16/4 heads of 128, half of each rotated; top 8 of 32
+/// experts in 8 groups of which 4 are kept; a shared expert), its first layer dense: the GPU in
+/// f32 (the standard layer, the host router) against the CPU in f32; in bf16 (the streamed
+/// layer: the grouped sigmoid route kernel, the shared expert's two gemvs, q/k prep rotating
+/// half a head) against the CPU running the streamed layer's own bodies in bf16. The grouped
+/// router decides at many cuts a row, so roundings that differ between the two (the gemv's sums
+/// in another order) can flip a near tie, as they do between the CPU in bf16 and in f32: the
+/// bf16 limit leaves room for such rows (they flip between nearly equal experts: 3 of 8 rows
+/// moved the logits by 1.3e-2 between the CPU's standard and streamed layers), whose count is
+/// printed; a broken route or shared expert moves them by far more. The route kernel itself is
+/// held to its body exactly ([`grouped_route_checks`]).
+fn llada2_checks(
+    rep: &mut Report,
+    dev: &Device,
+    capacity: usize,
+    paths: PathChoices,
+) -> Result<()> {
+    let cfg =
+        crate::model::random::three_layer_llada2((1024, 16, 4, 32000, 3072), (32, 8, 512), (8, 4));
+    let weights = || {
+        let mut w = RandomWeights::on_host(&cfg, 11);
+        w.std = 0.05;
+        w
+    };
+    let prompt: Vec<u32> = (0..10u32).map(|i| i * 997 + 13).collect();
+    let block = [5u32, 31999, 31999, 7];
+    let label = "LLaDA2 16/4x128 rotary 64, top 8 of 32 in 8 groups, shared expert";
+    let names = ["prefill", "cached denoise", "fixed-window denoise"];
+    let denoise_routes = |m: &Model| -> Result<Vec<crate::model::LayerRoutes>> {
+        let mut cache = m.new_cache(capacity)?;
+        m.forward(&prompt, &mut cache, block.len(), prompt.len())?;
+        Ok(m.forward_routed(&block, &mut cache, block.len(), 0)?.1)
+    };
+    let cpu = Model::load(&cfg, &weights(), with(DType::F32, paths), &Device::Cpu)?;
+    let want = three_passes(&cpu, &prompt, &block, capacity)?;
+    let g = Model::load(&cfg, &weights(), with(DType::F32, paths), dev)?;
+    let got = three_passes(&g, &prompt, &block, capacity)?;
+    for (name, (a, b)) in names.iter().zip(got.iter().zip(&want)) {
+        let what = format!("logits {label} F32 standard {name}");
+        rep.check(what, rel_err(a, b)?, 1e-4, "rel. L2 error vs CPU f32");
+    }
+    let mut cpu = Model::load(&cfg, &weights(), with(DType::BF16, paths), &Device::Cpu)?;
+    cpu.use_row_weights()?;
+    let want = three_passes(&cpu, &prompt, &block, capacity)?;
+    let g = Model::load(&cfg, &weights(), with(DType::BF16, paths), dev)?;
+    let path =
+        if g.streams(block.len(), capacity) { "streamed (grouped experts)" } else { "standard" };
+    if dev.is_cuda() && path == "standard" {
+        bail!("LLaDA2: the streamed layer does not take a bf16 block pass on the GPU");
+    }
+    let got = three_passes(&g, &prompt, &block, capacity)?;
+    for (name, (a, b)) in names.iter().zip(got.iter().zip(&want)) {
+        let what = format!("logits {label} BF16 {path} {name}");
+        rep.check(what, rel_err(a, b)?, 1e-1, "rel. L2 error vs the CPU's streamed bodies, bf16");
+    }
+    // a near tie flips between nearly equal experts: the logits above are the measure, this
+    // count is what they are read with
+    let (a, b) = (denoise_routes(&g)?, denoise_routes(&cpu)?);
+    let rows: Vec<bool> = a
+        .iter()
+        .zip(&b)
+        .flat_map(|(x, y)| x.rows.iter().zip(&y.rows).map(|(p, q)| p.experts == q.experts))
+        .collect();
+    let differ = rows.iter().filter(|same| !**same).count();
+    println!(
+        "LLaDA2 BF16 {path}: {differ} of {} (row, sparse layer) pairs of the cached denoise routed otherwise than on the CPU",
+        rows.len()
+    );
+    if let Some((touched, passes)) = g.moe_stats()? {
+        println!(
+            "LLaDA2 BF16: {:.1} distinct experts per sparse layer per pass ({passes} layer passes)",
+            touched as f64 / passes.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+/// The grouped sigmoid route op alone (moe_grouped.rs, `ExpertsUpInto` with
+/// `RouteRule::GroupedSigmoid`: on the GPU the `unmask_moe_route_grouped` kernel) against its
+/// CPU body on the same bf16 logits, for LLaDA2-mini's router (8 rows, 256 experts in 8 groups,
+/// 4 kept, top 8) and the test fixture's (8 experts in 4 groups, 2 kept, top 2, and a row of
+/// equal logits, a tie of groups and of experts): the same experts in the same order, the same
+/// weights within 1e-5, the distinct experts counted.
+fn grouped_route_checks(rep: &mut Report, dev: &Device) -> Result<()> {
+    use crate::model::fast::moe_grouped::{new_tables, read_stats, read_table, route_grouped};
+    use crate::model::fast::moe_grouped::{ExpertsUpInto, RouteRule};
+    use crate::model::layers::router::GroupedSigmoid;
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for (e, groups, keep, k, h, i) in [(256, 8, 4, 8, 64, 32), (8, 4, 2, 2, 64, 32)] {
+        let t = 8;
+        let bias: Vec<f32> = (0..e).map(|_| (rng.random::<f32>() - 0.5) * 0.1).collect();
+        let mut z: Vec<f32> = (0..t * e).map(|_| (rng.random::<f32>() - 0.5) * 8.0).collect();
+        z[..e].iter_mut().for_each(|v| *v = 0.0); // row 0: every score 0.5, the bias decides
+        let router = GroupedSigmoid { bias: bias.clone(), groups, keep, scale: 2.5 };
+        let logits = Tensor::from_vec(z, (t, e), dev)?.to_dtype(DType::BF16)?;
+        let host: Vec<f32> = logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let want = route_grouped(&host, t, e, k, &router);
+        let bias_t = Tensor::from_slice(&bias, e, dev)?;
+        let tables = new_tables(1, dev)?;
+        let x = Tensor::randn(0f32, 1.0, (t, h), dev)?.to_dtype(DType::BF16)?;
+        let w = Tensor::randn(0f32, 0.05, (e, 2 * i, h), dev)?.to_dtype(DType::BF16)?;
+        let act = Tensor::zeros((t * k, i), DType::BF16, dev)?;
+        let rule = RouteRule::GroupedSigmoid { router: &router, bias: &bias_t };
+        ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, rule, eps: 1e-6 }
+            .run(&act, &x, &w)?;
+        let got = read_table(&tables, 0, t)?;
+        let what = format!(
+            "grouped route {t} rows, {e} experts in {groups} groups ({keep} kept), top {k}"
+        );
+        let order =
+            (0..t).filter(|&r| got.row(r).map(|x| x.0).ne(want.row(r).map(|x| x.0))).count();
+        rep.check(format!("{what}: rows with other experts"), order as f64, 0.0, "vs the CPU body");
+        let dw = got.weight.iter().zip(&want.weight).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        rep.check(format!("{what}: max |d weight|"), dw as f64, 1e-5, "vs the CPU body");
+        let (touched, passes) = read_stats(&tables)?;
+        let stats_ok = (touched as usize, passes) == (want.experts.len(), 1);
+        rep.check(
+            format!("{what}: distinct experts counted"),
+            f64::from(!stats_ok),
+            0.0,
+            format!("{touched} in {passes} pass, want {}", want.experts.len()),
+        );
     }
     Ok(())
 }
@@ -554,6 +683,21 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
     let want = three_passes(&cpu.model, &prompt, &block, capacity)?;
     let mut rng = ChaCha8Rng::seed_from_u64(1);
 
+    // A routed checkpoint (tests/fixtures/tiny-llada2) in bf16 is held against the CPU in bf16
+    // on the same path: its routers decide at cuts where bf16's roundings flip near ties against
+    // f32 (0.27 on the CPU's own generic chain), which would say nothing of the device.
+    let sparse = cpu.config.moe_info().is_some();
+    let bf16_reference = |g: &Model| -> Result<[Tensor; 3]> {
+        let mut m =
+            Checkpoint::load(&Source::Dir(dir.clone()), &Device::Cpu, with(DType::BF16, paths))?
+                .model;
+        if g.streams(block.len(), capacity) {
+            m.use_row_weights()?;
+        }
+        m.set_fused(g.fused());
+        three_passes(&m, &prompt, &block, capacity)
+    };
+
     // 1 + 2a: logits and sampler on the model's logits; fused kernels and generic chains
     // bf16: the CPU in bf16 lands at ~1.9e-2 on this checkpoint (weights and activations rounded)
     for (dt, limit) in [(DType::BF16, 4e-2), (DType::F32, 1e-4)] {
@@ -562,16 +706,16 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
             g.model.set_fused(fused);
             let path = if g.model.fused() { "fused" } else { "generic" };
             let got = three_passes(&g.model, &prompt, &block, capacity)?;
+            let (reference, against) = if sparse && dt == DType::BF16 {
+                (bf16_reference(&g.model)?, "rel. L2 error vs CPU bf16, the same path")
+            } else {
+                (want.clone(), "rel. L2 error vs CPU f32")
+            };
             for (name, (a, b)) in ["prefill", "cached denoise", "fixed-window denoise"]
                 .iter()
-                .zip(got.iter().zip(&want))
+                .zip(got.iter().zip(&reference))
             {
-                rep.check(
-                    format!("logits {dt:?} {path} {name}"),
-                    rel_err(a, b)?,
-                    limit,
-                    "rel. L2 error vs CPU f32",
-                );
+                rep.check(format!("logits {dt:?} {path} {name}"), rel_err(a, b)?, limit, against);
             }
         }
         g.model.set_fused(true);
@@ -649,6 +793,8 @@ pub fn run(args: &CheckDeviceArgs) -> Result<()> {
 
     // 1c: the MoE block (grouped kernels on the streamed layer) and long caches (split-K attention)
     moe_checks(&mut rep, &dev, capacity, paths)?;
+    llada2_checks(&mut rep, &dev, capacity, paths)?;
+    grouped_route_checks(&mut rep, &dev)?;
     long_cache_checks(&mut rep, &dev, paths)?;
     attention_into_checks(&mut rep, &dev)?;
 
@@ -741,6 +887,19 @@ mod tests {
             rep.checks.iter().all(|c| c.pass && c.value == 0.0),
             "{:?}",
             rep.checks.iter().map(|c| (&c.name, c.value)).collect::<Vec<_>>()
+        );
+    }
+
+    /// The grouped route checks hold on the host too (where the op is the CPU body itself).
+    #[test]
+    fn grouped_route_checks_pass_on_the_cpu() {
+        let mut rep = Report::default();
+        grouped_route_checks(&mut rep, &Device::Cpu).unwrap();
+        assert_eq!(rep.checks.len(), 6);
+        assert!(
+            rep.checks.iter().all(|c| c.pass && c.value == 0.0),
+            "{:?}",
+            rep.checks.iter().map(|c| (&c.name, c.value, &c.detail)).collect::<Vec<_>>()
         );
     }
 

@@ -19,8 +19,8 @@ use half::bf16;
 
 use super::launch::{aligned, held_aligned, held_storage, Args};
 use crate::model::fast::moe_grouped::{
-    expert_layout, route_scratch_bytes, ExpertsDownInto, ExpertsUpInto, MAX_SLOTS, STATS_WORDS,
-    TABLE_WORDS,
+    expert_layout, route_grouped_scratch_bytes, route_scratch_bytes, ExpertsDownInto,
+    ExpertsUpInto, RouteRule, MAX_SLOTS, STATS_WORDS, TABLE_WORDS,
 };
 use crate::model::gemv::{entry_name, grouped_split, Epilogue, Split};
 
@@ -103,17 +103,20 @@ pub fn experts_up(
     unsafe { b.launch(&f, cfg) }
 }
 
-/// The routing: one block of 32 T threads writes the layer's table.
+/// The routing: one block of 32 T threads writes the layer's table, by the softmax router
+/// (`unmask_moe_route`) or LLaDA2's grouped sigmoid one (`unmask_moe_route_grouped`).
 fn route(op: &ExpertsUpInto<'_>, (t, e): (usize, usize), dev: &CudaDevice) -> Result<()> {
-    let f = dev.get_or_load_custom_func(
-        "unmask_moe_route",
-        super::gemv::MODULE,
-        super::gemv::ptx(dev)?,
-    )?;
+    let (name, smem) = match op.rule {
+        RouteRule::Softmax { .. } => ("unmask_moe_route", route_scratch_bytes(e)),
+        RouteRule::GroupedSigmoid { .. } => {
+            ("unmask_moe_route_grouped", route_grouped_scratch_bytes(e, t))
+        }
+    };
+    let f = dev.get_or_load_custom_func(name, super::gemv::MODULE, super::gemv::ptx(dev)?)?;
     let cfg = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (32 * t as u32, 1, 1),
-        shared_mem_bytes: route_scratch_bytes(e) as u32,
+        shared_mem_bytes: smem as u32,
     };
     let n = op.tables.elem_count();
     let (lg, tg) = (op.logits.storage_and_layout(), op.tables.storage_and_layout());
@@ -122,19 +125,51 @@ fn route(op: &ExpertsUpInto<'_>, (t, e): (usize, usize), dev: &CudaDevice) -> Re
         words(&tg, op.layer * TABLE_WORDS, TABLE_WORDS)?,
         words(&tg, n - STATS_WORDS, STATS_WORDS)?,
     );
+    let bias_held = match op.rule {
+        RouteRule::GroupedSigmoid { bias, .. } => Some(bias.storage_and_layout()),
+        RouteRule::Softmax { .. } => None,
+    };
+    let bias =
+        bias_held.as_ref().map(|g| held_aligned::<f32>(g, "moe: router bias")).transpose()?;
     let stream = dev.cuda_stream();
     let mut b = Args::new(&stream);
-    b.input(&logits)
-        .input(&table)
-        .input(&stats)
-        .i32(t as i32)
-        .i32(e as i32)
-        .i32(op.k as i32)
-        .i32(i32::from(op.norm));
-    // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2], t, e, k,
-    // norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the tables hold the
-    // layer; the scratch fits e experts (at most 4.8 KB).
-    unsafe { b.launch(&f, cfg) }
+    match (op.rule, &bias) {
+        (RouteRule::Softmax { norm }, _) => {
+            b.input(&logits)
+                .input(&table)
+                .input(&stats)
+                .i32(t as i32)
+                .i32(e as i32)
+                .i32(op.k as i32)
+                .i32(i32::from(norm));
+            // SAFETY: kernels/gemv.cu's unmask_moe_route(logits [t, e] bf16, MoeTable*, u64[2],
+            // t, e, k, norm); the up op's dims checked t <= 8, k <= 8, e <= 1024 and that the
+            // tables hold the layer; the scratch fits e experts (at most 4.8 KB).
+            unsafe { b.launch(&f, cfg) }
+        }
+        (RouteRule::GroupedSigmoid { router, .. }, Some(bias)) => {
+            b.input(&logits)
+                .input(bias)
+                .input(&table)
+                .input(&stats)
+                .i32(t as i32)
+                .i32(e as i32)
+                .i32(op.k as i32)
+                .i32(router.groups as i32)
+                .i32(router.keep as i32)
+                .f32(router.scale);
+            // SAFETY: kernels/gemv.cu's unmask_moe_route_grouped(logits [t, e] bf16, bias [e]
+            // f32, MoeTable*, u64[2], t, e, k, groups, keep, scale); the up op's dims checked t
+            // <= 8, k <= 8, e <= 1024, the tables hold the layer, and (`check_rule`) the bias
+            // [e] f32, at most 32 groups dividing e into groups of two or more, k within the
+            // kept groups; the scratch fits e experts and t rows (at most 37.6 KB, under the 48
+            // KB a block has without opting in).
+            unsafe { b.launch(&f, cfg) }
+        }
+        (RouteRule::GroupedSigmoid { .. }, None) => {
+            candle_core::bail!("moe route: the grouped router's bias is not held")
+        }
+    }
 }
 
 pub fn experts_down(

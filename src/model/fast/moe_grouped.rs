@@ -12,13 +12,17 @@
 //! Numbers as the kernels round them: router logits bf16 (the norm-folded gemv), softmax in f32,
 //! the top k ranked by logit (equal logits: the lower expert id first, a fixed rule the kernel
 //! can apply cheaply; PyTorch's own order on exact ties is that of its sorts, which the CPU path
-//! reproduces in topk.rs, so the two can differ only where two router logits are bit-equal),
+//! reproduces in topk.rs, so the two can differ only where two router logits are bit-equal);
+//! or LLaDA2's grouped sigmoid router ([`RouteRule::GroupedSigmoid`], layers/router.rs) in f32
+//! with the same rule on ties (of groups and of experts);
 //! each expert's gate and up products rounded to bf16 before
 //! silu(gate) * up, the down product rounded to bf16 then times the routing weight in f32, the
 //! k choices of a row summed in order in f32, rounded to bf16, plus the residual.
 
 use candle_core::{CpuStorage, DType, Layout, Result, Tensor};
 use half::bf16;
+
+use crate::model::layers::router::{best_two_sum, sigmoid, GroupedSigmoid};
 
 use crate::model::gemv::{
     experts_dims, gemv_scaled, halves_fit, rms_inv_rows, rows_of, silu_mul_rows, WeightLayout,
@@ -47,6 +51,25 @@ pub const STATS_WORDS: usize = 4;
 /// ROUTE_SCRATCH_WORDS(e) u32 words.
 pub fn route_scratch_bytes(e: usize) -> usize {
     (3 * MAX_SLOTS + e) * 4
+}
+
+/// Shared memory the grouped route kernel takes for `e` experts and `t` rows (a warp a row):
+/// kernels/moe.cuh's ROUTE_GROUPED_SCRATCH_WORDS(e, t) u32 words, at most 37.6 KB.
+pub fn route_grouped_scratch_bytes(e: usize, t: usize) -> usize {
+    route_scratch_bytes(e) + t * e * 4
+}
+
+/// Groups the grouped route kernel takes at most (a lane a group).
+pub const MAX_GROUPS: usize = 32;
+
+/// How the route op ranks and weighs a row's experts (a
+/// [`MoeBlock`](crate::model::layers::moe::MoeBlock)'s routing): softmax top-k, or LLaDA2's
+/// grouped sigmoid router, whose bias the kernel reads from `bias` (the router's `[experts]` f32
+/// on the device; the CPU body reads the router's own).
+#[derive(Clone, Copy, Debug)]
+pub enum RouteRule<'a> {
+    Softmax { norm: bool },
+    GroupedSigmoid { router: &'a GroupedSigmoid, bias: &'a Tensor },
 }
 
 /// One layer's routing of one pass (kernels/gemv.cu's `MoeTable`).
@@ -117,16 +140,7 @@ impl Table {
 /// Routes `t` rows of router logits `[t, e]`: softmax over all experts in f32, the top `k` by
 /// logit (exact ties: the lower id; see the module's note), renormalised to sum 1 if `norm`. The table the kernels read.
 pub fn route(logits: &[f32], t: usize, e: usize, k: usize, norm: bool) -> Table {
-    let mut table = Table {
-        k,
-        experts: Vec::new(),
-        rows: Vec::new(),
-        slot: Vec::new(),
-        topk: Vec::new(),
-        weight: Vec::new(),
-    };
-    for r in 0..t {
-        let z = &logits[r * e..(r + 1) * e];
+    table_of(logits, t, e, k, |z| {
         let mx = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f32 = z.iter().map(|v| (v - mx).exp()).sum();
         let mut order: Vec<usize> = (0..e).collect();
@@ -137,7 +151,67 @@ pub fn route(logits: &[f32], t: usize, e: usize, k: usize, norm: bool) -> Table 
             let s: f32 = probs.iter().sum();
             probs.iter_mut().for_each(|p| *p /= s);
         }
-        for (j, (&ex, p)) in order[..k].iter().zip(probs).enumerate() {
+        order.truncate(k);
+        (order, probs)
+    })
+}
+
+/// Routes `t` rows of router logits `[t, e]` by LLaDA2's grouped sigmoid router `g`, as
+/// kernels/moe.cuh's route_grouped_block does: scores sigmoid(z) in f32, biased scores plus
+/// `g.bias` (a NaN ranks as -inf), each group ranked by its two best biased scores summed, the
+/// `g.keep` best groups' experts ranked by biased score, the top `k` weighted by their scores
+/// over their sum (+ 1e-20, for k > 1) times `g.scale`; equal values rank the lower group or
+/// expert first (layers/router.rs follows `torch.topk`'s order instead). The table the kernels
+/// read.
+pub fn route_grouped(logits: &[f32], t: usize, e: usize, k: usize, g: &GroupedSigmoid) -> Table {
+    // larger first; equal ones keep their order (a stable sort: the lower id first)
+    let desc = |a: f32, b: f32| b.partial_cmp(&a).unwrap_or(std::cmp::Ordering::Equal);
+    let size = e / g.groups;
+    table_of(logits, t, e, k, |z| {
+        let scores: Vec<f32> = z.iter().map(|&x| sigmoid(x)).collect();
+        let biased: Vec<f32> = (scores.iter().zip(&g.bias))
+            .map(|(s, b)| s + b)
+            .map(|b| if b.is_nan() { f32::NEG_INFINITY } else { b })
+            .collect();
+        let group_scores: Vec<f32> = biased.chunks(size).map(best_two_sum).collect();
+        let mut groups: Vec<usize> = (0..g.groups).collect();
+        groups.sort_by(|&a, &b| desc(group_scores[a], group_scores[b]));
+        let mut kept = vec![false; g.groups];
+        groups[..g.keep].iter().for_each(|&x| kept[x] = true);
+        let masked: Vec<f32> =
+            (0..e).map(|i| if kept[i / size] { biased[i] } else { f32::NEG_INFINITY }).collect();
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&a, &b| desc(masked[a], masked[b]));
+        order.truncate(k);
+        let mut weights: Vec<f32> = order.iter().map(|&i| scores[i]).collect();
+        let sum: f32 = weights.iter().sum();
+        for w in &mut weights {
+            *w = if k > 1 { *w / (sum + 1e-20) } else { *w } * g.scale;
+        }
+        (order, weights)
+    })
+}
+
+/// The table of `t` rows of router logits `[t, e]`, each row's `k` experts (best first) and
+/// their weights from `pick`.
+fn table_of(
+    logits: &[f32],
+    t: usize,
+    e: usize,
+    k: usize,
+    pick: impl Fn(&[f32]) -> (Vec<usize>, Vec<f32>),
+) -> Table {
+    let mut table = Table {
+        k,
+        experts: Vec::new(),
+        rows: Vec::new(),
+        slot: Vec::new(),
+        topk: Vec::new(),
+        weight: Vec::new(),
+    };
+    for r in 0..t {
+        let (order, probs) = pick(&logits[r * e..(r + 1) * e]);
+        for (j, (&ex, p)) in order.iter().zip(probs).enumerate() {
             let sl = (r * k + j) as i32;
             let u = match table.experts.iter().position(|&x| x as usize == ex) {
                 Some(u) => u,
@@ -232,14 +306,15 @@ pub fn read_stats(tables: &Tensor) -> Result<(u64, u64)> {
 }
 
 /// `tables[layer] = route(logits)` and the counters advanced. The CPU's step; on the GPU
-/// [`ExpertsUpInto`] launches `unmask_moe_route` (kernels/moe.cuh), which writes the same table.
-pub struct RouteInto {
+/// [`ExpertsUpInto`] launches `unmask_moe_route` or `unmask_moe_route_grouped`
+/// (kernels/moe.cuh), which write the same table.
+pub struct RouteInto<'a> {
     pub layer: usize,
     pub k: usize,
-    pub norm: bool,
+    pub rule: RouteRule<'a>,
 }
 
-impl RouteInto {
+impl RouteInto<'_> {
     pub fn run(&self, tables: &Tensor, logits: &Tensor) -> Result<()> {
         tables.inplace_op2(logits, self)
     }
@@ -254,6 +329,7 @@ impl RouteInto {
                 self.k
             );
         }
+        check_rule(&self.rule, e, self.k)?;
         if !holds_layer(lt, self.layer) {
             candle_core::bail!("moe route: the tables buffer does not hold layer {}", self.layer);
         }
@@ -261,7 +337,33 @@ impl RouteInto {
     }
 }
 
-impl candle_core::InplaceOp2 for RouteInto {
+/// Checks a grouped router against `e` experts and `k` choices: its bias one value an expert,
+/// its groups at most [`MAX_GROUPS`] and dividing the experts into groups of two or more, its
+/// kept groups holding `k` experts.
+fn check_rule(rule: &RouteRule, e: usize, k: usize) -> Result<()> {
+    let RouteRule::GroupedSigmoid { router: g, bias } = rule else { return Ok(()) };
+    let ok = g.bias.len() == e
+        && bias.dims() == [e]
+        && bias.dtype() == DType::F32
+        && bias.is_contiguous()
+        && (1..=MAX_GROUPS).contains(&g.groups)
+        && e.is_multiple_of(g.groups)
+        && e / g.groups >= 2
+        && (1..=g.groups).contains(&g.keep)
+        && k <= g.keep * (e / g.groups);
+    if !ok {
+        candle_core::bail!(
+            "moe route: a grouped router of {} groups ({} kept, at most {MAX_GROUPS}), bias {:?} {:?}, for {e} experts, top {k}",
+            g.groups,
+            g.keep,
+            bias.shape(),
+            bias.dtype()
+        );
+    }
+    Ok(())
+}
+
+impl candle_core::InplaceOp2 for RouteInto<'_> {
     fn name(&self) -> &'static str {
         "unmask-moe-route"
     }
@@ -285,7 +387,12 @@ impl candle_core::InplaceOp2 for RouteInto {
             candle_core::bail!("moe route: tables must be u32")
         };
         let words = &mut words[lt.start_offset()..];
-        let table = route(&logits, t, e, self.k, self.norm);
+        let table = match &self.rule {
+            RouteRule::Softmax { norm } => route(&logits, t, e, self.k, *norm),
+            RouteRule::GroupedSigmoid { router, .. } => {
+                route_grouped(&logits, t, e, self.k, router)
+            }
+        };
         let at = self.layer * TABLE_WORDS;
         words[at..at + TABLE_WORDS].copy_from_slice(&table.to_words());
         let n = lt.shape().elem_count();
@@ -313,7 +420,7 @@ pub struct ExpertsUpInto<'a> {
     pub logits: &'a Tensor,
     pub layer: usize,
     pub k: usize,
-    pub norm: bool,
+    pub rule: RouteRule<'a>,
     pub eps: f32,
 }
 
@@ -325,7 +432,7 @@ impl ExpertsUpInto<'_> {
             "moe up: act",
         )?;
         if !act.device().is_cuda() {
-            RouteInto { layer: self.layer, k: self.k, norm: self.norm }
+            RouteInto { layer: self.layer, k: self.k, rule: self.rule }
                 .run(self.tables, self.logits)?;
         }
         act.inplace_op3(x, w, self)
@@ -349,6 +456,7 @@ impl ExpertsUpInto<'_> {
         {
             candle_core::bail!("moe up: router logits {:?} for {t} rows of {e} experts (at most {MAX_EXPERTS}), top {}", self.logits.shape(), self.k);
         }
+        check_rule(&self.rule, e, self.k)?;
         // packed, each half (gate, up) must be whole tiles: the kernel finds up a half apart
         if wh != h
             || !halves_fit(i2, expert_layout(lw))
@@ -569,6 +677,7 @@ impl candle_core::InplaceOp3 for ExpertsDownInto<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::layers::router::GroupedSigmoid;
     use candle_core::Device;
 
     #[test]
@@ -600,13 +709,70 @@ mod tests {
         assert!((t.weight[1] - 1f32.exp() / z).abs() < 1e-6);
     }
 
+    /// Deterministic values in [-2, 2).
+    fn spread(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    /// Without ties the device route's grouped sigmoid router (the kernel's CPU body) picks what
+    /// the host's (layers/router.rs) does, in the same order, with the same weights.
+    #[test]
+    fn the_grouped_route_equals_the_host_router_without_ties() {
+        let (t, e, k) = (8, 32, 4);
+        let g = GroupedSigmoid {
+            bias: spread(e, 3).iter().map(|b| b * 0.05).collect(),
+            groups: 8,
+            keep: 3,
+            scale: 2.5,
+        };
+        let logits = spread(t * e, 5);
+        let table = route_grouped(&logits, t, e, k, &g);
+        for r in 0..t {
+            let want = g.route(&logits[r * e..(r + 1) * e], k);
+            let (experts, weights): (Vec<u32>, Vec<f32>) = table.row(r).unzip();
+            assert_eq!(experts, want.experts, "row {r}");
+            for (a, b) in weights.iter().zip(&want.weights) {
+                assert!((a - b).abs() < 1e-6, "row {r}: {weights:?} vs {:?}", want.weights);
+            }
+            // only kept groups: 3 of 8 groups of 4
+            let groups: std::collections::BTreeSet<u32> = experts.iter().map(|x| x / 4).collect();
+            assert!(groups.len() <= 3, "row {r}: groups {groups:?}");
+        }
+        assert!(table.experts.len() > k, "the rows took different experts");
+    }
+
+    /// The reference fixture's tie row (golden_llada2_router.json, layer 2, zero input): every
+    /// score 0.5, groups 0 and 1 tie for the second kept group, experts 0 and 2 at the cut. The
+    /// device route resolves both to the lower index: experts 5 and 0, 1.25 each.
+    #[test]
+    fn the_grouped_route_breaks_ties_by_the_lower_index() {
+        let bias = vec![0.0625, -0.03125, 0.0625, -0.03125, 0.0, 0.09375, 0.0, -0.0625];
+        let g = GroupedSigmoid { bias, groups: 4, keep: 2, scale: 2.5 };
+        let table = route_grouped(&[0.0; 8], 1, 8, 2, &g);
+        assert_eq!(table.row(0).collect::<Vec<_>>(), vec![(5, 1.25), (0, 1.25)]);
+        // one expert a row: its score times the scale, not renormalised
+        let table = route_grouped(&[0.0; 8], 1, 8, 1, &g);
+        assert_eq!(table.row(0).collect::<Vec<_>>(), vec![(5, 1.25)]);
+        // a NaN logit ranks last and never wins over a number
+        let mut z = vec![0.0f32; 8];
+        z[5] = f32::NAN;
+        let experts: Vec<u32> = route_grouped(&z, 1, 8, 2, &g).row(0).map(|x| x.0).collect();
+        assert!(!experts.contains(&5), "{experts:?}");
+    }
+
     #[test]
     fn tables_round_trip_through_the_kernel_layout_and_count_passes() -> Result<()> {
         let dev = Device::Cpu;
         let tables = new_tables(3, &dev)?;
         let logits = Tensor::new(&[[0.5f32, 1.0, -2.0, 3.0], [3.0, 0.0, 1.0, 2.0]], &dev)?
             .to_dtype(DType::BF16)?;
-        let op = RouteInto { layer: 1, k: 2, norm: true };
+        let op = RouteInto { layer: 1, k: 2, rule: RouteRule::Softmax { norm: true } };
         op.run(&tables, &logits)?;
         op.run(&tables, &logits)?;
         let back = read_table(&tables, 1, 2)?;
@@ -651,7 +817,14 @@ mod tests {
         let logits = Tensor::from_vec(logits, (t, e), &dev)?;
         let tables = new_tables(1, &dev)?;
         let act = Tensor::zeros((t * k, i), DType::BF16, &dev)?;
-        let up = ExpertsUpInto { tables: &tables, logits: &logits, layer: 0, k, norm: true, eps };
+        let up = ExpertsUpInto {
+            tables: &tables,
+            logits: &logits,
+            layer: 0,
+            k,
+            rule: RouteRule::Softmax { norm: true },
+            eps,
+        };
         up.run(&act, &x, &gate_up)?;
         let part = Tensor::zeros((t * k, h), DType::F32, &dev)?;
         let out = Tensor::zeros((t, h), DType::BF16, &dev)?;
@@ -768,6 +941,63 @@ mod tests {
         assert_eq!(standard.moe_stats().unwrap(), None);
     }
 
+    /// LLaDA2 through the streamed layer (the grouped sigmoid route, the shared expert's two
+    /// gemvs before the grouped experts, q/k prep rotating half of each head) against the
+    /// standard layer: the same four passes, the same experts for every row.
+    #[test]
+    fn the_streamed_llada2_layer_matches_the_standard_one() {
+        use crate::model::random::passes;
+        use crate::model::random::RandomWeights;
+        use crate::model::Model;
+        let cfg =
+            crate::model::random::three_layer_llada2((256, 4, 2, 1000, 512), (16, 4, 64), (4, 2));
+        let dev = Device::Cpu;
+        // The grouped router decides at many cuts a row (groups kept, experts chosen), so the
+        // two paths' bf16 roundings flip a near tie somewhere for many seeds, as they flip
+        // between the standard layer in bf16 and in f32; this seed has none in any pass, so
+        // the two must then agree expert for expert.
+        let load = || {
+            let mut w = RandomWeights::on_host(&cfg, 11);
+            w.std = 0.05;
+            Model::load(&cfg, &w, DType::BF16, &dev).unwrap()
+        };
+        let (standard, mut streamed) = (load(), load());
+        streamed.use_row_weights().unwrap();
+        assert!(streamed.packed(), "experts, shared expert and attention packed, as on the GPU");
+        assert!(streamed.streams(4, 24) && streamed.streams(8, 24));
+        let ((a, ra), (b, rb)) = (passes::four(&streamed), passes::four(&standard));
+        for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+            let e = passes::rel_err(x, y);
+            assert!(e < 2e-2, "pass {k}: rel err {e}");
+        }
+        assert!(passes::distance(&a[2], &a[3]) < 1e-3, "window vs exact keys");
+        assert_eq!(ra.iter().map(|r| r.layer).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(rb.iter().map(|r| r.layer).collect::<Vec<_>>(), vec![1, 2]);
+        for (x, y) in ra.iter().zip(&rb) {
+            for (p, q) in x.rows.iter().zip(&y.rows) {
+                assert_eq!(p.experts, q.experts, "layer {}", x.layer);
+                for (u, v) in p.weights.iter().zip(&q.weights) {
+                    assert!(
+                        (u - v).abs() < 3e-2,
+                        "layer {}: {:?} vs {:?}",
+                        x.layer,
+                        p.weights,
+                        q.weights
+                    );
+                }
+                let sum: f32 = p.weights.iter().sum();
+                assert!((sum - 2.5).abs() < 1e-4, "renormalised and scaled: {sum}");
+            }
+        }
+        let distinct: std::collections::BTreeSet<Vec<u32>> =
+            ra[0].rows.iter().map(|r| r.experts.clone()).collect();
+        assert!(distinct.len() > 1, "every row took the same experts");
+        // the device counters count the grouped route's distinct experts, as the floor reads them
+        let (touched, passes) = streamed.moe_stats().unwrap().unwrap();
+        assert_eq!(passes, 6);
+        assert!((4..=6 * 16).contains(&touched), "at most every expert of a layer: {touched}");
+    }
+
     #[test]
     fn ops_refuse_a_written_tensor_that_is_one_they_hold() -> Result<()> {
         let dev = Device::Cpu;
@@ -785,8 +1015,14 @@ mod tests {
         assert!(err.contains("moe down: out shares its buffer with the residual"), "{err}");
         let logits = Tensor::zeros((t, e), DType::BF16, &dev)?;
         let gate_up = Tensor::zeros((e, 2 * i, h), DType::BF16, &dev)?;
-        let up =
-            ExpertsUpInto { tables: &tables, logits: &act, layer: 0, k, norm: true, eps: 1e-6 };
+        let up = ExpertsUpInto {
+            tables: &tables,
+            logits: &act,
+            layer: 0,
+            k,
+            rule: RouteRule::Softmax { norm: true },
+            eps: 1e-6,
+        };
         let err = up.run(&act, &x, &gate_up).unwrap_err().to_string();
         assert!(err.contains("act shares its buffer with the router logits"), "{err}");
         ExpertsUpInto { logits: &logits, ..up }.run(&act, &x, &gate_up)?;
@@ -798,12 +1034,16 @@ mod tests {
         let dev = Device::Cpu;
         let tables = new_tables(1, &dev)?;
         let logits = Tensor::zeros((9, 4), DType::BF16, &dev)?;
-        let err =
-            RouteInto { layer: 0, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
+        let err = RouteInto { layer: 0, k: 2, rule: RouteRule::Softmax { norm: true } }
+            .run(&tables, &logits)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("9 rows"), "{err}");
         let logits = Tensor::zeros((2, 4), DType::BF16, &dev)?;
-        let err =
-            RouteInto { layer: 1, k: 2, norm: true }.run(&tables, &logits).unwrap_err().to_string();
+        let err = RouteInto { layer: 1, k: 2, rule: RouteRule::Softmax { norm: true } }
+            .run(&tables, &logits)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("layer 1"), "{err}");
         Ok(())
     }

@@ -44,16 +44,22 @@ pub fn all_packed(net: &Decoder) -> bool {
         && net.layers.iter().all(|l| {
             let ffn = match &l.ffn {
                 FeedForward::Dense(m) => packed(&m.gate_up_proj) && packed(&m.down_proj),
-                FeedForward::Sparse(moe) => moe.packed(),
+                FeedForward::Sparse(moe) => {
+                    moe.packed()
+                        && moe
+                            .shared
+                            .as_ref()
+                            .is_none_or(|s| packed(&s.gate_up_proj) && packed(&s.down_proj))
+                }
             };
             packed(&l.attn.qkv_proj) && packed(&l.attn.o_proj) && ffn
         })
 }
 
 /// Re-lays the streamed layer's projections (q|k|v, o, a dense block's gate|up and down, a
-/// sparse block's grouped experts) out in layout `to`: the gemv kernel's packed order (each
-/// projection where its shape allows) or back in rows. MoE routers keep their rows (the host
-/// router reads them).
+/// sparse block's grouped experts and shared expert) out in layout `to`: the gemv kernel's
+/// packed order (each projection where its shape allows) or back in rows. MoE routers keep
+/// their rows (the host router reads them).
 pub fn relayout(net: &mut Decoder, to: WeightLayout) -> Result<()> {
     let norm = net.norm.clone();
     let each = |p: &mut Linear, halves: usize| -> Result<()> {
@@ -72,8 +78,16 @@ pub fn relayout(net: &mut Decoder, to: WeightLayout) -> Result<()> {
                 each(&mut mlp.gate_up_proj, 2)?;
                 each(&mut mlp.down_proj, 1)?;
             }
-            (FeedForward::Sparse(moe), WeightLayout::Packed) => moe.pack()?,
-            (FeedForward::Sparse(moe), WeightLayout::Rows) => moe.unpack()?,
+            (FeedForward::Sparse(moe), to) => {
+                match to {
+                    WeightLayout::Packed => moe.pack()?,
+                    WeightLayout::Rows => moe.unpack()?,
+                }
+                if let Some(s) = &mut moe.shared {
+                    each(&mut s.gate_up_proj, 2)?;
+                    each(&mut s.down_proj, 1)?;
+                }
+            }
         }
     }
     Ok(())

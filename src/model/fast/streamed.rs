@@ -6,7 +6,8 @@
 //! with the input RMSNorm folded in; q/k norm, RoPE and the K/V to their cache slots;
 //! attention; the o product plus the residual; the gate|up product with the post-attention
 //! norm folded in and silu(gate) * up; the down product plus the residual. A sparse layer's
-//! feed-forward block is the grouped MoE ops instead (moe_grouped.rs). The norms' weights are
+//! feed-forward block is the grouped MoE ops instead (moe_grouped.rs), after its shared
+//! expert's two products where it has one (LLaDA2). The norms' weights are
 //! in the projections (fold.rs); each norm is the scale of its product's rows, so the values
 //! round at other points than in the standard layer (tests check the two against each other
 //! within bf16 error).
@@ -15,7 +16,7 @@ use anyhow::{bail, Result};
 use candle_core::{DType, Tensor};
 use candle_nn::ops::rms_norm;
 
-use super::moe_grouped::{self, ExpertsDownInto, ExpertsUpInto};
+use super::moe_grouped::{self, ExpertsDownInto, ExpertsUpInto, RouteRule};
 use super::StreamedLayer;
 use crate::model::decoder::Decoder;
 use crate::model::gemv::{self, Epilogue, GemvInto};
@@ -23,6 +24,7 @@ use crate::model::layers::decoder_layer::LayerPass;
 use crate::model::layers::feed_forward::FeedForward;
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::moe::{LayerRoutes, MoeBlock, Route};
+use crate::model::layers::router::Routing;
 use crate::model::linear::Linear;
 use crate::model::ops;
 
@@ -49,11 +51,14 @@ struct Workspace {
 }
 
 /// A sparse layer's buffers in a streamed pass: router logits `[T, experts]`, the experts'
-/// activations per (row, choice) slot `[T k, I]`, their weighted down products `[T k, H]` f32.
+/// activations per (row, choice) slot `[T k, I]`, their weighted down products `[T k, H]` f32;
+/// where the block has a shared expert, its activation `[T, I shared]` and the residual stream
+/// with its output added `[T, H]` (the residual the routed experts' sum is added to).
 struct MoeWorkspace {
     router: Tensor,
     act: Tensor,
     part: Tensor,
+    shared: Option<(Tensor, Tensor)>,
 }
 
 /// The streamed pass of `t` rows over `keys` keys, or `None` where the pass runs the standard
@@ -104,10 +109,15 @@ impl Workspace {
             Some(m) => {
                 let Some((_, router)) = m.grouped() else { return Ok(None) };
                 let (e, k, i) = (router.dim(0)?, m.top_k(), m.intermediate());
+                let shared = match &m.shared {
+                    Some(s) => Some((buf(&[t, s.intermediate], bf16)?, buf(&[t, hidden], bf16)?)),
+                    None => None,
+                };
                 Some(MoeWorkspace {
                     router: buf(&[t, e], bf16)?,
                     act: buf(&[t * k, i], bf16)?,
                     part: buf(&[t * k, hidden], DType::F32)?,
+                    shared,
                 })
             }
             None => None,
@@ -169,14 +179,30 @@ impl Workspace {
 
 /// Whether the grouped kernels take a sparse layer of this shape: the router through the
 /// norm-folded gemv, hidden and I multiples of the gemv's K step, the pass's slots within
-/// the routing table.
+/// the routing table, a grouped router of at most [`moe_grouped::MAX_GROUPS`] groups; and the
+/// shared expert's two products through the gemv, where the block has one.
 fn moe_fits(m: &MoeBlock, mid: &Tensor, mw: &MoeWorkspace, eps: f32) -> bool {
-    use moe_grouped::{MAX_CHOICES, MAX_EXPERTS, MAX_SLOTS};
+    use moe_grouped::{MAX_CHOICES, MAX_EXPERTS, MAX_GROUPS, MAX_SLOTS};
     let Some((g, router)) = m.grouped() else { return false };
     let (Ok(t), Some((e, i2, h, _))) = (mid.dim(0), gemv::experts_dims(g.gate_up.dims())) else {
         return false;
     };
     let router_op = GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None };
+    let groups_fit = match m.routing() {
+        Routing::Softmax { .. } => true,
+        Routing::GroupedSigmoid(r) => r.groups <= MAX_GROUPS && m.bias().is_some(),
+    };
+    let shared_fits = match (&m.shared, &mw.shared) {
+        (None, None) => true,
+        (Some(s), Some((act, out))) => {
+            let [gate_up, down] = shared_products(mid, act, out, eps);
+            let fits = |(op, input, _): &(GemvInto, &Tensor, &Tensor), w: Option<&Tensor>| {
+                w.is_some_and(|w| op.fits(input, w))
+            };
+            fits(&gate_up, s.gate_up_proj.gemv_weight()) && fits(&down, s.down_proj.gemv_weight())
+        }
+        _ => false,
+    };
     router_op.fits(mid, router)
         && mw.act.dim(1).is_ok_and(|i| 2 * i == i2)
         && h % gemv::K_STEP == 0
@@ -184,6 +210,23 @@ fn moe_fits(m: &MoeBlock, mid: &Tensor, mw: &MoeWorkspace, eps: f32) -> bool {
         && e <= MAX_EXPERTS
         && m.top_k() <= MAX_CHOICES
         && t * m.top_k() <= MAX_SLOTS
+        && groups_fit
+        && shared_fits
+}
+
+/// A shared expert's two products as a dense layer's gate|up and down run, each `(op, input,
+/// output)`: gate|up of the layer's `mid` (the post-attention norm folded in, then SiLU) into
+/// `act`, down plus the residual `mid` into `out`.
+fn shared_products<'a>(
+    mid: &'a Tensor,
+    act: &'a Tensor,
+    out: &'a Tensor,
+    eps: f32,
+) -> [(GemvInto<'a>, &'a Tensor, &'a Tensor); 2] {
+    [
+        (GemvInto { epilogue: Epilogue::SiluMul, rms: Some(eps), residual: None }, mid, act),
+        (GemvInto { epilogue: Epilogue::Plain, rms: None, residual: Some(mid) }, act, out),
+    ]
 }
 
 impl StreamedPass<'_> {
@@ -240,8 +283,10 @@ impl StreamedPass<'_> {
     /// routing into this layer's table and the grouped gate|up of every (row, choice) slot;
     /// the grouped down products times their weights, summed, plus the residual (on the GPU
     /// five kernels with the router's: cuda/moe.rs; the down kernel reads the table before it
-    /// waits for gate|up, so nothing may rewrite it between the two). Nothing comes back to
-    /// the host.
+    /// waits for gate|up, so nothing may rewrite it between the two). A shared expert goes
+    /// first, as a dense layer's SwiGLU (two gemvs): its output plus `ws.mid` is the residual
+    /// the routed sum is added to, so the route, gate|up and down stay back to back. Nothing
+    /// comes back to the host.
     fn moe(&self, l: usize, moe: &MoeBlock) -> Result<()> {
         let (ws, eps) = (&self.ws, self.net.eps);
         let (Some((g, router)), Some(mw), Some(tables)) =
@@ -249,19 +294,35 @@ impl StreamedPass<'_> {
         else {
             bail!("layer {l}: the streamed layer needs the MoE block's grouped form");
         };
+        let res = match (&moe.shared, &mw.shared) {
+            (Some(s), Some((act, out))) => {
+                let [gate_up, down] = shared_products(&ws.mid, act, out, eps);
+                for ((op, input, output), p) in [(gate_up, &s.gate_up_proj), (down, &s.down_proj)] {
+                    let w = p.gemv_weight().ok_or_else(|| {
+                        anyhow::anyhow!("layer {l}: the shared expert is not the gemv kernel's")
+                    })?;
+                    op.run(output, input, w)?;
+                }
+                out
+            }
+            (None, _) => &ws.mid,
+            (Some(_), None) => bail!("layer {l}: no workspace for the shared expert"),
+        };
         let k = moe.top_k();
+        let rule = match moe.routing() {
+            Routing::Softmax { norm } => RouteRule::Softmax { norm: *norm },
+            Routing::GroupedSigmoid(router) => {
+                let Some(bias) = moe.bias() else {
+                    bail!("layer {l}: the grouped router's bias is not on the device")
+                };
+                RouteRule::GroupedSigmoid { router, bias }
+            }
+        };
         GemvInto { epilogue: Epilogue::Plain, rms: Some(eps), residual: None }
             .run(&mw.router, &ws.mid, router)?;
-        let up = ExpertsUpInto {
-            tables,
-            logits: &mw.router,
-            layer: l,
-            k,
-            norm: moe.norm_topk_prob(),
-            eps,
-        };
+        let up = ExpertsUpInto { tables, logits: &mw.router, layer: l, k, rule, eps };
         up.run(&mw.act, &ws.mid, &g.gate_up)?;
-        ExpertsDownInto { tables, part: &mw.part, res: &ws.mid, layer: l, k }
+        ExpertsDownInto { tables, part: &mw.part, res, layer: l, k }
             .run(&ws.out, &mw.act, &g.down)?;
         Ok(())
     }

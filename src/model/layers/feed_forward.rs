@@ -1,6 +1,7 @@
 //! A layer's feed-forward block: a dense SwiGLU (swiglu.rs) or a sparse mixture of experts
-//! (moe.rs). A family's file says which each layer has; the decoder runs either. A new kind
-//! of block (LLaDA2's MoE with shared experts, say) is a file beside them and a variant here.
+//! (moe.rs: softmax or grouped sigmoid routing, router.rs; with or without a shared expert). A
+//! family's file says which each layer has; the decoder runs either. A new kind of block is a
+//! file beside them and a variant here.
 
 use anyhow::Result;
 use candle_core::Tensor;
@@ -38,13 +39,20 @@ impl FeedForward {
     }
 
     /// Whether the streamed layer can run this block: dense with `[out, in]` projections, or
-    /// sparse with its experts stacked for the grouped kernels.
+    /// sparse with its experts stacked for the grouped kernels (and its shared expert, if any,
+    /// `[out, in]` for the gemv).
     pub fn streamable(&self) -> bool {
         match self {
             FeedForward::Dense(m) => {
                 m.gate_up_proj.gemv_weight().is_some() && m.down_proj.gemv_weight().is_some()
             }
-            FeedForward::Sparse(m) => m.grouped().is_some(),
+            FeedForward::Sparse(m) => {
+                m.grouped().is_some()
+                    && m.shared.as_ref().is_none_or(|s| {
+                        s.gate_up_proj.gemv_weight().is_some()
+                            && s.down_proj.gemv_weight().is_some()
+                    })
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! The blocks a family builds its layers from, each named for what it holds: the embedding
 //! and lm_head, [`SelfAttention`](attention::SelfAttention) over the [`KvCache`](kv_cache::KvCache),
 //! the feed-forward blocks ([`FeedForward`](feed_forward::FeedForward): a dense
-//! [`SwiGlu`](swiglu::SwiGlu) or a [`MoeBlock`](moe::MoeBlock)), and the
+//! [`SwiGlu`](swiglu::SwiGlu) or a [`MoeBlock`](moe::MoeBlock), which routes by a
+//! [`Routing`](router::Routing)), and the
 //! [`DecoderLayer`](decoder_layer::DecoderLayer) that joins attention and feed-forward with
 //! their norms and residuals. Tensor names are the family's: every block loads from names or
 //! a prefix it is given.
@@ -12,5 +13,6 @@ pub mod embedding;
 pub mod feed_forward;
 pub mod kv_cache;
 pub mod moe;
+pub mod router;
 pub mod swiglu;
 pub mod topk;

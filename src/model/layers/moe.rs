@@ -1,15 +1,17 @@
-//! The sparse feed-forward block of Qwen3-MoE (SDAR-MoE): a router picks, for each row, the
-//! `top_k` of `experts` SwiGLUs by probability, and the row's output is their weighted sum.
+//! The sparse feed-forward block of Qwen3-MoE (SDAR-MoE) and LLaDA2: a router picks, for each
+//! row, `top_k` of `experts` SwiGLUs, and the row's output is their weighted sum, plus (LLaDA2)
+//! a shared expert every row goes through.
 //!
-//! Routing, exactly as transformers' `Qwen3MoeSparseMoeBlock`: router logits `x Gᵀ` → softmax
-//! over all experts in f32 → top-k of the probabilities (equal ones in the order PyTorch's CPU
-//! `torch.topk` leaves them: topk.rs; not simply the lower index first) → renormalised to sum 1 if `norm_topk_prob` → weights cast to the
-//! compute dtype → each chosen expert's SwiGLU of the row times its weight, summed expert by
-//! expert in ascending index order. No shared experts.
+//! Router logits `x Gᵀ` → in f32 the route of router.rs ([`Routing`]: softmax top-k as
+//! transformers' `Qwen3MoeSparseMoeBlock`, or LLaDA2's grouped sigmoid router; equal values in
+//! the order PyTorch's CPU `torch.topk` leaves them: topk.rs) → weights cast to the compute dtype
+//! → each chosen expert's SwiGLU of the row times its weight, summed expert by expert in
+//! ascending index order → plus the shared expert's SwiGLU of the row, where the block has one.
 
 use anyhow::Result;
 use candle_core::Tensor;
 
+use super::router::Routing;
 use super::swiglu::SwiGlu;
 use crate::model::gemv::{experts_dims, pack_experts, packable, unpack_experts, WeightLayout};
 use crate::model::linear::Linear;
@@ -20,7 +22,12 @@ pub struct MoeBlock {
     router: Linear,
     experts: Vec<SwiGlu>,
     top_k: usize,
-    norm_topk_prob: bool,
+    routing: Routing,
+    /// The shared expert (LLaDA2's `shared_experts`, `num_shared_experts` of them as one SwiGLU
+    /// of their summed width), added to every row's routed sum.
+    pub shared: Option<SwiGlu>,
+    /// The grouped router's `expert_bias` on the block's device, f32: what the device route reads.
+    bias: Option<Tensor>,
     /// The experts stacked for the streamed layer's grouped kernels (fast/moe_grouped.rs), where the
     /// projections are kept `[out, in]` for the gemv kernel; each expert's projections are then
     /// views into these.
@@ -59,19 +66,43 @@ impl LayerRoutes {
 }
 
 impl MoeBlock {
-    /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`.
+    /// `{prefix}.gate.weight` and `{prefix}.experts.N.{gate,up,down}_proj.weight`, routed by
+    /// softmax top-k (Qwen3-MoE).
     pub fn load(
         b: &Loader,
         prefix: &str,
         hidden: usize,
-        (experts, top_k, intermediate): (usize, usize, usize),
+        shape: (usize, usize, usize),
         norm_topk_prob: bool,
+    ) -> Result<Self> {
+        Self::load_routed(b, prefix, hidden, shape, Routing::Softmax { norm: norm_topk_prob }, None)
+    }
+
+    /// [`MoeBlock::load`] with the routing rule `routing` and, where `shared` gives its
+    /// intermediate size, the shared expert `{prefix}.shared_experts.{gate,up,down}_proj.weight`
+    /// (read after the experts).
+    pub fn load_routed(
+        b: &Loader,
+        prefix: &str,
+        hidden: usize,
+        (experts, top_k, intermediate): (usize, usize, usize),
+        routing: Routing,
+        shared: Option<usize>,
     ) -> Result<Self> {
         let router = b.proj(&[(format!("{prefix}.gate.weight"), experts)], hidden)?;
         let experts = (0..experts)
             .map(|e| SwiGlu::load(b, &format!("{prefix}.experts.{e}"), hidden, intermediate))
             .collect::<Result<Vec<_>>>()?;
-        let mut block = MoeBlock { router, experts, top_k, norm_topk_prob, grouped: None };
+        let shared = shared
+            .map(|i| SwiGlu::load(b, &format!("{prefix}.shared_experts"), hidden, i))
+            .transpose()?;
+        let bias = match &routing {
+            Routing::GroupedSigmoid(g) => {
+                Some(Tensor::from_slice(&g.bias, g.bias.len(), b.device())?)
+            }
+            Routing::Softmax { .. } => None,
+        };
+        let mut block = MoeBlock { router, experts, top_k, routing, shared, bias, grouped: None };
         block.group()?;
         Ok(block)
     }
@@ -80,12 +111,8 @@ impl MoeBlock {
     /// ([`Linear::Rows`]): one copy, after which each expert's projections are views into the
     /// stacks (so the standard layer and the streamed one read the same memory).
     pub fn group(&mut self) -> Result<()> {
-        if self.grouped.is_some()
-            || !self
-                .experts
-                .iter()
-                .all(|e| e.gate_up_proj.rows().is_some() && e.down_proj.rows().is_some())
-        {
+        let rows = |e: &SwiGlu| e.gate_up_proj.rows().is_some() && e.down_proj.rows().is_some();
+        if self.grouped.is_some() || !self.experts.iter().all(rows) {
             return Ok(());
         }
         let stack = |f: &dyn Fn(&SwiGlu) -> Option<&Tensor>| -> Result<Tensor> {
@@ -139,12 +166,21 @@ impl MoeBlock {
         Ok(())
     }
 
-    /// A copy of this block whose experts are rows, where they are packed (the stacks unpacked
-    /// into new tensors; the router shared): for products over many rows, which would unpack
-    /// each expert they route to. `None` where nothing is packed.
+    /// A copy of this block whose experts (and shared expert) are rows, where they are packed
+    /// (the stacks unpacked into new tensors; the router shared): for products over many rows,
+    /// which would unpack each expert they route to. `None` where nothing is packed.
     pub fn unpacked(&self) -> Result<Option<MoeBlock>> {
         let (Some(g), Some(router)) = (self.rows_form()?, self.router.as_rows()?) else {
             return Ok(None);
+        };
+        let shared = match &self.shared {
+            Some(s) => match (s.gate_up_proj.as_rows()?, s.down_proj.as_rows()?) {
+                (Some(gate_up_proj), Some(down_proj)) => {
+                    Some(SwiGlu { gate_up_proj, down_proj, intermediate: s.intermediate })
+                }
+                _ => return Ok(None),
+            },
+            None => None,
         };
         let experts = (self.experts.iter().enumerate())
             .map(|(e, x)| {
@@ -159,7 +195,9 @@ impl MoeBlock {
             router,
             experts,
             top_k: self.top_k,
-            norm_topk_prob: self.norm_topk_prob,
+            routing: self.routing.clone(),
+            shared,
+            bias: self.bias.clone(),
             grouped: Some(g),
         }))
     }
@@ -180,9 +218,9 @@ impl MoeBlock {
         })
     }
 
-    /// Multiplies the post-attention norm's weight `w` into the router's and every expert's
-    /// gate|up columns (the grouped kernels scale each row by 1 / rms only), as the dense
-    /// layer's fold does. Grouped form only.
+    /// Multiplies the post-attention norm's weight `w` into the router's, every expert's and the
+    /// shared expert's gate|up columns (the grouped kernels and the gemv scale each row by
+    /// 1 / rms only), as the dense layer's fold does. Grouped form only.
     pub fn fold_norm(&mut self, w: &Tensor) -> Result<()> {
         let (Some(g), Some(router)) = (&mut self.grouped, self.router.rows()) else {
             anyhow::bail!("norms fold only into the grouped, [out, in] form of a MoE block");
@@ -190,6 +228,12 @@ impl MoeBlock {
         let router = router.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
         g.gate_up = g.gate_up.broadcast_mul(&w.reshape((1, 1, w.elem_count()))?)?.contiguous()?;
         self.router = Linear::Rows(router);
+        if let Some(s) = &mut self.shared {
+            let Linear::Rows(rows) = &mut s.gate_up_proj else {
+                anyhow::bail!("norms fold only into the shared expert's [out, in] rows");
+            };
+            *rows = rows.broadcast_mul(&w.unsqueeze(0)?)?.contiguous()?;
+        }
         let (gu, dn) = (g.gate_up.clone(), g.down.clone());
         self.set_views(&gu, &dn)
     }
@@ -199,11 +243,11 @@ impl MoeBlock {
         Some((self.grouped.as_ref()?, self.router.rows()?))
     }
 
-    /// Every projection of the block (router, each expert's gate|up and down), for a change of
-    /// layout before [`MoeBlock::group`].
+    /// Every projection of the block (router, each expert's gate|up and down, the shared
+    /// expert's), for a change of layout before [`MoeBlock::group`].
     pub fn for_each_proj(&mut self, f: &mut dyn FnMut(&mut Linear) -> Result<()>) -> Result<()> {
         f(&mut self.router)?;
-        for e in &mut self.experts {
+        for e in self.experts.iter_mut().chain(&mut self.shared) {
             f(&mut e.gate_up_proj)?;
             f(&mut e.down_proj)?;
         }
@@ -214,8 +258,14 @@ impl MoeBlock {
         self.top_k
     }
 
-    pub fn norm_topk_prob(&self) -> bool {
-        self.norm_topk_prob
+    /// How rows pick their experts.
+    pub fn routing(&self) -> &Routing {
+        &self.routing
+    }
+
+    /// The grouped router's bias on the block's device (f32), where the routing has one.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
     }
 
     /// Rows of each expert's activation (moe_intermediate_size).
@@ -226,8 +276,7 @@ impl MoeBlock {
     /// `[T, hidden]` -> `[T, hidden]`, and each row's route.
     pub fn forward(&self, x: &Tensor, fused: bool) -> Result<(Tensor, Vec<Route>)> {
         let logits = self.router.forward(x)?.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-        let routes: Vec<Route> =
-            logits.iter().map(|l| route(l, self.top_k, self.norm_topk_prob)).collect();
+        let routes: Vec<Route> = logits.iter().map(|l| self.routing.route(l, self.top_k)).collect();
         let groups = by_expert(&routes, self.experts.len());
         let expert = |(e, rows, weights): &(usize, Vec<u32>, Vec<f32>)| -> candle_core::Result<(Tensor, Tensor)> {
             let dev = x.device();
@@ -249,37 +298,22 @@ impl MoeBlock {
         for (idx, y) in &outputs {
             out = out.index_add(idx, y, 0)?;
         }
+        if let Some(s) = &self.shared {
+            out = (out + s.forward(x, fused)?)?;
+        }
         Ok((out, routes))
     }
 
     pub fn bytes(&self) -> usize {
-        self.router.bytes() + self.experts.iter().map(SwiGlu::bytes).sum::<usize>()
+        let bias = self.bias.as_ref().map_or(0, |b| b.elem_count() * 4);
+        self.router.bytes()
+            + bias
+            + self.experts.iter().chain(&self.shared).map(SwiGlu::bytes).sum::<usize>()
     }
 
     pub fn experts(&self) -> usize {
         self.experts.len()
     }
-}
-
-/// One row's route from its router logits: softmax in f32, top-k as `torch.topk` picks and
-/// orders them, renormalised if `norm`.
-pub fn route(logits: &[f32], k: usize, norm: bool) -> Route {
-    let probs = softmax(logits);
-    let order = super::topk::topk(&probs, k);
-    let mut weights: Vec<f32> = order.iter().map(|&e| probs[e]).collect();
-    if norm {
-        let sum: f32 = weights.iter().sum();
-        weights.iter_mut().for_each(|w| *w /= sum);
-    }
-    Route { experts: order.into_iter().map(|e| e as u32).collect(), weights }
-}
-
-/// Softmax in f32 the way torch's CPU kernel computes it: `exp(x - max) * (1 / sum)`.
-fn softmax(x: &[f32]) -> Vec<f32> {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = x.iter().map(|v| (v - max).exp()).collect();
-    let inv = 1.0 / e.iter().sum::<f32>();
-    e.into_iter().map(|v| v * inv).collect()
 }
 
 /// For each expert some row was routed to, in ascending order: the expert, its rows (u32, for
@@ -314,6 +348,7 @@ mod tests {
     use candle_core::{DType, Device};
 
     use super::*;
+    use crate::model::layers::router::softmax_top_k as route;
     use crate::model::weights::WeightSource;
 
     fn close(a: &[f32], b: &[f32]) -> bool {
