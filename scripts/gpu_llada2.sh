@@ -52,7 +52,7 @@ stage "check-device on the LLaDA2 fixture (and the random LLaDA2, the grouped ro
 timeout 240 "$BIN" check-device --model $M --device cuda --json "$OUT/check-llada2.json" \
   && record check-device-llada2 PASS || record check-device-llada2 FAIL
 
-stage "unmask bench: llada2-mini (random bf16 weights, 16B), B=4, low_confidence_static, events on, $NEW tokens after 64"
+stage "unmask bench: llada2-mini (random bf16 weights, 16B), LLaDA2's blocks of 32, low_confidence_static, events on, $NEW tokens after 64"
 timeout 300 "$BIN" bench --random-init llada2-mini --device cuda --prompt-len 64 --max-new-tokens "$NEW" \
   --strategy low_confidence_static --events on --warmup 1 --repeat 2 --json "$OUT/bench-llada2-mini.json" \
   && record bench-llada2-mini ok || record bench-llada2-mini FAIL

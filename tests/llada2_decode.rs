@@ -1,15 +1,18 @@
 //! LLaDA2.0's and LLaDA2.1's `generate()`, pass for pass: the decode loop, fed the argmax and
 //! confidence that the published code saw at every pass (tests/fixtures/golden_llada2_decodes.json),
 //! must make the same commits and the same edits, end every block where upstream did, and
-//! return the same output. The model is a test double here, so this checks the decoders alone;
-//! the fixture model's own decodes are checked against the same goldens elsewhere.
+//! return the same output: once with a test double that answers every pass with upstream's
+//! argmax and confidence (the decoders alone), once with the fixture checkpoint itself (the
+//! whole path).
 
 mod common;
 
 use anyhow::Result;
+use candle_core::{DType, Device};
 use serde_json::Value;
 use unmask::engine::settings::{DecodeSettings, SamplerSpec, Sampling, Schedule, Strategy};
-use unmask::engine::{decode, Denoiser, Detok, Pass, Request};
+use unmask::engine::{decode, Denoiser, Detok, ModelDenoiser, Pass, Request};
+use unmask::model::{Checkpoint, PathChoices, Source};
 use unmask::sampler::PosSample;
 use unmask::trace::events::{Event, FinishReason, ModelInfo};
 
@@ -135,8 +138,14 @@ fn golden_list(v: &Value, edits: bool) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
+/// Decodes every golden case with the denoiser `make` gives, and checks it made upstream's
+/// commits and edits pass for pass (confidences within `conf_tol`), ended every block where
+/// upstream did and returned the same output. Returns the number of edits seen.
+fn check_cases<D: Denoiser>(
+    detok: &dyn Detok,
+    conf_tol: f32,
+    mut make: impl FnMut(&Value, &Request) -> D,
+) -> usize {
     let cases: Vec<Value> = serde_json::from_str(GOLDEN).unwrap();
     assert_eq!(cases.len(), 9);
     let mut edits_seen = 0;
@@ -145,9 +154,9 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
         let want = &case["expected"];
         let passes = want["passes"].as_array().unwrap();
         let req = request(case);
-        let mut d = Replayed { passes: passes.clone(), next: 0, block: 0, mask: req.mask_id };
+        let mut d = make(case, &req);
         let mut events = vec![];
-        let fin = decode(&mut d, &Ids, &req, &mut |e| events.push(e), None);
+        let fin = decode(&mut d, detok, &req, &mut |e| events.push(e), None);
         assert_eq!(fin.error, None, "{name}");
         let steps: Vec<_> = events
             .iter()
@@ -171,6 +180,17 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
                 got.edited.iter().map(|c| format!("{}:{}->{}", c.pos, c.from, c.token)).collect();
             let want_edits = want.get("edited").map_or(vec![], |e| golden_list(e, true));
             assert_eq!(edits, want_edits, "{at}: edits");
+            let confs =
+                got.committed.iter().map(|c| c.conf).chain(got.edited.iter().map(|c| c.conf));
+            let want_confs = want["committed"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .chain(want.get("edited").and_then(Value::as_array).into_iter().flatten())
+                .map(|c| c["conf"].as_f64().unwrap() as f32);
+            for (g, w) in confs.zip(want_confs) {
+                assert!((g - w).abs() <= conf_tol, "{at}: confidence {g} against {w}");
+            }
             edits_seen += edits.len();
         }
         let blocks: Vec<(u64, u64)> = events
@@ -209,5 +229,35 @@ fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
         assert_eq!(&finals[..done.len()], done, "{name}: final sequence");
         assert!(rest.iter().all(|&t| t == req.mask_id), "{name}: blocks upstream did not decode");
     }
-    assert!(edits_seen > 100, "the cases edit ({edits_seen})");
+    edits_seen
+}
+
+#[test]
+fn both_decoders_make_upstreams_commits_and_edits_pass_for_pass() {
+    let edits = check_cases(&Ids, 0.0, |case, req| Replayed {
+        passes: case["expected"]["passes"].as_array().unwrap().clone(),
+        next: 0,
+        block: 0,
+        mask: req.mask_id,
+    });
+    assert!(edits > 100, "the cases edit ({edits})");
+}
+
+/// The whole path: the fixture checkpoint in f32 on the CPU, through the engine's own
+/// denoiser and KV cache, decodes as the published `generate()` did on the same weights.
+#[test]
+fn the_fixture_model_decodes_as_upstream_step_for_step() {
+    let ck = common::load("tiny-llada2");
+    let mask = ck.tokenizer.mask_id();
+    let mut model = Some(ck.model);
+    let tok = ck.tokenizer;
+    let path = common::fixture("tiny-llada2");
+    let edits = check_cases(&tok, 1e-4, |_, _| {
+        // one load per case: the model moves into its denoiser
+        let m = model.take().unwrap_or_else(|| {
+            Checkpoint::load(&Source::Dir(path.clone()), &Device::Cpu, DType::F32).unwrap().model
+        });
+        ModelDenoiser::new(m, mask, &PathChoices::DEFAULT)
+    });
+    assert!(edits > 100, "the cases edit ({edits})");
 }

@@ -21,6 +21,7 @@ use super::layers::router::{GroupedSigmoid, Routing};
 use super::layers::swiglu::SwiGlu;
 use super::loader::Loader;
 use super::registry::Family;
+use super::GenerationConfig;
 
 pub const FAMILY: Family = Family {
     model_types: &["llada2_moe"],
@@ -28,7 +29,67 @@ pub const FAMILY: Family = Family {
     check,
     layer_tensor: |l| format!("model.layers.{l}.input_layernorm.weight"),
     load: model,
+    decoding,
 };
+
+// Decoding: which of the two published `generate()`s a checkpoint gets, and their defaults.
+
+/// LLaDA2.0's and LLaDA2.1's `generate()` defaults (dllm's copies of the remote code).
+const BLOCK: usize = 32;
+const STEPS: usize = 32;
+const THRESHOLD: f32 = 0.95;
+const EDIT_THRESHOLD: f32 = 0.9;
+const MAX_POST_STEPS: usize = 16;
+
+/// One architecture carries two decoders: LLaDA2.1's token editing where the checkpoint's
+/// generation_config.json names an editing key or its name says 2.1, else LLaDA2.0's. The
+/// checkpoint's own values (and flags) still override these; `origin` says which was taken
+/// and why, for the trace header's `sources.decoding`.
+fn decoding(gen: &GenerationConfig, name: Option<&str>) -> Option<GenerationConfig> {
+    let base = GenerationConfig {
+        block_length: Some(BLOCK),
+        denoising_steps: Some(STEPS),
+        threshold: Some(THRESHOLD),
+        ..GenerationConfig::default()
+    };
+    let editing_key = [
+        gen.editing_threshold.is_some().then_some("editing_threshold"),
+        gen.max_post_steps.is_some().then_some("max_post_steps"),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    let named_21 = name.filter(|n| says_2_1(n));
+    let why = match (editing_key, named_21) {
+        (Some(key), _) => Some(format!("{} names `{key}`", gen.label())),
+        (None, Some(n)) => Some(format!("the checkpoint's name {n:?} says 2.1")),
+        (None, None) => None,
+    };
+    Some(match why {
+        Some(why) => GenerationConfig {
+            remasking_strategy: Some("joint_threshold".into()),
+            editing_threshold: Some(EDIT_THRESHOLD),
+            max_post_steps: Some(MAX_POST_STEPS),
+            eos_early_stop: Some(false),
+            origin: format!("LLaDA2.1 generate() (token editing): {why}"),
+            ..base
+        },
+        None => GenerationConfig {
+            remasking_strategy: Some("low_confidence_dynamic".into()),
+            eos_early_stop: Some(true),
+            origin:
+                "LLaDA2.0 generate(): no editing key in generation_config.json, no 2.1 in the name"
+                    .into(),
+            ..base
+        },
+    })
+}
+
+/// `LLaDA2.1-mini`, `llada2_1-flash`, ...: a name that says LLaDA2.1 (any case).
+fn says_2_1(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["llada2.1", "llada2_1", "llada-2.1"].iter().any(|s| n.contains(s))
+}
 
 // Config: the fields every family shares (config.rs), the MoE sizes, and LLaDA2's own, with
 // the defaults of its config class (`LLaDA2MoeConfig`) where config.json leaves one out.
@@ -332,5 +393,51 @@ mod tests {
         let mut j = fixture_config();
         j.as_object_mut().unwrap().remove("partial_rotary_factor");
         assert_eq!(super::rotary_dims(&parse_config(&j.to_string(), "c").unwrap()), 8);
+    }
+
+    /// generation_config.json's text, parsed as a checkpoint's would be.
+    fn gen(json: &str) -> crate::model::GenerationConfig {
+        crate::model::GenerationConfig::parse(json, "M/generation_config.json").unwrap()
+    }
+
+    #[test]
+    fn an_editing_key_or_a_2_1_name_picks_llada2_1s_decoder() {
+        let d = super::decoding(&gen(r#"{"editing_threshold":0.5}"#), Some("ckpt")).unwrap();
+        assert_eq!(d.remasking_strategy.as_deref(), Some("joint_threshold"));
+        assert_eq!(
+            (d.editing_threshold, d.max_post_steps, d.eos_early_stop),
+            (Some(0.9), Some(16), Some(false))
+        );
+        assert_eq!(
+            d.origin,
+            "LLaDA2.1 generate() (token editing): M/generation_config.json names `editing_threshold`"
+        );
+        let d = super::decoding(&gen(r#"{"max_post_steps":4}"#), None).unwrap();
+        assert!(d.origin.ends_with("names `max_post_steps`"), "{}", d.origin);
+        for name in ["LLaDA2.1-mini", "inclusionAI--llada2_1-flash", "my-LLaDA-2.1"] {
+            let d = super::decoding(&gen("{}"), Some(name)).unwrap();
+            assert_eq!(d.remasking_strategy.as_deref(), Some("joint_threshold"), "{name}");
+            assert!(d.origin.contains(&format!("{name:?} says 2.1")), "{}", d.origin);
+        }
+        for d in [
+            super::decoding(&gen("{}"), Some("ckpt")).unwrap(),
+            super::decoding(&gen(r#"{"max_post_steps":4}"#), None).unwrap(),
+        ] {
+            assert_eq!(
+                (d.block_length, d.denoising_steps, d.threshold),
+                (Some(32), Some(32), Some(0.95))
+            );
+        }
+    }
+
+    #[test]
+    fn otherwise_llada2_0s_decoder_stops_after_the_eos_block() {
+        for name in [Some("LLaDA2.0-mini-preview"), Some("llada2"), None] {
+            let d = super::decoding(&gen(r#"{"eos_token_id":156892}"#), name).unwrap();
+            assert_eq!(d.remasking_strategy.as_deref(), Some("low_confidence_dynamic"));
+            assert_eq!(d.eos_early_stop, Some(true));
+            assert_eq!((d.editing_threshold, d.max_post_steps), (None, None));
+            assert!(d.origin.starts_with("LLaDA2.0 generate()"), "{}", d.origin);
+        }
     }
 }

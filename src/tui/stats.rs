@@ -11,7 +11,7 @@ use ratatui::widgets::{Block, Widget};
 
 use super::app::View;
 use super::fields;
-use crate::engine::settings::{DecodeSettings, Schedule};
+use crate::engine::settings::{DecodeSettings, Schedule, Strategy};
 use crate::format::fixed;
 use crate::glyph;
 
@@ -160,8 +160,18 @@ fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     if let Some((name, value)) = s.threshold_knob() {
         g.push(kv(v, name, fixed(value.into(), 2)));
     }
-    g.push(kv(v, "steps", s.steps.to_string()));
+    match s.strategy {
+        // token editing reads no step budget: its edit threshold and post-mask passes instead
+        Strategy::JointThreshold => {
+            g.push(kv(v, "edit", fixed(s.edit_threshold.into(), 2)));
+            g.push(kv(v, "max post steps", s.max_post_steps.to_string()));
+        }
+        _ => g.push(kv(v, "steps", s.steps.to_string())),
+    }
     g.push(kv(v, "block", s.block_length.to_string()));
+    if !s.eos_early_stop {
+        g.push(kv(v, "after eos", "decodes on".into()));
+    }
     let t = &s.sampling;
     let temp = if t.is_greedy() { "0 (greedy)".to_string() } else { format!("{}", t.temperature) };
     g.push(kv(v, "temp", temp));
@@ -185,12 +195,22 @@ fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     let thr = p
         .threshold_knob()
         .map_or(String::new(), |(name, value)| format!("{name} {} ", fixed(value.into(), 2)));
+    let budget = match p.strategy {
+        Strategy::JointThreshold => {
+            format!(
+                "edit {} max post steps {}",
+                fixed(p.edit_threshold.into(), 2),
+                p.max_post_steps
+            )
+        }
+        _ => format!("steps {}", p.steps),
+    };
     vec![
         vec![
             Span::styled("pending ", v.theme.warn()),
             Span::styled(format!("{} ", p.strategy.name()), v.theme.value()),
         ],
-        vec![Span::styled(format!("{thr}steps {}   ", p.steps), v.theme.value())],
+        vec![Span::styled(format!("{thr}{budget}   "), v.theme.value())],
         vec![Span::styled(when, v.theme.dim())],
     ]
 }
@@ -362,7 +382,10 @@ mod tests {
         assert!(s.contains("pending entropy_bounded eb 0.35 steps 4"), "{s}");
         app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));
-        assert!(s.contains("pending joint_threshold threshold 0.85 steps 4"), "{s}");
+        assert!(
+            s.contains("pending joint_threshold threshold 0.85 edit 0.90 max post steps 16"),
+            "{s}"
+        );
         // on to sequential: a strategy without a threshold shows none (it showed dynamic's)
         app.on_key(KeyEvent::new(KeyCode::Char('m'), KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));
@@ -381,5 +404,30 @@ mod tests {
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         let s = snapshot_text(&render_panel(&app, 110, 7, render));
         assert!(s.contains("strategy low_confidence_static   steps 4"), "{s}");
+    }
+
+    /// Token editing shows its own knobs: the edit threshold and the passes after the last
+    /// mask, not a step budget it does not read; and that blocks after an EOS are decoded.
+    #[test]
+    fn joint_threshold_shows_its_edit_knobs() {
+        let mut cfg = Synth::small();
+        cfg.change_at = None;
+        let mut events = synth::trace(&cfg);
+        if let crate::trace::events::Event::Header(h) = &mut events[0] {
+            h.settings.strategy = Strategy::JointThreshold;
+            h.settings.edit_threshold = 0.5;
+            h.settings.max_post_steps = 3;
+            h.settings.eos_early_stop = false;
+        }
+        let mut app = App::replay(events, "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 140, 7, render));
+        assert!(
+            s.contains(
+                "strategy joint_threshold   threshold 0.85   edit 0.50   max post steps 3   block 4"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("after eos decodes on") && !s.contains("steps 4"), "{s}");
     }
 }

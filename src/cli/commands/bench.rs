@@ -511,6 +511,19 @@ impl Floor {
     }
 }
 
+/// The flags over the checkpoint's generation config over its family's published defaults
+/// (a `llada2_moe` shape decodes in LLaDA2's blocks of 32), as `trace` settles them.
+fn family_settings(
+    args: &BenchArgs,
+    generation: &GenerationConfig,
+    cfg: &ModelConfig,
+    name: Option<&str>,
+) -> Result<DecodeSettings> {
+    let family = crate::model::registry::family(cfg)?;
+    let defaults = (family.decoding)(generation, name).unwrap_or_default();
+    args.decode.settings_over(generation, cfg.block_size, &defaults)
+}
+
 /// `--prompt-len` and `--max-new-tokens` must fit the model's positions, as a decode's prompt
 /// must (it used to allocate the synthetic prompt first: 2^64 tokens panicked, 2^32 ran out of
 /// memory).
@@ -534,13 +547,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let compute = Compute { paths, ..args.decode.dtype.compute(&device) };
     let dtype = compute.dtype;
     let t0 = Instant::now();
-    let (model, mask_id, detok, info, generation, cfg): (
+    let (model, mask_id, detok, info, generation, cfg, name): (
         Model,
         u32,
         Box<dyn Detok>,
         ModelInfo,
         GenerationConfig,
         ModelConfig,
+        Option<String>,
     ) = match (&args.random_init, &args.decode.model) {
         (Some(shape), _) => {
             let cfg = shape.config()?;
@@ -551,7 +565,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             // before the weights are made: a --prompt-len past the model, or a shape this
             // host cannot hold, is one line, not minutes of random weights and then an
             // allocation that fails
-            let settings = args.decode.settings(&GenerationConfig::default(), cfg.block_size)?;
+            let settings = family_settings(args, &GenerationConfig::default(), &cfg, Some(name))?;
             check_prompt_len(args, &settings, &cfg)?;
             let need = HostNeed::new().weights(&cfg, Origin::Random, compute, &device);
             crate::cli::session::with_decode(
@@ -576,22 +590,30 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 moe: cfg.moe_info(),
             };
             let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
-            (model, mask, Box::new(SyntheticDetok), info, GenerationConfig::default(), cfg)
+            (
+                model,
+                mask,
+                Box::new(SyntheticDetok),
+                info,
+                GenerationConfig::default(),
+                cfg,
+                Some(name.to_string()),
+            )
         }
         (None, _) => {
-            let (source, _) = crate::cli::session::model_source(&args.decode)?;
+            let (source, name) = crate::cli::session::model_source(&args.decode)?;
             if args.decode.routing {
                 crate::cli::session::check_routing(&source)?;
             }
             let ck = Checkpoint::load(&source, &device, compute)?;
             let mask = ck.tokenizer.mask_id();
-            (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config)
+            (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config, name)
         }
     };
     device.synchronize()?;
     crate::cli::session::single_thread_for_small_models(info.num_params, &device);
     let load_s = t0.elapsed().as_secs_f64();
-    let base: DecodeSettings = args.decode.settings(&generation, cfg.block_size)?;
+    let base = family_settings(args, &generation, &cfg, name.as_deref())?;
     check_prompt_len(args, &base, &cfg)?;
     if args.random_init.is_none() {
         crate::cli::session::with_decode(
