@@ -237,8 +237,8 @@ impl Shape {
 }
 
 /// LLaDA2's `config.json` of these sizes (the released config's fields, `rope_theta` 600000,
-/// half of each head rotated); `block_size` 4, not one of its fields, so that a benchmark's
-/// blocks are SDAR's shapes' (a flag sets any other).
+/// half of each head rotated); no `block_size`, as released: a benchmark decodes in the
+/// family's blocks of 32 (a flag sets any other).
 fn llada2_json(
     d: &Dims,
     m: &MoeDims,
@@ -259,7 +259,6 @@ fn llada2_json(
         "partial_rotary_factor": 0.5,
         "max_position_embeddings": 32768,
         "tie_word_embeddings": d.tied,
-        "block_size": 4,
         "mask_token_id": d.mask,
         "num_experts": m.experts,
         "num_experts_per_tok": m.per_token,
