@@ -85,9 +85,9 @@ fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour
     let theme = pick(ThemeName::Light, Depth::TrueColor);
     for (g, row) in cells.iter().zip(&t.tokens) {
         assert_eq!(g.attribute("data-pos"), Some(row.pos.to_string().as_str()));
-        assert_eq!(g.attribute("data-step"), Some((row.step + 1).to_string().as_str()), "1-based");
+        assert_eq!(g.attribute("data-step"), Some(row.block_step.to_string().as_str()), "1-based");
         let rect = g.children().find(|c| c.has_tag_name("rect")).unwrap();
-        let (r, gr, b) = theme.cell_rgb(row.step, span).0;
+        let (r, gr, b) = theme.cell_rgb(row.block_step - 1, span).0;
         assert_eq!(
             rect.attribute("fill"),
             Some(format!("#{r:02x}{gr:02x}{b:02x}").as_str()),
@@ -183,17 +183,17 @@ fn a_trace_with_edits_exports_final_tokens_and_the_edits() {
     let lines: Vec<&str> = tokens.lines().collect();
     assert_eq!(
         lines[0],
-        "pos,index,block,step,global_step,forward,final_step,edits,token,text,conf,entropy"
+        "pos,index,block,step,block_step,forward,final_step,final_block_step,edits,token,text,conf,entropy"
     );
-    assert!(lines[2].starts_with("7,1,1,0,0,1,1,1,10, It,0.9038231,"), "{tokens}");
+    assert!(lines[2].starts_with("7,1,1,1,1,1,2,2,1,10, It,0.9038231,"), "{tokens}");
     let (edits, _) = export(&trace, &["--table", "edits"]);
     let lines: Vec<&str> = edits.lines().collect();
     assert_eq!(
         lines[..3],
         [
-            "global_step,block,step,forward,pos,index,from,to,from_text,to_text,conf,entropy",
-            "1,1,1,2,7,1,15,10, purr, It,0.9038231,0.19235384",
-            "6,2,3,7,11,5,19,22, dream, fish,0.86701596,0.26596808",
+            "step,block,block_step,forward,pos,index,from,to,from_text,to_text,conf,entropy",
+            "2,1,2,2,7,1,15,10, purr, It,0.9038231,0.19235384",
+            "7,2,4,7,11,5,19,22, dream, fish,0.86701596,0.26596808",
         ]
     );
     assert_eq!(lines.len(), 1 + 9);
@@ -208,4 +208,67 @@ fn a_trace_with_edits_exports_final_tokens_and_the_edits() {
     let ids: Vec<u64> =
         v["tokens"].as_array().unwrap().iter().map(|r| r["token"].as_u64().unwrap()).collect();
     assert_eq!(ids, f.output_ids.iter().map(|&t| u64::from(t)).collect::<Vec<_>>());
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_unmask")).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// One numbering for people: for every output token of a trace (with and without edits), the
+/// step `unmask steps` lists it on, the CSV's and the JSON export's `step` and `block_step`,
+/// and the step map agree; with edits, `final_step` is the steps line that last edited it.
+#[test]
+fn steps_csv_json_and_the_step_map_agree_on_every_token() {
+    for name in ["tiny-dynamic.jsonl", "edits.jsonl"] {
+        let trace = traces().join(name);
+        let t = trace.to_str().unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&run_ok(&["export", t, "--format", "json"])).unwrap();
+        let csv = run_ok(&["export", t, "--table", "tokens"]);
+        // a real CSV reader: a token's text may hold a comma, a quote or a line break
+        let mut reader = csv::Reader::from_reader(csv.as_bytes());
+        let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+        let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+        let col = |row: &csv::StringRecord, name: &str| -> u64 {
+            let i = header.iter().position(|h| h == name).unwrap();
+            row[i].parse().unwrap()
+        };
+        // (pos -> (step, block_step)) of the line that committed it, and of the last edit
+        let mut committed = std::collections::HashMap::new();
+        let mut edited = std::collections::HashMap::new();
+        for line in run_ok(&["steps", t, "--json"]).lines() {
+            let s: serde_json::Value = serde_json::from_str(line).unwrap();
+            let at = (s["step"].as_u64().unwrap(), s["block_step"].as_u64().unwrap());
+            for p in s["pos"].as_array().unwrap() {
+                committed.insert(p.as_u64().unwrap(), at);
+            }
+            for e in s.get("edits").and_then(|e| e.as_array()).into_iter().flatten() {
+                edited.insert(e["pos"].as_u64().unwrap(), at);
+            }
+        }
+        let rows = &records;
+        let tokens = json["tokens"].as_array().unwrap();
+        assert_eq!(rows.len(), tokens.len(), "{name}");
+        for (i, (row, tok)) in rows.iter().zip(tokens).enumerate() {
+            let pos = tok["pos"].as_u64().unwrap();
+            let at = format!("{name}: token {i} (pos {pos})");
+            let (step, block_step) = committed[&pos];
+            assert_eq!((col(row, "step"), col(row, "block_step")), (step, block_step), "{at}: CSV");
+            assert_eq!(
+                (tok["step"].as_u64().unwrap(), tok["block_step"].as_u64().unwrap()),
+                (step, block_step),
+                "{at}: JSON"
+            );
+            let (final_step, final_block_step) =
+                edited.get(&pos).copied().unwrap_or((step, block_step));
+            if header.iter().any(|h| h == "final_step") {
+                assert_eq!(col(row, "final_step"), final_step, "{at}: CSV final_step");
+                assert_eq!(tok["final_block_step"].as_u64().unwrap(), final_block_step, "{at}");
+            }
+            assert_eq!(json["step_map"][i].as_u64().unwrap(), final_block_step, "{at}: step_map");
+        }
+        assert!(!edited.is_empty() || name == "tiny-dynamic.jsonl", "{name} edits");
+    }
 }

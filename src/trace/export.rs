@@ -1,8 +1,12 @@
 //! Tables derived from a trace: which token was decoded at which step, and which tokens later
 //! steps replaced (token editing). Pure: events in, rows out.
 //!
-//! A trace with edits adds columns (`final_step`, `edits` to the tokens, `edited` to the steps)
-//! and the edits table; one without has exactly the tables it always had.
+//! Every step a row names counts from 1, as `unmask steps` and the TUI do: `step` over the whole
+//! decode (the Nth step event), `block_step` within its block (the step map's value). The
+//! trace's events count from 0; these tables are for people and spreadsheets joining them.
+//!
+//! A trace with edits adds columns (`final_step`, `final_block_step`, `edits` to the tokens,
+//! `edited` to the steps) and the edits table; one without has none of them.
 
 use std::collections::HashMap;
 
@@ -18,15 +22,19 @@ pub struct TokenRow {
     /// Index among the generated tokens (0 = first token after the prompt).
     pub index: usize,
     pub block: usize,
-    /// 0-based denoising step within the block that committed the position (unmasked it).
+    /// The denoising step of the decode that committed the position (unmasked it), from 1.
     pub step: usize,
-    /// 0-based denoising step over the whole decode that committed it.
-    pub global_step: usize,
+    /// That step's place within the block, from 1.
+    pub block_step: usize,
     pub forward: usize,
-    /// 0-based step within the block that set the final token: `step`, unless an edit replaced
-    /// the committed token. Present when the trace has edits.
+    /// The step of the decode that set the final token (from 1): `step`, unless an edit
+    /// replaced the committed token. Present when the trace has edits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub final_step: Option<usize>,
+    /// That step's place within the block (from 1): the step map's value. Present when the
+    /// trace has edits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_block_step: Option<usize>,
     /// How many times a step replaced the position's token. Present when the trace has edits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub edits: Option<usize>,
@@ -45,9 +53,11 @@ pub struct TokenRow {
 /// One denoising step: how much it committed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepRow {
-    pub global_step: usize,
-    pub block: usize,
+    /// From 1, over the whole decode.
     pub step: usize,
+    pub block: usize,
+    /// From 1, within the block.
+    pub block_step: usize,
     pub forward: usize,
     pub committed: usize,
     /// Positions whose token the step replaced. Present when the trace has edits.
@@ -60,10 +70,11 @@ pub struct StepRow {
 /// One edit: a step replaced the token a decoded position held.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EditRow {
-    pub global_step: usize,
-    pub block: usize,
-    /// 0-based step within the block.
+    /// From 1, over the whole decode.
     pub step: usize,
+    pub block: usize,
+    /// From 1, within the block.
+    pub block_step: usize,
     pub forward: usize,
     pub pos: usize,
     /// Index among the generated tokens, as in the tokens table (a position past the output
@@ -119,11 +130,12 @@ pub fn tables(events: &[Event]) -> Tables {
     let mut texts: HashMap<u32, String> = HashMap::new();
     for ev in run {
         let Event::Step(s) = ev else { continue };
-        let global_step = steps.len();
+        // the tables count steps from 1; the events from 0
+        let (step, block_step) = (steps.len() + 1, s.step + 1);
         steps.push(StepRow {
-            global_step,
+            step,
             block: s.block,
-            step: s.step,
+            block_step,
             forward: s.forward,
             committed: s.committed.len(),
             edited: counted(s.edited.len()),
@@ -132,9 +144,9 @@ pub fn tables(events: &[Event]) -> Tables {
         });
         for c in &s.edited {
             edits.push(EditRow {
-                global_step,
+                step,
                 block: s.block,
-                step: s.step,
+                block_step,
                 forward: s.forward,
                 pos: c.pos,
                 index: c.pos.saturating_sub(prompt_len),
@@ -150,7 +162,7 @@ pub fn tables(events: &[Event]) -> Tables {
                 let r = &mut tokens[i];
                 (r.token, r.text, r.bytes) = (c.token, c.text.clone(), c.bytes.clone());
                 (r.conf, r.entropy) = (c.conf, c.entropy);
-                r.final_step = Some(s.step);
+                (r.final_step, r.final_block_step) = (Some(step), Some(block_step));
                 r.edits = r.edits.map(|n| n + 1);
             }
         }
@@ -163,10 +175,11 @@ pub fn tables(events: &[Event]) -> Tables {
                 pos: c.pos,
                 index: c.pos - prompt_len,
                 block: s.block,
-                step: s.step,
-                global_step,
+                step,
+                block_step,
                 forward: s.forward,
-                final_step: counted(s.step),
+                final_step: counted(step),
+                final_block_step: counted(block_step),
                 edits: counted(0),
                 token: c.token,
                 text: c.text.clone(),
@@ -186,7 +199,7 @@ pub fn tables(events: &[Event]) -> Tables {
         }
     }
     tokens.sort_by_key(|t| t.pos);
-    let step_map = tokens.iter().map(|t| t.final_step.unwrap_or(t.step) + 1).collect();
+    let step_map = tokens.iter().map(|t| t.final_block_step.unwrap_or(t.block_step)).collect();
     Tables { tokens, steps, step_map, edits }
 }
 
@@ -226,9 +239,9 @@ fn extra<const N: usize>(cols: [Option<usize>; N]) -> String {
 
 pub fn tokens_csv(t: &Tables) -> String {
     let edits = !t.edits.is_empty();
-    let mut out = String::from("pos,index,block,step,global_step,forward,");
+    let mut out = String::from("pos,index,block,step,block_step,forward,");
     if edits {
-        out += "final_step,edits,";
+        out += "final_step,final_block_step,edits,";
     }
     out += "token,text,conf,entropy\n";
     for r in &t.tokens {
@@ -238,9 +251,9 @@ pub fn tokens_csv(t: &Tables) -> String {
             r.index,
             r.block,
             r.step,
-            r.global_step,
+            r.block_step,
             r.forward,
-            extra([r.final_step, r.edits]),
+            extra([r.final_step, r.final_block_step, r.edits]),
             r.token,
             csv_field(&r.text),
             r.conf,
@@ -252,7 +265,7 @@ pub fn tokens_csv(t: &Tables) -> String {
 
 pub fn steps_csv(t: &Tables) -> String {
     let edits = !t.edits.is_empty();
-    let mut out = String::from("global_step,block,step,forward,committed,");
+    let mut out = String::from("step,block,block_step,forward,committed,");
     if edits {
         out += "edited,";
     }
@@ -260,9 +273,9 @@ pub fn steps_csv(t: &Tables) -> String {
     for r in &t.steps {
         out += &format!(
             "{},{},{},{},{}{},{},{:.3}\n",
-            r.global_step,
-            r.block,
             r.step,
+            r.block,
+            r.block_step,
             r.forward,
             r.committed,
             extra([r.edited]),
@@ -277,14 +290,14 @@ pub fn steps_csv(t: &Tables) -> String {
 /// trace without edits).
 pub fn edits_csv(t: &Tables) -> String {
     let mut out = String::from(
-        "global_step,block,step,forward,pos,index,from,to,from_text,to_text,conf,entropy\n",
+        "step,block,block_step,forward,pos,index,from,to,from_text,to_text,conf,entropy\n",
     );
     for r in &t.edits {
         out += &format!(
             "{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            r.global_step,
-            r.block,
             r.step,
+            r.block,
+            r.block_step,
             r.forward,
             r.pos,
             r.index,
@@ -324,40 +337,43 @@ mod tests {
         assert_eq!(t.tokens.iter().map(|r| r.token).collect::<Vec<_>>(), f.output_ids);
         let plain = tables(&synth::trace(&Synth::small()));
         assert_eq!(
-            t.tokens.iter().map(|r| (r.pos, r.step, r.text.as_str())).collect::<Vec<_>>(),
-            plain.tokens.iter().map(|r| (r.pos, r.step, r.text.as_str())).collect::<Vec<_>>(),
-            "committed at the same steps, to the same final texts"
+            t.tokens.iter().map(|r| (r.pos, r.block_step, r.text.as_str())).collect::<Vec<_>>(),
+            plain.tokens.iter().map(|r| (r.pos, r.block_step, r.text.as_str())).collect::<Vec<_>>(),
+            "committed at the same steps of their blocks, to the same final texts"
         );
         let p7 = t.tokens.iter().find(|r| r.pos == 7).unwrap();
-        assert_eq!((p7.step, p7.final_step, p7.edits, p7.token), (0, Some(1), Some(1), 10));
+        assert_eq!(
+            (p7.step, p7.block_step, p7.final_step, p7.final_block_step, p7.edits, p7.token),
+            (1, 1, Some(2), Some(2), Some(1), 10)
+        );
         let p11 = t.tokens.iter().find(|r| r.pos == 11).unwrap();
-        assert_eq!((p11.step, p11.final_step, p11.edits), (0, Some(4), Some(2)));
+        assert_eq!((p11.block_step, p11.final_block_step, p11.edits), (1, Some(5), Some(2)));
         let unedited = t.tokens.iter().find(|r| r.pos == 6).unwrap();
-        assert_eq!((unedited.final_step, unedited.edits), (Some(1), Some(0)));
+        assert_eq!((unedited.final_step, unedited.edits), (Some(unedited.step), Some(0)));
         assert_eq!(t.step_map[11 - 6], 5, "1-based, the final token's step");
         assert_eq!(t.step_map[7 - 6], 2);
         assert!(plain.step_map.iter().zip(&t.step_map).any(|(a, b)| a != b));
         assert_eq!(t.edits.len(), 9);
         let e = &t.edits[0];
         assert_eq!(
-            (e.global_step, e.block, e.step, e.pos, e.index, e.from, e.to),
-            (1, 1, 1, 7, 1, 15, 10)
+            (e.step, e.block, e.block_step, e.pos, e.index, e.from, e.to),
+            (2, 1, 2, 7, 1, 15, 10)
         );
         assert_eq!((e.from_text.as_str(), e.to_text.as_str()), (" purr", " It"));
         assert_eq!(t.steps.iter().filter_map(|s| s.edited).sum::<usize>(), 9);
         let csv = tokens_csv(&t);
-        assert!(csv.starts_with("pos,index,block,step,global_step,forward,final_step,edits,token,text,conf,entropy\n6,0,1,1,1,2,1,0,9,.,"), "{csv}");
-        assert!(csv.contains("\n7,1,1,0,0,1,1,1,10, It,"), "{csv}");
+        assert!(csv.starts_with("pos,index,block,step,block_step,forward,final_step,final_block_step,edits,token,text,conf,entropy\n6,0,1,2,2,2,2,2,0,9,.,"), "{csv}");
+        assert!(csv.contains("\n7,1,1,1,1,1,2,2,1,10, It,"), "{csv}");
         assert!(steps_csv(&t).starts_with(
-            "global_step,block,step,forward,committed,edited,still_masked,t_ms\n0,1,0,1,1,0,1,"
+            "step,block,block_step,forward,committed,edited,still_masked,t_ms\n1,1,1,1,1,0,1,"
         ));
         let edits = edits_csv(&t);
-        assert!(edits.starts_with("global_step,block,step,forward,pos,index,from,to,from_text,to_text,conf,entropy\n1,1,1,2,7,1,15,10, purr, It,0.9038231,"), "{edits}");
+        assert!(edits.starts_with("step,block,block_step,forward,pos,index,from,to,from_text,to_text,conf,entropy\n2,1,2,2,7,1,15,10, purr, It,0.9038231,"), "{edits}");
         assert_eq!(edits.lines().count(), 10);
         let json = serde_json::to_string(&t).unwrap();
         assert!(
-            json.contains(r#""final_step":1,"edits":1,"token":10"#)
-                && json.contains(r#""edits":[{"global_step":1"#),
+            json.contains(r#""final_step":2,"final_block_step":2,"edits":1,"token":10"#)
+                && json.contains(r#""edits":[{"step":2,"block":1,"block_step":2"#),
             "{json}"
         );
         // Without edits: none of it.

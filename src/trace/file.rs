@@ -130,7 +130,9 @@ pub fn read_each(
 fn export_kind(first: &[u8]) -> Option<&'static str> {
     let line = String::from_utf8_lossy(first);
     let line = line.trim();
-    let csv_headers = ["pos,index,block,", "global_step,block,step,", "index,step_map"];
+    // (`global_step,block,step,`: the steps and edits tables of earlier versions)
+    let csv_headers =
+        ["pos,index,block,", "step,block,block_step,", "global_step,block,step,", "index,step_map"];
     if first.starts_with(b"\x89PNG") {
         Some("a PNG image (`unmask export --format png`)")
     } else if line.starts_with("<svg") || line.starts_with("<?xml") {
