@@ -35,12 +35,14 @@ fn stdout(o: Output) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-/// tiny-dynamic.jsonl as a person reads it (checked by hand against the trace's events).
+/// tiny-dynamic.jsonl as a person reads it (checked by hand against the trace's events): its
+/// last block runs 3 positions past `--max-new-tokens` 12, marked dropped.
 const TINY_DYNAMIC: &str = r#"step 1 · block 1 · step 1/4 · fwd 2  ["ion", "Y", "ion"]
 step 2 · block 2 · step 1/4 · fwd 4  ["Y", "�", "Y", "Y"]
 step 3 · block 3 · step 1/4 · fwd 6  ["Y", "Y", "Y"]
 step 4 · block 3 · step 2/4 · fwd 7  ["ind"]
-step 5 · block 4 · step 1/4 · fwd 9  ["�", "�", "Y", "�"]
+step 5 · block 4 · step 1/4 · fwd 9  ["�", ✗"�", ✗"Y", ✗"�"]
+finished: length · 12 tokens out · 3 decoded and dropped: pos 17-19
 "#;
 
 #[test]
@@ -54,10 +56,17 @@ fn json_lines_carry_the_same_numbers() {
     let trace = fixture("traces/tiny-dynamic.jsonl");
     let out = stdout(unmask(&["steps", "--json", trace.to_str().unwrap()]));
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.len(), 6);
     assert_eq!(
         lines[3],
         r#"{"step":4,"block":3,"block_step":2,"block_steps":4,"forward":7,"pos":[15],"texts":["ind"],"conf":[0.4448627]}"#
+    );
+    let last: serde_json::Value = serde_json::from_str(lines[4]).unwrap();
+    assert_eq!(last["pos"], serde_json::json!([16, 17, 18, 19]));
+    assert_eq!(last["dropped"], serde_json::json!([17, 18, 19]), "past --max-new-tokens");
+    assert_eq!(
+        lines[5],
+        r#"{"finish":{"reason":"length","output_tokens":12,"dropped":[17,18,19]}}"#
     );
 }
 
@@ -87,6 +96,7 @@ fn live_steps_are_the_steps_of_the_same_decode_traced() {
     // forward count's current accounting, so `fwd` is left out).
     let no_fwd = |s: &str| -> Vec<String> {
         s.lines()
+            .filter(|l| l.starts_with("step "))
             .map(|l| {
                 l.split(" · fwd ").next().unwrap().to_string() + l.split_once("  [").unwrap().1
             })
@@ -168,9 +178,9 @@ fn a_trace_of_two_runs_lists_each_after_a_run_line() {
     assert_eq!(stdout(unmask(&["steps", t])), format!("{TINY_DYNAMIC}# run 2\n{TINY_DYNAMIC}"));
     let json = stdout(unmask(&["steps", "--json", t]));
     let json: Vec<&str> = json.lines().collect();
-    assert_eq!(json.len(), 11);
-    assert_eq!(json[5], r#"{"run":2}"#);
-    assert_eq!(json[..5], json[6..]);
+    assert_eq!(json.len(), 13, "each run's 5 steps and its finish line");
+    assert_eq!(json[6], r#"{"run":2}"#);
+    assert_eq!(json[..6], json[7..]);
     let piped = Command::new(env!("CARGO_BIN_EXE_unmask"))
         .args(["steps", "-"])
         .stdin(std::fs::File::open(&two).unwrap())
@@ -257,7 +267,8 @@ fn a_trace_that_is_not_a_regular_file_is_refused_before_reading() {
 
 /// The synthetic trace with token edits: each edit on its step's line after the commits,
 /// `~"old"→"new"`; the post-edit steps (after a block's last mask) commit nothing, `[]`, and
-/// the last of each block edits nothing either.
+/// the last of each block edits nothing either; the last block's two positions past the
+/// length are marked dropped.
 const EDITS: &str = r#"step 1 · block 1 · step 1/6 · fwd 1  [" purr"]
 step 2 · block 1 · step 2/6 · fwd 2  ["."] ~" purr"→" It"
 step 3 · block 1 · step 3/6 · fwd 3  []
@@ -288,11 +299,12 @@ step 27 · block 6 · step 2/6 · fwd 27  [" café"]
 step 28 · block 6 · step 3/6 · fwd 28  [" \""]
 step 29 · block 6 · step 4/6 · fwd 29  [" —"]
 step 30 · block 6 · step 5/6 · fwd 30  []
-step 31 · block 7 · step 1/6 · fwd 31  ["ROMEO"]
+step 31 · block 7 · step 1/6 · fwd 31  [✗"ROMEO"]
 step 32 · block 7 · step 2/6 · fwd 32  [" 🦀"] ~"ROMEO"→"\u0007"
 step 33 · block 7 · step 3/6 · fwd 33  ["\""]
-step 34 · block 7 · step 4/6 · fwd 34  ["́"]
+step 34 · block 7 · step 4/6 · fwd 34  [✗"́"]
 step 35 · block 7 · step 5/6 · fwd 35  []
+finished: length · 24 tokens out · 2 decoded and dropped: pos 30-31
 "#;
 
 #[test]

@@ -45,6 +45,60 @@ pub struct StepLine {
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub edits: Vec<EditLine>,
+    /// Those of `pos` the output does not take, as known after this step: past
+    /// `--max-new-tokens`, or after an EOS decoded by then (an EOS a later step decodes drops
+    /// more: the [`FinishLine`] lists every dropped position). Absent in JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<usize>,
+}
+
+/// The end of a run: why it stopped, how many tokens it output, and every position it decoded
+/// that the output does not take (past `--max-new-tokens`, after the EOS, an unfinished block).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FinishLine {
+    pub reason: crate::trace::events::FinishReason,
+    pub output_tokens: usize,
+    /// Absolute positions, ascending.
+    pub dropped: Vec<usize>,
+}
+
+impl FinishLine {
+    /// `finished: eos · 8 tokens out · 3 decoded and dropped: pos 18-19, 23`.
+    pub fn text(&self) -> String {
+        let reason = serde_json::to_value(self.reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let mut s = format!("finished: {reason} · {} tokens out", self.output_tokens);
+        if !self.dropped.is_empty() {
+            s += &format!(
+                " · {} decoded and dropped: pos {}",
+                self.dropped.len(),
+                ranges(&self.dropped)
+            );
+        }
+        s
+    }
+
+    /// `{"finish":{"reason":"eos","output_tokens":8,"dropped":[18,19,23]}}`.
+    pub fn json(&self) -> String {
+        serde_json::json!({ "finish": self }).to_string()
+    }
+}
+
+/// Ascending positions as ranges: `3-5, 9`.
+fn ranges(pos: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < pos.len() {
+        let mut j = i;
+        while j + 1 < pos.len() && pos[j + 1] == pos[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { pos[i].to_string() } else { format!("{}-{}", pos[i], pos[j]) });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// One edit of a step: the token a decoded position held and the one it holds now.
@@ -104,10 +158,19 @@ fn shown(p: &Piece) -> String {
 
 impl StepLine {
     /// `step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]`: the texts as JSON strings,
-    /// bytes that are no characters (yet) as bare hex (`<E2>`); then each edit as
-    /// `~" cat"→" dog"` (`~` as in a diff's changed line: it never starts a commit's text).
+    /// bytes that are no characters (yet) as bare hex (`<E2>`), a dropped one marked `✗`
+    /// (`✗" the"`: it never starts a text, as the TUI strikes the cell through); then each edit
+    /// as `~" cat"→" dog"` (`~` as in a diff's changed line: it never starts a commit's text).
     pub fn text(&self) -> String {
-        let texts: Vec<String> = self.texts.iter().map(shown).collect();
+        let texts: Vec<String> = self
+            .texts
+            .iter()
+            .zip(&self.pos)
+            .map(|(t, p)| match self.dropped.contains(p) {
+                true => format!("✗{}", shown(t)),
+                false => shown(t),
+            })
+            .collect();
         let s = format!(
             "step {} · block {} · step {}/{} · fwd {}  [{}]",
             self.step,
@@ -145,6 +208,18 @@ pub struct StepLines {
 impl StepLines {
     pub fn new() -> Self {
         StepLines::default()
+    }
+
+    /// The end of the run whose finish event was just pushed: every position the run decoded
+    /// that its output does not take.
+    pub fn finish(&self, f: &crate::trace::events::FinishEvent) -> FinishLine {
+        let dropped = self.store.run().map_or(Vec::new(), |run| {
+            let end = run.prompt_len() + f.output_ids.len();
+            let last = run.steps().len().checked_sub(1);
+            let decoded = |p: &usize| matches!(run.cell(*p, last), CellState::Decoded(_));
+            (end..run.max_blocks() * run.block_length()).filter(decoded).collect()
+        });
+        FinishLine { reason: f.reason, output_tokens: f.output_ids.len(), dropped }
     }
 
     /// The line for `ev` if it is a step; a header (a new run) restarts the count.
@@ -202,6 +277,8 @@ impl StepLines {
                 e.sort_by_key(|e| e.pos);
                 e
             },
+            // (a step the store refused: nothing is known of the output)
+            dropped: Vec::new(),
         }
     }
 
@@ -265,6 +342,11 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
         bytes: committed.iter().map(|(_, d)| raw(d.token)).collect(),
         conf: committed.iter().map(|(_, d)| d.conf).collect(),
         edits,
+        dropped: committed
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|&p| p >= run.output_end(Some(k)))
+            .collect(),
     })
 }
 
@@ -308,6 +390,7 @@ mod tests {
             bytes: vec![None, None],
             conf: vec![0.9, 0.8],
             edits: vec![],
+            dropped: vec![],
         };
         assert_eq!(l.text(), r#"step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]"#);
         assert_eq!(
@@ -488,5 +571,40 @@ mod tests {
         assert_eq!(s(Strategy::LowConfidenceStatic, 2).step_budget(), 2);
         assert_eq!(s(Strategy::LowConfidenceDynamic, 8).step_budget(), 4);
         assert_eq!(s(Strategy::Sequential, 3).step_budget(), 3);
+    }
+
+    #[test]
+    fn positions_read_as_ranges() {
+        assert_eq!(ranges(&[3, 4, 5, 9]), "3-5, 9");
+        assert_eq!(ranges(&[7]), "7");
+        assert_eq!(ranges(&[]), "");
+    }
+
+    /// The synthetic trace's last block runs past the length: its commits there are marked
+    /// `✗` on their step's line, and the finish line lists every dropped position.
+    #[test]
+    fn commits_past_the_output_are_marked_dropped() {
+        let events = synth::trace(&Synth::small_edits());
+        let mut s = StepLines::new();
+        let mut out = Vec::new();
+        for e in &events {
+            if let Some(l) = s.push(e) {
+                out.push(l.text());
+            }
+            if let Event::Finish(f) = e {
+                let end = s.finish(f);
+                assert_eq!(end.dropped, [30, 31]);
+                out.push(end.text());
+                assert_eq!(
+                    end.json(),
+                    r#"{"finish":{"reason":"length","output_tokens":24,"dropped":[30,31]}}"#
+                );
+            }
+        }
+        assert!(out.iter().any(|l| l.ends_with("[✗\"ROMEO\"]")), "{out:?}");
+        assert_eq!(
+            out.last().unwrap(),
+            "finished: length · 24 tokens out · 2 decoded and dropped: pos 30-31"
+        );
     }
 }

@@ -31,6 +31,17 @@ impl<W: Write> Lines<W> {
         self.line(&text)
     }
 
+    /// A step's line, or the run's closing line after its finish event.
+    fn event(&mut self, lines: &mut StepLines, ev: &Event) -> Result<()> {
+        if let Some(l) = lines.push(ev) {
+            return self.write(&l);
+        }
+        let Event::Finish(f) = ev else { return Ok(()) };
+        let end = lines.finish(f);
+        let text = if self.json { end.json() } else { end.text() };
+        self.line(&text)
+    }
+
     /// The line before the steps of run `n` (the second or a later) of a trace.
     fn run(&mut self, n: usize) -> Result<()> {
         let text = if self.json { format!("{{\"run\":{n}}}") } else { format!("# run {n}") };
@@ -57,10 +68,7 @@ fn list(path: &std::path::Path, out: &mut Lines<impl Write>) -> Result<()> {
                 out.run(runs)?;
             }
         }
-        match lines.push(&ev) {
-            Some(l) => out.write(&l),
-            None => Ok(()),
-        }
+        out.event(&mut lines, &ev)
     })?;
     if let Some(why) = stopped {
         // The good part is listed; say where the trace ended.
@@ -77,10 +85,7 @@ fn list(path: &std::path::Path, out: &mut Lines<impl Write>) -> Result<()> {
 fn live(args: &DecodeArgs, out: &mut Lines<impl Write>) -> Result<()> {
     let mut lines = StepLines::new();
     let fin =
-        crate::cli::commands::trace::stream(Session::open(args)?, |ev| match lines.push(ev) {
-            Some(l) => out.write(&l),
-            None => Ok(()),
-        })?;
+        crate::cli::commands::trace::stream(Session::open(args)?, |ev| out.event(&mut lines, ev))?;
     if fin.reason == FinishReason::Error {
         bail!("decode failed: {}", fin.error.unwrap_or_default());
     }
