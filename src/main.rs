@@ -57,6 +57,11 @@ fn main() -> ExitCode {
         // The reader went away (`unmask trace | head -1`): what it wanted was written, so this
         // ends quietly with exit 0, the way a finished listing does.
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
+        // The output is written, from a trace cut short: a warning, and a status that says so.
+        Err(e) if e.downcast_ref::<unmask::cli::PartialTrace>().is_some() => {
+            eprintln!("unmask: warning: {}", unmask::glyph::escape_line(&format!("{e:#}")));
+            ExitCode::from(unmask::cli::PartialTrace::EXIT)
+        }
         Err(e) => fail(&format!("{e:#}")),
     }
 }

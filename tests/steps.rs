@@ -319,3 +319,21 @@ fn a_trace_with_edits_lists_them_on_their_step_lines() {
     );
     assert_eq!(lines.iter().filter(|l| l.contains(r#""edits":"#)).count(), 7);
 }
+
+/// A trace cut mid-line (a recording that died): the steps before the cut are listed, one
+/// warning line names where it stopped, and the status is 3, so that a script can tell.
+#[test]
+fn a_cut_trace_lists_what_came_before_and_exits_3() {
+    let text = std::fs::read_to_string(fixture("traces/tiny-dynamic.jsonl")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, &text[..text.len() * 2 / 3]).unwrap();
+    let out = unmask(&["steps", cut.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("unmask: warning: ") && err.contains("cut.jsonl:"), "{err}");
+    assert!(err.ends_with("; listed the steps before it\n"), "{err}");
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(!listed.is_empty() && TINY_DYNAMIC.starts_with(&listed), "{listed}");
+}

@@ -33,19 +33,14 @@ pub fn run(
         crate::cli::output::check_outputs(&[("--out", p)], &[("trace", trace)])?;
     }
     let read = crate::trace::file::read_path(trace)?;
-    if let Some(why) = &read.stopped {
-        // The good part is still exported; say where the trace ended.
-        eprintln!(
-            "unmask: warning: {}; exporting the events before it",
-            crate::glyph::escape_line(why)
-        );
-    }
     let text = match format {
         ExportFormat::Svg => crate::tui::figure::step_map_svg(&read.events)
             .with_context(|| format!("{}: cannot draw the step map", trace.display()))?,
         _ => table_text(&read.events, format, table, out.is_none())?,
     };
-    write_out(out, &text)
+    write_out(out, &text)?;
+    // The good part is exported; say where the trace ended, and exit so that a script knows.
+    crate::cli::PartialTrace::check(read.stopped, "exported the events before it")
 }
 
 /// A table as CSV, or all of them as JSON; token text escaped for a terminal when `to_stdout`

@@ -66,16 +66,15 @@ pub fn from_trace(file: &Path, cast: &Path, cast_args: &CastArgs, look: &LookArg
     pacing.validate()?;
     check_outputs(&[("--cast", cast)], &[("trace", file)])?;
     let t = trace::read_path(file)?;
-    if let Some(s) = &t.stopped {
-        eprintln!("unmask: warning: trace stopped early: {}", crate::glyph::escape_line(s));
-    }
     write_cast(
         t.events,
         Some(file.display().to_string()),
-        t.stopped,
+        t.stopped.clone(),
         cast,
         (&pacing, cast_args.title.as_deref()),
-    )
+    )?;
+    // The cast holds the good part; say where the trace ended, and exit so that a script knows.
+    crate::cli::PartialTrace::check(t.stopped, "recorded the events before it")
 }
 
 /// Renders and writes the cast, to a file whole (or not at all) or to stdout (`-`). A signal

@@ -70,14 +70,8 @@ fn list(path: &std::path::Path, out: &mut Lines<impl Write>) -> Result<()> {
         }
         out.event(&mut lines, &ev)
     })?;
-    if let Some(why) = stopped {
-        // The good part is listed; say where the trace ended.
-        eprintln!(
-            "unmask: warning: {}; listing the steps before it",
-            crate::glyph::escape_line(&why)
-        );
-    }
-    Ok(())
+    // The good part is listed; say where the trace ended, and exit so that a script knows.
+    crate::cli::PartialTrace::check(stopped, "listed the steps before it")
 }
 
 /// The decode's steps as they happen, through the same engine loop as `unmask trace` (a signal
