@@ -119,9 +119,27 @@ fn clap_exit(e: clap::Error) -> ExitCode {
         let listed: Vec<&str> = lines.clone().take_while(|l| !l.starts_with("Usage:")).collect();
         first = format!("{first} {}", listed.join(", "));
     }
+    // clap's tip for a misspelt flag or value, which the one line would otherwise drop
+    let tip =
+        [ContextKind::SuggestedArg, ContextKind::SuggestedValue].into_iter().find_map(|k| match e
+            .get(k)
+        {
+            Some(ContextValue::String(s)) => Some(format!("; did you mean {s}?")),
+            Some(ContextValue::Strings(v)) if !v.is_empty() => {
+                Some(format!("; did you mean {}?", v.join(" or ")))
+            }
+            _ => None,
+        });
     let values = lines.find(|l| l.starts_with("[possible values:"));
-    match values {
-        Some(v) => fail(&format!("{first} {v} (see --help)")),
-        None => fail(&format!("{first} (see --help)")),
-    }
+    let values = values.map(|v| {
+        let flag = match e.get(ContextKind::InvalidArg) {
+            Some(ContextValue::String(a)) => a.split_whitespace().next().unwrap_or("").to_string(),
+            _ => String::new(),
+        };
+        match unmask::cli::value_aliases(&flag) {
+            Some(aliases) => format!(" {} (short names: {aliases})", v),
+            None => format!(" {v}"),
+        }
+    });
+    fail(&format!("{first}{}{} (see --help)", tip.unwrap_or_default(), values.unwrap_or_default()))
 }

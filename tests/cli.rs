@@ -783,3 +783,24 @@ fn bench_refuses_a_prompt_len_past_the_model() {
         assert!(err.contains(want) && err.lines().count() == 1, "{args:?}: {err}");
     }
 }
+
+/// A misspelt flag gets clap's suggestion on its one line, and a refused strategy lists the
+/// short names it also takes (`dynamic`, `joint`, ...), not only the full ones.
+#[test]
+fn a_typo_gets_a_suggestion_and_a_strategy_its_short_names() {
+    let err = |args: &[&str]| {
+        let out = unmask(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    assert_eq!(
+        err(&["trace", "--promt", "hi"]),
+        "unmask: error: unexpected argument '--promt' found; did you mean --prompt? (see --help)\n"
+    );
+    let e = err(&["trace", "--strategy", "fast"]);
+    assert!(e.contains("[possible values: sequential, low_confidence_static, low_confidence_dynamic, entropy_bounded, joint_threshold] (short names: static = low_confidence_static, dynamic = low_confidence_dynamic, entropy = entropy_bounded, joint = joint_threshold, edit = joint_threshold) (see --help)"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    // a flag whose values have no other names lists only the values
+    let e = err(&["trace", "--dtype", "x"]);
+    assert!(e.ends_with("[possible values: auto, f32, bf16, f16] (see --help)\n"), "{e}");
+}

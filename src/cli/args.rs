@@ -733,6 +733,32 @@ macro_rules! side_args {
 side_args!(SideA, "a");
 side_args!(SideB, "b");
 
+/// The other names the values of `flag` (`--strategy`) take, as `dynamic = low_confidence_dynamic,
+/// ...`, for a usage error's list of values (clap lists only the names); `None` when it has none.
+pub fn value_aliases(flag: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let long = flag.strip_prefix("--")?;
+    let cmd = Cli::command();
+    let arg = std::iter::once(&cmd)
+        .chain(cmd.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_long() == Some(long))?;
+    let pairs: Vec<String> = arg
+        .get_possible_values()
+        .iter()
+        .flat_map(|v| {
+            let name = v.get_name().to_string();
+            // the spelled-out aliases (`low-confidence-dynamic`) only change `_` to `-`
+            v.get_name_and_aliases()
+                .skip(1)
+                .filter(|a| !a.is_empty() && a.replace('-', "_") != name)
+                .map(|a| format!("{a} = {name}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (!pairs.is_empty()).then(|| pairs.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
