@@ -76,6 +76,7 @@ fn request(prompt_len: usize, settings: DecodeSettings) -> Request {
             num_layers: 1,
             num_params: 1,
             dtype: "f32".into(),
+            compute: None,
             moe: None,
         },
         device: "cpu".into(),

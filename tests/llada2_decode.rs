@@ -117,6 +117,7 @@ fn request(case: &Value) -> Request {
         num_layers: 3,
         num_params: 1,
         dtype: "f32".into(),
+        compute: None,
         moe: None,
     };
     let mask = case["settings"]["mask_id"].as_u64().unwrap() as u32;

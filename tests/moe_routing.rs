@@ -151,6 +151,7 @@ fn fixed_streamed_passes_report_the_eager_passes_routes() {
             num_layers: 3,
             num_params: cfg.num_params(),
             dtype: "bf16".into(),
+            compute: None,
             moe: cfg.moe_info(),
         };
         let settings = DecodeSettings {

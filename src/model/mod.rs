@@ -431,6 +431,7 @@ impl Checkpoint {
             num_layers: config.num_hidden_layers,
             num_params: config.num_params(),
             dtype: weights.stored_dtype(),
+            compute: Some(compute.label().to_string()),
             moe: config.moe_info(),
         };
         Ok(Checkpoint {

@@ -338,6 +338,7 @@ mod tests {
                 num_layers: 1,
                 num_params: 1,
                 dtype: "f32".into(),
+                compute: None,
                 moe: None,
             },
             settings: DecodeSettings { block_length: 2, ..DecodeSettings::default() },

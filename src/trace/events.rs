@@ -90,7 +90,12 @@ pub struct ModelInfo {
     pub hidden_size: usize,
     pub num_layers: usize,
     pub num_params: usize,
+    /// The dtype the weights are stored in.
     pub dtype: String,
+    /// The dtype the decode computes in (`f32`, `bf16`, `f16`; `bf16` too for the CPU's bf16
+    /// products); absent in traces written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<String>,
     /// A mixture-of-experts model's routing layout (absent for a dense model, and in traces
     /// written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]

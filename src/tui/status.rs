@@ -37,6 +37,17 @@ fn split_line(area: Rect, buf: &mut Buffer, left: &Line, right: &Line) {
     buf.set_line(area.right() - rw, area.y, right, rw);
 }
 
+/// The dtype the decode runs in, and (`long`) the weights' where they differ: `f32 (bf16
+/// weights)` for a bf16 checkpoint decoded in f32 on the CPU. A trace that predates the
+/// compute dtype gives the weights' alone.
+fn dtype_words(m: &crate::trace::events::ModelInfo, long: bool) -> String {
+    match m.compute.as_deref() {
+        Some(c) if c != m.dtype && long => format!("{c} ({} weights)", m.dtype),
+        Some(c) => c.to_string(),
+        None => m.dtype.clone(),
+    }
+}
+
 /// The checkpoint as the title names it: a hub id's commit shortened to 7 characters, a long
 /// path to its last 32 columns, so that the prompt keeps room.
 fn source_label(source: &str) -> String {
@@ -72,12 +83,18 @@ pub fn title(v: &View, area: Rect, buf: &mut Buffer) {
             "{} · {} params · {} · {}",
             m.model_type,
             human(m.num_params),
-            m.dtype,
+            dtype_words(m, true),
             h.device
         )))
         .or(
             2,
-            dim(format!("{} · {} · {} · {}", m.model_type, human(m.num_params), m.dtype, h.device)),
+            dim(format!(
+                "{} · {} · {} · {}",
+                m.model_type,
+                human(m.num_params),
+                dtype_words(m, false),
+                h.device
+            )),
         )
         .or(4, dim(format!("{} · {}", m.model_type, human(m.num_params))))
         .drop_at(5),
@@ -430,5 +447,34 @@ mod footer_tests {
         for engine_key in ["strategy", "restart"] {
             assert!(!s.contains(engine_key), "{s}");
         }
+    }
+
+    /// The title names the dtype the decode runs in, not only the weights': a bf16 checkpoint
+    /// decoded in f32 on the CPU says `f32 (bf16 weights)`, narrow `f32`.
+    #[test]
+    fn the_title_gives_the_dtype_the_decode_runs_in() {
+        use crate::trace::synth::{self, Synth};
+        use crate::tui::testing::{render_panel, snapshot_text};
+        let mut events = synth::trace(&Synth::small());
+        if let crate::trace::events::Event::Header(h) = &mut events[0] {
+            h.model.dtype = "bf16".into();
+            h.model.compute = Some("f32".into());
+        }
+        let app = App::replay(events, "t.jsonl".into(), None);
+        let title_panel = |v: &View, area: Rect, buf: &mut Buffer| title(v, area, buf);
+        let wide = snapshot_text(&render_panel(&app, 160, 1, title_panel));
+        assert!(wide.contains("params · f32 (bf16 weights) · cpu"), "{wide}");
+        let m = |compute: Option<&str>| crate::trace::events::ModelInfo {
+            compute: compute.map(str::to_string),
+            ..crate::trace::synth::trace(&Synth::small())
+                .iter()
+                .find_map(|e| match e {
+                    crate::trace::events::Event::Header(h) => Some(h.model.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(dtype_words(&m(Some("bf16")), false), "bf16");
+        assert_eq!(dtype_words(&m(None), true), "f32", "an older trace: the weights'");
     }
 }

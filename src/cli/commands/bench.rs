@@ -587,6 +587,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 num_layers: cfg.num_hidden_layers,
                 num_params: cfg.num_params(),
                 dtype: w.stored_dtype(dtype),
+                compute: Some(compute.label().to_string()),
                 moe: cfg.moe_info(),
             };
             let mask = cfg.mask_token_id.unwrap_or(cfg.vocab_size as u32 - 1);
