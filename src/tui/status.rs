@@ -254,9 +254,23 @@ pub fn footer(app: &App, area: Rect, buf: &mut Buffer) {
         Source::Replay { .. } => REPLAY_HINTS,
     };
     // The hints take what the message leaves, two columns apart from it and one from the edge.
+    // held at a step, space resumes (plays on, or goes live at the head): say that
+    let paused = app.cursor.mode == super::cursor::Mode::Paused;
+    let hints: Vec<(&str, u8)> = hints
+        .iter()
+        .map(
+            |&(h, rank)| {
+                if paused && h == "space pause" {
+                    ("space resume", rank)
+                } else {
+                    (h, rank)
+                }
+            },
+        )
+        .collect();
     let gap = if left.width() > 0 { 2 } else { 0 };
     let room = width.saturating_sub(left.width() + gap + 1);
-    let hints = hints_line(hints, room);
+    let hints = hints_line(&hints, room);
     let right = if hints.is_empty() {
         Line::default()
     } else {
@@ -437,6 +451,18 @@ mod footer_tests {
         app.goto = Some("1".repeat(120));
         let s = snapshot_text(&render_panel(&app, 60, 1, footer_panel));
         assert!(s.contains(" go to: …111") && s.trim_end().ends_with("1▏"), "{s}");
+    }
+
+    /// Paused, the footer offers what space does then: resume, not pause.
+    #[test]
+    fn a_paused_view_offers_resume() {
+        let mut app = App::replay(synth::trace(&Synth::small()), "t".into(), None);
+        app.on_key(KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 100, 1, footer_panel));
+        assert!(s.contains("space resume") && !s.contains("space pause"), "{s}");
+        app.on_key(KeyEvent::new(KeyCode::Char(' '), KeyModifiers::NONE));
+        let s = snapshot_text(&render_panel(&app, 100, 1, footer_panel));
+        assert!(s.contains("space pause"), "{s}");
     }
 
     #[test]
