@@ -304,6 +304,19 @@ mod tests {
         }
     }
 
+    /// Each `(field, value, error)`: the fixture's config with `field` set to `value` is refused
+    /// in one line that names the file and starts with `error`.
+    fn assert_refused(cases: &[(&str, serde_json::Value, &str)]) {
+        for (field, value, want) in cases {
+            let e = err_with(field, value.clone());
+            assert!(
+                e.starts_with(&format!("DIR/config.json: invalid config: {want}")),
+                "{field} = {value}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "one line: {e}");
+        }
+    }
+
     #[test]
     fn the_fixture_config_is_llada2_with_its_sizes() {
         let c = parse_config(&fixture_config().to_string(), "c").unwrap();
@@ -346,14 +359,7 @@ mod tests {
             ),
             ("num_experts", serde_json::Value::Null, "field `num_experts` is missing"),
         ];
-        for (field, value, want) in cases {
-            let e = err_with(field, value.clone());
-            assert!(
-                e.starts_with(&format!("DIR/config.json: invalid config: {want}")),
-                "{field} = {value}: {e}"
-            );
-            assert_eq!(e.lines().count(), 1, "one line: {e}");
-        }
+        assert_refused(&cases);
     }
 
     #[test]
@@ -376,14 +382,7 @@ mod tests {
             ),
             ("use_qk_norm", json!(false), "field `use_qk_norm` is false"),
         ];
-        for (field, value, want) in cases {
-            let e = err_with(field, value.clone());
-            assert!(
-                e.starts_with(&format!("DIR/config.json: invalid config: {want}")),
-                "{field} = {value}: {e}"
-            );
-            assert_eq!(e.lines().count(), 1, "one line: {e}");
-        }
+        assert_refused(&cases);
         // the factor's truncation: 16 x 0.3 = 4.8 rotates 4 dimensions, which is fine
         let mut j = fixture_config();
         j["partial_rotary_factor"] = json!(0.3);

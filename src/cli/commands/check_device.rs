@@ -84,6 +84,18 @@ fn rel_err(a: &Tensor, b: &Tensor) -> Result<f64> {
     Ok((num / den).sqrt())
 }
 
+/// `block` as the fixed-shape window pass after `committed` positions of a `capacity` cache.
+fn window_input(m: &Model, block: &[u32], committed: usize, capacity: usize) -> Result<PassInput> {
+    let (b, dev) = (block.len(), m.device());
+    let (pos, mask) = PassInput::window(committed, b, b, capacity);
+    Ok(PassInput {
+        ids: Tensor::from_slice(block, b, dev)?,
+        positions: Tensor::from_vec(pos, b, dev)?,
+        keys: capacity,
+        mask: Some(Tensor::from_vec(mask, (b, capacity), dev)?.to_dtype(m.dtype())?),
+    })
+}
+
 /// Logits `[rows, vocab]` of: prefill over `prompt`; a cached denoising pass over `block`
 /// after `prompt`; the same pass in the fixed-shape window form.
 fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Result<[Tensor; 3]> {
@@ -91,14 +103,7 @@ fn three_passes(m: &Model, prompt: &[u32], block: &[u32], capacity: usize) -> Re
     let mut cache = m.new_cache(capacity)?;
     let prefill = m.logits(&m.forward(prompt, &mut cache, b, prompt.len())?)?;
     let denoise = m.logits(&m.forward(block, &mut cache, b, 0)?)?;
-    let dev = m.device();
-    let (pos, mask) = PassInput::window(cache.len(), b, b, capacity);
-    let input = PassInput {
-        ids: Tensor::from_slice(block, b, dev)?,
-        positions: Tensor::from_vec(pos, b, dev)?,
-        keys: capacity,
-        mask: Some(Tensor::from_vec(mask, (b, capacity), dev)?.to_dtype(m.dtype())?),
-    };
+    let input = window_input(m, block, cache.len(), capacity)?;
     let window = m.logits(&m.forward_input(&input, &cache)?)?;
     Ok([prefill, denoise, window])
 }
@@ -116,14 +121,7 @@ fn three_passes_routed(
     let prefill = (m.logits(&h)?, prefill);
     let (h, denoise) = m.forward_routed(block, &mut cache, b, 0)?;
     let denoise = (m.logits(&h)?, denoise);
-    let dev = m.device();
-    let (pos, mask) = PassInput::window(cache.len(), b, b, capacity);
-    let input = PassInput {
-        ids: Tensor::from_slice(block, b, dev)?,
-        positions: Tensor::from_vec(pos, b, dev)?,
-        keys: capacity,
-        mask: Some(Tensor::from_vec(mask, (b, capacity), dev)?.to_dtype(m.dtype())?),
-    };
+    let input = window_input(m, block, cache.len(), capacity)?;
     let (h, window) = m.forward_input_routed(&input, &cache)?;
     Ok([prefill, denoise, (m.logits(&h)?, window)])
 }
