@@ -43,6 +43,9 @@ fn main() -> ExitCode {
         }
         Some(Command::Steps(args)) => unmask::cli::commands::steps::run(args),
         Some(Command::Bench(args)) => unmask::cli::commands::bench::run(args),
+        Some(Command::Models { all, json }) => unmask::cli::commands::models::run(*all, *json),
+        Some(Command::Completions { shell }) => unmask::cli::commands::meta::completions(*shell),
+        Some(Command::Man { dir }) => unmask::cli::commands::meta::man(dir.as_deref()),
         Some(Command::CheckDevice(args)) => unmask::cli::commands::check_device::run(args),
         None => unmask::cli::commands::tui::run(&cli.decode, &cli.look),
     };

@@ -8,12 +8,24 @@ use clap::{Args, Parser, Subcommand};
 use crate::engine::settings::{DecodeSettings, Sampling, Schedule, Strategy};
 use crate::model::{DeviceSpec, DtypeSpec, GenerationConfig};
 
+/// `--version`: the package version, the commit built (build.rs) and whether the GPU path is in.
+#[cfg(feature = "cuda")]
+pub const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("UNMASK_COMMIT"), ", CUDA built in)");
+#[cfg(not(feature = "cuda"))]
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("UNMASK_COMMIT"),
+    ", CPU only: built without --features cuda)"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "unmask",
-    version,
-    about = "Watch a block-diffusion language model (SDAR) decode, step by step, live.",
-    long_about = "Watch a block-diffusion language model (SDAR) decode, step by step, live.\n\n\
+    version = VERSION,
+    about = "Watch a block-diffusion language model (SDAR, LLaDA2) decode, step by step, live.",
+    long_about = "Watch a block-diffusion language model (SDAR, LLaDA2) decode, step by step, live.\n\n\
         With no subcommand, opens the live TUI on the embedded tiny model (or --model DIR).\n\
         Every denoising step is an event: which positions it committed, with what confidence,\n\
         and what the model would pick for the positions still masked."
@@ -78,7 +90,7 @@ impl Cli {
     /// hidden flags of its own, which keeps clap from handing it the shown global ones.
     pub fn checked_command() -> clap::Command {
         use clap::CommandFactory;
-        let mut cmd = Cli::command();
+        let mut cmd = with_defaults(Cli::command());
         let globals: Vec<clap::Arg> =
             cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
         let names: Vec<String> =
@@ -99,6 +111,49 @@ impl Cli {
     }
 }
 
+/// The decode flags that are `Option`s (unset: the checkpoint's value, else unmask's) with
+/// unmask's default, as `--help` shows it; one list with [`DecodeSettings::default`], so help
+/// cannot drift from what runs.
+pub fn decode_defaults() -> Vec<(&'static str, String)> {
+    let d = DecodeSettings::default();
+    let s = d.sampling;
+    vec![
+        ("strategy", d.strategy.name().to_string()),
+        ("schedule", format!("{:?}", d.schedule).to_lowercase()),
+        ("threshold", d.threshold.to_string()),
+        ("edit_threshold", d.edit_threshold.to_string()),
+        ("max_post_steps", d.max_post_steps.to_string()),
+        ("eos_early_stop", d.eos_early_stop.to_string()),
+        ("eb_threshold", d.eb_threshold.to_string()),
+        ("block_length", d.block_length.to_string()),
+        ("steps", d.steps.to_string()),
+        ("temperature", s.temperature.to_string()),
+        ("top_k", s.top_k.to_string()),
+        ("top_p", s.top_p.to_string()),
+        ("seed", s.seed.to_string()),
+        ("max_new_tokens", d.max_new_tokens.to_string()),
+    ]
+}
+
+/// Every command's help with the decode flags' defaults: clap shows `[default: ..]` only for
+/// flags that have one it fills in, and these are left unset so that a checkpoint's
+/// generation_config.json (or its family's published decoder) can fill them first.
+fn with_defaults(cmd: clap::Command) -> clap::Command {
+    let defaults = decode_defaults();
+    let annotate = move |a: clap::Arg| {
+        let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+        match defaults.iter().find(|(id, _)| a.get_id() == *id) {
+            Some((_, v)) => a.help(format!("{help} [default: {v}, unless the checkpoint sets it]")),
+            // unset means 1; no checkpoint file names it
+            None if a.get_id() == "candidates" => a.help(format!("{help} [default: 1]")),
+            None => a,
+        }
+    };
+    let names: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_string()).collect();
+    let cmd = cmd.mut_args(annotate.clone());
+    names.into_iter().fold(cmd, |cmd, n| cmd.mut_subcommand(n, |sc| sc.mut_args(annotate.clone())))
+}
+
 /// The prompt flags bench refuses: it decodes a synthetic prompt of `--prompt-len` tokens.
 const BENCH_REFUSES: [&str; 5] = ["prompt", "prompt_file", "system", "chat_arg", "raw"];
 
@@ -116,6 +171,7 @@ fn refused(name: &str) -> Vec<String> {
         "export" => [ids::<DecodeArgs>(), ids::<LookArgs>()].concat(),
         "replay" => ids::<DecodeArgs>(),
         "trace" | "steps" | "bench" | "check-device" => ids::<LookArgs>(),
+        "models" | "completions" | "man" => [ids::<DecodeArgs>(), ids::<LookArgs>()].concat(),
         "record" | "compare" => vec!["pace".into()],
         _ => Vec::new(),
     }
@@ -142,6 +198,12 @@ fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
         "export" | "replay" => {
             if let Some(f) = flag(&decode) {
                 return Some(format!("{name} reads a recorded trace: {f} {decoding}"));
+            }
+        }
+        "models" | "completions" | "man" => {
+            let look = ["mono", "theme", "pace"];
+            if let Some(f) = flag(&decode).or_else(|| flag(&look)) {
+                return Some(format!("{name} neither decodes nor draws: {f} has no effect there"));
             }
         }
         "steps" if given("trace") => {
@@ -293,6 +355,29 @@ pub enum Command {
     Steps(StepsArgs),
     /// Forwards/s, ms per forward and tokens/s per strategy, with step events on and off.
     Bench(BenchArgs),
+    /// The checkpoints in the local Hugging Face cache that `--model ORG/NAME` can load: id,
+    /// revision, family, parameters, size (nothing is downloaded).
+    Models {
+        /// Also list the cached repositories unmask cannot load, and why.
+        #[arg(long)]
+        all: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A shell's completion script on stdout, e.g. `unmask completions bash >
+    /// ~/.local/share/bash-completion/completions/unmask`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The man page (roff) on stdout, e.g. `unmask man | man -l -`; with --dir, one page per
+    /// command written there (unmask.1, unmask-trace.1, ...).
+    Man {
+        /// Write every page into this folder instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// GPU self-check: logits vs the CPU, the device sampler vs the reference sampler.
     #[command(hide = true)]
     CheckDevice(CheckDeviceArgs),
@@ -681,8 +766,9 @@ impl DecodeArgs {
 
 /// Per-side overrides of `unmask compare`: `--strategy-a`, `--threshold-b`, ...
 macro_rules! side_args {
-    ($name:ident, $suffix:literal) => {
+    ($name:ident, $suffix:literal, $heading:literal) => {
         #[derive(Args, Debug, Clone, Default)]
+        #[command(next_help_heading = $heading)]
         pub struct $name {
             #[arg(help = concat!("--strategy for side ", $suffix, " only (over the shared flag)"), id = concat!("strategy_", $suffix), long = concat!("strategy-", $suffix), value_enum, ignore_case = true, value_name = "S")]
             pub strategy: Option<Strategy>,
@@ -730,8 +816,8 @@ macro_rules! side_args {
     };
 }
 
-side_args!(SideA, "a");
-side_args!(SideB, "b");
+side_args!(SideA, "a", "Side A only (over the shared flags)");
+side_args!(SideB, "b", "Side B only (over the shared flags)");
 
 /// The other names the values of `flag` (`--strategy`) take, as `dynamic = low_confidence_dynamic,
 /// ...`, for a usage error's list of values (clap lists only the names); `None` when it has none.

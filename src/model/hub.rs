@@ -89,6 +89,142 @@ pub fn resolve(root: &Path, id: &str, revision: &str) -> Result<PathBuf> {
     Ok(snapshot)
 }
 
+/// A checkpoint snapshot in the cache, as `unmask models` lists it.
+#[derive(Debug, PartialEq)]
+pub struct Cached {
+    /// `ORG/NAME`.
+    pub id: String,
+    /// The refs naming this snapshot (`main`, a tag), else its commit, cut to 12 characters.
+    pub revision: String,
+    pub snapshot: PathBuf,
+    /// Loadable (its family and size), or why not.
+    pub verdict: Result<Loadable, String>,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Loadable {
+    pub model_type: String,
+    pub params: usize,
+    /// The weight files' bytes.
+    pub bytes: u64,
+}
+
+/// Every snapshot of every model repository in the cache `root`, ordered by id then revision
+/// (the snapshot `main` names first). Folders that are not the hub's (`datasets--`, locks)
+/// are skipped; a repository that cannot be read is a row saying why.
+pub fn cached(root: &Path) -> Result<Vec<Cached>> {
+    let entries = std::fs::read_dir(root)
+        .map_err(|e| anyhow::anyhow!("{}: {}", root.display(), crate::limits::io_reason(&e)))?;
+    let mut repos: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_prefix("models--")?.replacen("--", "/", 1);
+            looks_like_id(&id).then(|| (id, e.path()))
+        })
+        .collect();
+    repos.sort();
+    Ok(repos.into_iter().flat_map(|(id, repo)| snapshots(&id, &repo)).collect())
+}
+
+/// The snapshots of one repository folder, each with the refs that name it.
+fn snapshots(id: &str, repo: &Path) -> Vec<Cached> {
+    let refs = refs(repo);
+    let Ok(dirs) = std::fs::read_dir(repo.join("snapshots")) else {
+        return vec![Cached {
+            id: id.to_string(),
+            revision: "-".into(),
+            snapshot: repo.join("snapshots"),
+            verdict: Err("no snapshots folder (a download that never finished?)".into()),
+        }];
+    };
+    let mut out: Vec<Cached> = dirs
+        .flatten()
+        .filter(|d| d.path().is_dir())
+        .map(|d| {
+            let hash = d.file_name().to_string_lossy().into_owned();
+            let named: Vec<&str> =
+                refs.iter().filter(|(_, h)| *h == hash).map(|(r, _)| r.as_str()).collect();
+            let revision =
+                if named.is_empty() { hash.chars().take(12).collect() } else { named.join(", ") };
+            Cached { id: id.to_string(), revision, verdict: inspect(&d.path()), snapshot: d.path() }
+        })
+        .collect();
+    // `main` first, then by revision
+    out.sort_by_key(|c| (!c.revision.split(", ").any(|r| r == "main"), c.revision.clone()));
+    out
+}
+
+/// `refs/**` of a repository: (ref name, commit), `main` and `refs/pr/1` alike.
+fn refs(repo: &Path) -> Vec<(String, String)> {
+    fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+            if e.path().is_dir() {
+                walk(&e.path(), &format!("{name}/"), out);
+            } else if let Ok(h) = std::fs::read_to_string(e.path()) {
+                out.push((name, h.trim().to_string()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo.join("refs"), "", &mut out);
+    out.sort();
+    out
+}
+
+/// Whether unmask can load the snapshot `dir`: its config (every check `--model` makes of
+/// it), a tokenizer and weight files that exist; no weights are read.
+fn inspect(dir: &Path) -> Result<Loadable, String> {
+    let config = dir.join("config.json");
+    let text = std::fs::read_to_string(&config)
+        .map_err(|e| format!("config.json: {}", crate::limits::io_reason(&e)))?;
+    unknown_family(&text)?;
+    let (cfg, _) =
+        super::registry::check_config(&text, "config.json").map_err(|e| format!("{e:#}"))?;
+    // (a gzip'ed tokenizer.json is read too: the test fixtures ship one)
+    if !dir.join("tokenizer.json").is_file() && !dir.join("tokenizer.json.gz").is_file() {
+        return Err("no tokenizer.json".into());
+    }
+    let files = super::weight_files(dir).map_err(|e| format!("{e:#}"))?;
+    let mut bytes = 0;
+    for f in &files {
+        let meta = std::fs::metadata(f).map_err(|e| {
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            format!("{name}: {} (a download that never finished?)", crate::limits::io_reason(&e))
+        })?;
+        bytes += meta.len();
+    }
+    Ok(Loadable { model_type: cfg.model_type.clone(), params: cfg.num_params(), bytes })
+}
+
+/// A config of a family unmask does not know, said as such: the shared checks would first
+/// name a field it lacks (`vocab_size` of a vision model), which says less.
+fn unknown_family(text: &str) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        #[serde(default)]
+        model_type: String,
+        #[serde(default)]
+        architectures: Vec<String>,
+    }
+    let Ok(kind) = serde_json::from_str::<Kind>(text) else { return Ok(()) };
+    let families = super::registry::FAMILIES;
+    let known = families.iter().any(|f| {
+        f.model_types.contains(&kind.model_type.as_str())
+            || kind.architectures.iter().any(|a| f.architectures.contains(&a.as_str()))
+    });
+    if known {
+        return Ok(());
+    }
+    let names: Vec<&str> = families.iter().flat_map(|f| f.model_types.iter().copied()).collect();
+    Err(format!(
+        "model_type {:?} is not a family unmask decodes ({})",
+        kind.model_type,
+        names.join(", ")
+    ))
+}
+
 fn is_commit_hash(s: &str) -> bool {
     s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit())
 }

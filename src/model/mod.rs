@@ -173,7 +173,7 @@ fn gunzip_file(path: &Path) -> Result<Option<std::borrow::Cow<'static, [u8]>>> {
 }
 
 /// The safetensors files of a folder: the shards an index names, or the single file.
-fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if present(&index)? {
         crate::limits::regular_file(&index)?;

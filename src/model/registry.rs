@@ -38,9 +38,7 @@ pub static FAMILIES: &[Family] =
 /// Parses and checks `config.json` (`origin` names the file in errors): the fields every family
 /// shares, then the family's own. Every config goes through here.
 pub fn parse_config(text: &str, origin: &str) -> Result<ModelConfig> {
-    let cfg = ModelConfig::parse_shared(text, origin)?;
-    let family = family(&cfg).with_context(|| format!("{origin}: invalid config"))?;
-    (family.check)(&cfg).with_context(|| format!("{origin}: invalid config"))?;
+    let (cfg, family) = check_config(text, origin)?;
     if !family.model_types.contains(&cfg.model_type.as_str()) {
         // found by `architectures` alone: say so, a mislabelled checkpoint decodes as another
         crate::notice::warn(format!(
@@ -51,6 +49,15 @@ pub fn parse_config(text: &str, origin: &str) -> Result<ModelConfig> {
         ));
     }
     Ok(cfg)
+}
+
+/// [`parse_config`]'s checks, silent: the config and its family (`unmask models` lists many
+/// checkpoints and warns of none).
+pub fn check_config(text: &str, origin: &str) -> Result<(ModelConfig, &'static Family)> {
+    let cfg = ModelConfig::parse_shared(text, origin)?;
+    let family = family(&cfg).with_context(|| format!("{origin}: invalid config"))?;
+    (family.check)(&cfg).with_context(|| format!("{origin}: invalid config"))?;
+    Ok((cfg, family))
 }
 
 /// The family of `cfg`: by `model_type`, else by an entry of `architectures`.

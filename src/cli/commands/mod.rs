@@ -4,6 +4,8 @@ pub mod bench;
 pub mod check_device;
 pub mod compare;
 pub mod export;
+pub mod meta;
+pub mod models;
 pub mod record;
 pub mod replay;
 pub mod steps;
