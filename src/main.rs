@@ -19,10 +19,10 @@ fn main() -> ExitCode {
         Some(Command::Trace { decode, out }) => {
             unmask::cli::commands::trace::run(decode, out.as_deref())
         }
-        Some(Command::Compare { decode, a, b, headless: true }) => {
-            unmask::cli::commands::compare::headless(&a.apply(decode), &b.apply(decode))
+        Some(Command::Compare { decode, a, b, headless: true, json }) => {
+            unmask::cli::commands::compare::headless(&a.apply(decode), &b.apply(decode), *json)
         }
-        Some(Command::Compare { decode, a, b, headless: false }) => {
+        Some(Command::Compare { decode, a, b, headless: false, .. }) => {
             unmask::cli::commands::compare::tui(
                 &a.apply(decode),
                 &b.apply(decode),

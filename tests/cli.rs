@@ -804,3 +804,94 @@ fn a_typo_gets_a_suggestion_and_a_strategy_its_short_names() {
     let e = err(&["trace", "--dtype", "x"]);
     assert!(e.ends_with("[possible values: auto, f32, bf16, f16] (see --help)\n"), "{e}");
 }
+
+#[test]
+fn ignore_eos_decodes_to_the_length_and_says_so_in_the_header() {
+    let events = trace(&["--ignore-eos"]);
+    let Event::Header(h) = &events[0] else { panic!() };
+    assert!(h.eos_ids.is_empty());
+    assert!(h.sources["eos"].starts_with("ignored (--ignore-eos): "), "{:?}", h.sources);
+    let Some(Event::Finish(f)) = events.last() else { panic!() };
+    assert_eq!((f.reason, f.output_ids.len()), (unmask::trace::events::FinishReason::Length, 24));
+}
+
+#[test]
+fn a_stop_text_ends_the_output_and_is_recorded() {
+    let all = trace(&[]);
+    let Some(Event::Finish(whole)) = all.last() else { panic!() };
+    // a text the decode writes in its second half: the output ends where it is completed
+    let at = whole.text.len() / 2;
+    let at = (at..whole.text.len()).find(|&i| whole.text.is_char_boundary(i)).unwrap();
+    let stop: String = whole.text[at..].chars().take(3).collect();
+    let cut = trace(&["--stop", &stop]);
+    let Event::Header(h) = &cut[0] else { panic!() };
+    assert_eq!(h.settings.stop, vec![stop.clone()]);
+    let Some(Event::Finish(f)) = cut.last() else { panic!() };
+    assert_eq!(f.reason, unmask::trace::events::FinishReason::Stop);
+    let end = whole.text.find(&stop).unwrap() + stop.len();
+    assert!(f.text.len() >= end && f.text.contains(&stop), "{:?} in {:?}", stop, f.text);
+    assert!(whole.text.starts_with(&f.text), "{:?} then {:?}", f.text, whole.text);
+    let out = unmask(&["trace", "--stop", "", "--prompt", "x"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "unmask: error: --stop \"\": an empty text would end every output before its first token"
+    );
+}
+
+#[test]
+fn chat_template_renders_the_prompt_with_the_file_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.jinja");
+    std::fs::write(&file, "<<{{ messages[-1].content }}>>").unwrap();
+    let events = trace(&["--chat-template", file.to_str().unwrap()]);
+    let Event::Header(h) = &events[0] else { panic!() };
+    assert_eq!(h.prompt, "<<The cat sat>>");
+    assert_eq!(h.sources["chat_template"], file.display().to_string());
+    let missing = dir.path().join("none.jinja");
+    let out = unmask(&["trace", "--chat-template", missing.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "unmask: error: --chat-template {}: does not exist",
+            missing.display()
+        )),
+        "{err}"
+    );
+    std::fs::write(&file, "{% for %}").unwrap();
+    let out = unmask(&["trace", "--chat-template", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with(&format!("unmask: error: {}", file.display())), "{err}");
+}
+
+#[test]
+fn steps_over_the_block_length_are_capped_and_said_once() {
+    let model = fixture("tiny-random");
+    let out = unmask(&[
+        "trace",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "Hi",
+        "--max-new-tokens",
+        "8",
+        "--block-length",
+        "4",
+        "--steps",
+        "8",
+        "--strategy",
+        "low_confidence_static",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        "unmask: steps 8 is more than a block's 4 positions: each block takes at most 4 steps"
+    );
+    let events: Vec<Event> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(events.iter().all(|e| !matches!(e, Event::Block(b) if b.steps > 4)));
+}

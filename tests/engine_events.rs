@@ -284,6 +284,29 @@ fn eos_stops_after_its_block_and_trims_after_it() {
 }
 
 #[test]
+fn a_stop_text_ends_the_output_at_the_token_completing_it() {
+    let stop = |texts: &[&str], eos_at: Option<usize>| {
+        let mut d = ScriptedDenoiser::new(right_first);
+        d.eos_at = eos_at;
+        let s = DecodeSettings {
+            stop: texts.iter().map(|t| t.to_string()).collect(),
+            ..settings(Strategy::Sequential, 32)
+        };
+        let events = run(&mut d, &request(4, s), None);
+        let Some(Event::Finish(f)) = events.last().cloned() else { panic!() };
+        (f.reason, f.output_ids, f.blocks)
+    };
+    // "t14t15t16": "5t1" ends inside t16's bytes, so t16 completes it; its block is the last
+    assert_eq!(stop(&["5t1"], None), (FinishReason::Stop, vec![14, 15, 16], 1));
+    // across a block boundary (t17 | t18), and the earliest end of several texts wins
+    assert_eq!(stop(&["t19", "7t18"], None), (FinishReason::Stop, vec![14, 15, 16, 17, 18], 2));
+    // an EOS before the stop text ends it first; a stop text completed before the EOS wins
+    assert_eq!(stop(&["t30"], Some(9)).0, FinishReason::Eos);
+    assert_eq!(stop(&["t17"], Some(9)), (FinishReason::Stop, vec![14, 15, 16, 17], 1));
+    assert_eq!(stop(&["zz"], None).0, FinishReason::Length);
+}
+
+#[test]
 fn length_limit_trims_a_partial_last_block() {
     let mut d = ScriptedDenoiser::new(right_first);
     let events = run(&mut d, &request(4, settings(Strategy::Sequential, 6)), None);

@@ -37,11 +37,15 @@ fn stdout(o: Output) -> String {
 
 /// tiny-dynamic.jsonl as a person reads it (checked by hand against the trace's events): its
 /// last block runs 3 positions past `--max-new-tokens` 12, marked dropped.
-const TINY_DYNAMIC: &str = r#"step 1 · block 1 · step 1/4 · fwd 2  ["ion", "Y", "ion"]
-step 2 · block 2 · step 1/4 · fwd 4  ["Y", "�", "Y", "Y"]
-step 3 · block 3 · step 1/4 · fwd 6  ["Y", "Y", "Y"]
-step 4 · block 3 · step 2/4 · fwd 7  ["ind"]
-step 5 · block 4 · step 1/4 · fwd 9  ["�", ✗"�", ✗"Y", ✗"�"]
+const TINY_DYNAMIC: &str = r#"step 1 · block 1 · step 1/≤4 · fwd 2  [5 "ion", 6 "Y", 7 "ion"]
+block 1 done · 1 step (at most 4)
+step 2 · block 2 · step 1/≤4 · fwd 4  [8 "Y", 9 "�", 10 "Y", 11 "Y"]
+block 2 done · 1 step (at most 4)
+step 3 · block 3 · step 1/≤4 · fwd 6  [12 "Y", 13 "Y", 14 "Y"]
+step 4 · block 3 · step 2/≤4 · fwd 7  [15 "ind"]
+block 3 done · 2 steps (at most 4)
+step 5 · block 4 · step 1/≤4 · fwd 9  [16 "�", 17 ✗"�", 18 ✗"Y", 19 ✗"�"]
+block 4 done · 1 step (at most 4)
 finished: length · 12 tokens out · 3 decoded and dropped: pos 17-19
 "#;
 
@@ -56,16 +60,19 @@ fn json_lines_carry_the_same_numbers() {
     let trace = fixture("traces/tiny-dynamic.jsonl");
     let out = stdout(unmask(&["steps", "--json", trace.to_str().unwrap()]));
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 6);
+    assert_eq!(lines.len(), 10, "5 steps, 4 block ends, the finish");
+    // as the step happens its block's count is unknown (null), its budget known; the block's
+    // end gives the count
     assert_eq!(
-        lines[3],
-        r#"{"step":4,"block":3,"block_step":2,"block_steps":4,"forward":7,"pos":[15],"texts":["ind"],"conf":[0.4448627]}"#
+        lines[5],
+        r#"{"step":4,"block":3,"block_step":2,"block_steps":null,"block_budget":4,"forward":7,"pos":[15],"texts":["ind"],"conf":[0.4448627]}"#
     );
-    let last: serde_json::Value = serde_json::from_str(lines[4]).unwrap();
+    assert_eq!(lines[6], r#"{"block_done":{"block":3,"steps":2,"budget":4,"forward":8}}"#);
+    let last: serde_json::Value = serde_json::from_str(lines[7]).unwrap();
     assert_eq!(last["pos"], serde_json::json!([16, 17, 18, 19]));
     assert_eq!(last["dropped"], serde_json::json!([17, 18, 19]), "past --max-new-tokens");
     assert_eq!(
-        lines[5],
+        lines[9],
         r#"{"finish":{"reason":"length","output_tokens":12,"dropped":[17,18,19]}}"#
     );
 }
@@ -178,9 +185,9 @@ fn a_trace_of_two_runs_lists_each_after_a_run_line() {
     assert_eq!(stdout(unmask(&["steps", t])), format!("{TINY_DYNAMIC}# run 2\n{TINY_DYNAMIC}"));
     let json = stdout(unmask(&["steps", "--json", t]));
     let json: Vec<&str> = json.lines().collect();
-    assert_eq!(json.len(), 13, "each run's 5 steps and its finish line");
-    assert_eq!(json[6], r#"{"run":2}"#);
-    assert_eq!(json[..6], json[7..]);
+    assert_eq!(json.len(), 21, "each run's 5 steps, 4 block ends and its finish line");
+    assert_eq!(json[10], r#"{"run":2}"#);
+    assert_eq!(json[..10], json[11..]);
     let piped = Command::new(env!("CARGO_BIN_EXE_unmask"))
         .args(["steps", "-"])
         .stdin(std::fs::File::open(&two).unwrap())
@@ -269,41 +276,48 @@ fn a_trace_that_is_not_a_regular_file_is_refused_before_reading() {
 /// `~"old"→"new"`; the post-edit steps (after a block's last mask) commit nothing, `[]`, and
 /// the last of each block edits nothing either; the last block's two positions past the
 /// length are marked dropped.
-const EDITS: &str = r#"step 1 · block 1 · step 1/6 · fwd 1  [" purr"]
-step 2 · block 1 · step 2/6 · fwd 2  ["."] ~" purr"→" It"
-step 3 · block 1 · step 3/6 · fwd 3  []
-step 4 · block 2 · step 1/6 · fwd 4  [" dream"]
-step 5 · block 2 · step 2/6 · fwd 5  ["\t"]
-step 6 · block 2 · step 3/6 · fwd 6  [" warm"]
-step 7 · block 2 · step 4/6 · fwd 7  [" was"] ~" dream"→" fish"
-step 8 · block 2 · step 5/6 · fwd 8  [] ~"\t"→"," ~" fish"→" and"
-step 9 · block 2 · step 6/6 · fwd 9  []
-step 10 · block 3 · step 1/6 · fwd 10  [" purr"]
-step 11 · block 3 · step 2/6 · fwd 11  [" the"]
-step 12 · block 3 · step 3/6 · fwd 12  ["ed"]
-step 13 · block 3 · step 4/6 · fwd 13  [" cat"]
-step 14 · block 3 · step 5/6 · fwd 14  []
-step 15 · block 4 · step 1/6 · fwd 15  ["\t"]
-step 16 · block 4 · step 2/6 · fwd 16  ["\t"] ~"\t"→","
-step 17 · block 4 · step 3/6 · fwd 17  ["\n"]
-step 18 · block 4 · step 4/6 · fwd 18  [" softly"]
-step 19 · block 4 · step 5/6 · fwd 19  []
-step 20 · block 5 · step 1/6 · fwd 20  [" 🦀"]
-step 21 · block 5 · step 2/6 · fwd 21  ["\u0007"]
-step 22 · block 5 · step 3/6 · fwd 22  ["ing"]
-step 23 · block 5 · step 4/6 · fwd 23  [" dream"] ~" 🦀"→" \""
-step 24 · block 5 · step 5/6 · fwd 24  [] ~" \""→" of" ~"\u0007"→" fish"
-step 25 · block 5 · step 6/6 · fwd 25  []
-step 26 · block 6 · step 1/6 · fwd 26  [" 日本"]
-step 27 · block 6 · step 2/6 · fwd 27  [" café"]
-step 28 · block 6 · step 3/6 · fwd 28  [" \""]
-step 29 · block 6 · step 4/6 · fwd 29  [" —"]
-step 30 · block 6 · step 5/6 · fwd 30  []
-step 31 · block 7 · step 1/6 · fwd 31  [✗"ROMEO"]
-step 32 · block 7 · step 2/6 · fwd 32  [" 🦀"] ~"ROMEO"→"\u0007"
-step 33 · block 7 · step 3/6 · fwd 33  ["\""]
-step 34 · block 7 · step 4/6 · fwd 34  [✗"́"]
-step 35 · block 7 · step 5/6 · fwd 35  []
+const EDITS: &str = r#"step 1 · block 1 · step 1/≤6 · fwd 1  [7 " purr"]
+step 2 · block 1 · step 2/≤6 · fwd 2  [6 "."] ~7 " purr"→" It"
+step 3 · block 1 · step 3/≤6 · fwd 3  []
+block 1 done · 3 steps (at most 6)
+step 4 · block 2 · step 1/≤6 · fwd 4  [11 " dream"]
+step 5 · block 2 · step 2/≤6 · fwd 5  [10 "\t"]
+step 6 · block 2 · step 3/≤6 · fwd 6  [9 " warm"]
+step 7 · block 2 · step 4/≤6 · fwd 7  [8 " was"] ~11 " dream"→" fish"
+step 8 · block 2 · step 5/≤6 · fwd 8  [] ~10 "\t"→"," ~11 " fish"→" and"
+step 9 · block 2 · step 6/≤6 · fwd 9  []
+block 2 done · 6 steps
+step 10 · block 3 · step 1/≤6 · fwd 10  [14 " purr"]
+step 11 · block 3 · step 2/≤6 · fwd 11  [12 " the"]
+step 12 · block 3 · step 3/≤6 · fwd 12  [15 "ed"]
+step 13 · block 3 · step 4/≤6 · fwd 13  [13 " cat"]
+step 14 · block 3 · step 5/≤6 · fwd 14  []
+block 3 done · 5 steps (at most 6)
+step 15 · block 4 · step 1/≤6 · fwd 15  [17 "\t"]
+step 16 · block 4 · step 2/≤6 · fwd 16  [19 "\t"] ~17 "\t"→","
+step 17 · block 4 · step 3/≤6 · fwd 17  [18 "\n"]
+step 18 · block 4 · step 4/≤6 · fwd 18  [16 " softly"]
+step 19 · block 4 · step 5/≤6 · fwd 19  []
+block 4 done · 5 steps (at most 6)
+step 20 · block 5 · step 1/≤6 · fwd 20  [22 " 🦀"]
+step 21 · block 5 · step 2/≤6 · fwd 21  [23 "\u0007"]
+step 22 · block 5 · step 3/≤6 · fwd 22  [21 "ing"]
+step 23 · block 5 · step 4/≤6 · fwd 23  [20 " dream"] ~22 " 🦀"→" \""
+step 24 · block 5 · step 5/≤6 · fwd 24  [] ~22 " \""→" of" ~23 "\u0007"→" fish"
+step 25 · block 5 · step 6/≤6 · fwd 25  []
+block 5 done · 6 steps
+step 26 · block 6 · step 1/≤6 · fwd 26  [26 " 日本"]
+step 27 · block 6 · step 2/≤6 · fwd 27  [27 " café"]
+step 28 · block 6 · step 3/≤6 · fwd 28  [25 " \""]
+step 29 · block 6 · step 4/≤6 · fwd 29  [24 " —"]
+step 30 · block 6 · step 5/≤6 · fwd 30  []
+block 6 done · 5 steps (at most 6)
+step 31 · block 7 · step 1/≤6 · fwd 31  [31 ✗"ROMEO"]
+step 32 · block 7 · step 2/≤6 · fwd 32  [28 " 🦀"] ~31 "ROMEO"→"\u0007"
+step 33 · block 7 · step 3/≤6 · fwd 33  [29 "\""]
+step 34 · block 7 · step 4/≤6 · fwd 34  [30 ✗"́"]
+step 35 · block 7 · step 5/≤6 · fwd 35  []
+block 7 done · 5 steps (at most 6)
 finished: length · 24 tokens out · 2 decoded and dropped: pos 30-31
 "#;
 
@@ -314,8 +328,8 @@ fn a_trace_with_edits_lists_them_on_their_step_lines() {
     let out = stdout(unmask(&["steps", "--json", trace.to_str().unwrap()]));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
-        lines[7],
-        r#"{"step":8,"block":2,"block_step":5,"block_steps":6,"forward":8,"pos":[],"texts":[],"conf":[],"edits":[{"pos":10,"from":18,"token":13,"from_text":"\t","text":",","conf":0.8010297},{"pos":11,"from":22,"token":14,"from_text":" fish","text":" and","conf":0.85181785}]}"#
+        lines[8],
+        r#"{"step":8,"block":2,"block_step":5,"block_steps":null,"block_budget":6,"forward":8,"pos":[],"texts":[],"conf":[],"edits":[{"pos":10,"from":18,"token":13,"from_text":"\t","text":",","conf":0.8010297},{"pos":11,"from":22,"token":14,"from_text":" fish","text":" and","conf":0.85181785}]}"#
     );
     assert_eq!(lines.iter().filter(|l| l.contains(r#""edits":"#)).count(), 7);
 }

@@ -155,7 +155,8 @@ fn with_defaults(cmd: clap::Command) -> clap::Command {
 }
 
 /// The prompt flags bench refuses: it decodes a synthetic prompt of `--prompt-len` tokens.
-const BENCH_REFUSES: [&str; 5] = ["prompt", "prompt_file", "system", "chat_arg", "raw"];
+const BENCH_REFUSES: [&str; 8] =
+    ["prompt", "prompt_file", "system", "chat_arg", "raw", "chat_template", "stop", "ignore_eos"];
 
 /// The ids of a group of flags (`DecodeArgs`, `LookArgs`, `CastArgs`).
 fn ids<A: Args>() -> Vec<String> {
@@ -304,6 +305,9 @@ pub enum Command {
         /// Print the comparison as a table instead of opening the TUI.
         #[arg(long)]
         headless: bool,
+        /// With --headless: the comparison as one JSON object (steps and token indexes from 1).
+        #[arg(long, requires = "headless")]
+        json: bool,
     },
     /// Per-token, per-step and per-edit tables of a trace: which token was decoded at which
     /// step, and which later steps replaced; or the step map as a figure (`--format svg`).
@@ -528,6 +532,9 @@ pub struct DecodeArgs {
     /// A system message before the user's (chat checkpoints).
     #[arg(long, value_name = "TEXT", global = true, conflicts_with = "raw")]
     pub system: Option<String>,
+    /// A Jinja chat template to render the prompt with instead of the checkpoint's.
+    #[arg(long, value_name = "FILE", global = true, conflicts_with = "raw")]
+    pub chat_template: Option<PathBuf>,
     /// A chat-template variable, VALUE as JSON if it parses (`enable_thinking=false`); repeatable.
     #[arg(long, value_name = "KEY=VALUE", global = true, conflicts_with = "raw")]
     pub chat_arg: Vec<String>,
@@ -557,6 +564,14 @@ pub struct DecodeArgs {
     /// LLaDA2.1's generate() does; the output still ends at the first EOS).
     #[arg(long, value_name = "BOOL", global = true, action = clap::ArgAction::Set)]
     pub eos_early_stop: Option<bool>,
+    /// End the output at this text: the decode ends after the block in which the output first
+    /// contains it, the output with the token that completes it (as transformers'
+    /// `stop_strings`); repeatable.
+    #[arg(long, value_name = "TEXT", global = true)]
+    pub stop: Vec<String>,
+    /// Decode to --max-new-tokens whatever EOS the model writes (the EOS stays in the text).
+    #[arg(long, global = true)]
+    pub ignore_eos: bool,
     /// Cumulative-entropy bound of entropy_bounded.
     #[arg(long, allow_negative_numbers = true, value_name = "F", global = true)]
     pub eb_threshold: Option<f32>,
@@ -726,6 +741,9 @@ impl DecodeArgs {
             ),
             None => (gen.temperature, gen.top_k),
         };
+        if self.stop.iter().any(String::is_empty) {
+            bail!("--stop \"\": an empty text would end every output before its first token");
+        }
         Ok(DecodeSettings {
             strategy,
             schedule: self.schedule.unwrap_or(d.schedule),
@@ -760,6 +778,7 @@ impl DecodeArgs {
                 .or(gen.eos_early_stop)
                 .or(family.eos_early_stop)
                 .unwrap_or(d.eos_early_stop),
+            stop: self.stop.clone(),
         })
     }
 }

@@ -51,7 +51,12 @@ impl Session {
             check_routing(&source)?;
         }
         let compute = Compute { paths, ..args.dtype.compute(&device) };
+        // read and compiled before the weights load: a wrong path fails at once
+        let template_file = args.chat_template.as_deref().map(read_chat_template).transpose()?;
         let mut ckpt = Checkpoint::load(&source, &device, compute)?;
+        if let Some(t) = template_file {
+            ckpt.chat_template = Some(t);
+        }
         if let (Some(id), Source::Dir(snapshot)) = (hub_id(args), &source) {
             // The snapshot's folder is its commit: which revision was decoded, for the record.
             let commit =
@@ -70,6 +75,12 @@ impl Session {
             block.as_ref().map(|b| b.0),
             defaults.as_ref().unwrap_or(&GenerationConfig::default()),
         )?;
+        if let Some(n) = settings.capped_steps() {
+            crate::notice::warn(format!(
+                "steps {} is more than a block's {n} positions: each block takes at most {n} steps",
+                settings.steps
+            ));
+        }
         let user = user_message(args, &ckpt)?;
         let template = if args.raw { None } else { ckpt.chat_template.as_ref() };
         let ask =
@@ -94,12 +105,16 @@ impl Session {
         if let Some(t) = template {
             sources.insert("chat_template".into(), t.origin().to_string());
         }
+        if args.ignore_eos {
+            let ids: Vec<String> = ckpt.eos_ids.iter().map(u32::to_string).collect();
+            sources.insert("eos".into(), format!("ignored (--ignore-eos): {}", ids.join(", ")));
+        }
         let request = Request {
             prompt,
             prompt_ids,
             settings,
             mask_id: ckpt.tokenizer.mask_id(),
-            eos_ids: ckpt.eos_ids.clone(),
+            eos_ids: if args.ignore_eos { Vec::new() } else { ckpt.eos_ids.clone() },
             model: ckpt.info.clone(),
             device: device_label(args.device, compute, crate::model::compute_dtype(&device)),
             chat: Some(chat),
@@ -383,6 +398,23 @@ fn user_message(args: &DecodeArgs, ckpt: &Checkpoint) -> Result<String> {
         .clone()
         .or_else(|| ckpt.generation.default_prompt.clone())
         .unwrap_or_else(|| fallback.to_string()))
+}
+
+/// Most bytes `--chat-template` reads: released templates are a few KiB, the longest tens.
+const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
+
+/// `--chat-template FILE`: read whole, bounded, compiled; errors name the flag and the file.
+pub fn read_chat_template(path: &Path) -> Result<ChatTemplate> {
+    let label = format!("--chat-template {}", path.display());
+    let meta = crate::limits::regular_file(path).map_err(|e| anyhow!("--chat-template {e}"))?;
+    if meta.len() > MAX_TEMPLATE_BYTES {
+        bail!("{label}: more than {} MiB, not a chat template", MAX_TEMPLATE_BYTES >> 20);
+    }
+    let bytes =
+        std::fs::read(path).map_err(|e| anyhow!("{label}: {}", crate::limits::io_reason(&e)))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| anyhow!("{label}: not UTF-8 (byte {})", e.utf8_error().valid_up_to()))?;
+    ChatTemplate::new(text, path.display().to_string())
 }
 
 /// Most bytes `--prompt-file` reads: far more text than any model's positions hold (131,072

@@ -174,6 +174,29 @@ pub fn decode_measured(
     (fin, event_time)
 }
 
+/// The index of the token (of those whose bytes are `new`, following the output's `before`,
+/// which holds none of `stops`) that completes the earliest-ending of `stops`; empty stops are
+/// ignored. Bytes, not characters: a stop text may end inside a token, or a token split a
+/// character, and the token that brings the stop's last byte completes it.
+fn first_stop(stops: &[String], before: &[u8], new: &[Vec<u8>]) -> Option<usize> {
+    let mut text = before.to_vec();
+    let mut ends = Vec::with_capacity(new.len());
+    for b in new {
+        text.extend_from_slice(b);
+        ends.push(text.len());
+    }
+    let end = stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let s = s.as_bytes();
+            text.windows(s.len()).position(|w| w == s).map(|at| at + s.len())
+        })
+        .filter(|&end| end > before.len())
+        .min()?;
+    ends.iter().position(|&e| e >= end)
+}
+
 /// Refuses a pass whose samples are not a distribution (NaN or infinite logits: NaN/Inf
 /// weights, or activations that overflowed), naming the first bad position: decoding on would
 /// commit made-up tokens and write `null` confidences.
@@ -256,6 +279,8 @@ impl Loop<'_> {
         // Whether the output has ended at an EOS: without `eos_early_stop` the blocks after it
         // are still decoded (LLaDA2.1's generate()), and all their cells are dropped.
         let mut ended = false;
+        // The output's last bytes, as many as a stop text can reach back (`--stop`).
+        let mut tail = Vec::new();
         for block in first_block..end_blocks {
             let start = block * b;
             let mut cells: Vec<u32> = (start..start + b)
@@ -271,6 +296,15 @@ impl Loop<'_> {
                 (start.max(p)..(start + b).min(p + n)).map(|pos| cells[pos - start]).collect();
             let eos_at =
                 if ended { None } else { generated.iter().position(|t| req.eos_ids.contains(t)) };
+            let stop_at = match ended {
+                true => None,
+                false => {
+                    self.stop_at(&mut tail, &generated[..eos_at.map_or(generated.len(), |i| i + 1)])
+                }
+            };
+            // (a stop text completed before the EOS ends the output there, and the decode)
+            let stopped = stop_at.is_some();
+            let eos_at = stop_at.or(eos_at);
             if self.events {
                 // The output ends here at an EOS or in the last block; cells after it are dropped.
                 let out_end = match eos_at {
@@ -287,6 +321,9 @@ impl Loop<'_> {
                 _ if ended => {}
                 Some(i) => {
                     output.extend_from_slice(&generated[..=i]);
+                    if stopped {
+                        return Ok(FinishReason::Stop);
+                    }
                     if self.settings.eos_early_stop {
                         return Ok(FinishReason::Eos);
                     }
@@ -296,6 +333,20 @@ impl Loop<'_> {
             }
         }
         Ok(if ended { FinishReason::Eos } else { FinishReason::Length })
+    }
+
+    /// The index in `new` (the block's output tokens) of the token that completes the first
+    /// `--stop` text in the output, whose last bytes before `new` are `tail`; `tail` then
+    /// holds the output's last bytes after them.
+    fn stop_at(&self, tail: &mut Vec<u8>, new: &[u32]) -> Option<usize> {
+        let stops = &self.settings.stop;
+        let longest = stops.iter().map(String::len).max()?;
+        let bytes: Vec<Vec<u8>> = new.iter().map(|&t| self.detok.bytes(t)).collect();
+        let found = first_stop(stops, tail, &bytes);
+        tail.extend(bytes.concat());
+        let keep = longest.saturating_sub(1);
+        tail.drain(..tail.len().saturating_sub(keep));
+        found
     }
 
     /// Denoises one block to the end and emits its events. Its first pass also stores

@@ -124,6 +124,10 @@ pub struct DecodeSettings {
     /// EOS, as LLaDA2.1's `generate()` does by default.
     #[serde(default = "yes")]
     pub eos_early_stop: bool,
+    /// Texts that end the output (`--stop`): the decode ends after the block in which the
+    /// output's text first contains one, the output at the token that completes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
 }
 
 /// LLaDA2.1's `generate()` defaults.
@@ -210,6 +214,7 @@ impl Default for DecodeSettings {
             edit_threshold: EDIT_THRESHOLD,
             max_post_steps: MAX_POST_STEPS,
             eos_early_stop: true,
+            stop: Vec::new(),
         }
     }
 }
@@ -340,6 +345,13 @@ impl DecodeSettings {
             // every step commits the same count (the rule's), until the positions run out
             Schedule::Lmdeploy => per_position.div_ceil(rule.scheduled(0)),
         }
+    }
+
+    /// The steps a block takes at most when `steps` asks for more than its positions (each
+    /// step commits at least one): `Some(block_length)` then, for the rules that read `steps`.
+    pub fn capped_steps(&self) -> Option<usize> {
+        let rule = crate::sampler::strategy::StepRule::from_settings(self);
+        (rule.follows_schedule() && self.steps > self.block_length).then_some(self.block_length)
     }
 
     pub fn validate(&self) -> Result<(), SettingsError> {

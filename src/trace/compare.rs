@@ -321,6 +321,62 @@ pub fn table(c: &Comparison, texts: [&str; 2]) -> String {
     s
 }
 
+/// The comparison as one JSON object (`compare --headless --json`): what [`table`] prints, in
+/// fields. Counted as people count, like every export: `first_divergence` and each cell's
+/// `index` from 1 (the 1st output token), each `block_step` from 1; `block` and `pos` are the
+/// trace's (0-based, absolute).
+pub fn json(c: &Comparison, texts: [&str; 2]) -> serde_json::Value {
+    use serde_json::json;
+    let side = |r: &RunSummary, text: &str| {
+        json!({
+            "settings": r.settings,
+            "finish": r.reason,
+            "output_tokens": r.output_ids.len(),
+            "forwards": r.forwards,
+            "steps": r.steps,
+            "blocks": r.blocks,
+            "tokens_per_forward": r.tokens_per_forward(),
+            "elapsed_ms": r.elapsed_ms,
+            "sampled": r.sampled,
+            "output_ids": r.output_ids,
+            "text": text,
+        })
+    };
+    let cells = |cells: &[CellPair]| -> Vec<serde_json::Value> {
+        cells
+            .iter()
+            .map(|p| {
+                json!({
+                    "index": p.index + 1,
+                    "pos": p.pos,
+                    "tokens": p.tokens,
+                    "block_step": p.steps.map(|s| s.map(|s| s + 1)),
+                })
+            })
+            .collect()
+    };
+    let [a, b] = &c.runs;
+    json!({
+        "a": side(a, texts[0]),
+        "b": side(b, texts[1]),
+        "identical": a.output_ids == b.output_ids,
+        "first_divergence": c.first_divergence.map(|i| i + 1),
+        "blocks": c.blocks.iter().map(|p| json!({
+            "block": p.block,
+            "steps": p.steps,
+            "same_tokens": p.same_tokens,
+        })).collect::<Vec<_>>(),
+        "same_token_other_step": cells(&c.other_step),
+        "different_token": cells(&c.other_token),
+        "edits": c.edits,
+        "edited": c.edited.iter().map(|e| json!({
+            "index": e.index + 1,
+            "pos": e.pos,
+            "edits": e.edits,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +461,39 @@ mod tests {
         assert!(t.contains("blocks that differ: 2 3"), "{t}");
         assert!(t.contains("steps per block (A/B): 1:2/1 2:2/2 3:1/-"), "{t}");
         assert!(t.contains("finish             length"), "{t}");
+    }
+
+    #[test]
+    fn json_holds_the_table_counted_from_one() {
+        let a = run(&[(1, 2, [3, 4]), (2, 2, [5, 6]), (3, 1, [7, 8])], FinishReason::Length);
+        let b = run(&[(1, 1, [3, 4]), (2, 2, [5, 0])], FinishReason::Eos);
+        let c = compare(&a, &b);
+        let v = json(&c, ["ta", "tb"]);
+        assert_eq!(v["first_divergence"], 4, "the 4th output token, as the table says");
+        assert_eq!(v["identical"], false);
+        assert_eq!(
+            (v["a"]["finish"].as_str(), v["b"]["finish"].as_str()),
+            (Some("length"), Some("eos"))
+        );
+        assert_eq!(
+            (v["a"]["text"].as_str(), v["b"]["output_tokens"].as_u64()),
+            (Some("ta"), Some(4))
+        );
+        assert_eq!(
+            v["blocks"][2],
+            serde_json::json!({"block": 3, "steps": [1, null], "same_tokens": false})
+        );
+        let (x, y) = same_tokens_other_steps();
+        let c = compare(&x, &y);
+        let v = json(&c, ["", ""]);
+        let cells = v["same_token_other_step"].as_array().unwrap();
+        assert_eq!(cells.len(), c.other_step.len());
+        for (j, p) in cells.iter().zip(&c.other_step) {
+            assert_eq!(j["index"], p.index + 1);
+            assert_eq!(j["block_step"][0], p.steps[0].unwrap() + 1);
+            assert_eq!(j["block_step"][1], p.steps[1].unwrap() + 1);
+        }
+        assert!(table(&c, ["", ""]).contains(&format!("{}", c.other_step[0].index + 1)));
     }
 
     #[test]

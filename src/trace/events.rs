@@ -250,6 +250,8 @@ pub enum FinishReason {
     Eos,
     /// `max_new_tokens` were generated.
     Length,
+    /// The output's text reached a `--stop` text (`settings.stop`).
+    Stop,
     /// The user stopped it (restart, quit).
     Cancelled,
     /// The engine failed; `error` on the finish event says why.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::engine::settings::DecodeSettings;
 use crate::trace::detok::{self, End, Piece};
 use crate::trace::events::{Committed, Event, StepEvent};
-use crate::trace::store::{CellState, Run, Store};
+use crate::trace::store::{BlockSteps, CellState, Run, Store};
 
 /// One denoising step as a person reads it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -22,10 +22,13 @@ pub struct StepLine {
     pub block: usize,
     /// 1-based step within the block.
     pub block_step: usize,
+    /// The steps the block took, once it is finished when the line is made (JSON `null`
+    /// before: a live decode's line, printed as its step happens).
+    pub block_steps: Option<usize>,
     /// The most steps the block may take (`--steps`, at most the block length, for strategies
-    /// that follow the schedule; one a position for those that loop until no mask is left); a
-    /// dynamic strategy may finish a block in fewer.
-    pub block_steps: usize,
+    /// that follow the schedule; one a position for those that loop until no mask is left; with
+    /// token editing its passes after the last mask too); a dynamic strategy may take fewer.
+    pub block_budget: usize,
     /// Running count of forward passes, this one included.
     pub forward: usize,
     /// Absolute positions committed, ascending.
@@ -157,18 +160,18 @@ fn shown(p: &Piece) -> String {
 }
 
 impl StepLine {
-    /// `step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]`: the texts as JSON strings,
-    /// bytes that are no characters (yet) as bare hex (`<E2>`), a dropped one marked `✗`
-    /// (`✗" the"`: it never starts a text, as the TUI strikes the cell through); then each edit
-    /// as `~" cat"→" dog"` (`~` as in a diff's changed line: it never starts a commit's text).
+    /// `step 13 · block 3 · step 1/4 · fwd 13  [17 "To", 18 " find"]`: each position and its
+    /// text as a JSON string, bytes that are no characters (yet) as bare hex (`<E2>`), a
+    /// dropped one marked `✗` (`19 ✗" the"`: it never starts a text, as the TUI strikes the
+    /// cell through); then each edit as `~21 " cat"→" dog"` (`~` as in a diff's changed line).
     pub fn text(&self) -> String {
         let texts: Vec<String> = self
             .texts
             .iter()
             .zip(&self.pos)
             .map(|(t, p)| match self.dropped.contains(p) {
-                true => format!("✗{}", shown(t)),
-                false => shown(t),
+                true => format!("{p} ✗{}", shown(t)),
+                false => format!("{p} {}", shown(t)),
             })
             .collect();
         let s = format!(
@@ -176,21 +179,55 @@ impl StepLine {
             self.step,
             self.block,
             self.block_step,
-            self.block_steps,
+            self.count(),
             self.forward,
             texts.join(", ")
         );
         s + &self.edits_text()
     }
 
-    /// The end of [`StepLine::text`] that lists the edits: ` ~" cat"→" dog"` for each, or
+    /// The end of [`StepLine::text`] that lists the edits: ` ~21 " cat"→" dog"` for each, or
     /// nothing.
     pub fn edits_text(&self) -> String {
-        self.edits.iter().map(|e| format!(" ~{}→{}", shown(&e.from_text), shown(&e.text))).collect()
+        self.edits
+            .iter()
+            .map(|e| format!(" ~{} {}→{}", e.pos, shown(&e.from_text), shown(&e.text)))
+            .collect()
     }
 
     pub fn json(&self) -> String {
         serde_json::to_string(self).expect("a step line serialises")
+    }
+
+    /// The `N` of "step k/N": the steps the block took, or `≤` its budget while unknown.
+    pub fn count(&self) -> BlockSteps {
+        self.block_steps.map_or(BlockSteps::AtMost(self.block_budget), BlockSteps::Took)
+    }
+}
+
+/// A block's end in the list of a decode as it runs (`unmask steps`): the steps it took, and
+/// its budget where the two differ.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BlockDone {
+    pub block: usize,
+    pub steps: usize,
+    pub budget: usize,
+    pub forward: usize,
+}
+
+impl BlockDone {
+    /// `block 3 done · 3 steps (at most 4)`.
+    pub fn text(&self) -> String {
+        let budget = match self.budget == self.steps {
+            true => String::new(),
+            false => format!(" (at most {})", self.budget),
+        };
+        format!("block {} done · {}{budget}", self.block, crate::format::count(self.steps, "step"))
+    }
+
+    /// `{"block_done":{"block":3,"steps":3,"budget":4,"forward":16}}`.
+    pub fn json(&self) -> String {
+        serde_json::json!({ "block_done": self }).to_string()
     }
 }
 
@@ -222,6 +259,17 @@ impl StepLines {
         FinishLine { reason: f.reason, output_tokens: f.output_ids.len(), dropped }
     }
 
+    /// The end of the block whose event was just pushed, as the run recorded it.
+    pub fn block_done(&self, b: &crate::trace::events::BlockEvent) -> BlockDone {
+        let budget = self.store.run().map_or(b.steps, |r| r.block_step_budget(b.block));
+        BlockDone {
+            block: b.block,
+            steps: b.steps,
+            budget: budget.max(b.steps),
+            forward: b.forward,
+        }
+    }
+
     /// The line for `ev` if it is a step; a header (a new run) restarts the count.
     pub fn push(&mut self, ev: &Event) -> Option<StepLine> {
         let before = self.store.run().map_or(0, |r| r.steps().len());
@@ -241,7 +289,7 @@ impl StepLines {
                     self.store.generation() == generation && r.steps().len() == before + 1
                 });
                 if let Some(l) = run.and_then(|r| from_run(r, before)) {
-                    line = StepLine { step: line.step, block_steps: line.block_steps, ..l };
+                    line = StepLine { step: line.step, ..l };
                 }
                 Some(line)
             }
@@ -266,7 +314,8 @@ impl StepLines {
             step: self.count,
             block: s.block,
             block_step: s.step + 1,
-            block_steps: budget.max(s.step + 1),
+            block_steps: None,
+            block_budget: budget.max(s.step + 1),
             forward: s.forward,
             pos: committed.iter().map(|c| c.pos).collect(),
             texts: committed.iter().map(|c| own(c)).collect(),
@@ -332,7 +381,8 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
         step: k + 1,
         block: s.block,
         block_step: s.step + 1,
-        block_steps: run.settings_for(s.block).0.step_budget().max(s.step + 1),
+        block_steps: run.block_step_count(s.block).took(),
+        block_budget: run.block_step_budget(s.block).max(s.step + 1),
         forward: s.forward,
         pos: committed.iter().map(|(p, _)| *p).collect(),
         texts: committed
@@ -350,10 +400,24 @@ pub fn from_run(run: &Run, k: usize) -> Option<StepLine> {
     })
 }
 
-/// Every step line of the events (restarts included, each run counted from 1).
+/// Every step line of the events (restarts included, each run counted from 1), each with the
+/// steps its block took where the events hold its block's end.
 pub fn lines(events: &[Event]) -> Vec<StepLine> {
     let mut s = StepLines::new();
-    events.iter().filter_map(|e| s.push(e)).collect()
+    let mut out: Vec<StepLine> = Vec::new();
+    let mut run_start = 0;
+    for e in events {
+        match e {
+            Event::Header(_) => run_start = out.len(),
+            Event::Block(b) => out[run_start..]
+                .iter_mut()
+                .filter(|l| l.block == b.block)
+                .for_each(|l| l.block_steps = Some(b.steps)),
+            _ => {}
+        }
+        out.extend(s.push(e));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -380,7 +444,8 @@ mod tests {
             step: 13,
             block: 3,
             block_step: 1,
-            block_steps: 4,
+            block_steps: Some(4),
+            block_budget: 4,
             forward: 13,
             pos: vec![12, 13],
             texts: vec![
@@ -392,11 +457,15 @@ mod tests {
             edits: vec![],
             dropped: vec![],
         };
-        assert_eq!(l.text(), r#"step 13 · block 3 · step 1/4 · fwd 13  ["To", " find"]"#);
+        assert_eq!(l.text(), r#"step 13 · block 3 · step 1/4 · fwd 13  [12 "To", 13 " find"]"#);
         assert_eq!(
             l.json(),
-            r#"{"step":13,"block":3,"block_step":1,"block_steps":4,"forward":13,"pos":[12,13],"texts":["To"," find"],"conf":[0.9,0.8]}"#
+            r#"{"step":13,"block":3,"block_step":1,"block_steps":4,"block_budget":4,"forward":13,"pos":[12,13],"texts":["To"," find"],"conf":[0.9,0.8]}"#
         );
+        // live, before the block's end: at most its budget
+        let live = StepLine { block_steps: None, ..l };
+        assert_eq!(live.text(), r#"step 13 · block 3 · step 1/≤4 · fwd 13  [12 "To", 13 " find"]"#);
+        assert!(live.json().contains(r#""block_steps":null,"block_budget":4"#));
     }
 
     #[test]
@@ -417,7 +486,7 @@ mod tests {
         s.committed = vec![c(10, "."), c(8, "\n"), c(9, "say \"hi\"")];
         let l = &lines(&events)[k];
         assert_eq!(l.pos, vec![8, 9, 10]);
-        assert!(l.text().ends_with(r#"  ["\n", "say \"hi\"", "."]"#), "{}", l.text());
+        assert!(l.text().ends_with(r#"  [8 "\n", 9 "say \"hi\"", 10 "."]"#), "{}", l.text());
     }
 
     /// Block 2 of a small synthetic trace, its four cells committed as `tokens` (id, text,
@@ -456,7 +525,7 @@ mod tests {
         ]);
         let texts: Vec<String> =
             ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
-        assert_eq!(texts, [r#"[<8C>]"#, r#"[<E0>]"#, r#"[""]"#, r#"["<B5>"]"#]);
+        assert_eq!(texts, [r#"[10 <8C>]"#, r#"[8 <E0>]"#, r#"[9 ""]"#, r#"[11 "<B5>"]"#]);
         // JSON: null while pending, the raw bytes beside; a literal "<B5>" is a plain text.
         assert!(ls[0].json().contains(r#""texts":[null],"bytes":[[140]]"#), "{}", ls[0].json());
         assert!(ls[2].json().contains(r#""texts":[""],"bytes":[[181]]"#), "{}", ls[2].json());
@@ -474,7 +543,7 @@ mod tests {
         ]);
         let texts: Vec<String> =
             ls.iter().map(|l| l.text().split("  ").nth(1).unwrap().to_string()).collect();
-        assert_eq!(texts, ["[<DB>]", r#"["hat"]"#, "[<FC>]", "[\"\u{FFFD}\"]"]);
+        assert_eq!(texts, ["[8 <DB>]", r#"[9 "hat"]"#, "[10 <FC>]", "[11 \"\u{FFFD}\"]"]);
         assert!(ls[1].json().contains(r#""texts":["hat"],"conf""#), "{}", ls[1].json());
         // Both spell U+FFFD as JSON text; the invalid byte carries its bytes, the literal none.
         assert!(
@@ -491,7 +560,8 @@ mod tests {
         let ls = lines(&events);
         let n = events.iter().filter(|e| matches!(e, Event::Step(_))).count();
         assert_eq!(ls.iter().map(|l| l.step).collect::<Vec<_>>(), (1..=n).collect::<Vec<_>>());
-        assert!(ls.iter().all(|l| (1..=l.block_steps).contains(&l.block_step)));
+        assert!(ls.iter().all(|l| (1..=l.block_steps.unwrap()).contains(&l.block_step)
+            && l.block_steps <= Some(l.block_budget)));
         let twice: Vec<Event> = events.iter().chain(&events).cloned().collect();
         let ls2 = lines(&twice);
         assert_eq!(ls2.len(), 2 * n);
@@ -518,19 +588,19 @@ mod tests {
         let events = synth::trace(&Synth::small_edits());
         let ls = lines(&events);
         let texts: Vec<String> = ls.iter().map(StepLine::text).collect();
-        assert_eq!(texts[1], r#"step 2 · block 1 · step 2/6 · fwd 2  ["."] ~" purr"→" It""#);
+        assert_eq!(texts[1], r#"step 2 · block 1 · step 2/3 · fwd 2  [6 "."] ~7 " purr"→" It""#);
         assert_eq!(
-            texts[2], "step 3 · block 1 · step 3/6 · fwd 3  []",
+            texts[2], "step 3 · block 1 · step 3/3 · fwd 3  []",
             "the pass that ends the block"
         );
         let post = ls.iter().position(|l| l.pos.is_empty() && !l.edits.is_empty()).unwrap();
         assert_eq!(
             texts[post],
-            r#"step 8 · block 2 · step 5/6 · fwd 8  [] ~"\t"→"," ~" fish"→" and""#
+            r#"step 8 · block 2 · step 5/6 · fwd 8  [] ~10 "\t"→"," ~11 " fish"→" and""#
         );
         assert_eq!(
             ls[1].json(),
-            r#"{"step":2,"block":1,"block_step":2,"block_steps":6,"forward":2,"pos":[6],"texts":["."],"conf":[0.4813137],"edits":[{"pos":7,"from":15,"token":10,"from_text":" purr","text":" It","conf":0.9038231}]}"#
+            r#"{"step":2,"block":1,"block_step":2,"block_steps":3,"block_budget":6,"forward":2,"pos":[6],"texts":["."],"conf":[0.4813137],"edits":[{"pos":7,"from":15,"token":10,"from_text":" purr","text":" It","conf":0.9038231}]}"#
         );
         assert!(!ls[0].json().contains("edits"), "absent when none");
         let store = crate::trace::store::Store::from_events(events.clone());
@@ -552,8 +622,8 @@ mod tests {
         let change = cfg.prompt.len() / cfg.block_length + 2;
         cfg.change_at = Some((change, 2));
         let ls = lines(&synth::trace(&cfg));
-        assert!(ls.iter().filter(|l| l.block < change).all(|l| l.block_steps == cfg.steps));
-        assert!(ls.iter().filter(|l| l.block >= change).all(|l| l.block_steps == 2));
+        assert!(ls.iter().filter(|l| l.block < change).all(|l| l.block_budget == cfg.steps));
+        assert!(ls.iter().filter(|l| l.block >= change).all(|l| l.block_budget == 2));
     }
 
     /// Strategies that loop until no mask is left may take one step a position, whatever
@@ -568,6 +638,10 @@ mod tests {
             ..DecodeSettings::default()
         };
         assert_eq!(s(Strategy::EntropyBounded, 1).step_budget(), 4);
+        // `--steps` over the block's positions is capped, for the rules that read it
+        assert_eq!(s(Strategy::LowConfidenceStatic, 8).capped_steps(), Some(4));
+        assert_eq!(s(Strategy::LowConfidenceStatic, 4).capped_steps(), None);
+        assert_eq!(s(Strategy::EntropyBounded, 8).capped_steps(), None);
         assert_eq!(s(Strategy::LowConfidenceStatic, 2).step_budget(), 2);
         assert_eq!(s(Strategy::LowConfidenceDynamic, 8).step_budget(), 4);
         assert_eq!(s(Strategy::Sequential, 3).step_budget(), 3);
@@ -591,6 +665,9 @@ mod tests {
             if let Some(l) = s.push(e) {
                 out.push(l.text());
             }
+            if let Event::Block(b) = e {
+                out.push(s.block_done(b).text());
+            }
             if let Event::Finish(f) = e {
                 let end = s.finish(f);
                 assert_eq!(end.dropped, [30, 31]);
@@ -601,7 +678,21 @@ mod tests {
                 );
             }
         }
-        assert!(out.iter().any(|l| l.ends_with("[✗\"ROMEO\"]")), "{out:?}");
+        assert!(out.iter().any(|l| l.ends_with("[31 ✗\"ROMEO\"]")), "{out:?}");
+        // as it runs, a step knows its block's budget; the block's end says what it took
+        assert_eq!(out[0], "step 1 · block 1 · step 1/≤6 · fwd 1  [7 \" purr\"]");
+        assert_eq!(out[3], "block 1 done · 3 steps (at most 6)");
+        let done = s.block_done(&crate::trace::events::BlockEvent {
+            block: 2,
+            start: 8,
+            tokens: vec![],
+            texts: None,
+            steps: 6,
+            forward: 9,
+            t_ms: 0.0,
+        });
+        assert_eq!(done.text(), "block 2 done · 6 steps");
+        assert_eq!(done.json(), r#"{"block_done":{"block":2,"steps":6,"budget":6,"forward":9}}"#);
         assert_eq!(
             out.last().unwrap(),
             "finished: length · 24 tokens out · 2 decoded and dropped: pos 30-31"

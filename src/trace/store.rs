@@ -111,6 +111,35 @@ pub struct BlockRec {
     pub done_forward: Option<usize>,
 }
 
+/// How many steps a block takes, as far as is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockSteps {
+    /// The block is finished: the steps it took.
+    Took(usize),
+    /// Not finished (live, or a trace cut short): at most this many.
+    AtMost(usize),
+}
+
+impl BlockSteps {
+    /// The count once known.
+    pub fn took(self) -> Option<usize> {
+        match self {
+            BlockSteps::Took(n) => Some(n),
+            BlockSteps::AtMost(_) => None,
+        }
+    }
+}
+
+/// `3`, or `≤4` while the block is unfinished.
+impl std::fmt::Display for BlockSteps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlockSteps::Took(n) => write!(f, "{n}"),
+            BlockSteps::AtMost(n) => write!(f, "≤{n}"),
+        }
+    }
+}
+
 /// The model's preferred token for a masked cell at one step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Cand {
@@ -405,11 +434,20 @@ impl Run {
     }
 
     /// The most steps `block` may take (its settings' [`DecodeSettings::step_budget`], or the
-    /// steps it took, if more): the `N` of "step k/N" wherever a step is shown, so that every
-    /// view and `unmask steps`, live or from a trace, says the same.
+    /// steps it took, if more).
     pub fn block_step_budget(&self, block: usize) -> usize {
         let took = self.block(block).map_or(0, |b| b.steps);
         self.settings_for(block).0.step_budget().max(took)
+    }
+
+    /// The `N` of "step k/N" wherever a step is shown: the steps `block` took once its block
+    /// event is in, else at most its budget (a dynamic strategy or token editing decides the
+    /// count as it goes).
+    pub fn block_step_count(&self, block: usize) -> BlockSteps {
+        match self.block(block) {
+            Some(b) if b.done_forward.is_some() => BlockSteps::Took(b.steps),
+            _ => BlockSteps::AtMost(self.block_step_budget(block)),
+        }
     }
 
     /// Step indices of `block` recorded so far.
@@ -938,7 +976,7 @@ impl Run {
     fn push_finish(&mut self, f: FinishEvent) {
         let out_end = self.prompt_len() + f.output_ids.len();
         let last_done = self.blocks.last().filter(|b| b.done_forward.is_some()).map(|b| b.block);
-        if matches!(f.reason, FinishReason::Eos | FinishReason::Length) {
+        if matches!(f.reason, FinishReason::Eos | FinishReason::Length | FinishReason::Stop) {
             if let Some(block) = last_done {
                 self.finish_block_texts(block, Some(out_end));
             }

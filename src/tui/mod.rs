@@ -385,7 +385,7 @@ mod tests {
         assert!(wide.contains("history ░") && wide.contains("edits/step 2"), "{wide}");
         app.on_key(KeyEvent::new(KeyCode::Char('L'), KeyModifiers::NONE));
         let steps = screen(&app, 140, 40);
-        assert!(steps.contains(r#"[] ~"\t"→"," ~"#), "{steps}");
+        assert!(steps.contains(r#"[] ~10 "\t"→"," ~"#), "{steps}");
         app.on_key(KeyEvent::new(KeyCode::Char('L'), KeyModifiers::NONE));
         app.theme = theme::pick(theme::ThemeName::Dark, theme::Depth::Mono);
         let mono = screen(&app, 80, 24);

@@ -166,7 +166,14 @@ fn knobs<'a>(v: &View, s: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
             g.push(kv(v, "edit", fixed(s.edit_threshold.into(), 2)));
             g.push(kv(v, "max post steps", s.max_post_steps.to_string()));
         }
-        _ => g.push(kv(v, "steps", s.steps.to_string())),
+        _ => g.push(kv(
+            v,
+            "steps",
+            match s.capped_steps() {
+                Some(n) => format!("{n} ({} asked)", s.steps),
+                None => s.steps.to_string(),
+            },
+        )),
     }
     g.push(kv(v, "block", s.block_length.to_string()));
     if !s.eos_early_stop {

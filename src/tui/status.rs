@@ -143,6 +143,7 @@ fn state<'a>(v: &View) -> Field<'a> {
             let (word, c) = match f.reason {
                 FinishReason::Eos => ("finished: eos", t.accent),
                 FinishReason::Length => ("finished: length", t.accent),
+                FinishReason::Stop => ("finished: stop text", t.accent),
                 FinishReason::Cancelled => ("cancelled", t.warn),
                 FinishReason::Error => ("engine error", t.error),
             };

@@ -54,7 +54,7 @@ fn line<'a>(v: &View, l: &StepLine, vs_shown: std::cmp::Ordering) -> Line<'a> {
         Greater => (" ", t.faint()),
     };
     // Split around "step i/N" (the second "step") to colour it.
-    let inner = format!("step {}/{}", l.block_step, l.block_steps);
+    let inner = format!("step {}/{}", l.block_step, l.count());
     let at = text.find(" · step ").map_or(0, |i| i + " · ".len());
     let (head, rest) = text.split_at(at);
     let tail = rest.strip_prefix(inner.as_str()).unwrap_or(rest);
@@ -125,7 +125,7 @@ mod tests {
         }
     }
 
-    /// Edits end their step's line (`~" fish"→" and"`), in the edit colour up to the step
+    /// Edits end their step's line (`~11 " fish"→" and"`), in the edit colour up to the step
     /// shown, faint after it.
     #[test]
     fn steps_panel_lists_edits() {
@@ -137,11 +137,13 @@ mod tests {
         let buf = render_panel(&app, 96, 9, render);
         let s = snapshot_text(&buf);
         assert!(
-            s.contains(r#"▶step 7 · block 2 · step 4/6 · fwd 7  [" was"] ~" dream"→" fish""#),
+            s.contains(r#"▶step 7 · block 2 · step 4/6 · fwd 7  [8 " was"] ~11 " dream"→" fish""#),
             "{s}"
         );
         assert!(
-            s.contains(r#" step 8 · block 2 · step 5/6 · fwd 8  [] ~"\t"→"," ~" fish"→" and""#),
+            s.contains(
+                r#" step 8 · block 2 · step 5/6 · fwd 8  [] ~10 "\t"→"," ~11 " fish"→" and""#
+            ),
             "{s}"
         );
         let y = s.lines().position(|l| l.contains("▶step 7")).unwrap() as u16;

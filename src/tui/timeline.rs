@@ -58,7 +58,7 @@ fn kv<'a>(v: &View, k: &str, val: String) -> Vec<Span<'a>> {
     vec![Span::styled(format!("{k} "), v.theme.label()), Span::styled(val, v.theme.value())]
 }
 
-/// `block 6 (5/17)  step 3/4  overall 23/59  forwards 28/77`, each field with its shorter
+/// `block 6 of 2-18  step 3/4  overall 23/59  forwards 28/77`, each field with its shorter
 /// spellings (`b6`, `#23/59`, `fwd 28/77`) and the rank at which it gives way.
 fn position<'a>(v: &View) -> Vec<Field<'a>> {
     let run = v.run;
@@ -67,14 +67,18 @@ fn position<'a>(v: &View) -> Vec<Field<'a>> {
     };
     let s = &run.steps()[k];
     let head = run.head().unwrap_or(k);
-    let nth = s.block - run.header.first_block + 1;
-    let of_block = run.block_step_budget(s.block);
+    let of_block = run.block_step_count(s.block);
     let forwards = run.finish.as_ref().map_or(run.steps()[head].forward, |f| f.forwards);
     let val = |x: String| Span::styled(x, v.theme.value());
     let mut fields = vec![
-        Field::new(kv(v, "block", format!("{} ({nth}/{})", s.block, run.blocks().len())))
-            .or(5, kv(v, "block", s.block.to_string()))
-            .or(8, vec![Span::styled("b", v.theme.label()), val(s.block.to_string())]),
+        // One numbering, the grid's: the trace's block index, and the span the decode covers
+        Field::new(kv(
+            v,
+            "block",
+            format!("{} of {}-{}", s.block, run.header.first_block, run.max_blocks() - 1),
+        ))
+        .or(5, kv(v, "block", s.block.to_string()))
+        .or(8, vec![Span::styled("b", v.theme.label()), val(s.block.to_string())]),
         Field::new(kv(v, "step", format!("{}/{of_block}", s.step + 1))),
     ];
     if s.edited > 0 || s.post {
@@ -281,10 +285,10 @@ mod tests {
         key(&mut app, KeyCode::Home);
         key(&mut app, KeyCode::Right);
         let edit = snapshot_text(&render_panel(&app, 100, 4, render));
-        assert!(edit.contains("step 2/6  ✎1  overall 2/35"), "{edit}");
+        assert!(edit.contains("step 2/3  ✎1  overall 2/35"), "{edit}");
         key(&mut app, KeyCode::Right);
         let settle = snapshot_text(&render_panel(&app, 100, 4, render));
-        assert!(settle.contains("step 3/6  post-edit  overall 3/35"), "{settle}");
+        assert!(settle.contains("step 3/3  post-edit  overall 3/35"), "{settle}");
         for _ in 0..5 {
             key(&mut app, KeyCode::Right);
         }

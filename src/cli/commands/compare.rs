@@ -35,11 +35,21 @@ pub fn greedy_unless_given(args: &DecodeArgs) -> DecodeArgs {
     DecodeArgs { temperature: args.temperature.or(Some(0.0)), ..args.clone() }
 }
 
-pub fn headless(a: &DecodeArgs, b: &DecodeArgs) -> Result<()> {
+pub fn headless(a: &DecodeArgs, b: &DecodeArgs, as_json: bool) -> Result<()> {
     let ea = decode_side(&greedy_unless_given(a), "A")?;
     let eb = decode_side(&greedy_unless_given(b), "B")?;
+    let c = compare(&ea, &eb);
+    if as_json {
+        // the texts as decoded (JSON escapes what a terminal must not see)
+        let text = |e: &[Event]| match e.last() {
+            Some(Event::Finish(f)) => f.text.clone(),
+            _ => String::new(),
+        };
+        let v = crate::trace::compare::json(&c, [&text(&ea), &text(&eb)]);
+        return crate::cli::output::print(&format!("{v}\n"));
+    }
     let (ta, tb) = (output_text(&ea), output_text(&eb));
-    crate::cli::output::print(&table(&compare(&ea, &eb), [&ta, &tb]))
+    crate::cli::output::print(&table(&c, [&ta, &tb]))
 }
 
 /// A side's output as a person reads it, the TUI's way: invalid UTF-8 as hex (`<F2>`), control

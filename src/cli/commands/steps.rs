@@ -36,6 +36,10 @@ impl<W: Write> Lines<W> {
         if let Some(l) = lines.push(ev) {
             return self.write(&l);
         }
+        if let Event::Block(b) = ev {
+            let done = lines.block_done(b);
+            return self.line(&if self.json { done.json() } else { done.text() });
+        }
         let Event::Finish(f) = ev else { return Ok(()) };
         let end = lines.finish(f);
         let text = if self.json { end.json() } else { end.text() };
