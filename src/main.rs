@@ -23,11 +23,14 @@ fn main() -> ExitCode {
             unmask::cli::commands::compare::headless(&a.apply(decode), &b.apply(decode), *json)
         }
         Some(Command::Compare { decode, a, b, headless: false, .. }) => {
-            unmask::cli::commands::compare::tui(
-                &a.apply(decode),
-                &b.apply(decode),
-                cli.look.theme(),
-            )
+            cli.look.pace().and_then(|pace| {
+                unmask::cli::commands::compare::tui(
+                    &a.apply(decode),
+                    &b.apply(decode),
+                    cli.look.theme(),
+                    pace,
+                )
+            })
         }
         Some(Command::Export { trace, format, table, out }) => {
             unmask::cli::commands::export::run(trace, *format, *table, out.as_deref())

@@ -288,7 +288,7 @@ fn look_and_pace_flags_are_refused_where_nothing_uses_them() {
         assert!(o.stdout.is_empty(), "{args:?}");
     };
     let screens = "applies only to the screens (the TUI, replay, compare, record)";
-    let pace = "--pace applies only to the TUI and replay on a terminal";
+    let pace = "--pace applies only to the TUI, compare and replay on a terminal";
     refused(
         &["export", t, "--format", "svg", "--theme", "dark"],
         &format!("export draws no screen: --theme {screens}; the SVG figure has one look"),
@@ -323,8 +323,8 @@ fn look_and_pace_flags_are_refused_where_nothing_uses_them() {
     );
     refused(&["replay", t, "--fps", "3"], "replay: --fps applies only with --cast");
     refused(
-        &["compare", "--pace", "2"],
-        &format!("compare follows both decodes as they come: {pace}"),
+        &["compare", "--headless", "--pace", "2"],
+        &format!("compare --headless prints a table: {pace}"),
     );
     refused(
         &["compare", "--headless", "--mono"],

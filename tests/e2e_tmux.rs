@@ -479,14 +479,18 @@ fn compare_shows_both_decodes_steps_back_and_quits() {
         "low_confidence_dynamic",
         "--threshold-b",
         "0.5",
+        "--pace",
+        "50",
     ]);
     let t = Tmux::start("compare", &args, (120, 40));
-    let s = t.wait_for("both settings and both finishes", |s| {
+    // both play from step 1 at --pace, then follow the heads
+    let s = t.wait_for("both settings, both finishes, the heads", |s| {
         // (a side line too wide for "finished:" says "ended:")
         let ends = s.matches("finished: ").count() + s.matches("ended: ").count();
         s.contains(" A sequential block ")
             && s.contains(" B low_confidence_dynamic block ")
             && ends >= 2
+            && s.contains("● LIVE")
     });
     assert!(
         s.contains("thr=0.50") && s.contains("lock-step by step") && s.contains("● LIVE"),

@@ -173,15 +173,15 @@ fn refused(name: &str) -> Vec<String> {
         "replay" => ids::<DecodeArgs>(),
         "trace" | "steps" | "bench" | "check-device" => ids::<LookArgs>(),
         "models" | "completions" | "man" => [ids::<DecodeArgs>(), ids::<LookArgs>()].concat(),
-        "record" | "compare" => vec!["pace".into()],
+        "record" => vec!["pace".into()],
         _ => Vec::new(),
     }
 }
 
 /// Why subcommand `name` refuses a flag `given` (by id) on its command line, if it does: the
 /// flags it would ignore. The look flags (`--mono`, `--theme`) apply to what draws the TUI's
-/// screens (the TUI, `replay`, `compare`, `record`); `--pace` to the TUI and `replay` on a
-/// terminal (a cast is paced by `--step-delay`, compare plays at its own speed); the decode
+/// screens (the TUI, `replay`, `compare`, `record`); `--pace` to the TUI, `compare` and
+/// `replay` on a terminal (a cast is paced by `--step-delay`); the decode
 /// flags to what decodes; the cast flags to `replay` only with `--cast`.
 fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
     let flag = |ids: &[&str]| {
@@ -192,7 +192,7 @@ fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
     let cast = ids::<CastArgs>();
     let cast: Vec<&str> = cast.iter().map(String::as_str).collect();
     const SCREENS: &str = "applies only to the screens (the TUI, replay, compare, record)";
-    const PACE: &str = "--pace applies only to the TUI and replay on a terminal";
+    const PACE: &str = "--pace applies only to the TUI, compare and replay on a terminal";
     let decoding =
         "applies only when decoding (trace, steps without a TRACE, record, compare, bench)";
     match name {
@@ -227,7 +227,6 @@ fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
         "compare" if given("headless") => flag(&["mono", "theme"])
             .map(|f| format!("compare --headless prints a table: {f} {SCREENS}"))
             .or_else(|| flag(&["pace"]).map(|_| format!("compare --headless prints a table: {PACE}"))),
-        "compare" => flag(&["pace"]).map(|_| format!("compare follows both decodes as they come: {PACE} (space plays both)")),
         _ => None,
     }
 }
@@ -244,7 +243,7 @@ pub struct LookArgs {
     pub theme: crate::tui::theme::ThemeName,
     /// Steps per second the view walks through the decode from its first step until it
     /// catches up with the decode, which never waits for it (`+`/`-` change it live); 0: as
-    /// fast as the steps come. The TUI and `replay`.
+    /// fast as the steps come. The TUI, `compare` and `replay`.
     #[arg(
         long,
         allow_negative_numbers = true,

@@ -68,11 +68,16 @@ fn output_text(events: &[Event]) -> String {
 }
 
 /// The compare TUI: one engine per side (each loads the checkpoint), both decoding live.
-pub fn tui(a: &DecodeArgs, b: &DecodeArgs, theme: &'static Theme) -> Result<()> {
+pub fn tui(
+    a: &DecodeArgs,
+    b: &DecodeArgs,
+    theme: &'static Theme,
+    pace: crate::tui::cursor::Pace,
+) -> Result<()> {
     super::tui::require_terminal()?;
     let (ea, ra) = spawn(&greedy_unless_given(a), "A")?;
     let (eb, rb) = spawn(&greedy_unless_given(b), "B")?;
-    let mut app = CompareApp::live();
+    let mut app = CompareApp::paced(pace, std::time::Instant::now());
     // Each side draws its panels with the theme too (--mono's step marks in the cells).
     app.theme = theme;
     app.sides.iter_mut().for_each(|s| s.theme = theme);

@@ -32,7 +32,8 @@ pub const MIN_HEIGHT: u16 = 22;
 fn too_small(area: Rect) -> bool {
     area.width < MIN_WIDTH || area.height < MIN_HEIGHT
 }
-/// Playback speed of `space`, in steps per second (the TUI's default).
+/// Playback speed of `space` when no pace was given (`--pace 0`, the snapshot tests), in steps
+/// per second.
 const SPEED: f64 = 20.0;
 
 pub const KEYS: &KeyTable = &[
@@ -87,6 +88,8 @@ pub struct CompareApp {
     step: usize,
     carry: f64,
     last_tick: Option<Instant>,
+    /// Steps per second of playing (`--pace`, `space`).
+    speed: f64,
     pub help: bool,
     pub quit: bool,
     pub theme: &'static Theme,
@@ -98,6 +101,17 @@ impl CompareApp {
     /// Two live decodes, filled by [`CompareApp::ingest`].
     pub fn live() -> Self {
         CompareApp::from_apps([App::live(), App::live()])
+    }
+
+    /// Two live decodes played from their first step at `pace`, as the single view plays one,
+    /// until they catch up with the heads; then both follow them. `Pace::Unlimited`: at the
+    /// heads from the start.
+    pub fn paced(pace: crate::tui::cursor::Pace, now: Instant) -> Self {
+        let mut app = CompareApp::live();
+        if let crate::tui::cursor::Pace::PerSecond(speed) = pace {
+            (app.mode, app.speed, app.last_tick) = (Mode::Playing, speed, Some(now));
+        }
+        app
     }
 
     /// Two recorded decodes (the snapshot tests' fixed pair).
@@ -121,6 +135,7 @@ impl CompareApp {
             step: 0,
             carry: 0.0,
             last_tick: None,
+            speed: SPEED,
             help: false,
             quit: false,
             theme: &DARK,
@@ -348,8 +363,13 @@ impl CompareApp {
     /// sides then follow their heads, and the title says LIVE).
     pub fn tick(&mut self, now: Instant) -> bool {
         let (Mode::Playing, Some(last)) = (self.mode, self.last_tick) else { return false };
-        self.carry += now.saturating_duration_since(last).as_secs_f64() * SPEED;
         self.last_tick = Some(now);
+        if self.runs().all(|r| r.head().is_none()) {
+            // Nothing decoded yet: playing waits for the first step rather than catch up with
+            // no head and turn to following.
+            return false;
+        }
+        self.carry += now.saturating_duration_since(last).as_secs_f64() * self.speed;
         let mut changed = false;
         while self.carry >= 1.0 {
             self.carry -= 1.0;
@@ -365,7 +385,7 @@ impl CompareApp {
 
     pub fn next_tick(&self, frame: Duration) -> Option<Instant> {
         let last = self.last_tick.filter(|_| self.mode == Mode::Playing)?;
-        Some(last + Duration::from_secs_f64(1.0 / SPEED).max(frame))
+        Some(last + Duration::from_secs_f64(1.0 / self.speed).max(frame))
     }
 
     /// Every position where both sides, as shown, have committed a cell of the output, and
@@ -526,6 +546,37 @@ mod tests {
         if let Some(i) = c.first_divergence {
             assert_eq!(d.first(), Some(&(a.prompt_len() + i)));
         }
+    }
+
+    /// Live with a pace, both sides play from their first step at it (waiting while nothing
+    /// is decoded), and follow the heads once they catch up; no pace: at the heads at once.
+    #[test]
+    fn a_paced_compare_plays_from_the_first_step_then_follows() {
+        use crate::tui::cursor::Pace;
+        let read = |name: &str| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name);
+            crate::trace::file::read_file(&p).unwrap().events
+        };
+        let (a, b) = (read("compare-a.jsonl"), read("compare-b.jsonl"));
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut app = CompareApp::paced(Pace::PerSecond(10.0), t0);
+        assert_eq!(app.mode, Mode::Playing);
+        assert!(!app.tick(ms(500)), "nothing decoded yet: it waits");
+        assert_eq!(app.mode, Mode::Playing);
+        for (side, events) in [a.clone(), b.clone()].into_iter().enumerate() {
+            events.into_iter().for_each(|e| app.ingest(side, e));
+        }
+        assert!(app.tick(ms(600)), "a tenth of a second at 10 steps/s: one step");
+        assert_eq!(at(&app), [Some(1), Some(1)]);
+        assert_eq!(app.next_tick(Duration::ZERO), Some(ms(700)));
+        app.tick(ms(60_000));
+        assert_eq!(app.mode, Mode::Live, "caught up: it follows the heads");
+        assert_eq!(at(&app), heads(&app).map(Some));
+        let mut fast = CompareApp::paced(Pace::Unlimited, t0);
+        assert_eq!(fast.mode, Mode::Live);
+        a.into_iter().for_each(|e| fast.ingest(0, e));
+        assert_eq!(fast.next_tick(Duration::ZERO), None);
     }
 
     /// Playing into the end turns to following the heads: that tick changes the title.
