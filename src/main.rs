@@ -1,5 +1,6 @@
 use std::process::ExitCode;
 
+use unmask::cli::commands::record::Recording;
 use unmask::cli::{Cli, Command};
 
 fn main() -> ExitCode {
@@ -35,14 +36,25 @@ fn main() -> ExitCode {
         Some(Command::Export { trace, format, table, out }) => {
             unmask::cli::commands::export::run(trace, *format, *table, out.as_deref())
         }
-        Some(Command::Replay { file, cast: None, .. }) => {
-            unmask::cli::commands::replay::run(file, &cli.look)
+        Some(Command::Replay { file, cast, gif, pacing }) => {
+            match Recording::new(cast.as_deref(), gif.as_deref()) {
+                None => unmask::cli::commands::replay::run(file, &cli.look),
+                Some(to) => unmask::cli::commands::record::from_trace(file, to, pacing, &cli.look),
+            }
         }
-        Some(Command::Replay { file, cast: Some(cast), pacing }) => {
-            unmask::cli::commands::record::from_trace(file, cast, pacing, &cli.look)
-        }
-        Some(Command::Record { decode, cast, trace, pacing }) => {
-            unmask::cli::commands::record::run(decode, cast, trace.as_deref(), pacing, &cli.look)
+        Some(Command::Record { decode, cast, gif, trace, pacing }) => {
+            match Recording::new(cast.as_deref(), gif.as_deref()) {
+                Some(to) => unmask::cli::commands::record::run(
+                    decode,
+                    to,
+                    trace.as_deref(),
+                    pacing,
+                    &cli.look,
+                ),
+                None => Err(anyhow::anyhow!(
+                    "record writes a cast or a GIF: give --cast FILE or --gif FILE"
+                )),
+            }
         }
         Some(Command::Steps(args)) => unmask::cli::commands::steps::run(args),
         Some(Command::Bench(args)) => unmask::cli::commands::bench::run(args),

@@ -321,7 +321,19 @@ fn look_and_pace_flags_are_refused_where_nothing_uses_them() {
         &["replay", t, "--cast", "/dev/null", "--pace", "3"],
         &format!("replay --cast writes a cast: {pace}"),
     );
-    refused(&["replay", t, "--fps", "3"], "replay: --fps applies only with --cast");
+    refused(&["replay", t, "--fps", "3"], "replay: --fps applies only with --cast or --gif");
+    refused(
+        &["record", "--gif", "/dev/null", "--pace", "3"],
+        &format!("record writes a GIF: {pace}; a GIF's pace is --step-delay"),
+    );
+    refused(
+        &["replay", t, "--cast", "/dev/null", "--gif-scale", "2"],
+        "replay: --gif-scale applies only with --gif",
+    );
+    refused(
+        &["record", "--max-new-tokens", "2"],
+        "the following required arguments were not provided: <--cast <FILE>|--gif <FILE>>",
+    );
     refused(
         &["compare", "--headless", "--pace", "2"],
         &format!("compare --headless prints a table: {pace}"),

@@ -367,15 +367,16 @@ fn every_output_is_checked_by_its_flag_before_the_work() {
 
 /// A signal once the decode is done, while the cast renders, cut the run short and deleted
 /// the cast's temporary file: no cast. Now rendering stops and the frames so far are a whole
-/// cast; the trace (written during the decode) is whole too.
+/// cast and a whole GIF; the trace (written during the decode) is whole too.
 #[test]
 fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
     let d = tempfile::tempdir().unwrap();
     let (cast, trace) = (d.path().join("c.cast"), d.path().join("c.jsonl"));
-    let mut args = vec!["record", "--cast", s(&cast), "--trace", s(&trace)];
+    let gif = d.path().join("c.gif");
+    let mut args = vec!["record", "--cast", s(&cast), "--gif", s(&gif), "--trace", s(&trace)];
     args.extend(LONG);
     let mut child = spawn(&args);
-    // The temporary cast appears when the rendering starts.
+    // The temporary cast and GIF appear when the rendering starts.
     let rendering = || {
         std::fs::read_dir(d.path())
             .unwrap()
@@ -411,6 +412,19 @@ fn a_signal_while_the_cast_renders_still_leaves_a_whole_cast() {
         frames.last().unwrap().2,
         "\x1b[0m\x1b[?25h",
         "the cast ends by showing the cursor again"
+    );
+    // The GIF: every frame reads, and the file ends with its trailer.
+    let bytes = std::fs::read(&gif).expect("a GIF");
+    assert_eq!(bytes.last(), Some(&0x3b), "the GIF's trailer");
+    let mut decoder = gif::DecodeOptions::new().read_info(bytes.as_slice()).unwrap();
+    let mut shown = 0;
+    while decoder.read_next_frame().unwrap().is_some() {
+        shown += 1;
+    }
+    assert!(
+        shown >= 1 && shown <= frames.len(),
+        "{shown} GIF frames, {} cast events",
+        frames.len()
     );
     assert!(!rendering(), "no temporary file left");
 }

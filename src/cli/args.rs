@@ -181,8 +181,9 @@ fn refused(name: &str) -> Vec<String> {
 /// Why subcommand `name` refuses a flag `given` (by id) on its command line, if it does: the
 /// flags it would ignore. The look flags (`--mono`, `--theme`) apply to what draws the TUI's
 /// screens (the TUI, `replay`, `compare`, `record`); `--pace` to the TUI, `compare` and
-/// `replay` on a terminal (a cast is paced by `--step-delay`); the decode
-/// flags to what decodes; the cast flags to `replay` only with `--cast`.
+/// `replay` on a terminal (a recording is paced by `--step-delay`); the decode flags to what
+/// decodes; the recording flags to `replay` only with `--cast` or `--gif`, and `--gif-scale`
+/// only with `--gif`.
 fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
     let flag = |ids: &[&str]| {
         ids.iter().find(|id| given(id)).map(|id| format!("--{}", id.replace('_', "-")))
@@ -195,6 +196,14 @@ fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
     const PACE: &str = "--pace applies only to the TUI, compare and replay on a terminal";
     let decoding =
         "applies only when decoding (trace, steps without a TRACE, record, compare, bench)";
+    // (record and replay only: asking another command of a flag it has not is an error)
+    let recording = || {
+        if given("cast") {
+            ("--cast", "a cast", "a cast's")
+        } else {
+            ("--gif", "a GIF", "a GIF's")
+        }
+    };
     match name {
         "export" | "replay" => {
             if let Some(f) = flag(&decode) {
@@ -221,9 +230,18 @@ fn ignored_flag(name: &str, given: &dyn Fn(&str) -> bool) -> Option<String> {
         "trace" | "steps" | "bench" | "check-device" => flag(&["mono", "theme"])
             .map(|f| format!("{name} draws no screen: {f} {SCREENS}"))
             .or_else(|| flag(&["pace"]).map(|_| format!("{name} plays nothing: {PACE}"))),
-        "record" => flag(&["pace"]).map(|_| format!("record writes a cast: {PACE}; a cast's pace is --step-delay")),
-        "replay" if given("cast") => flag(&["pace"]).map(|_| format!("replay --cast writes a cast: {PACE}; a cast's pace is --step-delay")),
-        "replay" => flag(&cast).map(|f| format!("replay: {f} applies only with --cast (the TUI replays at --pace)")),
+        "record" | "replay" if given("gif_scale") && !given("gif") => {
+            Some(format!("{name}: --gif-scale applies only with --gif"))
+        }
+        "record" => flag(&["pace"]).map(|_| {
+            let (_, what, its) = recording();
+            format!("record writes {what}: {PACE}; {its} pace is --step-delay")
+        }),
+        "replay" if given("cast") || given("gif") => flag(&["pace"]).map(|_| {
+            let (with, what, its) = recording();
+            format!("replay {with} writes {what}: {PACE}; {its} pace is --step-delay")
+        }),
+        "replay" => flag(&cast).map(|f| format!("replay: {f} applies only with --cast or --gif (the TUI replays at --pace)")),
         "compare" if given("headless") => flag(&["mono", "theme"])
             .map(|f| format!("compare --headless prints a table: {f} {SCREENS}"))
             .or_else(|| flag(&["pace"]).map(|_| format!("compare --headless prints a table: {PACE}"))),
@@ -332,18 +350,26 @@ pub enum Command {
         /// needed; `-`: to stdout).
         #[arg(long, value_name = "FILE")]
         cast: Option<PathBuf>,
+        /// Write an animated GIF of the replay instead of opening the TUI (no terminal needed;
+        /// `-`: to stdout); with --cast, both.
+        #[arg(long, value_name = "FILE")]
+        gif: Option<PathBuf>,
         #[command(flatten)]
         pacing: CastArgs,
     },
     /// Decode headless and write the TUI's screens as an asciicast v2 file (`asciinema play`
-    /// replays it); no terminal needed.
+    /// replays it), an animated GIF, or both; no terminal needed.
+    #[command(group(clap::ArgGroup::new("recording").args(["cast", "gif"]).required(true).multiple(true)))]
     Record {
         #[command(flatten)]
         decode: DecodeArgs,
         /// The asciicast file to write (`-`: stdout). Checked before the decode starts; never
         /// the prompt file or a file of the checkpoint folder.
         #[arg(long, value_name = "FILE")]
-        cast: PathBuf,
+        cast: Option<PathBuf>,
+        /// The animated GIF to write (`-`: stdout), checked as --cast is.
+        #[arg(long, value_name = "FILE")]
+        gif: Option<PathBuf>,
         /// Also write the decode's trace here, line by line as it decodes (`-`: stdout).
         /// Never the prompt file or a file of the checkpoint folder.
         #[arg(long, value_name = "FILE")]
@@ -426,7 +452,7 @@ pub struct StepsArgs {
     pub decode: DecodeArgs,
 }
 
-/// Pacing and size of a recorded asciicast (`record`, `replay --cast`).
+/// Pacing and size of a recording, cast or GIF (`record`, `replay --cast`/`--gif`).
 #[derive(Args, Debug, Clone)]
 pub struct CastArgs {
     /// Most frames per second of cast time (steps closer together are coalesced).
@@ -441,9 +467,13 @@ pub struct CastArgs {
     /// Height of the recorded terminal, in rows.
     #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 40)]
     pub height: u16,
-    /// Title of the cast (default: the settings summary and the prompt).
+    /// Title of the cast, and the GIF's comment (default: the settings summary and the
+    /// prompt).
     #[arg(long, value_name = "TEXT")]
     pub title: Option<String>,
+    /// Pixels per font pixel of the GIF: 1 draws a cell 8×16 pixels, 2 draws it 16×32.
+    #[arg(long, value_enum, value_name = "N", default_value = "1")]
+    pub gif_scale: crate::tui::gif::raster::Scale,
 }
 
 impl CastArgs {

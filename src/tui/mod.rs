@@ -11,6 +11,7 @@ pub mod compare;
 pub mod cursor;
 pub mod fields;
 pub mod figure;
+pub mod gif;
 pub mod goto;
 pub mod grid;
 pub mod help;

@@ -1,6 +1,8 @@
-//! Recording a decode as an asciicast: the TUI's own screens, rendered frame by frame into
-//! memory (never the real terminal), with cast time set by the pacing rather than the clock,
-//! so the same events always give the same file (timestamp aside).
+//! Recording a decode: the TUI's own screens, rendered frame by frame into memory (never the
+//! real terminal), with recording time set by the pacing rather than the clock, so the same
+//! events always give the same file (a cast's timestamp aside). One loop ([`play`]) makes the
+//! screens and their times; each output takes them: an asciicast ([`CastScreens`]), an
+//! animated GIF ([`crate::tui::gif::GifScreens`]), or both at once.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -9,6 +11,7 @@ use std::rc::Rc;
 use anyhow::{bail, Result};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::backend::CrosstermBackend;
+use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
@@ -105,6 +108,14 @@ fn cast_app(events: Vec<Event>, label: Option<String>, stopped: Option<String>, 
     app
 }
 
+/// Where a recording's screens go, in order of time: the cast writer, the GIF writer.
+pub trait Screens {
+    /// `screen` shows from `t` seconds of recording time on (times never go back).
+    fn frame(&mut self, t: f64, screen: &Buffer) -> Result<()>;
+    /// The recording ends at `t`, the last screen held until then.
+    fn end(&mut self, t: f64) -> Result<()>;
+}
+
 /// Memory the backend writes into and the recorder drains (ratatui's own accessor for the
 /// backend's writer is unstable, so the two share the buffer).
 #[derive(Clone, Default)]
@@ -128,8 +139,8 @@ struct Frames {
 }
 
 impl Frames {
-    fn new(p: &Pacing) -> Result<Self> {
-        let viewport = Viewport::Fixed(Rect::new(0, 0, p.width, p.height));
+    fn new(width: u16, height: u16) -> Result<Self> {
+        let viewport = Viewport::Fixed(Rect::new(0, 0, width, height));
         let out = Shared::default();
         let term = Terminal::with_options(
             CrosstermBackend::new(out.clone()),
@@ -138,10 +149,43 @@ impl Frames {
         Ok(Frames { term, out })
     }
 
-    fn frame(&mut self, app: &App) -> Result<String> {
-        self.term.draw(|f| tui::draw(f, app))?;
+    /// The escape codes that turn the screen drawn before into `screen` (ratatui's diff).
+    fn frame(&mut self, screen: &Buffer) -> Result<String> {
+        self.term.draw(|f| f.buffer_mut().clone_from(screen))?;
         let bytes = std::mem::take(&mut *self.out.0.borrow_mut());
         Ok(String::from_utf8(bytes)?)
+    }
+}
+
+/// Writes a recording's screens as an asciicast: each screen the terminal output that draws it
+/// over the one before.
+pub struct CastScreens<W: Write> {
+    cast: CastWriter<W>,
+    frames: Frames,
+    started: bool,
+}
+
+impl<W: Write> CastScreens<W> {
+    /// Writes the header at once: a cast of `p`'s size, titled `title`.
+    pub fn new(out: W, label: &str, p: &Pacing, title: &str) -> Result<Self> {
+        let cast = CastWriter::new(out, label, &CastHeader::new(p.width, p.height, title))?;
+        Ok(CastScreens { cast, frames: Frames::new(p.width, p.height)?, started: false })
+    }
+
+    pub fn finish(self) -> Result<W> {
+        self.cast.finish()
+    }
+}
+
+impl<W: Write> Screens for CastScreens<W> {
+    fn frame(&mut self, t: f64, screen: &Buffer) -> Result<()> {
+        let clear = if self.started { "" } else { START };
+        self.started = true;
+        self.cast.output(t, &format!("{clear}{}", self.frames.frame(screen)?))
+    }
+
+    fn end(&mut self, t: f64) -> Result<()> {
+        self.cast.output(t, END)
     }
 }
 
@@ -159,9 +203,7 @@ pub fn record<W: Write>(
     record_until(events, app_label, stopped, p, title, out, out_label, &|| false)
 }
 
-/// [`record`], asking `stop` before each frame: once it says yes (a signal came while
-/// rendering), the cast ends on the frames already written, the last of them held for
-/// [`HOLD`] seconds and the cursor shown again, so the file is still a whole cast.
+/// [`record`], asking `stop` before each frame (see [`play`]).
 #[allow(clippy::too_many_arguments)]
 pub fn record_until<W: Write>(
     events: Vec<Event>,
@@ -174,16 +216,40 @@ pub fn record_until<W: Write>(
     stop: &dyn Fn() -> bool,
 ) -> Result<W> {
     p.validate()?;
-    let mut cast = CastWriter::new(out, out_label, &CastHeader::new(p.width, p.height, title))?;
-    let mut frames = Frames::new(p)?;
+    let mut cast = CastScreens::new(out, out_label, p, title)?;
+    play(events, app_label, stopped, p, &mut [&mut cast], stop)?;
+    cast.finish()
+}
+
+/// Plays the screens of `events` into every one of `to`, each with its time: one per step, at
+/// most `fps` a second (steps that fall within one frame interval are coalesced), the final
+/// screen, then the end, [`HOLD`] seconds later. `stop` is asked before each screen: once it
+/// says yes (a signal came while rendering), the recording ends on the screens already
+/// played, the last of them held for [`HOLD`] seconds, so that every output is still whole.
+pub fn play(
+    events: Vec<Event>,
+    app_label: Option<String>,
+    stopped: Option<String>,
+    p: &Pacing,
+    to: &mut [&mut dyn Screens],
+    stop: &dyn Fn() -> bool,
+) -> Result<()> {
+    p.validate()?;
     let mut app = cast_app(events, app_label, stopped, p);
+    let area = Rect::new(0, 0, p.width, p.height);
+    let mut screen = Buffer::empty(area);
+    let mut show = |t: f64, app: &App| {
+        screen.reset();
+        tui::render(app, area, &mut screen);
+        to.iter_mut().try_for_each(|o| o.frame(t, &screen))
+    };
     let interval = 1.0 / p.fps;
     let mut last: Option<f64> = None;
     let head = app.store.run().and_then(|r| r.head());
     for k in 0..=head.unwrap_or(0) {
         if stop() {
-            cast.output(last.unwrap_or(0.0) + HOLD, END)?;
-            return cast.finish();
+            let t = last.unwrap_or(0.0) + HOLD;
+            return to.iter_mut().try_for_each(|o| o.end(t));
         }
         let mut tk = k as f64 * p.step_delay;
         if let Some(l) = last.filter(|l| tk - l < interval - 1e-9) {
@@ -197,16 +263,14 @@ pub fn record_until<W: Write>(
         if let Some(run) = app.store.run() {
             app.cursor.goto(run, k);
         }
-        let clear = if last.is_none() { START } else { "" };
-        cast.output(tk, &format!("{clear}{}", frames.frame(&app)?))?;
+        show(tk, &app)?;
         last = Some(tk);
     }
     // The end: the cursor at the live head, as `End` leaves it (the title says finished).
     let t_end = last.unwrap_or(0.0) + p.step_delay.max(interval);
     app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
-    cast.output(t_end, &frames.frame(&app)?)?;
-    cast.output(t_end + HOLD, END)?;
-    cast.finish()
+    show(t_end, &app)?;
+    to.iter_mut().try_for_each(|o| o.end(t_end + HOLD))
 }
 
 #[cfg(test)]

@@ -139,6 +139,8 @@ pub struct Theme {
     /// The step ramp's anchors, first step to last.
     pub ramp: &'static [Rgb],
     background: Rgb,
+    /// The terminal's own text colour the theme is made for (`text` before it is fitted).
+    foreground: Rgb,
     on_dark: Rgb,
     on_light: Rgb,
     pub text: Color,
@@ -341,6 +343,7 @@ impl Theme {
             depth,
             ramp: p.ramp,
             background: p.background,
+            foreground: p.text,
             on_dark: p.on_dark,
             on_light: p.on_light,
             text: c(p.text),
@@ -359,6 +362,12 @@ impl Theme {
             edit_fg: c(if luma(p.error) > 0.5 { p.on_light } else { p.on_dark }),
             steps256: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The text and background colours of the terminal the theme is made for: what a cell
+    /// coloured `Color::Reset` shows in a picture of the screen (the GIF of a recording).
+    pub fn screen_rgb(&self) -> (Rgb, Rgb) {
+        (self.foreground, self.background)
     }
 
     /// No colour at all: cells carry their step number instead.
