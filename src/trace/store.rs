@@ -278,6 +278,9 @@ pub struct Run {
     pieces: HashMap<u32, Box<str>>,
     /// Bytes of the tokens whose bytes are not their piece (they split a character).
     raw: HashMap<u32, Box<[u8]>>,
+    /// Columns of the widest decoded token as a cell shows it (its own text, made visible):
+    /// how wide the grid's cells need to be.
+    widest: usize,
     /// Final text of every position of the finished blocks (prompt blocks included), in order.
     texts: Vec<detok::Text>,
     /// Per block from 0: bytes of a character left incomplete by the blocks before it.
@@ -386,6 +389,7 @@ impl Run {
             routes: Vec::new(),
             route_of: HashMap::new(),
             pieces,
+            widest: 0,
             raw,
             texts: Vec::new(),
             carries: vec![Box::default()],
@@ -458,6 +462,17 @@ impl Run {
     /// Total number of blocks this decode can have (prompt blocks included).
     pub fn max_blocks(&self) -> usize {
         self.header.max_len.div_ceil(self.block_length()).max(self.header.first_block + 1)
+    }
+
+    /// Columns of the widest token committed or edited in so far, as a cell shows it alone.
+    pub fn widest_token(&self) -> usize {
+        self.widest
+    }
+
+    /// Keeps [`Run::widest_token`] up to date with a decoded token's text.
+    fn widen(&mut self, text: &str) {
+        let w = crate::glyph::width(&crate::glyph::escape(text, crate::glyph::Mode::Cell));
+        self.widest = self.widest.max(w);
     }
 
     /// The text piece of a token id, as the events spelled it.
@@ -799,6 +814,7 @@ impl Run {
                 entropy: e.entropy,
             });
             self.learn(e.token, &e.text, e.bytes.as_deref());
+            self.widen(&e.text);
             self.push_top(k, e.pos, &e.top);
             self.push_routes(e.pos, k, &e.routes);
             if e.pos < self.header.max_len {
@@ -826,6 +842,7 @@ impl Run {
             self.cells[c.pos] =
                 CellRec { token: c.token, at: k as u32, conf: c.conf, entropy: c.entropy };
             self.learn(c.token, &c.text, c.bytes.as_deref());
+            self.widen(&c.text);
             self.push_top(k, c.pos, &c.top);
             self.push_routes(c.pos, k, &c.routes);
             if self.header.eos_ids.contains(&c.token) && c.pos < self.header.max_len {

@@ -16,8 +16,13 @@ use crate::glyph::{self, Mode};
 use crate::trace::detok::{self, Piece};
 use crate::trace::store::CellState;
 
-/// Cells never get wider than this: beyond it the grid would only show more of long tokens.
+/// Cells are this wide where the panel has room, or wider where the run's tokens need it (a
+/// wide window showed `setVisib…` beside empty columns), up to [`WIDEST_CELL`].
 const MAX_CELL: u16 = 10;
+/// Beyond this a cell would only show more of a rare long token (a run of spaces, a URL).
+const WIDEST_CELL: u16 = 24;
+/// Columns of a cell besides its token: the step mark and the confidence bar.
+const CELL_EXTRA: usize = 2;
 
 /// How a block's cells map onto columns and lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +41,9 @@ fn geom(v: &View, width: u16) -> Geom {
     let label_w = digits + 3;
     let avail = width.saturating_sub(label_w).max(1) as usize;
     let per_cell = avail / b;
+    let cap = (v.run.widest_token() + CELL_EXTRA).clamp(MAX_CELL as usize, WIDEST_CELL as usize);
     let (cell_w, gap) = match per_cell {
-        w if w >= 4 => ((w - 1).min(MAX_CELL as usize) as u16, 1),
+        w if w >= 4 => ((w - 1).min(cap) as u16, 1),
         w if w >= 1 => (w as u16, 0),
         _ => (1, 0),
     };
@@ -423,7 +429,7 @@ fn cell(v: &View, pos: usize, active: bool) -> Cell {
                 ),
                 None => Cell {
                     fill: true,
-                    ..plain(glyph::MASK.repeat(MAX_CELL as usize), Style::default().fg(fg))
+                    ..plain(glyph::MASK.repeat(WIDEST_CELL as usize), Style::default().fg(fg))
                 },
             }
         }
@@ -823,6 +829,33 @@ mod tests {
         assert_eq!(c("⁵").layout(4), ("⁵✎…█".to_string(), Some(1)));
         assert_eq!(c("⁵").layout(2), ("⁵✎".to_string(), Some(1)));
         assert_eq!(c("¹⁶").layout(1), ("✎".to_string(), Some(0)), "the glyph before a cut token");
+    }
+
+    /// A wide panel widens the cells as far as the run's longest token needs (it left columns
+    /// empty and cut `setVisib…`); a narrow one keeps them at the usual width.
+    #[test]
+    fn cells_use_the_width_they_have_for_long_tokens() {
+        let mut events = synth::trace(&Synth::small());
+        let long = "setVisibility";
+        let c = events
+            .iter_mut()
+            .find_map(|e| match e {
+                crate::trace::events::Event::Step(s) if !s.committed.is_empty() => {
+                    Some(&mut s.committed[0])
+                }
+                _ => None,
+            })
+            .unwrap();
+        (c.token, c.text) = (5000, long.into());
+        let app = App::replay(events, "t".into(), None);
+        let v = app.view().unwrap();
+        assert_eq!(geom(&v, 62).cell_w, 13, "all the room there is");
+        let wide = geom(&v, 200);
+        assert_eq!(wide.cell_w as usize, long.len() + CELL_EXTRA);
+        let s = snapshot_text(&render_panel(&app, 200, 8, render));
+        assert!(s.contains(long), "{s}");
+        let plain = app_at_head();
+        assert_eq!(geom(&plain.view().unwrap(), 200).cell_w, MAX_CELL, "short tokens: no wider");
     }
 
     #[test]

@@ -314,6 +314,14 @@ fn cell_lines<'a>(v: &View, pos: usize, width: usize, height: usize) -> Vec<Line
             true => what.replace(" per step", "") + ", ✓ commit, ✎ edits",
             false => what.to_string(),
         };
+        // Too short a panel for the `… N earlier` line: the heading says what is left out.
+        let hidden = traj.len().saturating_sub(room.max(1));
+        let what = match hidden {
+            h if h > 0 && room < 3 => {
+                format!("trajectory: newest {} of {} shown", room.max(1), traj.len())
+            }
+            _ => what,
+        };
         out.push(Line::from(Span::styled(what, t.faint())));
     }
     out.extend(trajectory(v, pos, &traj, width, room));

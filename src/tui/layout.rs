@@ -49,13 +49,15 @@ fn wide(title: Rect, middle: Rect, timeline: Rect, footer: Rect) -> Areas {
     Areas { title, grid, text, inspector, stats, timeline, footer }
 }
 
+/// Stacked: inspector and stats below (at least 7 rows, 30 % of the height), the grid and the
+/// text sharing the rest 55:45, so that at 80x24 the text still shows three lines (40:25:35
+/// gave it two).
 fn narrow(title: Rect, middle: Rect, timeline: Rect, footer: Rect) -> Areas {
-    let [grid, text, bottom] = Layout::vertical([
-        Constraint::Percentage(40),
-        Constraint::Percentage(25),
-        Constraint::Min(7),
-    ])
-    .areas(middle);
+    let bottom_h = (middle.height * 3 / 10).max(7);
+    let [upper, bottom] =
+        Layout::vertical([Constraint::Min(0), Constraint::Length(bottom_h)]).areas(middle);
+    let [grid, text] =
+        Layout::vertical([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(upper);
     let [inspector, stats] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(bottom);
     Areas { title, grid, text, inspector, stats, timeline, footer }
@@ -99,6 +101,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// At 80x24 every panel keeps room to say something: the text three lines, the grid
+    /// four blocks, the inspector five.
+    #[test]
+    fn the_smallest_common_terminal_gives_the_text_three_lines() {
+        let a = areas(Rect::new(0, 0, 80, 24)).unwrap();
+        assert!(a.text.height - 2 >= 3, "{:?}", a.text);
+        assert!(a.grid.height - 2 >= 4, "{:?}", a.grid);
+        assert!(a.inspector.height - 2 >= 5, "{:?}", a.inspector);
     }
 
     #[test]

@@ -222,6 +222,14 @@ fn pending_groups<'a>(v: &View, p: &DecodeSettings) -> Vec<Vec<Span<'a>>> {
     ]
 }
 
+/// `step 40-88 `: the 1-based steps of the chart's `cols` columns ending at step index `k`,
+/// padded to `width`.
+fn axis_note(k: usize, cols: usize, width: usize) -> String {
+    let last = k + 1;
+    let first = last + 1 - cols.clamp(1, last);
+    format!("{:<width$}", format!("step {first}-{last} "))
+}
+
 /// Tokens committed per step, newest step at the right, one column per step, each bar in the
 /// hue of its step; the scale (`max 2`) on the top row, or on one row after the label
 /// (`tokens/step max 2`): written over the label, it left the chart unnamed.
@@ -247,12 +255,25 @@ fn chart(v: &View, area: Rect, buf: &mut Buffer) {
             label.len(),
             v.theme.faint(),
         );
+        if area.height > 2 {
+            // the x axis: which steps the columns are
+            let axis = axis_note(k, shown(x0).len(), label.len());
+            buf.set_stringn(area.x, area.y + 1, axis.trim_end(), label.len(), v.theme.faint());
+        }
     } else {
         // whole or not at all: a cut scale would be a wrong figure
         let note = format!("max {max} ");
         if x0 as usize + note.len() <= area.right() as usize {
             buf.set_string(x0, area.y, &note, v.theme.faint());
             x0 += note.len() as u16;
+        }
+        // the x axis, where it leaves room for a dozen columns: `step 40-88`, padded to the
+        // widest it can be so that the columns it names are the ones drawn
+        let widest = axis_note(k, 1, 0).len();
+        if (x0 as usize + widest + 12) <= area.right() as usize {
+            let cols = (area.right() - x0) as usize - widest;
+            buf.set_string(x0, area.y, axis_note(k, cols.min(k + 1), widest), v.theme.faint());
+            x0 += widest as u16;
         }
     }
     let steps = shown(x0);
@@ -316,7 +337,7 @@ mod tests {
         app.on_key(KeyEvent::new(KeyCode::End, KeyModifiers::NONE));
         let text = snapshot_text(&render_panel(&app, 60, 7, render));
         let last = text.lines().rev().nth(1).unwrap_or_default();
-        assert!(last.starts_with("│tokens/step max 1 █"), "{text}");
+        assert!(last.starts_with("│tokens/step max 1 step 1-26  █"), "{text}");
         insta::assert_snapshot!(text);
         // too narrow for the scale whole: no scale rather than a cut one
         let one_row = |v: &View, area: Rect, buf: &mut Buffer| chart(v, area, buf);
@@ -324,6 +345,9 @@ mod tests {
         assert_eq!(text.trim_end(), "tokens/step █████", "{text}");
         let text = snapshot_text(&render_panel(&app, 20, 1, one_row));
         assert_eq!(text.trim_end(), "tokens/step max 1 ██", "{text}");
+        // the x axis names the steps of the columns, where a dozen columns stay for them
+        let text = snapshot_text(&render_panel(&app, 42, 1, one_row));
+        assert_eq!(text.trim_end(), "tokens/step max 1 step 14-26 █████████████", "{text}");
     }
 
     /// A run with edits: the step's edits, the run's so far and the post-edit steps so far;
