@@ -29,8 +29,8 @@ fn main() -> ExitCode {
                 cli.look.theme(),
             )
         }
-        Some(Command::Export { trace, format, table, out }) => {
-            unmask::cli::commands::export::run(trace, *format, *table, out.as_deref())
+        Some(Command::Export { trace, format, table, out, figure }) => {
+            unmask::cli::commands::export::run(trace, *format, *table, out.as_deref(), figure)
         }
         Some(Command::Replay { file, cast: None, .. }) => {
             unmask::cli::commands::replay::run(file, &cli.look)
