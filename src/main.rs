@@ -33,8 +33,8 @@ fn main() -> ExitCode {
                 )
             })
         }
-        Some(Command::Export { trace, format, table, out }) => {
-            unmask::cli::commands::export::run(trace, *format, *table, out.as_deref())
+        Some(Command::Export { trace, format, table, out, figure }) => {
+            unmask::cli::commands::export::run(trace, *format, *table, out.as_deref(), figure)
         }
         Some(Command::Replay { file, cast, gif, pacing }) => {
             match Recording::new(cast.as_deref(), gif.as_deref()) {

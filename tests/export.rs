@@ -75,13 +75,13 @@ fn unmask(args: &[&std::ffi::OsStr]) -> std::process::Output {
 }
 
 /// The committed trace's step map as a figure, parsed back: every generated token is one
-/// cell, at its position, with its text and the fill of the step that decoded it.
+/// cell, at its position, with its whole text and the fill of the step that decoded it.
 #[test]
 fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour() {
     use unmask::tui::theme::{pick, Depth, ThemeName};
     let events =
         unmask::trace::file::read_file(&traces().join("tiny-dynamic.jsonl")).unwrap().events;
-    let svg = unmask::tui::figure::step_map_svg(&events).unwrap();
+    let svg = unmask::tui::figure::step_map_svg(&events, &Default::default()).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
     let root = doc.root_element();
     assert_eq!(
@@ -108,13 +108,13 @@ fn the_svg_figure_has_one_cell_per_generated_token_with_its_text_and_step_colour
         );
         let text = g.children().find(|c| c.has_tag_name("text")).unwrap().text().unwrap_or("");
         let shown = unmask::glyph::escape(&row.text, unmask::glyph::Mode::Cell);
-        assert_eq!(text, unmask::glyph::fit(&shown, 5).0, "pos {}", row.pos);
+        assert_eq!(text, shown, "pos {}: the whole token", row.pos);
     }
     insta::assert_snapshot!(svg);
 }
 
 #[test]
-fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
+fn export_svg_writes_the_figure_and_refuses_overwriting_the_trace() {
     let trace = traces().join("tiny-dynamic.jsonl");
     let dir = tempfile::tempdir().unwrap();
     let map = dir.path().join("map.svg");
@@ -131,7 +131,7 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
     let events = unmask::trace::file::read_file(&trace).unwrap().events;
     assert_eq!(
         std::fs::read_to_string(&map).unwrap(),
-        unmask::tui::figure::step_map_svg(&events).unwrap()
+        unmask::tui::figure::step_map_svg(&events, &Default::default()).unwrap()
     );
 
     // --out naming the trace itself is refused before anything is written.
@@ -149,26 +149,6 @@ fn export_svg_writes_the_figure_and_refuses_png_and_overwriting_the_trace() {
     assert!(!out.status.success());
     assert!(err.contains("--out would overwrite the trace"), "{err}");
     assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&trace).unwrap());
-
-    // PNG is not built in: the error says how to convert the SVG.
-    let png = dir.path().join("map.png");
-    let out = unmask(&[
-        "export".as_ref(),
-        trace.as_os_str(),
-        "--format".as_ref(),
-        "png".as_ref(),
-        "--out".as_ref(),
-        png.as_os_str(),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.starts_with("unmask: error: --format png is not built in")
-            && err.contains("rsvg-convert"),
-        "{err}"
-    );
-    assert!(!png.exists());
 
     // A trace with nothing decoded: a one-line error naming the file.
     let head = dir.path().join("head.jsonl");
@@ -285,5 +265,143 @@ fn steps_csv_json_and_the_step_map_agree_on_every_token() {
             assert_eq!(json["step_map"][i].as_u64().unwrap(), final_block_step, "{at}: step_map");
         }
         assert!(!edited.is_empty() || name == "tiny-dynamic.jsonl", "{name} edits");
+    }
+}
+
+/// The edits fixture with two tokens respelled: ` was` as `cjk`, ` warm` as ` ≈ ∑`.
+fn respelled(dir: &Path, name: &str, cjk: &str) -> PathBuf {
+    let text = std::fs::read_to_string(traces().join("edits.jsonl")).unwrap();
+    let text = text.replace(r#""text":" was""#, &format!(r#""text":"{cjk}""#));
+    let text = text.replace(r#""text":" warm""#, r#""text":" ≈ ∑""#);
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A decoded PNG: width, height, RGB rows.
+fn decode_png(path: &Path) -> (u32, u32, Vec<u8>) {
+    let file = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let mut r = png::Decoder::new(file).read_info().unwrap();
+    let mut buf = vec![0; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+/// The pixels of the text area (above the confidence bar) of the first cell showing `text`, at
+/// `dpi`: found in the SVG the PNG was drawn from.
+fn text_area(svg: &str, text: &str, png: &(u32, u32, Vec<u8>), dpi: f64) -> Vec<u8> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let cell = doc
+        .descendants()
+        .find(|g| g.children().any(|c| c.has_tag_name("text") && c.text() == Some(text)))
+        .unwrap_or_else(|| panic!("no cell shows {text}"));
+    let rect = cell.children().find(|c| c.has_tag_name("rect")).unwrap();
+    let at = |a: &str| rect.attribute(a).unwrap().parse::<f64>().unwrap() * dpi / 72.0;
+    let (x0, y0, w) = (at("x").ceil() as usize, at("y").ceil() as usize, at("width") as usize);
+    let h = (12.0 * dpi / 72.0) as usize;
+    let (width, _, px) = png;
+    (y0..y0 + h)
+        .flat_map(|y| {
+            let row = (y * *width as usize + x0) * 3;
+            px[row..row + (w - 1) * 3].to_vec()
+        })
+        .collect()
+}
+
+/// `export --format png`: an image `--width` points times dpi/72 wide, the figure's SVG drawn
+/// with the bundled fonts: the CJK and math tokens' cells hold glyphs, not the box a missing
+/// glyph prints as. (Every box is the same glyph, so swapping two characters leaves the
+/// pixels of a box as they were, and changes those of real glyphs.)
+#[test]
+fn export_png_draws_cjk_and_math_at_the_asked_size() {
+    let dir = tempfile::tempdir().unwrap();
+    // The PNG with `layout` and `dpi`, and the SVG it was drawn from.
+    let png_of = |trace: &Path, layout: &[&str], dpi: &[&str]| {
+        let out = dir.path().join(format!("{}.png", trace.file_stem().unwrap().to_str().unwrap()));
+        let t = trace.to_str().unwrap();
+        let o = out.to_str().unwrap();
+        run_ok(&[&["export", t, "--format", "png", "--out", o], layout, dpi].concat());
+        let svg = run_ok(&[&["export", t, "--format", "svg"], layout].concat());
+        (decode_png(&out), svg)
+    };
+    let wide = ["--width", "504"];
+    let dpi = ["--dpi", "144"];
+    let hello = respelled(dir.path(), "hello.jsonl", "你好");
+    let (img, svg) = png_of(&hello, &wide, &dpi);
+    assert_eq!(img.0, 504 * 2, "width x dpi/72");
+    let svg_h: f64 = roxmltree::Document::parse(&svg)
+        .unwrap()
+        .root_element()
+        .attribute("height")
+        .unwrap()
+        .trim_end_matches("pt")
+        .parse()
+        .unwrap();
+    assert_eq!(img.1, (svg_h * 2.0).round() as u32);
+    let (default, _) = png_of(&hello, &[], &[]);
+    assert_eq!(default.0, 1000, "240 pt at 300 dpi");
+
+    let area = |img, svg: &str, text| text_area(svg, text, img, 144.0);
+    let cjk = area(&img, &svg, "你好");
+    let background = cjk[..3].to_vec();
+    let inked = cjk.chunks(3).filter(|p| *p != background.as_slice()).count();
+    assert!(inked > cjk.len() / 3 / 10, "glyphs were drawn: {inked} of {} pixels", cjk.len() / 3);
+    let math = area(&img, &svg, "·≈·∑");
+    assert!(math.chunks(3).filter(|p| *p != &math[..3]).count() > 20);
+
+    let swapped = respelled(dir.path(), "swapped.jsonl", "好你");
+    let (img2, svg2) = png_of(&swapped, &wide, &dpi);
+    assert_ne!(cjk, area(&img2, &svg2, "好你"), "你 and 好 are two glyphs, not two boxes");
+    // The check itself: Thai has no bundled font, and its boxes swap unseen.
+    let thai = respelled(dir.path(), "thai.jsonl", "กข");
+    let (img3, svg3) = png_of(&thai, &wide, &dpi);
+    let thai_swapped = respelled(dir.path(), "thai2.jsonl", "ขก");
+    let (img4, svg4) = png_of(&thai_swapped, &wide, &dpi);
+    assert_eq!(area(&img3, &svg3, "กข"), area(&img4, &svg4, "ขก"), "boxes");
+}
+
+/// The PNG is refused where the SVG is: the trace as --out, before anything is written; and
+/// it never goes to a terminal (an image there is noise).
+#[test]
+fn export_png_refuses_what_the_svg_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("t.jsonl");
+    std::fs::copy(traces().join("tiny-dynamic.jsonl"), &copy).unwrap();
+    let before = std::fs::read(&copy).unwrap();
+    let c = copy.to_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(["export", c, "--format", "png", "--out", c])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--out would overwrite the trace"), "{err}");
+    assert_eq!(std::fs::read(&copy).unwrap(), before);
+    // A layout that cannot be drawn: a one-line error, no file.
+    let png = dir.path().join("map.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_unmask"))
+        .args(["export", c, "--format", "png", "--width", "160", "--blocks-per-row", "4"])
+        .arg("--out")
+        .arg(&png)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.lines().count() == 1, "{err}");
+    assert!(err.contains("--blocks-per-row 4: 4 blocks a row need"), "{err}");
+    assert!(!png.exists());
+    // Figure flags are refused with a table format, --dpi with the SVG.
+    for (args, want) in [
+        (&["--format", "csv", "--width", "504"][..], "--width shapes the figure"),
+        (&["--format", "json", "--step-range", "1..2"][..], "--step-range shapes the figure"),
+        (&["--format", "svg", "--dpi", "600"][..], "--dpi sets the PNG's pixels"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_unmask"))
+            .args(["export", c])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
     }
 }

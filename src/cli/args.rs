@@ -73,10 +73,26 @@ impl Cli {
             }
         }
         if let Some(("export", s)) = sub {
-            if given(s, "table")
-                && s.get_one::<ExportFormat>("format").is_some_and(|f| *f != ExportFormat::Csv)
-            {
-                return refuse("export: --table picks one CSV table (JSON holds every table; SVG draws the step map)".into());
+            let format = s.get_one::<ExportFormat>("format").copied();
+            if given(s, "table") && format.is_some_and(|f| f != ExportFormat::Csv) {
+                return refuse("export: --table picks one CSV table (JSON holds every table; SVG and PNG draw the step map)".into());
+            }
+            let figure = FIGURE_FLAGS.into_iter().find(|id| given(s, id));
+            let flag = |id: &str| format!("--{}", id.replace('_', "-"));
+            match (figure, format) {
+                (Some(id), Some(f)) if !f.is_figure() => {
+                    return refuse(format!(
+                        "export: {} shapes the figure; give --format svg or png",
+                        flag(id)
+                    ));
+                }
+                _ if given(s, "dpi") && format == Some(ExportFormat::Svg) => {
+                    return refuse(
+                        "export: --dpi sets the PNG's pixels (--format png); an SVG has none"
+                            .into(),
+                    );
+                }
+                _ => {}
             }
         }
         if let Some(msg) = sub.and_then(|(name, s)| ignored_flag(name, &|id| given(s, id))) {
@@ -327,18 +343,20 @@ pub enum Command {
         json: bool,
     },
     /// Per-token, per-step and per-edit tables of a trace: which token was decoded at which
-    /// step, and which later steps replaced; or the step map as a figure (`--format svg`).
+    /// step, and which later steps replaced; or the step map as a figure (`--format svg|png`).
     Export {
         /// A trace written by `unmask trace` (`-`: read it from stdin).
         trace: PathBuf,
         #[arg(long, value_enum, default_value = "csv")]
         format: ExportFormat,
-        /// Which table, for CSV (JSON holds every table; SVG draws the step map).
+        /// Which table, for CSV (JSON holds every table; SVG and PNG draw the step map).
         #[arg(long, value_enum, default_value = "tokens")]
         table: ExportTable,
         /// Write here instead of stdout (`-`: stdout); never the trace read.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        #[command(flatten)]
+        figure: FigureArgs,
     },
     /// Open the TUI on a recorded trace (from `unmask trace`); no model needed. A truncated or
     /// corrupt trace replays up to its last good event.
@@ -515,9 +533,49 @@ pub enum ExportFormat {
     Json,
     /// The step map as a figure: cells coloured by step, confidence bars, legend, settings.
     Svg,
-    /// Not built in: convert the SVG (the error says how).
+    /// The same figure as an image, drawn with the fonts built in (CJK and math included).
     Png,
 }
+
+impl ExportFormat {
+    pub fn is_figure(self) -> bool {
+        matches!(self, ExportFormat::Svg | ExportFormat::Png)
+    }
+}
+
+/// How `export --format svg|png` lays out the step map.
+#[derive(Args, Debug, Clone, Default)]
+pub struct FigureArgs {
+    /// The figure's width in points (240: one column of a two-column paper; 504: both). Text
+    /// keeps its size; a wider figure holds more blocks a row.
+    #[arg(long, value_name = "PT", allow_negative_numbers = true)]
+    pub width: Option<crate::tui::figure::Width>,
+    /// Blocks side by side in a row (default: as many as fit the width).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub blocks_per_row: Option<crate::tui::figure::BlocksPerRow>,
+    /// Colour only cells set at these steps of their block, 1-based: A..B, A.., ..B or A. The
+    /// others keep their text, in grey on white; colours stay those of the whole run.
+    #[arg(long, value_name = "A..B")]
+    pub step_range: Option<crate::tui::figure::StepRange>,
+    /// The PNG's resolution: its pixel width is the width in points times DPI/72 (240 pt at
+    /// the default 300 dpi: 1000 pixels).
+    #[arg(long, value_name = "DPI", allow_negative_numbers = true)]
+    pub dpi: Option<crate::tui::figure::Dpi>,
+}
+
+impl FigureArgs {
+    /// The layout, defaults filled in.
+    pub fn options(&self) -> crate::tui::figure::Options {
+        crate::tui::figure::Options {
+            width: self.width.unwrap_or_default(),
+            blocks_per_row: self.blocks_per_row,
+            steps: self.step_range.unwrap_or_default(),
+        }
+    }
+}
+
+/// The figure flags' ids, which only `--format svg|png` takes.
+const FIGURE_FLAGS: [&str; 4] = ["width", "blocks_per_row", "step_range", "dpi"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "snake_case")]

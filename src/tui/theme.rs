@@ -184,7 +184,8 @@ pub fn pick(name: ThemeName, depth: Depth) -> &'static Theme {
     &THEMES[name as usize * 3 + d]
 }
 
-fn lerp(a: Rgb, b: Rgb, t: f32) -> Rgb {
+/// `a` moved toward `b` by `t` (0: `a`, 1: `b`).
+pub fn lerp(a: Rgb, b: Rgb, t: f32) -> Rgb {
     let t = t.clamp(0.0, 1.0);
     let f = |x: u8, y: u8| (x as f32 + (y as f32 - x as f32) * t).round() as u8;
     (f(a.0, b.0), f(a.1, b.1), f(a.2, b.2))
@@ -301,7 +302,7 @@ fn fit(c: Rgb, depth: Depth) -> Color {
 
 /// Perceived brightness in 0..1, to pick a readable text colour on a coloured cell.
 /// WCAG 2's contrast ratio of two colours (relative luminance of linearised sRGB).
-fn contrast(a: Rgb, b: Rgb) -> f32 {
+pub fn contrast(a: Rgb, b: Rgb) -> f32 {
     let lum = |c: Rgb| {
         let lin = |x: u8| {
             let v = x as f32 / 255.0;
@@ -414,6 +415,11 @@ impl Theme {
     pub fn cell_rgb(&self, step: usize, span: usize) -> (Rgb, Rgb) {
         let bg = self.step_rgb(step, span);
         (bg, if luma(bg) > 0.5 { self.on_light } else { self.on_dark })
+    }
+
+    /// The text colours of filled cells: the dark one for light fills, the light one for dark.
+    pub fn inks(&self) -> (Rgb, Rgb) {
+        (self.on_light, self.on_dark)
     }
 
     /// Step `step`'s hue as a text colour: mixed toward white (on a dark background) or black

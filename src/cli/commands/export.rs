@@ -1,46 +1,54 @@
 //! `unmask export`: a trace's per-token table, per-step table, step map and edits, as CSV or
-//! JSON, or the step map drawn as an SVG figure.
+//! JSON, or the step map drawn as a figure, SVG or PNG.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{ExportFormat, ExportTable};
+use crate::cli::{ExportFormat, ExportTable, FigureArgs};
 use crate::trace::export::{
     edits_csv, escape_for_terminal, step_map_csv, steps_csv, tables, tokens_csv,
 };
-
-/// Why there is no `--format png`: resvg would rasterise the SVG, but it needs fonts (a system
-/// font, or one embedded in the binary), and resvg 0.45 with its default (text) features adds
-/// 66 crates and 148 CPU-seconds to a clean build (measured: a bare crate depending on it,
-/// this repository's profile, deps at opt-level 3), over a minute on CI's 2 cores; any SVG
-/// converter does the same job.
-pub const PNG_ADVICE: &str = "--format png is not built in; write the figure with --format svg and convert it, e.g. \
-    rsvg-convert --dpi-x 300 --dpi-y 300 map.svg -o map.png (librsvg), or resvg --dpi 300 map.svg map.png";
 
 pub fn run(
     trace: &Path,
     format: ExportFormat,
     table: ExportTable,
     out: Option<&Path>,
+    figure: &FigureArgs,
 ) -> Result<()> {
-    if format == ExportFormat::Png {
-        anyhow::bail!("{PNG_ADVICE}");
-    }
     // `--out -` is stdout, as no --out is.
     let out = out.filter(|p| !crate::cli::output::is_stdout(p));
     if let Some(p) = out {
         crate::cli::output::check_outputs(&[("--out", p)], &[("trace", trace)])?;
+    } else if format == ExportFormat::Png && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        anyhow::bail!(
+            "--format png writes an image: give --out FILE (or redirect stdout to a file)"
+        );
     }
     let read = crate::trace::file::read_path(trace)?;
-    let text = match format {
-        ExportFormat::Svg => crate::tui::figure::step_map_svg(&read.events)
+    let bytes = match format {
+        ExportFormat::Svg | ExportFormat::Png => draw(&read.events, format, figure)
             .with_context(|| format!("{}: cannot draw the step map", trace.display()))?,
-        _ => table_text(&read.events, format, table, out.is_none())?,
+        _ => table_text(&read.events, format, table, out.is_none())?.into_bytes(),
     };
-    write_out(out, &text)?;
+    write_out(out, &bytes)?;
     // The good part is exported; say where the trace ended, and exit so that a script knows.
     crate::cli::PartialTrace::check(read.stopped, "exported the events before it")
+}
+
+/// The step map as an SVG document, or that drawn as a PNG.
+fn draw(
+    events: &[crate::trace::events::Event],
+    format: ExportFormat,
+    figure: &FigureArgs,
+) -> Result<Vec<u8>> {
+    use crate::tui::figure;
+    let svg = figure::step_map_svg(events, &figure.options())?;
+    Ok(match format {
+        ExportFormat::Png => figure::png::svg_to_png(&svg, figure.dpi.unwrap_or_default())?,
+        _ => svg.into_bytes(),
+    })
 }
 
 /// A table as CSV, or all of them as JSON; token text escaped for a terminal when `to_stdout`
@@ -65,16 +73,13 @@ fn table_text(
     })
 }
 
-/// `text` to `--out` (whole or not at all), else to stdout.
-fn write_out(out: Option<&Path>, text: &str) -> Result<()> {
+/// `bytes` to `--out` (whole or not at all), else to stdout.
+fn write_out(out: Option<&Path>, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
     match out {
         Some(p) => crate::cli::output::write_atomically(p, |w| {
-            use std::io::Write;
-            w.write_all(text.as_bytes()).with_context(|| format!("{}: cannot write", p.display()))
+            w.write_all(bytes).with_context(|| format!("{}: cannot write", p.display()))
         }),
-        None => {
-            use std::io::Write;
-            std::io::stdout().write_all(text.as_bytes()).context("stdout: cannot write")
-        }
+        None => std::io::stdout().write_all(bytes).context("stdout: cannot write"),
     }
 }
