@@ -513,6 +513,64 @@ fn json_reports_are_checked_first_and_written_whole() {
     assert_eq!(names, ["r.json"], "no temporary file left");
 }
 
+/// `bench` reports the load against one read of the checkpoint's files in the same run: in
+/// its table's heading and in the JSON, with the files' real size.
+#[test]
+fn bench_reports_the_load_against_a_read_of_the_files() {
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("r.json");
+    let out = unmask(&[
+        "bench",
+        "--model",
+        MODEL,
+        "--strategy",
+        "sequential",
+        "--max-new-tokens",
+        "4",
+        "--prompt-len",
+        "4",
+        "--warmup",
+        "0",
+        "--repeat",
+        "1",
+        "--events",
+        "off",
+        "--json",
+        s(&json),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("# load: ")).expect("a load line");
+    assert!(line.contains("GB of checkpoint files") && line.contains("x the read"), "{line}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let size =
+        std::fs::metadata(std::path::Path::new(MODEL).join("model.safetensors")).unwrap().len();
+    assert_eq!(report["load"]["from"], "files", "{report}");
+    assert_eq!(report["load"]["file_bytes"].as_u64(), Some(size), "{report}");
+    assert!(report["load"]["read_s"].as_f64().is_some_and(|r| r > 0.0), "{report}");
+    // random weights have no files to read
+    let out = unmask(&[
+        "bench",
+        "--random-init",
+        "tiny",
+        "--strategy",
+        "sequential",
+        "--max-new-tokens",
+        "4",
+        "--prompt-len",
+        "4",
+        "--warmup",
+        "0",
+        "--repeat",
+        "1",
+        "--events",
+        "off",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("# load: random weights made in "));
+}
+
 /// An output that is a symbolic link (to a file, or to nothing yet) is refused by every command
 /// that writes one, before any work, naming the flag and where the link points: writing
 /// through it truncated its target, as the shell's `>` does. The process's own descriptors

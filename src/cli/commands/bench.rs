@@ -130,6 +130,57 @@ struct Row {
     event_write_ms: f64,
 }
 
+/// How long the weights took to open, and a read of the same files in the same run (after
+/// the load, so from the page cache where the files fit it): the floor a load is held to.
+#[derive(Serialize, Default)]
+struct Load {
+    /// Where the weights came from: `files`, `embedded` or `random`.
+    from: &'static str,
+    seconds: f64,
+    /// Bytes of the checkpoint's safetensors files; 0 for random weights.
+    file_bytes: u64,
+    /// Seconds one sequential read of those files took; `None` for random weights.
+    read_s: Option<f64>,
+}
+
+impl Load {
+    fn words(&self) -> String {
+        let Some(read) = self.read_s else {
+            let what = if self.from == "random" { "random weights made" } else { "embedded model" };
+            return format!("# load: {what} in {:.2} s", self.seconds);
+        };
+        let gb = self.file_bytes as f64 / 1e9;
+        format!(
+            "# load: {:.2} s for {gb:.2} GB of checkpoint files ({:.2} GB/s); one read of the same files {read:.2} s ({:.1} GB/s): the load takes {:.1}x the read",
+            self.seconds,
+            gb / self.seconds,
+            gb / read.max(1e-9),
+            self.seconds / read.max(1e-9),
+        )
+    }
+}
+
+/// Reads `files` once, start to end, through one reused buffer (what `cat FILE > /dev/null`
+/// does): their bytes and the seconds it took.
+fn read_once(files: &[std::path::PathBuf]) -> Result<(u64, f64)> {
+    use std::io::Read;
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 1 << 24];
+    let mut total = 0u64;
+    for f in files {
+        let mut file =
+            std::fs::File::open(f).with_context(|| format!("{}: cannot open", f.display()))?;
+        loop {
+            let n = file.read(&mut buf).with_context(|| format!("{}: cannot read", f.display()))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+    }
+    Ok((total, t0.elapsed().as_secs_f64()))
+}
+
 #[derive(Serialize)]
 struct Report {
     /// MoE models: distinct experts per sparse layer per block pass, counted on the device.
@@ -150,6 +201,8 @@ struct Report {
     warmup: usize,
     repeat: usize,
     load_s: f64,
+    /// The load against one read of the checkpoint's files in the same run.
+    load: Load,
     run: RunStatus,
     rows: Vec<Row>,
 }
@@ -547,6 +600,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let compute = Compute { paths, ..args.decode.dtype.compute(&device) };
     let dtype = compute.dtype;
     let t0 = Instant::now();
+    let mut files = Vec::new();
     let (model, mask_id, detok, info, generation, cfg, name): (
         Model,
         u32,
@@ -607,6 +661,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 crate::cli::session::check_routing(&source)?;
             }
             let ck = Checkpoint::load(&source, &device, compute)?;
+            if let crate::model::Source::Dir(dir) = &source {
+                files = crate::model::weight_files(dir)?;
+            }
             let mask = ck.tokenizer.mask_id();
             (ck.model, mask, Box::new(ck.tokenizer), ck.info, ck.generation, ck.config, name)
         }
@@ -614,6 +671,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     device.synchronize()?;
     crate::cli::session::single_thread_for_small_models(info.num_params, &device);
     let load_s = t0.elapsed().as_secs_f64();
+    let load = if !files.is_empty() {
+        let (file_bytes, read_s) = read_once(&files)?;
+        Load { from: "files", seconds: load_s, file_bytes, read_s: Some(read_s) }
+    } else {
+        let from = if args.random_init.is_some() { "random" } else { "embedded" };
+        Load { from, seconds: load_s, ..Load::default() }
+    };
     let base = family_settings(args, &generation, &cfg, name.as_deref())?;
     check_prompt_len(args, &base, &cfg)?;
     if args.random_init.is_none() {
@@ -722,6 +786,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         warmup: args.warmup,
         repeat: args.repeat,
         load_s,
+        load,
         run,
         rows,
     };
@@ -952,6 +1017,7 @@ fn heading(r: &Report) -> String {
 fn render(r: &Report) -> String {
     let mut s = String::new();
     out!(s, "{}", heading(r));
+    out!(s, "{}", r.load.words());
     if let Some(o) = &r.run.options {
         out!(s,
             "# paths: device sampler {}, fixed passes {}, CUDA graphs {}, streamed layer {}, packed weights {}{}",
@@ -1150,6 +1216,7 @@ mod tests {
             warmup: 1,
             repeat: 3,
             load_s: 0.0,
+            load: Load::default(),
             run: RunStatus::default(),
             rows: Vec::new(),
             moe_experts_per_layer_pass: None,
