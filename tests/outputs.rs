@@ -461,6 +461,23 @@ fn a_dash_output_is_stdout() {
     );
 }
 
+/// The shortest `bench` that still times one decode (the embedded model unless told).
+const QUICK_BENCH: [&str; 13] = [
+    "bench",
+    "--strategy",
+    "sequential",
+    "--max-new-tokens",
+    "4",
+    "--prompt-len",
+    "4",
+    "--warmup",
+    "0",
+    "--repeat",
+    "1",
+    "--events",
+    "off",
+];
+
 /// `bench --json` and `check-device --json` are outputs like the others: checked before the
 /// work (a folder, a missing folder, `-`, which would mix into the results on stdout), then
 /// written whole through a temporary file.
@@ -468,21 +485,7 @@ fn a_dash_output_is_stdout() {
 fn json_reports_are_checked_first_and_written_whole() {
     let d = tempfile::tempdir().unwrap();
     let missing = d.path().join("no/such/r.json");
-    let bench = [
-        "bench",
-        "--strategy",
-        "sequential",
-        "--max-new-tokens",
-        "4",
-        "--prompt-len",
-        "4",
-        "--warmup",
-        "0",
-        "--repeat",
-        "1",
-        "--events",
-        "off",
-    ];
+    let bench = QUICK_BENCH;
     let device = ["check-device", "--model", MODEL];
     for cmd in [&bench[..], &device[..]] {
         let name = cmd[0];
@@ -519,25 +522,7 @@ fn json_reports_are_checked_first_and_written_whole() {
 fn bench_reports_the_load_against_a_read_of_the_files() {
     let d = tempfile::tempdir().unwrap();
     let json = d.path().join("r.json");
-    let out = unmask(&[
-        "bench",
-        "--model",
-        MODEL,
-        "--strategy",
-        "sequential",
-        "--max-new-tokens",
-        "4",
-        "--prompt-len",
-        "4",
-        "--warmup",
-        "0",
-        "--repeat",
-        "1",
-        "--events",
-        "off",
-        "--json",
-        s(&json),
-    ]);
+    let out = unmask(&[&QUICK_BENCH[..], &["--model", MODEL, "--json", s(&json)]].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("# load: ")).expect("a load line");
@@ -550,23 +535,7 @@ fn bench_reports_the_load_against_a_read_of_the_files() {
     assert_eq!(report["load"]["file_bytes"].as_u64(), Some(size), "{report}");
     assert!(report["load"]["read_s"].as_f64().is_some_and(|r| r > 0.0), "{report}");
     // random weights have no files to read
-    let out = unmask(&[
-        "bench",
-        "--random-init",
-        "tiny",
-        "--strategy",
-        "sequential",
-        "--max-new-tokens",
-        "4",
-        "--prompt-len",
-        "4",
-        "--warmup",
-        "0",
-        "--repeat",
-        "1",
-        "--events",
-        "off",
-    ]);
+    let out = unmask(&[&QUICK_BENCH[..], &["--random-init", "tiny"]].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("# load: random weights made in "));
 }
